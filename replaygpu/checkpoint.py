@@ -1,0 +1,149 @@
+"""Checkpoints of a whole learner: table contents, sampler RNG, counters, networks, optimizer.
+
+Built on `tf.train.Checkpoint` and `tf.train.CheckpointManager`. A restore is all or nothing:
+the table's fields, dtypes and capacity are checked against the checkpoint before anything is
+read, and every other variable is snapshotted and put back if the restore fails part way.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from typing import Any
+
+import tensorflow as tf
+
+from replaygpu.errors import CheckpointMismatchError
+from replaygpu.storage import ReplayTable
+
+logger = logging.getLogger(__name__)
+
+_VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+class Checkpointer:
+    """Saves and restores a learner and anything trackable beside it.
+
+    Args:
+        directory: folder of the checkpoints (made if missing).
+        table: the replay table.
+        sampler: its sampler (the RNG state makes restored sampling exact).
+        learner: the learner (step counter, rate-limiter counters).
+        max_to_keep: how many checkpoints to keep on disk.
+        **extra: more trackables: networks, optimizers, the service's sequence ledger, ...
+
+    Example::
+
+        ckpt = rg.Checkpointer("/tmp/run", table=table, sampler=sampler, learner=learner,
+                               q_net=q_net, optimizer=opt)
+        ckpt.restore()          # no-op when the folder has no checkpoint yet
+        ...
+        ckpt.save()
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        table: ReplayTable | None = None,
+        sampler: Any = None,
+        learner: Any = None,
+        max_to_keep: int = 3,
+        **extra: Any,
+    ) -> None:
+        named = {"table": table, "sampler": sampler, "learner": learner, **extra}
+        self.objects = {k: v for k, v in named.items() if v is not None}
+        if not self.objects:
+            raise ValueError("Checkpointer: nothing to save; pass table=, learner= or others")
+        self.directory = os.fspath(directory)
+        self.table = table if table is not None else getattr(learner, "table", None)
+        self._table_prefix = "table/" if table is not None else "learner/table/"
+        self._checkpoint = tf.train.Checkpoint(**self.objects)
+        self._manager = tf.train.CheckpointManager(
+            self._checkpoint, self.directory, max_to_keep=max_to_keep
+        )
+
+    @property
+    def latest(self) -> str | None:
+        """Path prefix of the newest checkpoint, or None."""
+        return self._manager.latest_checkpoint
+
+    def save(self, step: int | None = None) -> str:
+        """Write a checkpoint; returns its path prefix."""
+        path = self._manager.save(checkpoint_number=step)
+        logger.info("saved checkpoint %s", path)
+        return path
+
+    def restore(self, path: str | None = None) -> str | None:
+        """Restore ``path`` (default: the newest checkpoint in the folder).
+
+        Returns:
+            the path restored, or None when there is no checkpoint to restore.
+
+        Raises:
+            CheckpointMismatchError: when the checkpoint does not fit (another table spec or
+                capacity, other network shapes); every object keeps its old state.
+        """
+        path = path or self.latest
+        if path is None:
+            return None
+        reader = tf.train.load_checkpoint(path)
+        if self.table is not None:
+            self._check_table(path, reader)
+        table_vars = {id(v) for v in (self.table.variables if self.table is not None else ())}
+        others = [
+            v
+            for obj in self.objects.values()
+            for v in _variables_of(obj)
+            if id(v) not in table_vars
+        ]
+        snapshot = [tf.identity(v) for v in others]
+        try:
+            self._checkpoint.read(path).expect_partial().assert_existing_objects_matched()
+        except (ValueError, AssertionError, tf.errors.OpError) as err:
+            for var, old in zip(others, snapshot):
+                var.assign(old)
+            raise CheckpointMismatchError(
+                f"checkpoint {path} does not fit the objects it was restored into: {err}; "
+                "nothing was restored. Build the networks and table as in the saved run."
+            ) from err
+        logger.info("restored checkpoint %s", path)
+        return path
+
+    def _check_table(self, path: str, reader: Any) -> None:
+        shapes = reader.get_variable_to_shape_map()
+        dtypes = reader.get_variable_to_dtype_map()
+        prefix = re.escape(self._table_prefix)
+        pattern = re.compile(f"^{prefix}storage/([^/]+){re.escape(_VALUE)}$")
+        saved = {m.group(1): k for k in shapes if (m := pattern.match(k))}
+        table = self.table
+        assert table is not None
+        want = {
+            name: ([table.capacity, *leaf.shape.as_list()], leaf.dtype.name)
+            for name, leaf in table.spec.items()
+        }
+        got = {name: (list(shapes[key]), dtypes[key].name) for name, key in saved.items()}
+        if not saved:
+            raise CheckpointMismatchError(
+                f"checkpoint {path} holds no replay table under '{self._table_prefix}'; "
+                "nothing was restored"
+            )
+        if got != want:
+            diffs = [
+                f"'{name}': table has {want.get(name, 'nothing')}, checkpoint has "
+                f"{got.get(name, 'nothing')}"
+                for name in sorted(set(want) | set(got))
+                if want.get(name) != got.get(name)
+            ]
+            raise CheckpointMismatchError(
+                f"checkpoint {path} holds a table of another spec or capacity "
+                f"([capacity, ...shape], dtype): {'; '.join(diffs)}. Nothing was restored; "
+                "make the table with the saved spec and capacity."
+            )
+
+
+def _variables_of(obj: Any) -> list[tf.Variable]:
+    found = getattr(obj, "variables", None)
+    if callable(found):
+        found = found()
+    return [v for v in (found or ()) if isinstance(v, tf.Variable)]

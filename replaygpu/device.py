@@ -1,0 +1,32 @@
+"""Choosing the one device that holds a table and runs its learner."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+
+def resolve_device(device: str | None = None) -> str:
+    """The device string to place variables and the learner loop on.
+
+    Args:
+        device: a TensorFlow device name ("/GPU:0", "/CPU:0", "GPU", ...), or None for the first
+            GPU when there is one, else the CPU.
+
+    Returns:
+        a canonical device string such as "/job:localhost/replica:0/task:0/device:GPU:0".
+
+    Raises:
+        ValueError: when the named device does not exist on this machine.
+    """
+    if device is None:
+        device = "/GPU:0" if tf.config.list_logical_devices("GPU") else "/CPU:0"
+    names = [d.name for d in tf.config.list_logical_devices()]
+    spec = tf.DeviceSpec.from_string(device if device.startswith("/") else f"/{device}:0")
+    for name in names:
+        have = tf.DeviceSpec.from_string(name)
+        if have.device_type == spec.device_type and have.device_index == (spec.device_index or 0):
+            return name
+    raise ValueError(
+        f"device: got {device!r}, expected one of {names}; pass device=None to pick the first "
+        "GPU, else the CPU"
+    )

@@ -1,0 +1,34 @@
+"""Library errors, each saying what was wrong, what was received, what was expected, and the fix.
+
+The service layer maps these to gRPC status codes in one place (`replaygpu.service.status`).
+"""
+
+from __future__ import annotations
+
+
+class ReplayError(Exception):
+    """Base class of every error replaygpu raises on purpose."""
+
+
+class BatchError(ReplayError, ValueError):
+    """A batch does not match the table spec. Nothing of it was written.
+
+    Attributes:
+        field: the offending field, or None when the batch as a whole is wrong.
+    """
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class EmptyTableError(ReplayError, RuntimeError):
+    """Sampling was asked of a table that holds no transitions."""
+
+
+class CheckpointMismatchError(ReplayError, ValueError):
+    """A checkpoint does not fit the objects it is restored into. Nothing was restored."""
+
+
+class ConfigError(ReplayError, ValueError):
+    """A configuration value is out of range."""

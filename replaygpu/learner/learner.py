@@ -1,0 +1,167 @@
+"""The fused learner loop: many SGD steps per `tf.function` call.
+
+One call of `Learner.train(k)` is one graph execution: a `tf.while_loop` of
+``sample indices -> gather -> update_fn -> (priority update)`` repeated
+``min(k, allowed)`` times, with the metric sums carried as loop variables and read back as one
+small float64 vector at the end. Nothing crosses the host/device boundary per step, and ``k`` is
+a tensor, so the loop is traced once for every step count.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import tensorflow as tf
+
+from replaygpu.errors import ConfigError
+from replaygpu.learner.rate_limiter import SampleToInsertRatio
+from replaygpu.samplers.base import Sampler, check_not_empty
+from replaygpu.storage import ReplayTable
+
+logger = logging.getLogger(__name__)
+
+UpdateFn = Callable[[dict[str, tf.Tensor]], Mapping[str, tf.Tensor]]
+
+#: update_fn output key whose value ([B] float) goes to the sampler's ``update_priorities``.
+PRIORITIES_KEY = "priorities"
+
+
+class Learner(tf.Module):
+    """Runs ``update_fn`` on in-graph minibatches, many steps per call.
+
+    Args:
+        table: the replay table.
+        sampler: draws ``(indices, batch)`` inside the graph (e.g. `UniformSampler`).
+        update_fn: ``update_fn(batch) -> {name: scalar tensor}``; gets ``{field: [B, ...]}`` and
+            applies its own optimizer step. A ``"priorities"`` output of shape ``[B]`` is handed
+            to ``sampler.update_priorities(indices, priorities)``.
+        batch_size: minibatch size B.
+        rate_limiter: optional `SampleToInsertRatio`; without one every requested step runs.
+        jit_compile: compile the whole loop with XLA (the largest CPU win for small networks).
+
+    Attributes:
+        steps: total SGD steps run (int64 variable, checkpointed).
+    """
+
+    def __init__(
+        self,
+        table: ReplayTable,
+        sampler: Sampler,
+        update_fn: UpdateFn,
+        batch_size: int = 256,
+        rate_limiter: SampleToInsertRatio | None = None,
+        jit_compile: bool = False,
+    ) -> None:
+        super().__init__(name="learner")
+        if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise ConfigError(f"batch_size: got {batch_size!r}, expected an integer >= 1")
+        if getattr(sampler, "table", table) is not table:
+            raise ConfigError("sampler: it samples another table than the learner's; pass one "
+                              "made with this table")
+        self.table = table
+        self.sampler = sampler
+        self.rate_limiter = rate_limiter
+        self.batch_size = int(batch_size)
+        self.jit_compile = bool(jit_compile)
+        self._update_fn = update_fn
+        with tf.device(table.device):
+            self.steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="steps")
+        self._metric_names: list[str] | None = None
+        self._train_fn = tf.function(
+            self._train_graph,
+            input_signature=[tf.TensorSpec([], tf.int64)],
+            jit_compile=self.jit_compile,
+            reduce_retracing=True,
+        )
+
+    @property
+    def metric_names(self) -> list[str]:
+        """Names of the scalar metrics ``update_fn`` returns (known after the first trace)."""
+        return list(self._metric_names or [])
+
+    @property
+    def trace_count(self) -> int:
+        """How many times the fused loop was traced (stays 1 across step counts)."""
+        return int(self._train_fn.experimental_get_tracing_count())
+
+    def train(self, num_steps: int) -> dict[str, float]:
+        """Run up to ``num_steps`` SGD steps in one graph call.
+
+        Returns:
+            ``{"steps": steps run, name: mean of update_fn's scalar over those steps}``; the
+            means are NaN when no step ran (the rate limiter allowed none).
+
+        Raises:
+            EmptyTableError: without a rate limiter, when the table is empty.
+            ValueError: when num_steps is negative.
+        """
+        if num_steps < 0:
+            raise ValueError(f"num_steps: got {num_steps}, expected >= 0")
+        if self.rate_limiter is None:
+            check_not_empty(self.table)
+        with tf.device(self.table.device):
+            values = self._train_fn(tf.constant(num_steps, tf.int64)).numpy()
+        names = ["steps", *self.metric_names]
+        return {k: float(v) for k, v in zip(names, values)}
+
+    def _step(self) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+        indices, batch = self.sampler.sample(self.batch_size)
+        out = dict(self._update_fn(batch))
+        priorities = out.pop(PRIORITIES_KEY, None)
+        if priorities is not None:
+            update = getattr(self.sampler, "update_priorities", None)
+            if update is None:
+                raise ConfigError(
+                    f"update_fn returned '{PRIORITIES_KEY}' but {type(self.sampler).__name__} "
+                    "has no update_priorities; use PrioritizedSampler or drop the key"
+                )
+            update(indices, priorities)
+        for name, value in out.items():
+            if value.shape.rank != 0:
+                raise ConfigError(
+                    f"update_fn output '{name}': got shape {value.shape}, expected a scalar "
+                    f"metric (only '{PRIORITIES_KEY}' may be [B]); reduce it with tf.reduce_mean"
+                )
+        names = sorted(out)
+        if self._metric_names is None:
+            self._metric_names = names
+        return indices, {k: out[k] for k in names}
+
+    def _train_graph(self, num_steps: tf.Tensor) -> tf.Tensor:
+        table = self.table
+        allowed = num_steps
+        if self.rate_limiter is not None:
+            allowed = tf.minimum(
+                num_steps,
+                self.rate_limiter.allowed_steps(
+                    table.inserted_var.read_value(), table.size_var.read_value(), self.batch_size
+                ),
+            )
+        n = tf.where(table.size_var.read_value() > 0, allowed, tf.zeros_like(allowed))
+        names = self._probe_metric_names()
+
+        def body(i: tf.Tensor, sums: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            _, metrics = self._step()
+            values = tf.stack([tf.cast(metrics[k], tf.float64) for k in names]) if names else sums
+            return i + 1, sums + values
+
+        _, sums = tf.while_loop(
+            lambda i, _: i < n,
+            body,
+            (tf.constant(0, tf.int64), tf.zeros([len(names)], tf.float64)),
+            parallel_iterations=1,
+        )
+        self.steps.assign_add(n)
+        if self.rate_limiter is not None:
+            self.rate_limiter.record(n * self.batch_size)
+        ran = tf.cast(n, tf.float64)
+        means = tf.where(n > 0, sums / tf.maximum(ran, 1.0), tf.fill([len(names)], tf.constant(np.nan, tf.float64)))
+        return tf.concat([ran[None], means], axis=0)
+
+    def _probe_metric_names(self) -> list[str]:
+        """Trace one step apart from the loop to learn update_fn's metric names and shapes."""
+        if self._metric_names is None:
+            tf.function(self._step, autograph=True).get_concrete_function()
+        return list(self._metric_names or [])
