@@ -89,19 +89,21 @@ class Checkpointer:
             return None
         reader = tf.train.load_checkpoint(path)
         if self.table is not None:
-            self._check_table(path, reader)
+            self._check_table(self.table, path, reader)
         table_vars = {id(v) for v in (self.table.variables if self.table is not None else ())}
-        others = [
-            v
-            for obj in self.objects.values()
-            for v in _variables_of(obj)
-            if id(v) not in table_vars
-        ]
+        others = list(
+            {
+                id(v): v
+                for obj in self.objects.values()
+                for v in _variables_of(obj)
+                if id(v) not in table_vars
+            }.values()
+        )
         snapshot = [tf.identity(v) for v in others]
         try:
             self._checkpoint.read(path).expect_partial().assert_existing_objects_matched()
         except (ValueError, AssertionError, tf.errors.OpError) as err:
-            for var, old in zip(others, snapshot):
+            for var, old in zip(others, snapshot, strict=True):
                 var.assign(old)
             raise CheckpointMismatchError(
                 f"checkpoint {path} does not fit the objects it was restored into: {err}; "
@@ -110,14 +112,12 @@ class Checkpointer:
         logger.info("restored checkpoint %s", path)
         return path
 
-    def _check_table(self, path: str, reader: Any) -> None:
+    def _check_table(self, table: ReplayTable, path: str, reader: Any) -> None:
         shapes = reader.get_variable_to_shape_map()
         dtypes = reader.get_variable_to_dtype_map()
         prefix = re.escape(self._table_prefix)
         pattern = re.compile(f"^{prefix}storage/([^/]+){re.escape(_VALUE)}$")
         saved = {m.group(1): k for k in shapes if (m := pattern.match(k))}
-        table = self.table
-        assert table is not None
         want = {
             name: ([table.capacity, *leaf.shape.as_list()], leaf.dtype.name)
             for name, leaf in table.spec.items()
@@ -143,7 +143,5 @@ class Checkpointer:
 
 
 def _variables_of(obj: Any) -> list[tf.Variable]:
-    found = getattr(obj, "variables", None)
-    if callable(found):
-        found = found()
-    return [v for v in (found or ()) if isinstance(v, tf.Variable)]
+    """Every variable reachable from ``obj`` through checkpoint dependencies."""
+    return [v for v in tf.train.TrackableView(obj).descendants() if isinstance(v, tf.Variable)]

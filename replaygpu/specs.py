@@ -77,7 +77,9 @@ def normalize_spec(spec: Mapping[str, Any]) -> Spec:
         if not isinstance(name, str) or not name:
             raise TypeError(f"spec keys must be non-empty strings, got {name!r}")
         if not isinstance(leaf, tf.TensorSpec):
-            raise TypeError(f"spec field '{name}': got {type(leaf).__name__}, expected tf.TensorSpec")
+            raise TypeError(
+                f"spec field '{name}': got {type(leaf).__name__}, expected tf.TensorSpec"
+            )
         if not leaf.shape.is_fully_defined():
             raise ValueError(
                 f"spec field '{name}': shape {leaf.shape} has unknown dimensions; a table needs "

@@ -58,8 +58,10 @@ class Learner(tf.Module):
         if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ConfigError(f"batch_size: got {batch_size!r}, expected an integer >= 1")
         if getattr(sampler, "table", table) is not table:
-            raise ConfigError("sampler: it samples another table than the learner's; pass one "
-                              "made with this table")
+            raise ConfigError(
+                "sampler: it samples another table than the learner's; pass one "
+                "made with this table"
+            )
         self.table = table
         self.sampler = sampler
         self.rate_limiter = rate_limiter
@@ -101,33 +103,52 @@ class Learner(tf.Module):
             raise ValueError(f"num_steps: got {num_steps}, expected >= 0")
         if self.rate_limiter is None:
             check_not_empty(self.table)
+        if self._metric_names is None:
+            self._metric_names = self._check_update_fn()
         with tf.device(self.table.device):
             values = self._train_fn(tf.constant(num_steps, tf.int64)).numpy()
         names = ["steps", *self.metric_names]
-        return {k: float(v) for k, v in zip(names, values)}
+        return {k: float(v) for k, v in zip(names, values, strict=True)}
 
-    def _step(self) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+    def _step(self) -> dict[str, tf.Tensor]:
+        """One sample -> update_fn -> priority update; returns update_fn's scalar metrics."""
         indices, batch = self.sampler.sample(self.batch_size)
         out = dict(self._update_fn(batch))
         priorities = out.pop(PRIORITIES_KEY, None)
         if priorities is not None:
-            update = getattr(self.sampler, "update_priorities", None)
-            if update is None:
-                raise ConfigError(
-                    f"update_fn returned '{PRIORITIES_KEY}' but {type(self.sampler).__name__} "
-                    "has no update_priorities; use PrioritizedSampler or drop the key"
-                )
-            update(indices, priorities)
+            self.sampler.update_priorities(indices, priorities)
+        return out
+
+    def _check_update_fn(self) -> list[str]:
+        """Trace one step apart from the loop; check update_fn's outputs; return metric names.
+
+        Runs in Python (not inside the loop's trace), so a mistake surfaces as a plain
+        `ConfigError` instead of a staging error from deep inside TensorFlow.
+        """
+        sampler, update_fn = self.sampler, self._update_fn
+
+        def probe() -> Mapping[str, tf.Tensor]:
+            return update_fn(sampler.sample(self.batch_size)[1])
+
+        with tf.device(self.table.device):
+            out = tf.function(probe).get_concrete_function().structured_outputs
+        if not isinstance(out, Mapping):
+            raise ConfigError(
+                f"update_fn must return a dict of scalar tensors, got {type(out).__name__}"
+            )
+        if PRIORITIES_KEY in out and not hasattr(sampler, "update_priorities"):
+            raise ConfigError(
+                f"update_fn returned '{PRIORITIES_KEY}' but {type(sampler).__name__} has no "
+                "update_priorities; use PrioritizedSampler or drop the key"
+            )
         for name, value in out.items():
-            if value.shape.rank != 0:
+            if name != PRIORITIES_KEY and getattr(value, "shape", None) != ():
                 raise ConfigError(
-                    f"update_fn output '{name}': got shape {value.shape}, expected a scalar "
-                    f"metric (only '{PRIORITIES_KEY}' may be [B]); reduce it with tf.reduce_mean"
+                    f"update_fn output '{name}': got shape {getattr(value, 'shape', value)}, "
+                    f"expected a scalar metric (only '{PRIORITIES_KEY}' may be [B]); reduce it "
+                    "with tf.reduce_mean"
                 )
-        names = sorted(out)
-        if self._metric_names is None:
-            self._metric_names = names
-        return indices, {k: out[k] for k in names}
+        return sorted(k for k in out if k != PRIORITIES_KEY)
 
     def _train_graph(self, num_steps: tf.Tensor) -> tf.Tensor:
         table = self.table
@@ -140,10 +161,10 @@ class Learner(tf.Module):
                 ),
             )
         n = tf.where(table.size_var.read_value() > 0, allowed, tf.zeros_like(allowed))
-        names = self._probe_metric_names()
+        names = self.metric_names
 
         def body(i: tf.Tensor, sums: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            _, metrics = self._step()
+            metrics = self._step()
             values = tf.stack([tf.cast(metrics[k], tf.float64) for k in names]) if names else sums
             return i + 1, sums + values
 
@@ -157,11 +178,9 @@ class Learner(tf.Module):
         if self.rate_limiter is not None:
             self.rate_limiter.record(n * self.batch_size)
         ran = tf.cast(n, tf.float64)
-        means = tf.where(n > 0, sums / tf.maximum(ran, 1.0), tf.fill([len(names)], tf.constant(np.nan, tf.float64)))
+        means = tf.where(
+            n > 0,
+            sums / tf.maximum(ran, 1.0),
+            tf.fill([len(names)], tf.constant(np.nan, tf.float64)),
+        )
         return tf.concat([ran[None], means], axis=0)
-
-    def _probe_metric_names(self) -> list[str]:
-        """Trace one step apart from the loop to learn update_fn's metric names and shapes."""
-        if self._metric_names is None:
-            tf.function(self._step, autograph=True).get_concrete_function()
-        return list(self._metric_names or [])

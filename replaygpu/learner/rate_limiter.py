@@ -53,8 +53,7 @@ class SampleToInsertRatio(tf.Module):
     def allowed_steps(self, inserted: tf.Tensor, size: tf.Tensor, batch_size: int) -> tf.Tensor:
         """Steps of ``batch_size`` allowed now, as an int64 scalar >= 0 (a graph function)."""
         budget = (
-            self.samples_per_insert
-            * tf.cast(inserted - self.min_size_to_sample, tf.float64)
+            self.samples_per_insert * tf.cast(inserted - self.min_size_to_sample, tf.float64)
             + self.error_buffer
             - tf.cast(self.sampled, tf.float64)
         )

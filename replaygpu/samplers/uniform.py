@@ -40,6 +40,6 @@ class UniformSampler(tf.Module):
         return self.generator.uniform([batch_size], 0, size, dtype=tf.int64)
 
     def sample(self, batch_size: int) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
-        """``(indices [B] int64, {field: [B, ...]})``; raises `EmptyTableError` eagerly when empty."""
+        """``(indices [B] int64, {field: [B, ...]})``; `EmptyTableError` eagerly when empty."""
         indices = self.sample_indices(batch_size)
         return indices, self.table.gather(indices)

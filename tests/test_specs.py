@@ -1,0 +1,54 @@
+"""Specs from gymnasium spaces, and batch validation at the boundary."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import replaygpu as rg
+
+
+class _SpaceEnv(gym.Env):
+    def __init__(self, observation_space, action_space):
+        self.observation_space = observation_space
+        self.action_space = action_space
+
+
+@pytest.mark.parametrize(
+    ("space", "dtype", "shape"),
+    [
+        (gym.spaces.Box(-1.0, 1.0, (3,), np.float32), tf.float32, [3]),
+        (gym.spaces.Box(0, 255, (84, 84), np.uint8), tf.uint8, [84, 84]),
+        (gym.spaces.Discrete(4), tf.int64, []),
+        (gym.spaces.MultiDiscrete([3, 5]), tf.int64, [2]),
+        (gym.spaces.MultiBinary(6), tf.int8, [6]),
+    ],
+)
+def test_specs_from_env_maps_each_space_kind(space, dtype, shape):
+    spec = rg.specs_from_env(_SpaceEnv(space, space))
+    assert list(spec) == list(rg.TRANSITION_FIELDS)
+    for field in ("obs", "next_obs", "action"):
+        assert spec[field].dtype == dtype
+        assert spec[field].shape.as_list() == shape
+    assert spec["reward"].dtype == tf.float32
+    assert spec["terminated"].dtype == tf.bool and spec["truncated"].dtype == tf.bool
+
+
+def test_specs_from_env_reads_single_spaces_of_vector_envs():
+    envs = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
+    spec = rg.specs_from_env(envs)
+    envs.close()
+    assert spec["obs"].shape.as_list() == [4]
+    assert spec["action"].shape.as_list() == []
+
+
+def test_specs_from_env_rejects_unsupported_space_with_advice():
+    env = _SpaceEnv(gym.spaces.Dict({"a": gym.spaces.Discrete(2)}), gym.spaces.Discrete(2))
+    with pytest.raises(TypeError, match="FlattenObservation"):
+        rg.specs_from_env(env)
+
+
+def test_validate_batch_converts_python_lists_to_spec_dtype():
+    spec = {"r": tf.TensorSpec([], tf.float32)}
+    out = rg.validate_batch(spec, {"r": [1.0, 2.0]})
+    assert out["r"].dtype == np.float32 and out["r"].shape == (2,)
