@@ -1,0 +1,222 @@
+"""Frame-stacked pixel replay: each frame stored once, k-stacks rebuilt in the graph.
+
+Layout (an ordinary `ReplayTable`, so the gRPC service and checkpoints work unchanged): one row
+per environment step holds that step's newest observation frame and the step's small fields::
+
+    frame [H, W] uint8 | action | reward | terminated | truncated | first | final
+
+``first`` marks the reset frame of an episode. After the last step of an episode (terminated or
+truncated) one extra row with ``final=True`` holds the episode's last next-observation frame
+and no transition (its other fields are zero, and it is never drawn). So for every transition
+row ``i`` the newest frame of ``next_obs`` is the frame of row ``i + 1``, and 1e6 transitions
+need about 1e6 rows of ``H * W + 16`` bytes: 7.07 GB for 84x84 frames, plus one row per episode.
+
+Stacks match gymnasium's ``FrameStackObservation(env, k)`` with its default
+``padding_type="reset"``: ``[k, H, W]``, oldest frame first, and at an episode start the reset
+frame repeated in the positions before it. Frames overwritten by the ring are never used: a row
+whose stack would reach past the oldest row is not drawn, nor is the newest row while its next
+frame is not written yet.
+
+Writers use `frame_rows` to turn an actor's steps into rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from replaygpu.errors import BatchError, ConfigError
+from replaygpu.samplers.base import check_not_empty
+from replaygpu.samplers.uniform import make_generator
+from replaygpu.specs import Spec
+from replaygpu.storage import ReplayTable
+
+FRAME_FIELDS = ("frame", "action", "reward", "terminated", "truncated", "first", "final")
+
+
+def make_frame_spec(
+    frame_shape: Sequence[int] = (84, 84),
+    action_spec: tf.TensorSpec | None = None,
+    frame_dtype: tf.DType = tf.uint8,
+) -> Spec:
+    """The spec of a frame table: one ``frame`` per row plus the step's small fields.
+
+    Args:
+        frame_shape: shape of one frame, e.g. ``(84, 84)``.
+        action_spec: spec of one action; default a scalar int64 (Discrete).
+        frame_dtype: dtype of the frames (uint8 for pixels).
+    """
+    return {
+        "frame": tf.TensorSpec(list(frame_shape), frame_dtype, name="frame"),
+        "action": action_spec or tf.TensorSpec([], tf.int64, name="action"),
+        "reward": tf.TensorSpec([], tf.float32, name="reward"),
+        "terminated": tf.TensorSpec([], tf.bool, name="terminated"),
+        "truncated": tf.TensorSpec([], tf.bool, name="truncated"),
+        "first": tf.TensorSpec([], tf.bool, name="first"),
+        "final": tf.TensorSpec([], tf.bool, name="final"),
+    }
+
+
+def make_frame_table(
+    capacity: int,
+    frame_shape: Sequence[int] = (84, 84),
+    action_spec: tf.TensorSpec | None = None,
+    device: str | None = None,
+    name: str = "replay",
+) -> ReplayTable:
+    """A `ReplayTable` with `make_frame_spec` rows; ``capacity`` counts rows (see module doc)."""
+    return ReplayTable(make_frame_spec(frame_shape, action_spec), capacity, device, name)
+
+
+def frame_rows(
+    frames: np.ndarray,
+    actions: np.ndarray,
+    rewards: np.ndarray,
+    terminated: np.ndarray,
+    truncated: np.ndarray,
+    first: bool,
+) -> dict[str, np.ndarray]:
+    """Rows for ``n`` consecutive steps of one episode, ready for ``table.append``.
+
+    Args:
+        frames: ``[n + 1, H, W]``: the newest frame of each step's observation, then the newest
+            frame of the last step's next observation.
+        actions, rewards, terminated, truncated: ``[n]`` per step; only the last step may end
+            the episode.
+        first: whether ``frames[0]`` is the episode's reset frame. When the chunk does not end
+            the episode, ``frames[n]`` is not stored: pass it as ``frames[0]`` of the next chunk
+            with ``first=False``.
+
+    Returns:
+        ``n`` transition rows, plus the ``final`` row when the last step ended the episode.
+
+    Raises:
+        BatchError: on inconsistent lengths or an episode end before the last step.
+    """
+    frames = np.asarray(frames)
+    n = len(actions)
+    done = np.asarray(terminated, bool) | np.asarray(truncated, bool)
+    if n < 1 or frames.shape[0] != n + 1 or not (len(rewards) == len(done) == n):
+        raise BatchError(
+            f"frame_rows: got {frames.shape[0]} frames, {n} actions, {len(rewards)} rewards, "
+            f"{len(done)} done flags; expected n + 1 frames and n of each other (n >= 1)"
+        )
+    if done[:-1].any():
+        raise BatchError(
+            f"frame_rows: step {int(np.argmax(done))} of {n} ends the episode; only the last "
+            "step of a chunk may, so split the steps at episode ends"
+        )
+    ends = bool(done[-1])
+    m = n + int(ends)
+    actions = np.asarray(actions)
+    rows = {
+        "frame": frames[:m],
+        "action": np.concatenate([actions, np.zeros_like(actions[:1])])[:m],
+        "reward": np.concatenate([np.asarray(rewards, np.float32), [0.0]])[:m].astype(np.float32),
+        "terminated": np.concatenate([np.asarray(terminated, bool), [False]])[:m],
+        "truncated": np.concatenate([np.asarray(truncated, bool), [False]])[:m],
+        "first": np.zeros(m, bool),
+        "final": np.zeros(m, bool),
+    }
+    rows["first"][0] = bool(first)
+    rows["final"][n:] = True
+    return rows
+
+
+class FrameStackSampler(tf.Module):
+    """Draws transition rows uniformly and rebuilds their ``[k, H, W]`` obs/next_obs stacks.
+
+    Args:
+        table: a table with `make_frame_spec` fields, appended with `frame_rows`.
+        stack: frames per stack k >= 1.
+        seed: seed of the random stream; None for a nondeterministic one.
+        max_tries: redraw rounds for rows that cannot be drawn (final rows, the newest row,
+            rows whose stack was overwritten); rows still invalid after them are counted in
+            ``invalid_draws``.
+
+    The batch holds ``obs`` and ``next_obs`` ``[B, k, H, W]`` plus ``action``, ``reward``,
+    ``terminated`` and ``truncated`` of the drawn rows.
+    """
+
+    def __init__(
+        self, table: ReplayTable, stack: int = 4, seed: int | None = None, max_tries: int = 32
+    ) -> None:
+        super().__init__(name="frame_stack_sampler")
+        missing = [f for f in FRAME_FIELDS if f not in table.spec]
+        if missing:
+            raise ConfigError(
+                f"table '{table.name}' lacks frame-table field(s) {missing}; make it with "
+                "replaygpu.make_frame_table"
+            )
+        if not isinstance(stack, (int, np.integer)) or not 1 <= stack < table.capacity:
+            raise ConfigError(f"stack: got {stack!r}, expected an integer in [1, capacity)")
+        if not isinstance(max_tries, (int, np.integer)) or max_tries < 1:
+            raise ConfigError(f"max_tries: got {max_tries!r}, expected an integer >= 1")
+        self.table = table
+        self.stack = int(stack)
+        self.max_tries = int(max_tries)
+        self.generator = make_generator(seed, table.device)
+        with tf.device(table.device):
+            self.invalid_draws = tf.Variable(0, dtype=tf.int64, trainable=False, name="invalid")
+
+    def _history(self, rows: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """Distance back to the episode start, capped at k-1, and validity of each row."""
+        table, k, capacity = self.table, self.stack, self.table.capacity
+        storage = table.storage
+        back = tf.range(k, dtype=tf.int64)
+        first = tf.gather(storage["first"], (rows[:, None] - back[None, :]) % capacity)
+        first = tf.concat([first[:, :-1], tf.ones_like(first[:, :1])], axis=1)
+        dist = tf.argmax(tf.cast(first, tf.int32), axis=1, output_type=tf.int64)  # [B] <= k-1
+        cursor = table.cursor.read_value()
+        oldest = (cursor - table.size_var.read_value()) % capacity
+        age = (rows - oldest) % capacity
+        ahead = (cursor - 1 - rows) % capacity
+        nxt = (rows + 1) % capacity
+        valid = (
+            tf.logical_not(tf.gather(storage["final"], rows))
+            & (ahead >= 1)
+            & tf.logical_not(tf.gather(storage["first"], nxt))
+            & (dist <= age)
+        )
+        return dist, valid
+
+    def sample_indices(self, batch_size: int) -> tuple[tf.Tensor, tf.Tensor]:
+        """``(rows [B] int64, distance to episode start [B] int64 capped at k-1)``."""
+        check_not_empty(self.table)
+        size = tf.maximum(self.table.size_var.read_value(), 1)
+        rows = self.generator.uniform([batch_size], 0, size, dtype=tf.int64)
+
+        def body(tries: tf.Tensor, r: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            fresh = self.generator.uniform([batch_size], 0, size, dtype=tf.int64)
+            return tries + 1, tf.where(self._history(r)[1], r, fresh)
+
+        _, rows = tf.while_loop(
+            lambda tries, r: tf.logical_and(
+                tries < self.max_tries, tf.logical_not(tf.reduce_all(self._history(r)[1]))
+            ),
+            body,
+            (tf.constant(0, tf.int64), rows),
+            parallel_iterations=1,
+        )
+        dist, valid = self._history(rows)
+        self.invalid_draws.assign_add(tf.reduce_sum(tf.cast(tf.logical_not(valid), tf.int64)))
+        return rows, dist
+
+    def sample(self, batch_size: int) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+        """``(rows [B] int64, {"obs", "next_obs": [B, k, H, W], "action", "reward", ...})``."""
+        rows, dist = self.sample_indices(batch_size)
+        k, capacity = self.stack, self.table.capacity
+        storage = self.table.storage
+        # Offsets back from the row, oldest first: k-1, ..., 0, then -1 (the next frame).
+        offsets = tf.range(k - 1, -2, -1, dtype=tf.int64)
+        source = tf.minimum(offsets[None, :], dist[:, None])
+        frames = tf.gather(storage["frame"], (rows[:, None] - source) % capacity)  # [B, k+1, ...]
+        batch = {
+            "obs": frames[:, :k],
+            "next_obs": frames[:, 1:],
+        }
+        for name in ("action", "reward", "terminated", "truncated"):
+            batch[name] = tf.gather(storage[name], rows)
+        return rows, batch

@@ -1,0 +1,144 @@
+"""N-step returns computed at sample time from consecutive rows of a table, in the graph.
+
+For a drawn row ``i`` the sampler reads rows ``i, i+1, ..., i+n-1`` (mod capacity) and stops at
+the first row ``i+k`` that ends the episode (``terminated`` or ``truncated``), that is the newest
+row of the table, or that is the last of the ``n``. The batch it returns is the drawn row's
+``obs`` and ``action`` (and every other field of row ``i``) with:
+
+- ``reward``: ``sum_{j<=k} gamma**j * r_{i+j}``;
+- ``next_obs``, ``terminated``, ``truncated``: those of row ``i+k``;
+- ``discount`` ([B] float32): ``gamma**(k+1) * (1 - terminated_{i+k})``, the multiplier of the
+  bootstrap value ``Q(next_obs)``: a terminated episode does not bootstrap, a truncated one
+  (and a window cut short by the newest row) does;
+- ``nstep`` ([B] int64): ``k + 1``, the number of rewards summed.
+
+Layout assumption: each environment's transitions are appended in time order into consecutive
+rows, i.e. one table per actor stream, or one actor appending whole episode chunks. When
+several actors append interleaved batches into one table, row ``i+1`` may belong to another
+environment; give the table an integer stream-id field (e.g. the actor id) and pass its name as
+``stream_field``: accumulation then also stops before the first row of another stream and
+bootstraps from the last row of the same stream (a shorter, still correct, return).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import tensorflow as tf
+
+from replaygpu.errors import ConfigError
+from replaygpu.samplers.base import Sampler
+from replaygpu.samplers.uniform import UniformSampler
+from replaygpu.storage import ReplayTable
+
+_REQUIRED = ("reward", "next_obs", "terminated", "truncated")
+
+
+class NStepSampler(tf.Module):
+    """Wraps a sampler (uniform or prioritized) and turns its rows into n-step transitions.
+
+    Args:
+        base: the sampler that draws the first rows, or a table (then a `UniformSampler`
+            with ``seed`` is made).
+        n: number of steps, >= 1 (1 gives the ordinary transitions plus ``discount``).
+        gamma: discount factor in ``[0, 1]``.
+        seed: seed of the `UniformSampler` made when ``base`` is a table.
+        stream_field: optional integer field naming the stream (actor) of each row.
+
+    ``update_priorities`` is forwarded to the base sampler, so prioritized n-step replay works
+    in the learner loop.
+    """
+
+    def __init__(
+        self,
+        base: Sampler | ReplayTable,
+        n: int = 3,
+        gamma: float = 0.99,
+        seed: int | None = None,
+        stream_field: str | None = None,
+    ) -> None:
+        super().__init__(name="nstep_sampler")
+        if isinstance(base, ReplayTable):
+            base = UniformSampler(base, seed=seed)
+        table = getattr(base, "table", None)
+        if not isinstance(table, ReplayTable):
+            raise ConfigError(
+                f"base: got {type(base).__name__}, expected a ReplayTable or a sampler with a "
+                "`table` (UniformSampler, PrioritizedSampler)"
+            )
+        if not isinstance(n, (int, np.integer)) or n < 1:
+            raise ConfigError(f"n: got {n!r}, expected an integer >= 1")
+        if not (math.isfinite(gamma) and 0.0 <= gamma <= 1.0):
+            raise ConfigError(f"gamma: got {gamma}, expected a number in [0, 1]")
+        missing = [f for f in _REQUIRED if f not in table.spec]
+        if stream_field is not None and stream_field not in table.spec:
+            missing.append(stream_field)
+        if missing:
+            raise ConfigError(
+                f"table '{table.name}' lacks field(s) {missing} that n-step returns need; it has "
+                f"{sorted(table.spec)} (build the spec with replaygpu.specs_from_env)"
+            )
+        clash = sorted({"discount", "nstep"} & set(table.spec))
+        if clash:
+            raise ConfigError(
+                f"table '{table.name}' has field(s) {clash}, keys this sampler adds to each "
+                "batch; rename them"
+            )
+        self.base = base
+        self.table = table
+        self.n = int(n)
+        self.gamma = float(gamma)
+        self.stream_field = stream_field
+
+    def sample(self, batch_size: int) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+        """``(indices [B] int64, batch)`` with n-step ``reward``/``next_obs``/``discount``."""
+        indices, batch = self.base.sample(batch_size)
+        return indices, self.accumulate(indices, batch)
+
+    def accumulate(self, indices: tf.Tensor, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        """Replace the one-step fields of ``batch`` (rows ``indices``) by n-step ones."""
+        table = self.table
+        storage = table.storage
+        capacity = table.capacity
+        offsets = tf.range(self.n, dtype=tf.int64)
+        rows = (indices[:, None] + offsets[None, :]) % capacity  # [B, n]
+        # Rows after i that exist: the newest row is cursor - 1.
+        ahead = (table.cursor.read_value() - 1 - indices) % capacity  # [B]
+        terminated = tf.gather(storage["terminated"], rows)
+        truncated = tf.gather(storage["truncated"], rows)
+        stop = terminated | truncated | (offsets[None, :] >= ahead[:, None])
+        stop = stop | (offsets[None, :] == self.n - 1)
+        if self.stream_field is not None:
+            stream = tf.gather(storage[self.stream_field], rows)
+            other_next = tf.concat(
+                [stream[:, 1:] != stream[:, :1], tf.zeros_like(stream[:, :1], tf.bool)], axis=1
+            )
+            stop = stop | other_next
+        # k = first stop offset; rows after it are masked out.
+        last = tf.argmax(tf.cast(stop, tf.int32), axis=1, output_type=tf.int64)  # [B]
+        used = offsets[None, :] <= last[:, None]
+        powers = tf.constant([self.gamma**j for j in range(self.n)], tf.float32)
+        rewards = tf.cast(tf.gather(storage["reward"], rows), tf.float32)
+        ret = tf.reduce_sum(tf.where(used, rewards * powers, tf.zeros_like(rewards)), axis=1)
+        last_row = tf.gather(rows, last, batch_dims=1)
+        last_terminated = tf.gather(terminated, last, batch_dims=1)
+        out = dict(batch)
+        out["reward"] = tf.cast(ret, table.spec["reward"].dtype)
+        out["next_obs"] = tf.gather(storage["next_obs"], last_row)
+        out["terminated"] = last_terminated
+        out["truncated"] = tf.gather(truncated, last, batch_dims=1)
+        gamma_k = tf.pow(tf.constant(self.gamma, tf.float32), tf.cast(last + 1, tf.float32))
+        out["discount"] = gamma_k * (1.0 - tf.cast(last_terminated, tf.float32))
+        out["nstep"] = last + 1
+        return out
+
+    def update_priorities(self, indices: tf.Tensor, priorities: tf.Tensor) -> None:
+        """Forward to the base sampler's ``update_priorities``."""
+        update = getattr(self.base, "update_priorities", None)
+        if update is None:
+            raise ConfigError(
+                f"update_priorities: the base sampler {type(self.base).__name__} keeps no "
+                "priorities; wrap a PrioritizedSampler or drop 'priorities' from update_fn"
+            )
+        update(indices, priorities)
