@@ -1,0 +1,248 @@
+"""Learner throughput: how a DQN update is fed, measured side by side in one process.
+
+Variants, for MLP 64x64 and 256x256 Q-networks, batch 256, obs dim 8, 4 actions:
+  (a) numpy host feed: numpy indices and gather, one tf.function call per step
+  (b) tf.data: from_tensor_slices -> shuffle -> batch -> prefetch, one call per step
+  (c) in-graph sampling, 1 step per call      (rg.Learner.train(1))
+  (d) in-graph sampling, 100 steps per call   (rg.Learner.train(100))
+  (e) (d) compiled with XLA                   (jit_compile=True)
+and in-graph sample-only throughput (uniform indices + gather of every field, inside a
+tf.while_loop) at capacity 1e4, 1e5, 1e6, with and without XLA.
+
+Prints steps/s (median of --repeats) and each ratio to (a). Run:
+    python benchmarks/learner_throughput.py            # full table (~10 min on 2 cores)
+    python benchmarks/learner_throughput.py --quick    # one size, shorter windows
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import tensorflow as tf
+
+import replaygpu as rg
+
+OBS_DIM, NUM_ACTIONS, BATCH = 8, 4, 256
+SPEC = {
+    "obs": tf.TensorSpec([OBS_DIM], tf.float32),
+    "action": tf.TensorSpec([], tf.int64),
+    "reward": tf.TensorSpec([], tf.float32),
+    "next_obs": tf.TensorSpec([OBS_DIM], tf.float32),
+    "terminated": tf.TensorSpec([], tf.bool),
+    "truncated": tf.TensorSpec([], tf.bool),
+}
+
+
+class MLP(tf.Module):
+    """A ReLU MLP of plain variables: [B, in] -> [B, out]."""
+
+    def __init__(self, sizes: list[int], seed: int) -> None:
+        super().__init__()
+        rng = np.random.default_rng(seed)
+        self.layers = []
+        for fan_in, fan_out in itertools.pairwise(sizes):
+            w = rng.normal(0, np.sqrt(2 / fan_in), (fan_in, fan_out)).astype(np.float32)
+            self.layers.append((tf.Variable(w), tf.Variable(tf.zeros([fan_out]))))
+
+    def __call__(self, x: tf.Tensor) -> tf.Tensor:
+        for i, (w, b) in enumerate(self.layers):
+            x = x @ w + b
+            if i < len(self.layers) - 1:
+                x = tf.nn.relu(x)
+        return x
+
+
+def make_dqn_update(hidden: int, seed: int = 0) -> Callable[[dict], dict]:
+    """A double-DQN update (Huber loss, Adam, soft target update) on a fresh network."""
+    sizes = [OBS_DIM, hidden, hidden, NUM_ACTIONS]
+    q, target = MLP(sizes, seed), MLP(sizes, seed)
+    opt = tf.keras.optimizers.Adam(1e-3)
+    gamma = 0.99
+
+    def update(batch: dict) -> dict:
+        next_q = q(batch["next_obs"])
+        next_a = tf.argmax(next_q, axis=1)
+        next_v = tf.gather(target(batch["next_obs"]), next_a, batch_dims=1)
+        not_done = 1.0 - tf.cast(batch["terminated"], tf.float32)
+        y = tf.stop_gradient(batch["reward"] + gamma * not_done * next_v)
+        with tf.GradientTape() as tape:
+            q_a = tf.gather(q(batch["obs"]), batch["action"], batch_dims=1)
+            loss = tf.reduce_mean(tf.keras.losses.huber(y[:, None], q_a[:, None]))
+        variables = q.trainable_variables
+        opt.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
+        for (tw, tb), (w, b) in zip(target.layers, q.layers, strict=True):
+            tw.assign(0.995 * tw + 0.005 * w)
+            tb.assign(0.995 * tb + 0.005 * b)
+        return {"loss": loss}
+
+    return update
+
+
+def make_data(n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    obs = rng.standard_normal((n, OBS_DIM), np.float32)
+    return {
+        "obs": obs,
+        "action": rng.integers(0, NUM_ACTIONS, n),
+        "reward": rng.standard_normal(n, np.float32),
+        "next_obs": np.roll(obs, -1, axis=0),
+        "terminated": rng.random(n) < 0.01,
+        "truncated": np.zeros(n, bool),
+    }
+
+
+def rate(run: Callable[[], int], seconds: float, repeats: int) -> float:
+    """Median over ``repeats`` windows of (work units / s); ``run`` returns units done."""
+    run()  # warm-up: trace, compile, fill caches
+    rates = []
+    for _ in range(repeats):
+        done, start = 0, time.perf_counter()
+        while (elapsed := time.perf_counter() - start) < seconds:
+            done += run()
+        rates.append(done / elapsed)
+    return statistics.median(rates)
+
+
+def learner_variants(hidden: int, capacity: int, data: dict, seconds: float, repeats: int):
+    """steps/s of variants (a)-(e) for one network size and capacity."""
+    out: dict[str, float] = {}
+    rng = np.random.default_rng(1)
+
+    step = tf.function(make_dqn_update(hidden))
+
+    def numpy_feed() -> int:
+        for _ in range(20):
+            idx = rng.integers(0, capacity, BATCH)
+            step({k: v[idx] for k, v in data.items()})
+        return 20
+
+    out["a numpy feed"] = rate(numpy_feed, seconds, repeats)
+
+    step_b = tf.function(make_dqn_update(hidden))
+    dataset = (
+        tf.data.Dataset.from_tensor_slices(data)
+        .shuffle(10_000, seed=0, reshuffle_each_iteration=True)
+        .repeat()
+        .batch(BATCH, drop_remainder=True)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+    iterator = iter(dataset)
+
+    def tf_data() -> int:
+        for _ in range(20):
+            step_b(next(iterator))
+        return 20
+
+    out["b tf.data"] = rate(tf_data, seconds, repeats)
+
+    table = rg.ReplayTable(SPEC, capacity=capacity)
+    table.append(data)
+    for name, k, jit in (
+        ("c in-graph k=1", 1, False),
+        ("d in-graph k=100", 100, False),
+        ("e in-graph k=100 XLA", 100, True),
+    ):
+        learner = rg.Learner(
+            table,
+            rg.UniformSampler(table, seed=0),
+            make_dqn_update(hidden),
+            batch_size=BATCH,
+            jit_compile=jit,
+        )
+        calls = max(1, 20 // k)
+        out[name] = rate(lambda k=k, c=calls, lr=learner: _train(lr, k, c), seconds, repeats)
+    return out
+
+
+def _train(learner: rg.Learner, k: int, calls: int) -> int:
+    for _ in range(calls):
+        learner.train(k)
+    return k * calls
+
+
+def sample_only(capacity: int, jit: bool, seconds: float, repeats: int, steps: int = 1000):
+    """Transitions/s of uniform sampling + gather of every field inside a while_loop."""
+    table = rg.ReplayTable(SPEC, capacity=capacity)
+    chunk = 100_000
+    for start in range(0, capacity, chunk):
+        table.append(make_data(min(chunk, capacity - start), seed=start))
+    sampler = rg.UniformSampler(table, seed=0)
+
+    @tf.function(jit_compile=jit)
+    def loop(n: tf.Tensor) -> tf.Tensor:
+        def body(i, acc):
+            _, batch = sampler.sample(BATCH)
+            checksum = (
+                tf.reduce_sum(batch["obs"])
+                + tf.reduce_sum(batch["next_obs"])
+                + tf.reduce_sum(batch["reward"])
+                + tf.cast(tf.reduce_sum(batch["action"]), tf.float32)
+                + tf.cast(tf.math.count_nonzero(batch["terminated"]), tf.float32)
+                + tf.cast(tf.math.count_nonzero(batch["truncated"]), tf.float32)
+            )
+            return i + 1, acc + checksum
+
+        return tf.while_loop(lambda i, _: i < n, body, (tf.constant(0, tf.int64), 0.0))[1]
+
+    n = tf.constant(steps, tf.int64)
+
+    def run() -> int:
+        loop(n).numpy()
+        return steps * BATCH
+
+    return rate(run, seconds, repeats)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="MLP 64x64 and capacity 1e5 only")
+    parser.add_argument("--seconds", type=float, default=2.0, help="timing window per repeat")
+    parser.add_argument("--repeats", type=int, default=3, help="windows per figure (median)")
+    args = parser.parse_args()
+    seconds = 0.7 if args.quick else args.seconds
+    hiddens = [64] if args.quick else [64, 256]
+    capacities = [100_000] if args.quick else [100_000, 1_000_000]
+
+    print(
+        f"# learner_throughput  {time.strftime('%Y-%m-%d')}  {platform.node()}  "
+        f"{os.cpu_count()} CPUs  TF {tf.__version__}  device {rg.resolve_device()}"
+    )
+    print(
+        f"# batch {BATCH}, obs dim {OBS_DIM}, {NUM_ACTIONS} actions, double DQN + Adam; "
+        f"median of {args.repeats} x {seconds:.1f} s"
+    )
+    print(f"{'mlp':>8} {'capacity':>9} {'variant':<22} {'steps/s':>9} {'x (a)':>7}")
+    for hidden in hiddens:
+        for capacity in capacities:
+            data = make_data(capacity)
+            results = learner_variants(hidden, capacity, data, seconds, args.repeats)
+            base = results["a numpy feed"]
+            for name, value in results.items():
+                print(
+                    f"{hidden}x{hidden:<5} {capacity:>9.0e} {name:<22} {value:>9.0f} "
+                    f"{value / base:>6.2f}x"
+                )
+            del data
+
+    print(f"\n{'sample-only':<12} {'capacity':>9} {'xla':>5} {'transitions/s':>14} {'x 1e4':>7}")
+    for jit in (False, True):
+        base = None
+        for capacity in (10_000, 100_000, 1_000_000):
+            value = sample_only(capacity, jit, seconds, args.repeats)
+            base = base or value
+            print(
+                f"{'uniform':<12} {capacity:>9.0e} {jit!s:>5} {value:>14.3e} {base / value:>6.2f}x"
+            )
+
+
+if __name__ == "__main__":
+    main()
