@@ -79,8 +79,8 @@ class PrioritizedSampler(tf.Module):
 
     The batch from ``sample`` holds the table's fields plus ``"importance_weights"`` ([B]
     float32). Non-finite priorities passed to ``update_priorities`` are replaced by the max
-    priority seen so far (and counted in ``nonfinite_priorities``) so that one NaN loss cannot
-    poison the tree.
+    priority seen so far, this batch included, and counted in ``nonfinite_priorities``, so that
+    one NaN loss cannot poison the tree.
     """
 
     def __init__(
@@ -122,6 +122,7 @@ class PrioritizedSampler(tf.Module):
             )
         self._sample_fns: dict[int, Callable[[], tuple[tf.Tensor, tf.Tensor]]] = {}
         self._sync_fn = tf.function(self.sync)
+        self._update_fn = tf.function(self._update, reduce_retracing=True)
 
     def current_beta(self) -> tf.Tensor:
         """Beta for the next minibatch (float64 scalar)."""
@@ -188,16 +189,24 @@ class PrioritizedSampler(tf.Module):
         The stored value is ``(|priority| + epsilon) ** alpha``. Usable inside graphs (the
         learner calls it in the same loop step as the SGD step).
         """
+        if not tf.inside_function():
+            with tf.device(self.table.device):
+                self._update_fn(indices, priorities)
+            return
+        self._update(indices, priorities)
+
+    def _update(self, indices: tf.Tensor, priorities: tf.Tensor) -> None:
+        self.sync()  # rows appended since the last sample must not overwrite these later
         priorities = tf.reshape(tf.cast(priorities, tf.float64), [-1])
         indices = tf.reshape(tf.cast(indices, tf.int64), [-1])
         finite = tf.math.is_finite(priorities)
         self.nonfinite_priorities.assign_add(
             tf.reduce_sum(tf.cast(tf.logical_not(finite), tf.int64))
         )
-        leaf = tf.pow(tf.abs(priorities) + self.epsilon, self.alpha)
-        leaf = tf.where(finite, leaf, self.max_leaf.read_value())
-        self.max_leaf.assign(tf.maximum(self.max_leaf.read_value(), tf.reduce_max(leaf)))
-        self.tree.set(indices, leaf)
+        leaf = tf.pow(tf.abs(tf.where(finite, priorities, 0.0)) + self.epsilon, self.alpha)
+        max_leaf = tf.maximum(self.max_leaf.read_value(), tf.reduce_max(leaf))
+        self.max_leaf.assign(max_leaf)
+        self.tree.set(indices, tf.where(finite, leaf, max_leaf))
 
     def probabilities(self) -> np.ndarray:
         """Sampling probability of every row, ``[capacity]`` float64 (eager helper)."""

@@ -1,0 +1,159 @@
+"""PrioritizedSampler: frequencies follow priorities, weights follow the formula, new rows get
+the max priority, it runs in the XLA-compiled learner loop, and checkpoints resume exactly."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from scipy import stats
+
+import replaygpu as rg
+
+SPEC = {"id": tf.TensorSpec([], tf.int64), "reward": tf.TensorSpec([], tf.float32)}
+
+
+def make_table(rows: int, capacity: int | None = None) -> rg.ReplayTable:
+    table = rg.ReplayTable(SPEC, capacity=capacity or rows, device="CPU")
+    table.append({"id": np.arange(rows, dtype=np.int64), "reward": np.zeros(rows, np.float32)})
+    return table
+
+
+def draw_counts(sampler: rg.PrioritizedSampler, rows: int, calls: int = 40) -> np.ndarray:
+    draws = np.concatenate([sampler.sample_indices(1000)[0].numpy() for _ in range(calls)])
+    return np.bincount(draws, minlength=rows)
+
+
+def test_frequencies_match_priorities_before_and_after_updates():
+    rows, alpha = 40, 0.7
+    table = make_table(rows, capacity=64)
+    sampler = rg.PrioritizedSampler(table, alpha=alpha, beta=0.5, seed=1)
+    counts = draw_counts(sampler, 64)
+    assert counts[rows:].sum() == 0, "unfilled rows were drawn"
+    _, p_before = stats.chisquare(counts[:rows])  # all new rows share the max priority
+    assert p_before > 1e-3, f"not uniform before updates: p={p_before:.2e}"
+
+    priorities = np.random.default_rng(0).uniform(0.1, 5.0, rows)
+    sampler.update_priorities(tf.range(rows, dtype=tf.int64), tf.constant(priorities))
+    leaf = (priorities + sampler.epsilon) ** alpha
+    want = leaf / leaf.sum()
+    np.testing.assert_allclose(sampler.probabilities()[:rows], want, rtol=1e-12)
+    counts = draw_counts(sampler, 64)
+    assert counts[rows:].sum() == 0
+    _, p_after = stats.chisquare(counts[:rows], want * counts.sum())
+    assert p_after > 1e-3, f"counts do not follow priorities: p={p_after:.2e}"
+    _, p_uniform = stats.chisquare(counts[:rows])
+    assert p_uniform < 1e-6, "after updates the draws should no longer be uniform"
+
+
+def test_importance_weights_equal_the_formula_with_annealed_beta():
+    rows = 30
+    table = make_table(rows)
+    schedule = rg.LinearSchedule(start=0.4, end=1.0, steps=10)
+    sampler = rg.PrioritizedSampler(table, alpha=0.6, beta=schedule, seed=2)
+    priorities = np.linspace(0.5, 8.0, rows)
+    sampler.update_priorities(tf.range(rows, dtype=tf.int64), tf.constant(priorities))
+    probs = sampler.probabilities()
+    for step in range(13):
+        beta = 0.4 + 0.6 * min(step / 10, 1.0)
+        assert float(sampler.current_beta()) == pytest.approx(beta)
+        indices, batch = sampler.sample(16)
+        idx = indices.numpy()
+        n = rows
+        w_all = (n * probs) ** -beta
+        want = w_all[idx] / w_all.max()  # max over all filled rows, not the batch
+        np.testing.assert_allclose(batch["importance_weights"].numpy(), want, rtol=1e-5)
+        np.testing.assert_array_equal(batch["id"].numpy(), idx)
+    assert int(sampler.sample_count.numpy()) == 13
+
+
+def test_new_rows_get_the_largest_priority_seen_so_far():
+    table = make_table(8, capacity=10)
+    sampler = rg.PrioritizedSampler(table, alpha=1.0, seed=3, epsilon=1e-6)
+    sampler.update_priorities(tf.constant([0, 1, 2], tf.int64), tf.constant([4.0, 0.5, 9.0]))
+    sampler.update_priorities(tf.constant([2], tf.int64), tf.constant([0.1]))  # max stays 9
+    table.append({"id": np.arange(100, 104), "reward": np.zeros(4, np.float32)})  # rows 8,9,0,1
+    probs = sampler.probabilities()
+    leaves = sampler.tree.leaves().numpy()
+    big = 9.0 + 1e-6
+    np.testing.assert_allclose(leaves[[8, 9, 0, 1]], big)
+    np.testing.assert_allclose(leaves[2], 0.1 + 1e-6)
+    np.testing.assert_allclose(leaves[3:8], 1.0)  # the initial max for never-updated rows
+    np.testing.assert_allclose(probs.sum(), 1.0)
+
+
+def test_nonfinite_priorities_get_the_max_and_are_counted():
+    table = make_table(4)
+    sampler = rg.PrioritizedSampler(table, alpha=1.0, seed=0)
+    sampler.update_priorities(tf.constant([0, 1], tf.int64), tf.constant([3.0, np.nan]))
+    leaves = sampler.tree.leaves().numpy()
+    assert np.all(np.isfinite(leaves)) and leaves[1] == pytest.approx(3.0)
+    assert int(sampler.nonfinite_priorities.numpy()) == 1
+
+
+def td_update(batch):
+    """A stand-in for a TD update: priority = id + 1, metric = the mean id drawn."""
+    ids = tf.cast(batch["id"], tf.float32)
+    return {
+        "mean_id": tf.reduce_mean(ids),
+        "mean_weight": tf.reduce_mean(batch["importance_weights"]),
+        "priorities": ids + 1.0,
+    }
+
+
+def test_runs_inside_xla_learner_loop_and_writes_priorities():
+    rows = 50
+    table = make_table(rows)
+    sampler = rg.PrioritizedSampler(table, alpha=1.0, beta=1.0, seed=4)
+    learner = rg.Learner(table, sampler, td_update, batch_size=32, jit_compile=True)
+    out = learner.train(200)
+    assert out["steps"] == 200
+    leaves = sampler.tree.leaves().numpy()
+    touched = leaves != 1.0
+    assert touched.sum() > 40
+    ids = np.arange(rows)
+    np.testing.assert_allclose(leaves[touched], ids[touched] + 1.0 + sampler.epsilon)
+    assert int(sampler.sample_count.numpy()) == 200
+    # Once every row has priority id + 1, high ids dominate the draws.
+    out = learner.train(100)
+    assert out["mean_id"] > 30
+
+
+def test_checkpoint_restores_tree_rng_and_schedule_for_exact_resume(tmp_path):
+    rows = 64
+    table = make_table(rows)
+    beta = rg.LinearSchedule(0.4, 1.0, 500)
+    sampler = rg.PrioritizedSampler(table, alpha=0.6, beta=beta, seed=5)
+    learner = rg.Learner(table, sampler, td_update, batch_size=16, jit_compile=True)
+    ckpt = rg.Checkpointer(tmp_path, table=table, sampler=sampler, learner=learner)
+    learner.train(30)
+    ckpt.save()
+    first = [learner.train(20) for _ in range(3)]
+    leaves_first = sampler.tree.leaves().numpy().copy()
+    count_first = int(sampler.sample_count.numpy())
+
+    learner.train(7)  # wander off, then come back
+    ckpt.restore()
+    assert int(sampler.sample_count.numpy()) == 30
+    second = [learner.train(20) for _ in range(3)]
+    assert first == second
+    np.testing.assert_array_equal(sampler.tree.leaves().numpy(), leaves_first)
+    assert int(sampler.sample_count.numpy()) == count_first
+
+
+def test_rejects_bad_configuration_with_clear_errors():
+    table = make_table(4)
+    with pytest.raises(rg.ConfigError, match="alpha: got -1"):
+        rg.PrioritizedSampler(table, alpha=-1)
+    with pytest.raises(rg.ConfigError, match="beta: got 'x'"):
+        rg.PrioritizedSampler(table, beta="x")
+    with pytest.raises(rg.ConfigError, match=r"LinearSchedule\.steps"):
+        rg.LinearSchedule(0.4, 1.0, 0)
+    clash = rg.ReplayTable({"importance_weights": tf.TensorSpec([], tf.float32)}, 4, "CPU")
+    with pytest.raises(rg.ConfigError, match="rename the field"):
+        rg.PrioritizedSampler(clash)
+
+
+def test_sampling_an_empty_table_raises_clear_error():
+    table = rg.ReplayTable(SPEC, capacity=8, device="CPU")
+    sampler = rg.PrioritizedSampler(table, seed=0)
+    with pytest.raises(rg.EmptyTableError, match="empty"):
+        sampler.sample(4)
