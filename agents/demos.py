@@ -1,0 +1,164 @@
+"""`replaygpu demo NAME`: train an agent on a gymnasium toy env with progress, TensorBoard, a plot.
+
+Each demo is an algorithm module (with a frozen config dataclass and ``train(config, recorder)``)
+plus preset hyperparameters. The demo's flags are generated from the config dataclass, so
+``replaygpu demo cartpole --help`` lists every hyperparameter with its meaning and default. The
+algorithm module is imported only when the demo runs, so ``replaygpu --help`` and ``replaygpu
+actor`` do not import TensorFlow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Demo:
+    """A demo: which algorithm module runs it and the hyperparameters it starts from."""
+
+    module: str  # defines CONFIG_CLASS and train(config, recorder)
+    config_class: str
+    summary: str
+    preset: dict[str, Any] = field(default_factory=dict)
+
+
+DEMOS: dict[str, Demo] = {
+    "cartpole": Demo(
+        "agents.dqn", "DQNConfig", "double DQN on CartPole-v1 (rl-zoo3 hyperparameters)"
+    ),
+    "acrobot": Demo(
+        "agents.dqn",
+        "DQNConfig",
+        "double DQN on Acrobot-v1 (rl-zoo3 hyperparameters, updates batched per 64 steps)",
+        dict(
+            env_id="Acrobot-v1",
+            steps=100_000,
+            learning_rate=6.3e-4,
+            batch_size=128,
+            buffer_size=50_000,
+            learning_starts=0,
+            gamma=0.99,
+            target_update_interval=250,
+            train_freq=64,
+            gradient_steps=64,
+            exploration_fraction=0.12,
+            exploration_final_eps=0.1,
+        ),
+    ),
+    "mountaincar": Demo(
+        "agents.dqn",
+        "DQNConfig",
+        "double DQN on MountainCar-v0 (rl-zoo3 hyperparameters, updates batched per 64 steps)",
+        dict(
+            env_id="MountainCar-v0",
+            steps=120_000,
+            learning_rate=4e-3,
+            batch_size=128,
+            buffer_size=10_000,
+            learning_starts=1000,
+            gamma=0.98,
+            target_update_interval=600,
+            train_freq=64,
+            gradient_steps=32,
+            exploration_fraction=0.2,
+            exploration_final_eps=0.07,
+        ),
+    ),
+    "pendulum": Demo("agents.sac", "SACConfig", "SAC on Pendulum-v1 (twin critics, auto entropy)"),
+    "apex-cartpole": Demo(
+        "agents.apex",
+        "ApexConfig",
+        "Ape-X DQN on CartPole-v1: a gRPC learner service plus actor processes",
+    ),
+}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``demo`` subcommand."""
+    lines = "\n".join(f"  {name:14s} {demo.summary}" for name, demo in DEMOS.items())
+    parser = subparsers.add_parser(
+        "demo",
+        help="train an agent on a gymnasium toy env (progress bar, TensorBoard, learning curve)",
+        description=(
+            "Train an agent, writing TensorBoard events and learning_curve.png into the run "
+            f"folder, then print its greedy evaluation.\n\ndemos:\n{lines}\n\n"
+            "Run `replaygpu demo NAME --help` for the flags of one demo (seed, steps, run "
+            "folder and every hyperparameter)."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("name", choices=list(DEMOS), help="which demo to run")
+    parser.add_argument(
+        "options",
+        nargs=argparse.REMAINDER,
+        help="flags of the demo (see replaygpu demo NAME --help)",
+    )
+    parser.set_defaults(func=run)
+
+
+def demo_parser(name: str) -> tuple[argparse.ArgumentParser, type, Any]:
+    """The flag parser of one demo, its config class and its algorithm module."""
+    from agents.flags import add_config_flags
+
+    demo = DEMOS[name]
+    module = importlib.import_module(demo.module)
+    config_cls = getattr(module, demo.config_class)
+    parser = argparse.ArgumentParser(
+        prog=f"replaygpu demo {name}",
+        description=f"{demo.summary}. {(config_cls.__doc__ or '').strip()}",
+    )
+    parser.add_argument(
+        "--run-dir",
+        default=None,
+        help="run folder for TensorBoard events, config.json and learning_curve.png "
+        "(default: runs/NAME-sSEED-TIMESTAMP)",
+    )
+    add_config_flags(parser, config_cls, config_cls(**demo.preset))
+    return parser, config_cls, module
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the demo named by ``args.name`` with ``args.options``."""
+    from agents.flags import config_from_args
+
+    parser, config_cls, module = demo_parser(args.name)
+    opts = parser.parse_args(args.options)
+    try:
+        config = config_from_args(config_cls, opts)
+    except ValueError as err:
+        parser.error(str(err))
+    run_dir = opts.run_dir or os.path.join(
+        "runs", f"{args.name}-s{config.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "config.json"), "w") as f:
+        json.dump(dataclasses.asdict(config), f, indent=2)
+
+    from agents.progress import RunRecorder
+
+    recorder = RunRecorder(run_dir, config.steps, f"{args.name} ({config.env_id})")
+    try:
+        result = module.train(config, recorder)
+    finally:
+        recorder.bar.close()
+    curve = recorder.close(result.eval_returns, result.env_steps)
+    returns = result.eval_returns
+    print(
+        f"{args.name}: {result.env_steps} env steps, {result.sgd_steps} SGD steps in "
+        f"{result.train_seconds:.1f} s ({result.env_steps_per_s:.0f} env steps/s, "
+        f"{result.sgd_steps_per_s:.0f} SGD steps/s in training calls)"
+    )
+    print(
+        f"greedy evaluation over {len(returns)} episodes: mean return {returns.mean():.1f} "
+        f"(std {returns.std():.1f}, min {returns.min():.1f}, max {returns.max():.1f})"
+    )
+    print(f"TensorBoard: tensorboard --logdir {run_dir}")
+    print(f"learning curve: {curve}")
+    return 0

@@ -1,0 +1,247 @@
+"""Double DQN with a Huber loss, a target network and a linear epsilon schedule (Discrete actions).
+
+Reads top to bottom: the config, the agent (networks + the in-graph update), the training loop.
+
+Acting never calls TensorFlow: the agent keeps a numpy copy of the Q-network weights, refreshed
+after each training call, and picks greedy actions with `numpy_mlp`. Every ``train_freq`` env
+steps the loop appends the chunk of new transitions to the `ReplayTable` in one call and runs
+``gradient_steps`` SGD steps in one `Learner.train` call (one XLA-compiled graph execution).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import gymnasium as gym
+import numpy as np
+import tensorflow as tf
+
+import replaygpu as rg
+from agents.envs import (
+    EpisodeStats,
+    TransitionChunk,
+    evaluate,
+    make_vector_env,
+    numpy_spec,
+    true_next_obs,
+)
+from agents.networks import MLP, Adam, copy_weights
+from agents.policies import epsilon_greedy_actions, greedy_q_policy
+from agents.progress import NullRecorder, Recorder, TrainResult, TrainTimer
+
+
+def _help(text: str) -> dict:
+    return {"help": text}
+
+
+@dataclass(frozen=True)
+class DQNConfig:
+    """DQN hyperparameters; the defaults are rl-zoo3's tuned values for CartPole-v1."""
+
+    env_id: str = field(
+        default="CartPole-v1", metadata=_help("gymnasium env id (Discrete actions)")
+    )
+    seed: int = field(default=1, metadata=_help("seed of envs, networks, sampling and exploration"))
+    steps: int = field(default=50_000, metadata=_help("env steps to train for"))
+    learning_rate: float = field(default=2.3e-3, metadata=_help("Adam step size"))
+    batch_size: int = field(default=64, metadata=_help("minibatch size of each SGD step"))
+    buffer_size: int = field(default=100_000, metadata=_help("replay table capacity"))
+    learning_starts: int = field(default=1000, metadata=_help("env steps before training"))
+    gamma: float = field(default=0.99, metadata=_help("discount factor"))
+    target_update_interval: int = field(
+        default=10,
+        metadata=_help(
+            "env steps between target-network syncs, counted as in SB3/rl-zoo3; syncs happen "
+            "after training calls, so an interval below train_freq syncs after every call"
+        ),
+    )
+    train_freq: int = field(default=256, metadata=_help("env steps between training calls"))
+    gradient_steps: int = field(default=128, metadata=_help("SGD steps per training call"))
+    exploration_fraction: float = field(
+        default=0.16, metadata=_help("fraction of the run over which epsilon decays")
+    )
+    exploration_initial_eps: float = field(default=1.0, metadata=_help("epsilon at the start"))
+    exploration_final_eps: float = field(default=0.04, metadata=_help("epsilon after decay"))
+    hidden_sizes: tuple[int, ...] = field(default=(256, 256), metadata=_help("MLP widths"))
+    max_grad_norm: float = field(default=10.0, metadata=_help("gradient clipping global norm"))
+    double_q: bool = field(default=True, metadata=_help("double DQN targets"))
+    num_envs: int = field(default=1, metadata=_help("envs stepped together (one policy call)"))
+    eval_episodes: int = field(default=20, metadata=_help("greedy evaluation episodes"))
+    jit_compile: bool = field(default=True, metadata=_help("compile the SGD loop with XLA"))
+    device: str = field(default="", metadata=_help("TF device; empty: first GPU, else CPU"))
+
+    def __post_init__(self) -> None:
+        positive = [
+            "steps",
+            "batch_size",
+            "buffer_size",
+            "train_freq",
+            "gradient_steps",
+            "num_envs",
+            "eval_episodes",
+            "target_update_interval",
+        ]
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise rg.ConfigError(f"{name}: got {getattr(self, name)}, expected >= 1")
+        if self.learning_starts < 0:
+            raise rg.ConfigError(f"learning_starts: got {self.learning_starts}, expected >= 0")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise rg.ConfigError(f"gamma: got {self.gamma}, expected in [0, 1]")
+        if not self.learning_rate > 0:
+            raise rg.ConfigError(f"learning_rate: got {self.learning_rate}, expected > 0")
+        if not 0.0 < self.exploration_fraction <= 1.0:
+            raise rg.ConfigError(
+                f"exploration_fraction: got {self.exploration_fraction}, expected in (0, 1]"
+            )
+        for name in ("exploration_initial_eps", "exploration_final_eps"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise rg.ConfigError(f"{name}: got {getattr(self, name)}, expected in [0, 1]")
+        if not self.hidden_sizes or min(self.hidden_sizes) < 1:
+            raise rg.ConfigError(
+                f"hidden_sizes: got {self.hidden_sizes}, expected positive widths like 256,256"
+            )
+        if self.train_freq % self.num_envs:
+            raise rg.ConfigError(
+                f"train_freq: got {self.train_freq}, expected a multiple of num_envs "
+                f"({self.num_envs}) so that each chunk holds whole vector steps"
+            )
+
+    def epsilon(self, env_steps: int) -> float:
+        """Linearly decayed exploration rate after ``env_steps`` env steps."""
+        progress = min(1.0, env_steps / (self.exploration_fraction * self.steps))
+        start, end = self.exploration_initial_eps, self.exploration_final_eps
+        return start + progress * (end - start)
+
+
+class DQN(tf.Module):
+    """Online and target Q-networks, the optimizer and the in-graph double-DQN update.
+
+    Args:
+        obs_dim: flat observation size.
+        num_actions: number of discrete actions.
+        config: hyperparameters.
+    """
+
+    def __init__(self, obs_dim: int, num_actions: int, config: DQNConfig) -> None:
+        super().__init__(name="dqn")
+        sizes = [obs_dim, *config.hidden_sizes, num_actions]
+        self.config = config
+        self.num_actions = num_actions
+        self.q = MLP(sizes, seed=config.seed, name="q")
+        self.target = MLP(sizes, seed=config.seed, name="q_target")
+        self.optimizer = Adam(self.q.weights, config.learning_rate, config.max_grad_norm)
+        copy_weights(self.q.weights, self.target.weights)
+        self._sync = tf.function(lambda: copy_weights(self.q.weights, self.target.weights))
+
+    def update(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        """One SGD step on a minibatch ``{field: [B, ...]}``; runs inside `Learner.train`."""
+        gamma = self.config.gamma
+        obs = tf.reshape(tf.cast(batch["obs"], tf.float32), [tf.shape(batch["obs"])[0], -1])
+        next_obs = tf.reshape(tf.cast(batch["next_obs"], tf.float32), tf.shape(obs))
+        next_q_target = self.target(next_obs)
+        chooser = self.q(next_obs) if self.config.double_q else next_q_target
+        next_action = tf.one_hot(tf.argmax(chooser, axis=1), self.num_actions)
+        next_value = tf.reduce_sum(next_q_target * next_action, axis=1)
+        not_terminal = 1.0 - tf.cast(batch["terminated"], tf.float32)  # bootstrap on truncation
+        target = batch["reward"] + gamma * not_terminal * next_value
+        taken = tf.one_hot(batch["action"], self.num_actions)
+        with tf.GradientTape() as tape:
+            q_taken = tf.reduce_sum(self.q(obs) * taken, axis=1)
+            error = target - q_taken
+            abs_error = tf.abs(error)
+            huber = tf.where(abs_error <= 1.0, 0.5 * tf.square(error), abs_error - 0.5)
+            loss = tf.reduce_mean(huber)
+        self.optimizer.apply(tape.gradient(loss, self.q.weights))
+        return {"losses/td_loss": loss, "losses/q_values": tf.reduce_mean(q_taken)}
+
+    def sync_target(self) -> None:
+        """Copy the online weights into the target network."""
+        self._sync()
+
+
+def train(config: DQNConfig, recorder: Recorder | None = None) -> TrainResult:
+    """Train DQN on ``config.env_id``, then evaluate the greedy policy.
+
+    Raises:
+        ConfigError: when the env's action space is not Discrete.
+    """
+    recorder = recorder or NullRecorder()
+    env = make_vector_env(config.env_id, config.num_envs, config.seed)
+    if not isinstance(env.single_action_space, gym.spaces.Discrete):
+        raise rg.ConfigError(
+            f"env {config.env_id}: got action space {env.single_action_space}, expected "
+            "Discrete; use the SAC agent for Box actions"
+        )
+    n = config.num_envs
+    spec = rg.specs_from_env(env)
+    table = rg.ReplayTable(spec, config.buffer_size, device=config.device or None)
+    obs_dim = int(np.prod(env.single_observation_space.shape))
+    num_actions = int(env.single_action_space.n)
+    with tf.device(table.device):
+        agent = DQN(obs_dim, num_actions, config)
+    learner = rg.Learner(
+        table,
+        rg.UniformSampler(table, seed=config.seed),
+        agent.update,
+        batch_size=config.batch_size,
+        jit_compile=config.jit_compile,
+    )
+    chunk = TransitionChunk(numpy_spec(spec), config.train_freq)
+    stats = EpisodeStats(n)
+    rng = np.random.default_rng(config.seed)
+    act_greedy = greedy_q_policy(agent.q.numpy_weights())
+
+    obs, _ = env.reset(seed=config.seed)
+    timer = TrainTimer()
+    env_steps, last_sync = 0, 0
+    start = time.perf_counter()
+    while env_steps < config.steps:
+        # Act for one chunk of train_freq env steps with the numpy weight mirror.
+        for _ in range(config.train_freq // n):
+            actions = epsilon_greedy_actions(
+                act_greedy, obs, config.epsilon(env_steps), num_actions, rng
+            )
+            next_obs, reward, terminated, truncated, info = env.step(actions)
+            done = terminated | truncated
+            chunk.add(
+                obs=obs,
+                action=actions,
+                reward=reward.astype(np.float32),
+                next_obs=true_next_obs(next_obs, done, info),
+                terminated=terminated,
+                truncated=truncated,
+            )
+            env_steps += n
+            for episodic_return, length in stats.step(reward, done):
+                recorder.episode(env_steps, episodic_return, length)
+            obs = next_obs
+        table.append(chunk.take())
+
+        # Train: gradient_steps SGD steps in one fused graph call, then refresh the mirror.
+        if env_steps > config.learning_starts:
+            metrics = timer.train(learner, config.gradient_steps)
+            act_greedy = greedy_q_policy(agent.q.numpy_weights())
+            if env_steps - last_sync >= config.target_update_interval:
+                agent.sync_target()
+                last_sync = env_steps
+            metrics.pop("steps")
+            metrics["charts/epsilon"] = config.epsilon(env_steps)
+            recorder.metrics(env_steps, metrics)
+        recorder.progress(env_steps, int(learner.steps.numpy()), stats.recent_mean)
+    elapsed = time.perf_counter() - start
+    env.close()
+
+    sgd_steps = int(learner.steps.numpy())
+    returns = evaluate(act_greedy, config.env_id, config.eval_episodes, seed=config.seed + 10_000)
+    return TrainResult(
+        eval_returns=returns,
+        env_steps=env_steps,
+        sgd_steps=sgd_steps,
+        train_seconds=elapsed,
+        env_steps_per_s=env_steps / elapsed,
+        sgd_steps_per_s=timer.steps_per_second,
+        compile_seconds=timer.compile_seconds,
+        episodes=len(getattr(recorder, "episodes", [])),
+    )

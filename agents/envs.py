@@ -1,0 +1,135 @@
+"""Gymnasium helpers shared by the agents: vector envs, transition chunks, greedy evaluation.
+
+Agents step a `gymnasium.vector.SyncVectorEnv` with same-step autoreset: when an episode ends,
+``step`` already returns the first observation of the next one and puts the true last
+observation in ``info["final_obs"]``, so every step yields one valid transition per env.
+Transitions go to the replay table in chunks (one `ReplayTable.append` per chunk), never one
+append per step.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping
+
+import gymnasium as gym
+import numpy as np
+
+#: policy for evaluation and acting: ``[B, *obs_shape] observations -> [B, ...] actions``.
+Policy = Callable[[np.ndarray], np.ndarray]
+
+
+def make_vector_env(env_id: str, num_envs: int, seed: int) -> gym.vector.VectorEnv:
+    """``num_envs`` copies of ``env_id`` stepped in-process, reset with seeds ``seed + i``.
+
+    Raises:
+        ValueError: when num_envs < 1 or the id is not a registered gymnasium env.
+    """
+    if num_envs < 1:
+        raise ValueError(f"num_envs: got {num_envs}, expected >= 1")
+    if env_id not in gym.registry:
+        raise ValueError(
+            f"env id: got {env_id!r}, which gymnasium does not know; expected a registered id "
+            "such as 'CartPole-v1' (see gymnasium.pprint_registry())"
+        )
+    env = gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
+    env.reset(seed=seed)
+    env.action_space.seed(seed)
+    return env
+
+
+def true_next_obs(obs: np.ndarray, done: np.ndarray, info: Mapping) -> np.ndarray:
+    """The next observation of each env's transition: ``info["final_obs"]`` where it ended."""
+    if not done.any() or "final_obs" not in info:
+        return obs
+    next_obs = obs.copy()
+    for i in np.flatnonzero(info["_final_obs"]):
+        next_obs[i] = info["final_obs"][i]
+    return next_obs
+
+
+class EpisodeStats:
+    """Running return and length per env; remembers the last ``window`` finished episodes."""
+
+    def __init__(self, num_envs: int, window: int = 20) -> None:
+        self.returns = np.zeros(num_envs, np.float64)
+        self.lengths = np.zeros(num_envs, np.int64)
+        self.recent: deque[float] = deque(maxlen=window)
+
+    def step(self, reward: np.ndarray, done: np.ndarray) -> list[tuple[float, int]]:
+        """Add one vector step; returns ``(return, length)`` of each episode that just ended."""
+        self.returns += reward
+        self.lengths += 1
+        finished = []
+        for i in np.flatnonzero(done):
+            finished.append((float(self.returns[i]), int(self.lengths[i])))
+            self.recent.append(float(self.returns[i]))
+            self.returns[i] = 0.0
+            self.lengths[i] = 0
+        return finished
+
+    @property
+    def recent_mean(self) -> float:
+        """Mean return of the recent finished episodes (NaN before the first one)."""
+        return float(np.mean(self.recent)) if self.recent else float("nan")
+
+
+class TransitionChunk:
+    """Preallocated numpy columns for up to ``size`` transitions of one spec.
+
+    Args:
+        spec: ``{field: (shape, numpy dtype)}`` of one transition.
+        size: rows held before `take` must be called.
+    """
+
+    def __init__(self, spec: Mapping[str, tuple[tuple[int, ...], np.dtype]], size: int) -> None:
+        self.columns = {k: np.zeros((size, *shape), dtype) for k, (shape, dtype) in spec.items()}
+        self.size = size
+        self.count = 0
+
+    def add(self, **fields: np.ndarray) -> None:
+        """Add ``n`` transitions given as ``field=[n, ...]`` arrays (one vector step)."""
+        n = len(next(iter(fields.values())))
+        if self.count + n > self.size:
+            raise ValueError(f"chunk overflow: holds {self.count} of {self.size}, adding {n}")
+        for k, v in fields.items():
+            self.columns[k][self.count : self.count + n] = v
+        self.count += n
+
+    def take(self) -> dict[str, np.ndarray]:
+        """The filled rows as a batch (copies), and empty the chunk."""
+        batch = {k: v[: self.count].copy() for k, v in self.columns.items()}
+        self.count = 0
+        return batch
+
+
+def numpy_spec(table_spec: Mapping) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """``{field: (shape, numpy dtype)}`` from a ``{field: tf.TensorSpec}`` spec."""
+    return {k: (tuple(v.shape.as_list()), v.dtype.as_numpy_dtype) for k, v in table_spec.items()}
+
+
+def evaluate(policy: Policy, env_id: str, episodes: int, seed: int) -> np.ndarray:
+    """Returns of ``episodes`` full episodes of ``policy`` (one env, seeds ``seed + i``).
+
+    Returns:
+        ``[episodes]`` float64 undiscounted returns.
+    """
+    env = gym.make(env_id)
+    returns = np.zeros(episodes, np.float64)
+    try:
+        for ep in range(episodes):
+            obs, _ = env.reset(seed=seed + ep)
+            done = False
+            while not done:
+                action = policy(obs[None])[0]
+                obs, reward, terminated, truncated, _ = env.step(action)
+                returns[ep] += float(reward)
+                done = terminated or truncated
+    finally:
+        env.close()
+    return returns

@@ -1,0 +1,110 @@
+"""Small networks as plain `tf.Variable`s, mirrored in numpy for fast acting.
+
+Acting one environment step at a time must not pay a TensorFlow call per step, so agents keep a
+numpy copy of their policy weights (refreshed after each training call) and act with
+`agents.policies.numpy_mlp`. Plain variables make that mirror a list of arrays in a fixed order.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+
+class MLP(tf.Module):
+    """A ReLU multi-layer perceptron with a linear output layer.
+
+    Weights start like PyTorch's ``nn.Linear`` (uniform in +-1/sqrt(fan_in)), the initialisation
+    the rl-zoo3 hyperparameters were tuned with.
+
+    Args:
+        sizes: ``[in, hidden..., out]`` layer widths.
+        seed: seed of the initialisation.
+        name: variable name scope.
+    """
+
+    def __init__(self, sizes: Sequence[int], seed: int, name: str = "mlp") -> None:
+        super().__init__(name=name)
+        if len(sizes) < 2 or any(int(s) < 1 for s in sizes):
+            raise ValueError(f"sizes: got {list(sizes)}, expected >= 2 positive layer widths")
+        rng = tf.random.Generator.from_seed(seed)
+        self.layers: list[tuple[tf.Variable, tf.Variable]] = []
+        for i, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes)):
+            bound = 1.0 / np.sqrt(fan_in)
+            w = rng.uniform([fan_in, fan_out], -bound, bound)
+            b = rng.uniform([fan_out], -bound, bound)
+            self.layers.append((tf.Variable(w, name=f"w{i}"), tf.Variable(b, name=f"b{i}")))
+
+    @property
+    def weights(self) -> list[tf.Variable]:
+        """All variables, ``[w0, b0, w1, b1, ...]``."""
+        return [v for layer in self.layers for v in layer]
+
+    def __call__(self, x: tf.Tensor) -> tf.Tensor:
+        """``[B, in] -> [B, out]``."""
+        for i, (w, b) in enumerate(self.layers):
+            x = tf.matmul(x, w) + b
+            if i < len(self.layers) - 1:
+                x = tf.nn.relu(x)
+        return x
+
+    def numpy_weights(self) -> list[np.ndarray]:
+        """A numpy copy of the weights for `agents.policies.numpy_mlp` (one read per variable)."""
+        return [v.numpy() for v in self.weights]
+
+
+def copy_weights(source: Sequence[tf.Variable], target: Sequence[tf.Variable]) -> None:
+    """``target <- source``, variable by variable (hard target-network update)."""
+    for s, t in zip(source, target, strict=True):
+        t.assign(s)
+
+
+def polyak_update(source: Sequence[tf.Variable], target: Sequence[tf.Variable], tau: float) -> None:
+    """``target <- tau * source + (1 - tau) * target`` (soft target-network update)."""
+    for s, t in zip(source, target, strict=True):
+        t.assign(tau * s + (1.0 - tau) * t)
+
+
+class Adam(tf.Module):
+    """Adam over a fixed list of variables, written out so it compiles under XLA anywhere.
+
+    Args:
+        variables: the variables it updates.
+        learning_rate: step size.
+        max_grad_norm: clip gradients to this global norm first (None: no clipping).
+        beta1, beta2, epsilon: the usual Adam constants.
+    """
+
+    def __init__(
+        self,
+        variables: Sequence[tf.Variable],
+        learning_rate: float,
+        max_grad_norm: float | None = None,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        epsilon: float = 1e-8,
+        name: str = "adam",
+    ) -> None:
+        super().__init__(name=name)
+        self.params = list(variables)
+        self.learning_rate = float(learning_rate)
+        self.max_grad_norm = max_grad_norm
+        self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
+        self.m = [tf.Variable(tf.zeros_like(v), trainable=False) for v in self.params]
+        self.v = [tf.Variable(tf.zeros_like(v), trainable=False) for v in self.params]
+        self.t = tf.Variable(0.0, trainable=False, name="t")
+
+    def apply(self, grads: Sequence[tf.Tensor]) -> None:
+        """One Adam step with ``grads`` (same order as the variables)."""
+        grads = list(grads)
+        if self.max_grad_norm is not None:
+            grads, _ = tf.clip_by_global_norm(grads, self.max_grad_norm)
+        t = self.t.assign_add(1.0)
+        scale = self.learning_rate * tf.sqrt(1.0 - self.beta2**t) / (1.0 - self.beta1**t)
+        for var, g, m, v in zip(self.params, grads, self.m, self.v, strict=True):
+            m.assign(self.beta1 * m + (1.0 - self.beta1) * g)
+            v.assign(self.beta2 * v + (1.0 - self.beta2) * tf.square(g))
+            var.assign_sub(scale * m / (tf.sqrt(v) + self.epsilon))
