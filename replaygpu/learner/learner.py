@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
 from replaygpu.errors import ConfigError
+from replaygpu.learner import service_loop
 from replaygpu.learner.rate_limiter import SampleToInsertRatio
 from replaygpu.samplers.base import Sampler, check_not_empty
 from replaygpu.storage import ReplayTable
@@ -109,6 +111,18 @@ class Learner(tf.Module):
             values = self._train_fn(tf.constant(num_steps, tf.int64)).numpy()
         names = ["steps", *self.metric_names]
         return {k: float(v) for k, v in zip(names, values, strict=True)}
+
+    def run(self, steps_per_call: int = 100, **kwargs: Any) -> dict[str, float]:
+        """Serve loop: commit staged appends, ``train(steps_per_call)``, publish weights; repeat.
+
+        See `replaygpu.learner.service_loop.run` for the keyword arguments (weights=,
+        max_steps=, max_seconds=, stop=, checkpointer=, ...).
+        """
+        return service_loop.run(self, steps_per_call, **kwargs)
+
+    def publish_weights(self, variables: Any) -> int:
+        """Snapshot ``variables`` for actors' ``get_weights``; returns the new version (+1)."""
+        return service_loop.publish_weights(self, variables)
 
     def _step(self) -> dict[str, tf.Tensor]:
         """One sample -> update_fn -> priority update; returns update_fn's scalar metrics."""

@@ -73,8 +73,10 @@ class Weights(_message.Message):
     def __init__(self, version: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[NamedTensor, _Mapping]]] = ..., named: _Optional[bool] = ...) -> None: ...
 
 class InfoRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("actor_id",)
+    ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    actor_id: str
+    def __init__(self, actor_id: _Optional[str] = ...) -> None: ...
 
 class FieldSpec(_message.Message):
     __slots__ = ("name", "dtype", "shape")
@@ -121,7 +123,7 @@ class TableInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., spec: _Optional[_Iterable[_Union[FieldSpec, _Mapping]]] = ..., capacity: _Optional[int] = ..., size: _Optional[int] = ..., inserted: _Optional[int] = ..., sampled: _Optional[int] = ..., device: _Optional[str] = ..., rate_limiter: _Optional[_Union[RateLimiterInfo, _Mapping]] = ...) -> None: ...
 
 class InfoResponse(_message.Message):
-    __slots__ = ("tables", "weights_version", "learner_steps", "staged_batches", "staged_bytes", "max_message_bytes", "server_version", "actors")
+    __slots__ = ("tables", "weights_version", "learner_steps", "staged_batches", "staged_bytes", "max_message_bytes", "server_version", "actors", "actor_last_seq")
     TABLES_FIELD_NUMBER: _ClassVar[int]
     WEIGHTS_VERSION_FIELD_NUMBER: _ClassVar[int]
     LEARNER_STEPS_FIELD_NUMBER: _ClassVar[int]
@@ -130,6 +132,7 @@ class InfoResponse(_message.Message):
     MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     SERVER_VERSION_FIELD_NUMBER: _ClassVar[int]
     ACTORS_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
     tables: _containers.RepeatedCompositeFieldContainer[TableInfo]
     weights_version: int
     learner_steps: int
@@ -138,4 +141,5 @@ class InfoResponse(_message.Message):
     max_message_bytes: int
     server_version: str
     actors: int
-    def __init__(self, tables: _Optional[_Iterable[_Union[TableInfo, _Mapping]]] = ..., weights_version: _Optional[int] = ..., learner_steps: _Optional[int] = ..., staged_batches: _Optional[int] = ..., staged_bytes: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., server_version: _Optional[str] = ..., actors: _Optional[int] = ...) -> None: ...
+    actor_last_seq: int
+    def __init__(self, tables: _Optional[_Iterable[_Union[TableInfo, _Mapping]]] = ..., weights_version: _Optional[int] = ..., learner_steps: _Optional[int] = ..., staged_batches: _Optional[int] = ..., staged_bytes: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., server_version: _Optional[str] = ..., actors: _Optional[int] = ..., actor_last_seq: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,501 @@
+"""The actor side: `ReplayClient` buffers transitions and streams them to the learner.
+
+Transitions collect in a columnar buffer and are sealed into one ``AppendRequest`` when it
+holds ``max_batch_transitions`` transitions or ``max_batch_bytes`` bytes, or when the oldest
+waited ``max_delay_s`` (a background flusher). A stream thread keeps one bidirectional
+``Append`` stream open and reads one ack per request. Unacknowledged requests stay in memory
+(bounded by ``max_buffer_bytes``: `add` blocks when full) and are resent in order after a
+reconnect, with exponential backoff on UNAVAILABLE and DEADLINE_EXCEEDED; the server drops
+seqs it already committed, so nothing is duplicated or lost. `flush` waits for the acks.
+
+This module imports no TensorFlow: an actor process starts fast and stays small.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import random
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import numpy as np
+
+from replaygpu.errors import BatchError, ConfigError
+from replaygpu.service import codec
+from replaygpu.service.auth import TLSConfig, make_channel, token_metadata
+from replaygpu.service.status import (
+    RETRYABLE_CODES,
+    ServiceError,
+    ServiceUnavailableError,
+    TableNotFoundError,
+    error_from_rpc,
+)
+from replaygpu.v1 import replay_pb2, replay_pb2_grpc
+
+logger = logging.getLogger(__name__)
+
+MiB = 2**20
+_APPEND_METHOD = "/replaygpu.v1.ReplayService/Append"
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """Buffering, limits and retries of a `ReplayClient`.
+
+    Attributes:
+        max_batch_transitions: seal a request at this many transitions (N).
+        max_batch_bytes: ... or at this many bytes (B); keep it under the server's
+            max_message_bytes.
+        max_delay_s: ... or when the oldest buffered transition waited this long (T).
+        max_buffer_bytes: bytes buffered or sent-but-unacknowledged, at most; `add` and
+            `add_batch` block while it is full.
+        max_message_bytes: largest message sent or received (weights included).
+        retry_initial_s: first backoff after UNAVAILABLE / DEADLINE_EXCEEDED; doubles up to
+            ``retry_max_s``.
+        retry_max_s: longest backoff.
+        retry_deadline_s: give up (raise on the next call) after this long without an ack.
+        rpc_timeout_s: deadline of unary calls (Info, GetWeights).
+    """
+
+    max_batch_transitions: int = 8192
+    max_batch_bytes: int = 16 * MiB
+    max_delay_s: float = 0.1
+    max_buffer_bytes: int = 256 * MiB
+    max_message_bytes: int = 64 * MiB
+    retry_initial_s: float = 0.05
+    retry_max_s: float = 2.0
+    retry_deadline_s: float = 60.0
+    rpc_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        for name in ("max_batch_transitions", "max_batch_bytes", "max_buffer_bytes"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"ClientConfig.{name}: got {getattr(self, name)}, expected >= 1")
+        if self.max_batch_bytes > self.max_message_bytes:
+            raise ConfigError(
+                f"ClientConfig.max_batch_bytes={self.max_batch_bytes} is over "
+                f"max_message_bytes={self.max_message_bytes}; lower it"
+            )
+        for name in ("max_delay_s", "retry_initial_s", "retry_max_s", "retry_deadline_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"ClientConfig.{name}: got {getattr(self, name)}, expected > 0")
+
+
+class ReplayClient:
+    """Streams transitions to a replay server and pulls the learner's weights.
+
+    Args:
+        address: ``host:port`` of the server.
+        actor_id: this actor's name; exactly-once is tracked per actor_id, so give every
+            concurrent client its own. A client restarted under the same id continues after
+            the server's last committed seq for it.
+        table: the table to append to.
+        token: bearer token, when the server requires one.
+        tls: `TLSConfig` with the CA (and for mTLS the client certificate), or None.
+        config: buffering, limits and retries (`ClientConfig`).
+
+    Raises:
+        TableNotFoundError: the server has no such table (the message lists its tables).
+        AuthenticationError: the server refused the token.
+        ServiceUnavailableError: the server could not be reached within ``retry_deadline_s``.
+
+    Example::
+
+        with rg.ReplayClient("learner:50051", actor_id="actor-3") as client:
+            client.add({"obs": o, "action": a, "reward": r, "next_obs": o2,
+                        "terminated": term, "truncated": trunc})
+            got = client.get_weights(newer_than=version)
+            if got is not None:
+                version, weights = got
+    """
+
+    def __init__(
+        self,
+        address: str,
+        actor_id: str = "actor-0",
+        table: str = "replay",
+        token: str | None = None,
+        tls: TLSConfig | None = None,
+        config: ClientConfig | None = None,
+    ) -> None:
+        if not actor_id:
+            raise ConfigError("actor_id: got an empty string; name each actor uniquely")
+        self.address = address
+        self.actor_id = actor_id
+        self.table = table
+        self.config = config or ClientConfig()
+        self._metadata = token_metadata(token)
+        self._channel = make_channel(address, tls, self.config.max_message_bytes)
+        self._stub = replay_pb2_grpc.ReplayServiceStub(self._channel)
+        self._append = self._channel.stream_stream(
+            _APPEND_METHOD,
+            request_serializer=lambda b: b,  # requests are serialized once, resent as bytes
+            response_deserializer=replay_pb2.AppendAck.FromString,
+        )
+        self._cond = threading.Condition()
+        self._unacked: collections.OrderedDict[int, bytes] = collections.OrderedDict()
+        self._unacked_bytes = 0
+        self._error: BaseException | None = None
+        self._closing = False
+        self._drop_unacked = False
+        self._stream_id = 0
+        self._call: Any = None
+        self.acked_transitions = 0
+        self.last_table_size = 0
+        try:
+            info = self._connect()
+        except BaseException:
+            self._channel.close()
+            raise
+        self.spec: codec.WireSpec = info[0]
+        self._next_seq = info[1] + 1
+        row = codec.row_nbytes(self.spec)
+        self._rows = max(
+            1, min(self.config.max_batch_transitions, self.config.max_batch_bytes // row)
+        )
+        self._partial: dict[str, np.ndarray] = {}
+        self._partial_n = 0
+        self._partial_since = 0.0
+        self._threads = [
+            threading.Thread(target=self._stream_loop, name="replaygpu-client-stream", daemon=True),
+            threading.Thread(target=self._flush_loop, name="replaygpu-client-flush", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    # -- connecting -----------------------------------------------------------------------------
+
+    def _connect(self) -> tuple[codec.WireSpec, int]:
+        deadline = time.monotonic() + self.config.retry_deadline_s
+        delay = self.config.retry_initial_s
+        while True:
+            try:
+                info = self._stub.Info(
+                    replay_pb2.InfoRequest(actor_id=self.actor_id),
+                    metadata=self._metadata,
+                    timeout=self.config.rpc_timeout_s,
+                    wait_for_ready=True,
+                )
+                break
+            except grpc.RpcError as err:
+                if err.code() not in RETRYABLE_CODES or time.monotonic() + delay > deadline:
+                    raise error_from_rpc(err, self.address) from None
+                time.sleep(delay)
+                delay = min(2 * delay, self.config.retry_max_s)
+        tables = {t.name: t for t in info.tables}
+        if self.table not in tables:
+            raise TableNotFoundError(
+                f"server at {self.address} has no table named {self.table!r}. "
+                f"Found: {', '.join(sorted(tables))}"
+            )
+        return codec.wire_spec_from_proto(tables[self.table].spec), int(info.actor_last_seq)
+
+    # -- adding ---------------------------------------------------------------------------------
+
+    def add(self, transition: Mapping[str, Any]) -> None:
+        """Buffer one transition ``{field: value of the field's shape}``.
+
+        Plain Python numbers and lists are converted to the field dtype; arrays must have it.
+        Blocks while the buffer is full.
+
+        Raises:
+            BatchError: naming the field, expected and received dtype/shape (nothing is added).
+            ServiceError: an earlier batch failed for good (raised once).
+        """
+        row = {}
+        for name, (dtype, shape) in self.spec.items():
+            if name not in transition:
+                raise BatchError(
+                    f"transition fields do not match the table: missing {name!r}; expected "
+                    f"exactly {sorted(self.spec)}, got {sorted(transition)}",
+                    field=name,
+                )
+            row[name] = value = _as_dtype(transition[name], dtype, name, shape)
+            if value.shape != shape:
+                raise BatchError(
+                    f"field '{name}': expected shape {list(shape)}, got {list(value.shape)} "
+                    f"(dtype {dtype})",
+                    field=name,
+                )
+        if len(transition) != len(self.spec):
+            extra = sorted(set(transition) - set(self.spec))
+            raise BatchError(f"transition has unexpected fields {extra}", field=extra[0])
+        with self._cond:
+            self._raise_pending_error()
+            if self._partial_n == 0:
+                self._wait_for_room(self._rows * codec.row_nbytes(self.spec))
+                self._partial = {
+                    k: np.empty((self._rows, *s), codec.numpy_dtype(d))
+                    for k, (d, s) in self.spec.items()
+                }
+                self._partial_since = time.monotonic()
+            i = self._partial_n
+            for name, value in row.items():
+                self._partial[name][i] = value
+            self._partial_n += 1
+            if self._partial_n >= self._rows:
+                self._seal_partial()
+
+    def add_batch(self, columns: Mapping[str, Any]) -> None:
+        """Buffer ``n`` transitions given as columns ``{field: [n, ...] array}``.
+
+        The batch is split into requests of at most ``max_batch_transitions`` /
+        ``max_batch_bytes``. Blocks while the buffer is full.
+
+        Raises:
+            BatchError: naming the field, expected and received dtype/shape (nothing is added).
+        """
+        cols = {
+            k: _as_dtype(v, self.spec[k][0], k, None) if k in self.spec else v
+            for k, v in columns.items()
+        }
+        n = codec.check_columns(self.spec, cols)
+        with self._cond:
+            self._raise_pending_error()
+            self._seal_partial()  # keep the order of add() and add_batch() calls
+            for start in range(0, n, self._rows):
+                chunk = {k: v[start : start + self._rows] for k, v in cols.items()}
+                self._seal(chunk)
+
+    def _seal_partial(self) -> None:
+        if self._partial_n:
+            n = self._partial_n
+            self._partial_n = 0
+            self._seal({k: v[:n] for k, v in self._partial.items()}, reserved=True)
+            self._partial = {}
+
+    def _seal(self, columns: Mapping[str, np.ndarray], reserved: bool = False) -> None:
+        request = replay_pb2.AppendRequest(table=self.table, actor_id=self.actor_id)
+        codec.encode_batch(columns, request.batch)
+        request.seq = seq = self._next_seq
+        data = request.SerializeToString()
+        if not reserved:
+            self._wait_for_room(len(data))
+        self._next_seq += 1
+        self._unacked[seq] = data
+        self._unacked_bytes += len(data)
+        self._cond.notify_all()
+
+    def _wait_for_room(self, nbytes: int) -> None:
+        limit = self.config.max_buffer_bytes
+        while self._unacked and self._unacked_bytes + nbytes > limit:
+            self._raise_pending_error()
+            self._cond.wait(0.5)
+
+    # -- flushing and acks ----------------------------------------------------------------------
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send what is buffered and wait until the server acknowledged all of it.
+
+        Raises:
+            TimeoutError: not all acks came within ``timeout`` seconds.
+            ServiceError: a batch failed for good (e.g. rejected, or no server for
+                ``retry_deadline_s``).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            self._seal_partial()
+            while self._unacked:
+                self._raise_pending_error()
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(
+                        f"flush: {len(self._unacked)} requests ({self._unacked_bytes} bytes) "
+                        f"still unacknowledged by {self.address} after {timeout} s"
+                    )
+                self._cond.wait(0.5 if left is None else min(left, 0.5))
+            self._raise_pending_error()
+
+    def _raise_pending_error(self) -> None:
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
+
+    def _flush_loop(self) -> None:
+        delay = self.config.max_delay_s
+        with self._cond:
+            while not self._closing:
+                if self._partial_n and time.monotonic() - self._partial_since >= delay:
+                    self._seal_partial()
+                self._cond.wait(delay / 2)
+
+    def _requests(self, stream_id: int) -> Iterator[bytes]:
+        next_seq = 0
+        while True:
+            with self._cond:
+                while True:
+                    if stream_id != self._stream_id or self._drop_unacked:
+                        return
+                    pending = [s for s in self._unacked if s >= next_seq]
+                    if pending:
+                        seq = pending[0]
+                        data = self._unacked[seq]
+                        break
+                    if self._closing and not self._unacked:
+                        return
+                    self._cond.wait(0.2)
+            next_seq = seq + 1
+            yield data
+
+    def _on_ack(self, ack: Any) -> None:
+        with self._cond:
+            data = self._unacked.pop(ack.seq, None)
+            if data is not None:
+                self._unacked_bytes -= len(data)
+                self.acked_transitions += ack.transitions
+            self.last_table_size = ack.table_size
+            self._cond.notify_all()
+
+    def _stream_loop(self) -> None:
+        delay = self.config.retry_initial_s
+        last_progress = time.monotonic()
+        while True:
+            with self._cond:
+                while not self._unacked and not self._closing:
+                    self._cond.wait(0.5)
+                if self._drop_unacked or (self._closing and not self._unacked):
+                    return
+                self._stream_id += 1
+                stream_id = self._stream_id
+            try:
+                self._call = self._append(self._requests(stream_id), metadata=self._metadata)
+                for ack in self._call:
+                    self._on_ack(ack)
+                    delay, last_progress = self.config.retry_initial_s, time.monotonic()
+            except grpc.RpcError as err:
+                if self._drop_unacked:
+                    return
+                error = error_from_rpc(err, self.address)
+                if err.code() in RETRYABLE_CODES:
+                    if time.monotonic() - last_progress > self.config.retry_deadline_s:
+                        self._fail(
+                            ServiceUnavailableError(
+                                f"no ack from {self.address} for {self.config.retry_deadline_s} s "
+                                f"(retry_deadline_s); last error: {error}"
+                            )
+                        )
+                        return
+                    logger.info(
+                        "append stream to %s: %s; retrying in %.2f s",
+                        self.address,
+                        err.code().name,
+                        delay,
+                    )
+                    time.sleep(delay * (0.5 + random.random()))
+                    delay = min(2 * delay, self.config.retry_max_s)
+                else:
+                    self._reject(error)
+            finally:
+                with self._cond:
+                    self._stream_id += 1  # ends this stream's request generator
+                    self._cond.notify_all()
+
+    def _reject(self, error: ServiceError) -> None:
+        """A non-retryable error: drop the batch it names (or everything), keep the error."""
+        with self._cond:
+            if error.seq is not None and error.seq in self._unacked:
+                self._unacked_bytes -= len(self._unacked.pop(error.seq))
+            else:
+                self._unacked.clear()
+                self._unacked_bytes = 0
+            logger.warning("append to %s rejected: %s", self.address, error)
+            self._error = self._error or error
+            self._cond.notify_all()
+
+    def _fail(self, error: ServiceError) -> None:
+        with self._cond:
+            self._error = self._error or error
+            self._drop_unacked = True
+            self._cond.notify_all()
+
+    # -- weights and info -----------------------------------------------------------------------
+
+    def get_weights(
+        self, newer_than: int = 0
+    ) -> tuple[int, dict[str, np.ndarray] | list[np.ndarray]] | None:
+        """The learner's latest weights when their version is above ``newer_than``.
+
+        Returns:
+            ``(version, weights)`` with weights as published (a dict or a list of read-only
+            arrays), or None when nothing newer was published.
+        """
+        try:
+            reply = self._stub.GetWeights(
+                replay_pb2.GetWeightsRequest(newer_than=newer_than),
+                metadata=self._metadata,
+                timeout=self.config.rpc_timeout_s,
+            )
+        except grpc.RpcError as err:
+            raise error_from_rpc(err, self.address) from None
+        if reply.version <= newer_than:
+            return None
+        arrays = codec.decode_named(reply.tensors)
+        return reply.version, arrays if reply.named else list(arrays.values())
+
+    def info(self) -> Any:
+        """The server's ``InfoResponse`` (tables, counters, weights version)."""
+        try:
+            return self._stub.Info(
+                replay_pb2.InfoRequest(actor_id=self.actor_id),
+                metadata=self._metadata,
+                timeout=self.config.rpc_timeout_s,
+            )
+        except grpc.RpcError as err:
+            raise error_from_rpc(err, self.address) from None
+
+    # -- closing --------------------------------------------------------------------------------
+
+    def close(self, flush: bool = True, timeout: float | None = None) -> None:
+        """Flush (unless ``flush=False``), stop the threads and close the channel. Idempotent.
+
+        Raises:
+            whatever `flush` raises; the client is closed either way.
+        """
+        try:
+            if flush and not self._closing:
+                self.flush(timeout)
+        finally:
+            with self._cond:
+                self._closing = True
+                self._drop_unacked = self._drop_unacked or not flush or bool(self._error)
+                self._cond.notify_all()
+            call = self._call
+            if self._drop_unacked and call is not None:
+                call.cancel()
+            for thread in self._threads:
+                thread.join()
+            self._channel.close()
+
+    def __enter__(self) -> ReplayClient:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.close(flush=exc_type is None)
+
+
+def _as_dtype(value: Any, dtype: str, name: str, shape: tuple[int, ...] | None) -> np.ndarray:
+    """``value`` as an array of ``dtype``: plain Python is converted, arrays must match."""
+    if hasattr(value, "dtype"):
+        got = codec.dtype_name(value.dtype)
+        if got != dtype:
+            want = f"dtype {dtype}" if shape is None else f"dtype {dtype} with shape {list(shape)}"
+            raise BatchError(
+                f"field '{name}': expected {want}, got dtype {got} with shape "
+                f"{list(np.shape(value))}; convert it, e.g. np.asarray(x, np.{dtype})",
+                field=name,
+            )
+        return np.asarray(value)
+    try:
+        return np.asarray(value, dtype=codec.numpy_dtype(dtype))
+    except (TypeError, ValueError) as err:
+        raise BatchError(
+            f"field '{name}': cannot convert {value!r} to {dtype}: {err}", name
+        ) from err
+
+
+__all__ = ["ClientConfig", "ReplayClient", "ServiceError", "TLSConfig"]

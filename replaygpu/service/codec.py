@@ -1,0 +1,172 @@
+"""Numpy arrays <-> ``replaygpu.v1.Tensor`` messages, without TensorFlow.
+
+Arrays travel as raw little-endian, C-order bytes with a numpy dtype name and a shape. Encoding
+is one ``tobytes`` per field and decoding one ``np.frombuffer`` (no copy, no per-element
+Python), so a batch of 16k transitions costs a handful of memcpys.
+
+A *wire spec* is ``{field: (dtype name, per-transition shape)}``, the TensorFlow-free twin of
+a table spec; `check_columns` validates a columnar batch against it on either side of the wire.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from replaygpu.errors import BatchError
+from replaygpu.v1 import replay_pb2
+
+WireSpec = dict[str, tuple[str, tuple[int, ...]]]
+
+#: dtype names a table field may hold and the codec carries (bfloat16 needs ml_dtypes).
+DTYPE_NAMES = (
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+)
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """The little-endian numpy dtype of a wire dtype name.
+
+    Raises:
+        BatchError: for a name outside `DTYPE_NAMES`.
+    """
+    if name not in DTYPE_NAMES:
+        raise BatchError(f"dtype: got {name!r}, expected one of {list(DTYPE_NAMES)}")
+    if name == "bfloat16":
+        import ml_dtypes  # optional, only for bfloat16 fields
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name).newbyteorder("<")
+
+
+def dtype_name(dtype: Any) -> str:
+    """The wire name of a numpy (or TensorFlow) dtype."""
+    name = getattr(dtype, "name", None) or np.dtype(dtype).name
+    return "bool" if name == "bool_" else str(name)
+
+
+def encode_tensor(array: np.ndarray, out: replay_pb2.Tensor) -> int:
+    """Fill ``out`` with ``array``; returns the number of data bytes."""
+    arr = np.asarray(array)
+    if arr.dtype.byteorder == ">":
+        arr = arr.astype(arr.dtype.newbyteorder("<"))
+    out.dtype = dtype_name(arr.dtype)
+    out.shape[:] = arr.shape
+    out.data = arr.tobytes(order="C")
+    return arr.nbytes
+
+
+def decode_tensor(tensor: replay_pb2.Tensor, field: str = "tensor") -> np.ndarray:
+    """A read-only array view of a Tensor message's bytes.
+
+    Raises:
+        BatchError: naming ``field`` for an unknown dtype or a byte length that does not match
+            the shape.
+    """
+    dtype = numpy_dtype(tensor.dtype)
+    shape = tuple(int(d) for d in tensor.shape)
+    data = tensor.data
+    want = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if len(data) != want or any(d < 0 for d in shape):
+        raise BatchError(
+            f"field '{field}': {len(data)} data bytes do not fit dtype {tensor.dtype} with shape "
+            f"{list(shape)} (expected {want} bytes); encode arrays with replaygpu's codec",
+            field=field,
+        )
+    return np.frombuffer(data, dtype=dtype).reshape(shape)
+
+
+def encode_batch(columns: Mapping[str, np.ndarray], out: replay_pb2.Batch | None = None) -> Any:
+    """A ``Batch`` message of columnar arrays ``{field: [n, ...]}``."""
+    batch = out if out is not None else replay_pb2.Batch()
+    for name, array in columns.items():
+        field = batch.fields.add()
+        field.name = name
+        encode_tensor(array, field.tensor)
+    return batch
+
+
+def decode_named(tensors: Sequence[replay_pb2.NamedTensor]) -> dict[str, np.ndarray]:
+    """``{name: array}`` of repeated NamedTensor messages (a Batch's fields, weights)."""
+    out: dict[str, np.ndarray] = {}
+    for field in tensors:
+        if field.name in out:
+            raise BatchError(f"field '{field.name}' appears twice in the batch", field=field.name)
+        out[field.name] = decode_tensor(field.tensor, field.name)
+    return out
+
+
+def check_columns(spec: WireSpec, columns: Mapping[str, Any]) -> int:
+    """Validate columnar metadata against a wire spec; returns n, the number of transitions.
+
+    ``columns`` maps field -> anything with ``dtype`` and ``shape`` (arrays, or Tensor messages
+    whose dtype is a name and shape a list).
+
+    Raises:
+        BatchError: naming the field, the expected and the received dtype/shape.
+    """
+    missing = sorted(set(spec) - set(columns))
+    extra = sorted(set(columns) - set(spec))
+    if missing or extra:
+        raise BatchError(
+            f"batch fields do not match the table: missing {missing}, unexpected {extra}; "
+            f"expected exactly {sorted(spec)}",
+            field=(missing or extra)[0],
+        )
+    n: int | None = None
+    first = ""
+    for name, (want_dtype, want_shape) in spec.items():
+        value = columns[name]
+        got_dtype = value.dtype if isinstance(value.dtype, str) else dtype_name(value.dtype)
+        got_shape = tuple(int(d) for d in value.shape)
+        want = [None, *want_shape]
+        if got_dtype != want_dtype:
+            raise BatchError(
+                f"field '{name}': expected dtype {want_dtype} with shape {want}, got dtype "
+                f"{got_dtype} with shape {list(got_shape)}; convert it, e.g. "
+                f"np.asarray(x, np.{want_dtype})",
+                field=name,
+            )
+        if len(got_shape) != len(want) or got_shape[1:] != tuple(want_shape):
+            raise BatchError(
+                f"field '{name}': expected shape {want} (n transitions first), got shape "
+                f"{list(got_shape)} (dtype {got_dtype})",
+                field=name,
+            )
+        if got_shape[0] == 0:
+            raise BatchError(f"field '{name}': the batch is empty (n = 0); append n >= 1", name)
+        if n is None:
+            n, first = got_shape[0], name
+        elif got_shape[0] != n:
+            raise BatchError(
+                f"field '{name}': leading dimension {got_shape[0]} differs from field '{first}' "
+                f"with {n}; every field needs the same number of transitions",
+                field=name,
+            )
+    return int(n or 0)
+
+
+def wire_spec_from_proto(fields: Sequence[replay_pb2.FieldSpec]) -> WireSpec:
+    """The wire spec of a table described by ``Info``."""
+    return {f.name: (f.dtype, tuple(int(d) for d in f.shape)) for f in fields}
+
+
+def row_nbytes(spec: WireSpec) -> int:
+    """Bytes of one transition under ``spec``."""
+    return sum(numpy_dtype(d).itemsize * int(np.prod(s, dtype=np.int64)) for d, s in spec.values())

@@ -1,0 +1,168 @@
+"""Committing staged appends to the table, exactly once per (actor, seq).
+
+The `Ingest` sits between the gRPC handlers (which validate, decode and stage batches) and the
+table. Commits happen in one thread at a time, under one lock, in staging order:
+
+- inside ``learner.run()``, on the learner thread, between train calls (the loop claims the
+  ingest with `owned_by_caller`, which pauses the background committer);
+- otherwise in the server's background committer thread (a server with no training loop, or a
+  user loop that calls ``learner.train`` itself), or by hand with `commit_pending`.
+
+A batch whose seq is not above its actor's last committed seq is acknowledged and dropped. The
+ledger advances together with the table write, and checkpoints taken through
+``ReplayServer.save`` (or by ``learner.run``) hold the commit lock, so the saved table and
+ledger always agree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from replaygpu.service.ledger import SequenceLedger
+from replaygpu.service.staging import StagedBatch, StagingQueue
+from replaygpu.service.status import ServiceUnavailableError
+from replaygpu.storage import ReplayTable
+
+logger = logging.getLogger(__name__)
+
+
+class Ingest:
+    """Commits staged batches into ``table`` and advances ``ledger``.
+
+    Args:
+        table: the replay table written to.
+        ledger: the last committed seq per actor.
+        queue: the staging queue the gRPC handlers fill.
+        background: run a committer thread that commits whenever nobody owns the ingest.
+    """
+
+    def __init__(
+        self, table: ReplayTable, ledger: SequenceLedger, queue: StagingQueue, background: bool
+    ) -> None:
+        self.table = table
+        self.ledger = ledger
+        self.queue = queue
+        self.lock = threading.RLock()
+        self._owners = 0
+        self._owner_cond = threading.Condition()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        # actor -> seq whose commit failed; later seqs of that actor wait for its resend
+        self._blocked: dict[str, int] = {}
+        if background:
+            self._thread = threading.Thread(
+                target=self._commit_loop, name="replaygpu-committer", daemon=True
+            )
+            self._thread.start()
+
+    # -- the Ingest protocol of replaygpu.learner.service_loop ---------------------------------
+
+    def commit_pending(self) -> int:
+        """Commit every staged batch now, in order; returns the transitions inserted."""
+        with self.lock:
+            return self._commit(self.queue.take_all(timeout=0.0))
+
+    def wait_for_data(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds until a batch is staged."""
+        return self.queue.wait_nonempty(timeout)
+
+    @contextlib.contextmanager
+    def owned_by_caller(self) -> Iterator[None]:
+        """While held, the background committer pauses and the caller commits."""
+        with self._owner_cond:
+            self._owners += 1
+        try:
+            yield
+        finally:
+            with self._owner_cond:
+                self._owners -= 1
+                self._owner_cond.notify_all()
+
+    @property
+    def owned(self) -> bool:
+        """Whether a caller (``learner.run``) currently commits."""
+        return self._owners > 0
+
+    # -- committing ----------------------------------------------------------------------------
+
+    def _commit(self, items: list[StagedBatch]) -> int:
+        inserted = 0
+        done: list[tuple[StagedBatch, bool]] = []
+        for item in items:
+            blocked = self._blocked.get(item.actor_id)
+            if item.seq <= self.ledger.last(item.actor_id):
+                done.append((item, True))
+                continue
+            if blocked is not None and item.seq > blocked:
+                item.fail(
+                    ServiceUnavailableError(
+                        f"seq {item.seq} of actor '{item.actor_id}' waits for seq {blocked}, "
+                        "whose commit failed; resend from there",
+                        seq=item.seq,
+                    )
+                )
+                continue
+            try:
+                self.table.append(item.columns)
+            except Exception as err:
+                logger.exception("commit of seq %d from %s failed", item.seq, item.actor_id)
+                self._blocked[item.actor_id] = item.seq
+                item.fail(err)
+                continue
+            self._blocked.pop(item.actor_id, None)
+            self.ledger.advance(item.actor_id, item.seq)
+            inserted += item.transitions
+            done.append((item, False))
+        if done:
+            self.ledger.write()
+            size = self.table.size
+            for item, duplicate in done:
+                item.done(
+                    {
+                        "seq": item.seq,
+                        "committed_seq": self.ledger.last(item.actor_id),
+                        "table_size": size,
+                        "transitions": 0 if duplicate else item.transitions,
+                        "duplicate": duplicate,
+                    }
+                )
+        if items:
+            self.queue.notify()
+        return inserted
+
+    def _commit_loop(self) -> None:
+        while not self._stopping.is_set():
+            with self._owner_cond:
+                if self._owners:
+                    self._owner_cond.wait(0.1)
+                    continue
+            if self.queue.wait_nonempty(0.1) and not self.owned:
+                try:
+                    self.commit_pending()
+                except Exception:  # a bug: keep serving, make it loud
+                    logger.exception("background commit failed")
+
+    def close(self, commit_remaining: bool) -> None:
+        """Stop the committer; commit (or fail, with UNAVAILABLE) what is still staged."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join()
+        leftover = self.queue.close()
+        with self.lock:
+            if commit_remaining:
+                self._commit(leftover)
+            else:
+                for item in leftover:
+                    item.fail(ServiceUnavailableError("server stopped; resend", seq=item.seq))
+
+    def stats(self) -> dict[str, Any]:
+        """Staged batches and bytes, and the number of actors the ledger knows."""
+        return {
+            "staged_batches": len(self.queue),
+            "staged_bytes": self.queue.nbytes,
+            "actors": len(self.ledger.snapshot()),
+        }

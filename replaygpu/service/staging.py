@@ -1,0 +1,131 @@
+"""The bounded queue between gRPC handler threads and the thread that writes the table.
+
+Handlers put whole decoded batches; the learner thread (or the server's background committer)
+takes them all at once between train calls. The queue is bounded in batches and in bytes;
+a put that finds it full waits up to a deadline and then fails with RESOURCE_EXHAUSTED naming
+the limit, so a stalled learner pushes back on actors instead of growing memory.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from replaygpu.service.status import ResourceExhaustedError, ServiceUnavailableError
+
+
+@dataclass
+class StagedBatch:
+    """One validated AppendRequest waiting to be committed.
+
+    ``done(ack_fields)`` is called after commit (or duplicate detection) with the ack's
+    values; ``fail(error)`` when it can no longer be committed (shutdown).
+    """
+
+    actor_id: str
+    seq: int
+    columns: dict[str, np.ndarray]
+    transitions: int
+    nbytes: int
+    done: Callable[[dict[str, Any]], None]
+    fail: Callable[[BaseException], None]
+    staged_at: float = field(default_factory=time.monotonic)
+
+
+class StagingQueue:
+    """A FIFO of `StagedBatch` bounded by ``max_batches`` and ``max_bytes``.
+
+    A single batch larger than ``max_bytes`` is still admitted when the queue is empty, so the
+    byte bound cannot deadlock a batch that fits the message size limit.
+    """
+
+    def __init__(self, max_batches: int, max_bytes: int, put_timeout_s: float) -> None:
+        self.max_batches = int(max_batches)
+        self.max_bytes = int(max_bytes)
+        self.put_timeout_s = float(put_timeout_s)
+        self._items: collections.deque[StagedBatch] = collections.deque()
+        self._bytes = 0
+        self._closed = False
+        self._cond = threading.Condition()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the staged batches."""
+        return self._bytes
+
+    def _fits(self, nbytes: int) -> bool:
+        if not self._items:
+            return True
+        return len(self._items) < self.max_batches and self._bytes + nbytes <= self.max_bytes
+
+    def put(self, item: StagedBatch) -> None:
+        """Stage a batch, waiting up to ``put_timeout_s`` for room.
+
+        Raises:
+            ResourceExhaustedError: the queue stayed full for the whole deadline.
+            ServiceUnavailableError: the queue was closed (server shutting down).
+        """
+        deadline = time.monotonic() + self.put_timeout_s
+        with self._cond:
+            while not self._closed and not self._fits(item.nbytes):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ResourceExhaustedError(
+                        f"staging queue full for staging_timeout_s={self.put_timeout_s:g}: "
+                        f"{len(self._items)} batches / {self._bytes} bytes staged, limits "
+                        f"staging_max_batches={self.max_batches}, "
+                        f"staging_max_bytes={self.max_bytes}; the learner is not draining "
+                        "appends (is learner.run() or the background committer running?)",
+                        seq=item.seq,
+                    )
+                self._cond.wait(left)
+            if self._closed:
+                raise ServiceUnavailableError("server shutting down; retry", seq=item.seq)
+            self._items.append(item)
+            self._bytes += item.nbytes
+            self._cond.notify_all()
+
+    def take_all(self, timeout: float | None = 0.0) -> list[StagedBatch]:
+        """Remove and return every staged batch, waiting up to ``timeout`` for the first."""
+        with self._cond:
+            if not self._items and timeout:
+                self._cond.wait_for(lambda: self._items or self._closed, timeout)
+            items = list(self._items)
+            self._items.clear()
+            self._bytes = 0
+            self._cond.notify_all()
+            return items
+
+    def wait_empty(self, timeout: float) -> bool:
+        """Wait until nothing is staged; returns whether that happened within ``timeout``."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._items, timeout)
+
+    def wait_nonempty(self, timeout: float) -> bool:
+        """Wait until something is staged (or the queue is closed)."""
+        with self._cond:
+            return bool(self._cond.wait_for(lambda: self._items or self._closed, timeout))
+
+    def notify(self) -> None:
+        """Wake waiters (after a batch was taken and committed)."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def close(self) -> list[StagedBatch]:
+        """Refuse further puts; returns what was still staged (to be failed or committed)."""
+        with self._cond:
+            self._closed = True
+            items = list(self._items)
+            self._items.clear()
+            self._bytes = 0
+            self._cond.notify_all()
+            return items

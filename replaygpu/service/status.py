@@ -1,0 +1,103 @@
+"""The one place where library errors and gRPC status codes meet, in both directions.
+
+Server side, `code_of` picks the status code of an exception raised while serving an RPC;
+client side, `error_from_rpc` turns a failed RPC back into a library exception that says
+what happened and how to fix it. Imports no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from replaygpu.errors import BatchError, ConfigError, ReplayError
+
+
+class ServiceError(ReplayError, RuntimeError):
+    """An RPC to the replay service failed. ``code`` is the gRPC status code."""
+
+    code = grpc.StatusCode.INTERNAL
+
+    def __init__(self, message: str, seq: int | None = None) -> None:
+        super().__init__(message)
+        self.seq = seq
+
+
+class TableNotFoundError(ServiceError, KeyError):
+    """The request named a table the server does not have (the message lists its tables)."""
+
+    code = grpc.StatusCode.NOT_FOUND
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class ResourceExhaustedError(ServiceError):
+    """A configured bound was hit: message size or staging queue (the message names it)."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class AuthenticationError(ServiceError):
+    """The call carried no valid bearer token."""
+
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class ServiceUnavailableError(ServiceError):
+    """The server cannot be reached or is shutting down; retrying later may succeed."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class InvalidBatchError(ServiceError, BatchError):
+    """The server rejected a batch that does not match the table spec; nothing was written."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+    def __init__(self, message: str, seq: int | None = None) -> None:
+        ServiceError.__init__(self, message, seq)
+        self.field = None
+
+
+#: Codes after which a client reconnects with backoff and resends unacknowledged batches.
+RETRYABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+#: Trailing metadata key naming the seq of the AppendRequest an error is about.
+SEQ_METADATA_KEY = "replaygpu-seq"
+
+_BY_CODE: dict[grpc.StatusCode, type[ServiceError]] = {
+    cls.code: cls
+    for cls in (
+        TableNotFoundError,
+        ResourceExhaustedError,
+        AuthenticationError,
+        ServiceUnavailableError,
+        InvalidBatchError,
+    )
+}
+_BY_CODE[grpc.StatusCode.DEADLINE_EXCEEDED] = ServiceUnavailableError
+
+
+def code_of(err: BaseException) -> grpc.StatusCode:
+    """The status code to answer an RPC with when ``err`` was raised serving it."""
+    if isinstance(err, ServiceError):
+        return err.code
+    if isinstance(err, (BatchError, ConfigError, ValueError, TypeError)):
+        return grpc.StatusCode.INVALID_ARGUMENT
+    return grpc.StatusCode.INTERNAL
+
+
+def error_from_rpc(err: grpc.RpcError, address: str = "") -> ServiceError:
+    """The library exception for a failed RPC, keeping the server's message."""
+    code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
+    details = (err.details() if hasattr(err, "details") else None) or str(err)
+    seq = None
+    trailing = err.trailing_metadata() if hasattr(err, "trailing_metadata") else None
+    for key, value in trailing or ():
+        if key == SEQ_METADATA_KEY:
+            seq = int(value)
+    cls = _BY_CODE.get(code, ServiceError)
+    where = f" (server {address})" if address else ""
+    out = cls(f"{code.name}{where}: {details}", seq=seq)
+    out.code = code
+    return out
