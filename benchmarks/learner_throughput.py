@@ -100,23 +100,30 @@ def make_data(n: int, seed: int = 0) -> dict[str, np.ndarray]:
     }
 
 
-def rate(run: Callable[[], int], seconds: float, repeats: int) -> float:
-    """Median over ``repeats`` windows of (work units / s); ``run`` returns units done."""
-    run()  # warm-up: trace, compile, fill caches
-    rates = []
+def interleaved_rates(
+    runners: dict[str, Callable[[], int]], seconds: float, repeats: int
+) -> dict[str, float]:
+    """Median work units/s of each runner; ``run()`` does some work and returns its units.
+
+    Every runner is warmed up (traced, compiled) first; then the timing windows go round-robin
+    (a window of each runner, ``repeats`` times), so a change in the machine's load hits all
+    variants alike and the ratios between them stay meaningful on a shared, noisy machine.
+    """
+    for run in runners.values():
+        run()
+    rates: dict[str, list[float]] = {name: [] for name in runners}
     for _ in range(repeats):
-        done, start = 0, time.perf_counter()
-        while (elapsed := time.perf_counter() - start) < seconds:
-            done += run()
-        rates.append(done / elapsed)
-    return statistics.median(rates)
+        for name, run in runners.items():
+            done, start = 0, time.perf_counter()
+            while (elapsed := time.perf_counter() - start) < seconds:
+                done += run()
+            rates[name].append(done / elapsed)
+    return {name: statistics.median(values) for name, values in rates.items()}
 
 
-def learner_variants(hidden: int, capacity: int, data: dict, seconds: float, repeats: int):
-    """steps/s of variants (a)-(e) for one network size and capacity."""
-    out: dict[str, float] = {}
+def learner_runners(hidden: int, capacity: int, data: dict) -> dict[str, Callable[[], int]]:
+    """Runners of variants (a)-(e) for one network size and capacity; each returns steps."""
     rng = np.random.default_rng(1)
-
     step = tf.function(make_dqn_update(hidden))
 
     def numpy_feed() -> int:
@@ -124,8 +131,6 @@ def learner_variants(hidden: int, capacity: int, data: dict, seconds: float, rep
             idx = rng.integers(0, capacity, BATCH)
             step({k: v[idx] for k, v in data.items()})
         return 20
-
-    out["a numpy feed"] = rate(numpy_feed, seconds, repeats)
 
     step_b = tf.function(make_dqn_update(hidden))
     dataset = (
@@ -142,15 +147,15 @@ def learner_variants(hidden: int, capacity: int, data: dict, seconds: float, rep
             step_b(next(iterator))
         return 20
 
-    out["b tf.data"] = rate(tf_data, seconds, repeats)
-
+    runners = {"a numpy feed": numpy_feed, "b tf.data": tf_data}
     table = rg.ReplayTable(SPEC, capacity=capacity)
     table.append(data)
-    for name, k, jit in (
+    variants = (
         ("c in-graph k=1", 1, False),
         ("d in-graph k=100", 100, False),
         ("e in-graph k=100 XLA", 100, True),
-    ):
+    )
+    for name, k, jit in variants:
         learner = rg.Learner(
             table,
             rg.UniformSampler(table, seed=0),
@@ -159,8 +164,8 @@ def learner_variants(hidden: int, capacity: int, data: dict, seconds: float, rep
             jit_compile=jit,
         )
         calls = max(1, 20 // k)
-        out[name] = rate(lambda k=k, c=calls, lr=learner: _train(lr, k, c), seconds, repeats)
-    return out
+        runners[name] = lambda k=k, c=calls, lr=learner: _train(lr, k, c)
+    return runners
 
 
 def _train(learner: rg.Learner, k: int, calls: int) -> int:
@@ -169,8 +174,8 @@ def _train(learner: rg.Learner, k: int, calls: int) -> int:
     return k * calls
 
 
-def sample_only(capacity: int, jit: bool, seconds: float, repeats: int, steps: int = 1000):
-    """Transitions/s of uniform sampling + gather of every field inside a while_loop."""
+def sample_only_runner(capacity: int, jit: bool, steps: int = 1000) -> Callable[[], int]:
+    """A runner of uniform sampling + gather of every field inside a while_loop (transitions)."""
     table = rg.ReplayTable(SPEC, capacity=capacity)
     chunk = 100_000
     for start in range(0, capacity, chunk):
@@ -199,7 +204,7 @@ def sample_only(capacity: int, jit: bool, seconds: float, repeats: int, steps: i
         loop(n).numpy()
         return steps * BATCH
 
-    return rate(run, seconds, repeats)
+    return run
 
 
 def main() -> None:
@@ -224,24 +229,33 @@ def main() -> None:
     for hidden in hiddens:
         for capacity in capacities:
             data = make_data(capacity)
-            results = learner_variants(hidden, capacity, data, seconds, args.repeats)
+            results = interleaved_rates(
+                learner_runners(hidden, capacity, data), seconds, args.repeats
+            )
             base = results["a numpy feed"]
             for name, value in results.items():
                 print(
                     f"{hidden}x{hidden:<5} {capacity:>9.0e} {name:<22} {value:>9.0f} "
-                    f"{value / base:>6.2f}x"
+                    f"{value / base:>6.2f}x",
+                    flush=True,
                 )
             del data
 
-    print(f"\n{'sample-only':<12} {'capacity':>9} {'xla':>5} {'transitions/s':>14} {'x 1e4':>7}")
+    print(
+        f"\n{'sample-only':<12} {'capacity':>9} {'xla':>5} {'transitions/s':>14} {'cost x 1e4':>10}"
+    )
     for jit in (False, True):
-        base = None
-        for capacity in (10_000, 100_000, 1_000_000):
-            value = sample_only(capacity, jit, seconds, args.repeats)
-            base = base or value
+        capacities = (10_000, 100_000, 1_000_000)
+        runners = {str(c): sample_only_runner(c, jit) for c in capacities}
+        results = interleaved_rates(runners, seconds, args.repeats)
+        base = results[str(capacities[0])]
+        for capacity in capacities:
+            value = results[str(capacity)]
             print(
-                f"{'uniform':<12} {capacity:>9.0e} {jit!s:>5} {value:>14.3e} {base / value:>6.2f}x"
+                f"{'uniform':<12} {capacity:>9.0e} {jit!s:>5} {value:>14.3e} {base / value:>9.2f}x",
+                flush=True,
             )
+        del runners
 
 
 if __name__ == "__main__":
