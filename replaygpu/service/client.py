@@ -270,10 +270,8 @@ class ReplayClient:
             self._partial = {}
 
     def _seal(self, columns: Mapping[str, np.ndarray], reserved: bool = False) -> None:
-        request = replay_pb2.AppendRequest(table=self.table, actor_id=self.actor_id)
-        codec.encode_batch(columns, request.batch)
-        request.seq = seq = self._next_seq
-        data = request.SerializeToString()
+        seq = self._next_seq
+        data = codec.encode_append_request(self.table, self.actor_id, seq, columns)
         if not reserved:
             self._wait_for_room(len(data))
         self._next_seq += 1

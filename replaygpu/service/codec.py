@@ -112,6 +112,51 @@ def decode_named(tensors: Sequence[replay_pb2.NamedTensor]) -> dict[str, np.ndar
     return out
 
 
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _len_field(number: int, size: int) -> bytes:
+    """Tag and length prefix of a length-delimited field (wire type 2)."""
+    return _varint(number << 3 | 2) + _varint(size)
+
+
+def encode_append_request(
+    table: str, actor_id: str, seq: int, columns: Mapping[str, np.ndarray]
+) -> bytes:
+    """A serialized ``AppendRequest``, built with one copy of the array data.
+
+    Equivalent to filling the message and calling ``SerializeToString()`` (a test checks it),
+    but the data bytes go straight from the arrays into the output: protobuf's serializer
+    copies nested multi-megabyte bytes fields several times (10 ms for a 7 MB frame batch).
+    """
+    parts: list[Any] = []
+    batch_size = 0
+    for name, array in columns.items():
+        arr = np.ascontiguousarray(array)
+        if arr.dtype.byteorder == ">":
+            arr = arr.astype(arr.dtype.newbyteorder("<"))
+        meta = replay_pb2.Tensor(dtype=dtype_name(arr.dtype), shape=arr.shape).SerializeToString()
+        data_head = _len_field(3, arr.nbytes)
+        tensor_size = len(meta) + len(data_head) + arr.nbytes
+        name_bytes = name.encode()
+        named_head = _len_field(1, len(name_bytes)) + name_bytes + _len_field(2, tensor_size)
+        named_size = len(named_head) + tensor_size
+        field_head = _len_field(1, named_size)
+        parts += [field_head, named_head, meta, data_head, memoryview(arr.reshape(-1)).cast("B")]
+        batch_size += len(field_head) + named_size
+    head = replay_pb2.AppendRequest(table=table, actor_id=actor_id, seq=seq).SerializeToString()
+    return b"".join([head, _len_field(4, batch_size), *parts])
+
+
 def check_columns(spec: WireSpec, columns: Mapping[str, Any]) -> int:
     """Validate columnar metadata against a wire spec; returns n, the number of transitions.
 

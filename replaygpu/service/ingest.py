@@ -92,9 +92,11 @@ class Ingest:
     def _commit(self, items: list[StagedBatch]) -> int:
         inserted = 0
         done: list[tuple[StagedBatch, bool]] = []
+        if items:
+            self.ledger.sync()
         for item in items:
             blocked = self._blocked.get(item.actor_id)
-            if item.seq <= self.ledger.last(item.actor_id):
+            if item.seq <= self.ledger.last(item.actor_id, sync=False):
                 done.append((item, True))
                 continue
             if blocked is not None and item.seq > blocked:
@@ -124,7 +126,7 @@ class Ingest:
                 item.done(
                     {
                         "seq": item.seq,
-                        "committed_seq": self.ledger.last(item.actor_id),
+                        "committed_seq": self.ledger.last(item.actor_id, sync=False),
                         "table_size": size,
                         "transitions": 0 if duplicate else item.transitions,
                         "duplicate": duplicate,

@@ -31,11 +31,21 @@ class SequenceLedger(tf.Module):
             self._seqs = {str(k): int(v) for k, v in json.loads(value.decode()).items()}
             self._written = value
 
-    def last(self, actor_id: str) -> int:
-        """The last committed seq of ``actor_id``."""
+    def last(self, actor_id: str, sync: bool = True) -> int:
+        """The last committed seq of ``actor_id``.
+
+        ``sync=False`` skips re-reading the variable (a restore since the last `sync` goes
+        unseen); the committer syncs once per round and then reads without it.
+        """
+        with self._lock:
+            if sync:
+                self._sync_from_variable()
+            return self._seqs.get(actor_id, 0)
+
+    def sync(self) -> None:
+        """Pick up a checkpoint restore of the variable."""
         with self._lock:
             self._sync_from_variable()
-            return self._seqs.get(actor_id, 0)
 
     def snapshot(self) -> dict[str, int]:
         """A copy of the whole map."""
@@ -46,7 +56,6 @@ class SequenceLedger(tf.Module):
     def advance(self, actor_id: str, seq: int) -> None:
         """Record ``seq`` as committed for ``actor_id`` (in memory; `write` persists it)."""
         with self._lock:
-            self._sync_from_variable()
             if seq > self._seqs.get(actor_id, 0):
                 self._seqs[actor_id] = int(seq)
 

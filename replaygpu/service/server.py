@@ -30,7 +30,7 @@ from replaygpu.service import codec
 from replaygpu.service.auth import TLSConfig, TokenInterceptor, warn_if_exposed
 from replaygpu.service.ingest import Ingest
 from replaygpu.service.ledger import SequenceLedger
-from replaygpu.service.staging import StagedBatch, StagingQueue
+from replaygpu.service.staging import StagedBatch, StagingQueue, keep_freed_memory
 from replaygpu.service.status import (
     SEQ_METADATA_KEY,
     InvalidBatchError,
@@ -65,6 +65,9 @@ class ServerConfig:
         max_workers: gRPC handler threads; each open Append stream holds one.
         shutdown_grace_s: on `stop`, how long to wait for staged batches to be committed and
             in-flight RPCs to finish.
+        keep_freed_memory: tune glibc so freed batch buffers are reused rather than unmapped
+            (3x faster commits of large batches; process-wide; see
+            `replaygpu.service.staging.keep_freed_memory`).
     """
 
     max_message_bytes: int = 64 * MiB
@@ -74,6 +77,7 @@ class ServerConfig:
     background_commit: bool = True
     max_workers: int = 32
     shutdown_grace_s: float = 5.0
+    keep_freed_memory: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_message_bytes", "staging_max_batches", "staging_max_bytes"):
@@ -134,6 +138,33 @@ class _Servicer(replay_pb2_grpc.ReplayServiceServicer):
         return self._s.info_message(request.actor_id)
 
 
+def _parse_append(data: bytes) -> Any:
+    """Append's request deserializer: the message plus its size on the wire."""
+    return len(data), replay_pb2.AppendRequest.FromString(data)
+
+
+def _handlers(servicer: _Servicer) -> grpc.GenericRpcHandler:
+    """The generated service's handlers, but Append's requests carry their wire size."""
+    return grpc.method_handlers_generic_handler(
+        SERVICE_NAME,
+        {
+            "Append": grpc.stream_stream_rpc_method_handler(
+                servicer.Append, _parse_append, replay_pb2.AppendAck.SerializeToString
+            ),
+            "GetWeights": grpc.unary_unary_rpc_method_handler(
+                servicer.GetWeights,
+                replay_pb2.GetWeightsRequest.FromString,
+                replay_pb2.Weights.SerializeToString,
+            ),
+            "Info": grpc.unary_unary_rpc_method_handler(
+                servicer.Info,
+                replay_pb2.InfoRequest.FromString,
+                replay_pb2.InfoResponse.SerializeToString,
+            ),
+        },
+    )
+
+
 class ReplayServer:
     """A running replay service; made by `serve`.
 
@@ -165,6 +196,7 @@ class ReplayServer:
             )
         self.config = config
         self.ledger = ledger if ledger is not None else SequenceLedger()
+        self.ledger.sync()  # restore checkpoints before serving, never while serving
         self.spec = {
             k: (v.dtype.name, tuple(v.shape.as_list())) for k, v in self.table.spec.items()
         }
@@ -174,6 +206,8 @@ class ReplayServer:
                 f"serve: fields {bad} have dtypes the wire codec cannot carry; use one of "
                 f"{list(codec.DTYPE_NAMES)}"
             )
+        if config.keep_freed_memory:
+            keep_freed_memory(config.staging_max_bytes)
         self._closing = False
         self._stopped = False
         self._weights_cache: tuple[int, Any] = (-1, None)
@@ -208,7 +242,7 @@ class ReplayServer:
                 ("grpc.max_send_message_length", self.config.max_message_bytes),
             ],
         )
-        replay_pb2_grpc.add_ReplayServiceServicer_to_server(_Servicer(self), server)
+        server.add_generic_rpc_handlers((_handlers(_Servicer(self)),))
         self._health = health.HealthServicer(experimental_non_blocking=True)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
@@ -231,9 +265,9 @@ class ReplayServer:
     def _read_stream(self, requests: Iterator[Any], sink: queue.SimpleQueue[Any]) -> None:
         count = 0
         try:
-            for request in requests:
+            for size, request in requests:
                 count += 1
-                self._admit(request, sink)
+                self._admit(size, request, sink)
         except (ServiceError, BatchError) as err:
             sink.put(err)
         except grpc.RpcError:
@@ -243,7 +277,7 @@ class ReplayServer:
             sink.put(err)
         sink.put(_End(count))
 
-    def _admit(self, request: Any, sink: queue.SimpleQueue[Any]) -> None:
+    def _admit(self, size: int, request: Any, sink: queue.SimpleQueue[Any]) -> None:
         seq = int(request.seq)
         if self._closing:
             raise ServiceUnavailableError(f"server at {self.address} is shutting down", seq=seq)
@@ -253,7 +287,6 @@ class ReplayServer:
                 f"Found: {self.table.name}",
                 seq=seq,
             )
-        size = request.ByteSize()
         if size > self.config.max_message_bytes:
             raise ResourceExhaustedError(
                 f"AppendRequest seq {seq} is {size} bytes, over max_message_bytes="
@@ -280,11 +313,12 @@ class ReplayServer:
         def done(ack: dict[str, Any]) -> None:
             sink.put(replay_pb2.AppendAck(**ack))
 
-        if seq <= self.ledger.last(actor):  # a replay of a committed batch: ack, insert nothing
+        last = self.ledger.last(actor, sync=False)  # a hint; the committer decides for sure
+        if seq <= last:  # a replay of a committed batch: ack, insert nothing
             done(
                 {
                     "seq": seq,
-                    "committed_seq": self.ledger.last(actor),
+                    "committed_seq": last,
                     "duplicate": True,
                     "table_size": self.table.size,
                     "transitions": 0,

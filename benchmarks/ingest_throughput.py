@@ -1,0 +1,231 @@
+"""gRPC ingest throughput: actor processes -> learner process over loopback.
+
+For vector transitions (obs dim 8, float32) and 84x84 uint8 frame transitions, with 1, 2 and 4
+actor processes, measures:
+
+- ingest: ``ReplayClient.add_batch`` -> server (validate, np.frombuffer, staging) -> committed
+  to a `ReplayTable` by the server's committer; transitions/s and MB/s until the last ack;
+- raw: the same serialized AppendRequest bytes streamed with a bare gRPC client-streaming call
+  to a server that only counts bytes (no decode, no table); the gRPC ceiling on this machine.
+
+Each configuration is repeated (medians reported) with ingest and raw runs interleaved, so the
+ratio ingest/raw compares runs under the same machine load. Run::
+
+    python benchmarks/ingest_throughput.py            # full table (a few minutes)
+    python benchmarks/ingest_throughput.py --quick    # 1 repeat, short runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import platform
+import statistics
+import time
+from concurrent import futures
+from datetime import date
+from typing import Any
+
+import grpc
+import numpy as np
+
+from replaygpu.service.client import ClientConfig, ReplayClient
+from replaygpu.v1 import replay_pb2
+
+MB = 1e6
+RAW_METHOD = "/bench.Raw/Stream"
+KINDS = {
+    # name: (obs shape, obs dtype, transitions per request)
+    "vector": ((8,), np.float32, 16384),
+    "frames": ((84, 84), np.uint8, 512),
+}
+
+
+def make_columns(kind: str, n: int, seed: int) -> dict[str, np.ndarray]:
+    shape, dtype, _ = KINDS[kind]
+    rng = np.random.default_rng(seed)
+    if dtype == np.uint8:
+        obs = rng.integers(0, 255, (n, *shape), dtype=np.uint8)
+    else:
+        obs = rng.standard_normal((n, *shape)).astype(dtype)
+    return {
+        "obs": obs,
+        "action": rng.integers(0, 4, n).astype(np.int64),
+        "reward": rng.standard_normal(n).astype(np.float32),
+        "next_obs": obs.copy(),
+        "terminated": np.zeros(n, bool),
+        "truncated": np.zeros(n, bool),
+    }
+
+
+# -- the learner process --------------------------------------------------------------------------
+
+
+def learner_main(kind: str, capacity: int, address_q: Any, stop: Any) -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    import replaygpu as rg
+
+    shape, dtype, batch = KINDS[kind]
+    spec = {
+        "obs": tf.TensorSpec(shape, tf.as_dtype(dtype)),
+        "action": tf.TensorSpec([], tf.int64),
+        "reward": tf.TensorSpec([], tf.float32),
+        "next_obs": tf.TensorSpec(shape, tf.as_dtype(dtype)),
+        "terminated": tf.TensorSpec([], tf.bool),
+        "truncated": tf.TensorSpec([], tf.bool),
+    }
+    table = rg.ReplayTable(spec, capacity, device="/CPU:0")
+    table.append(make_columns(kind, batch, 0))  # trace the append graph before timing
+    server = rg.serve(table, "127.0.0.1:0")
+    address_q.put(server.address)
+    stop.wait()
+    server.stop(grace=1.0)
+
+
+class _RawCounter:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def stream(self, requests: Any, context: Any) -> bytes:
+        n = 0
+        for request in requests:
+            n += len(request)
+        return n.to_bytes(8, "little")
+
+
+def raw_server_main(address_q: Any, stop: Any) -> None:
+    counter = _RawCounter()
+    server = grpc.server(
+        futures.ThreadPoolExecutor(16),
+        options=[("grpc.max_receive_message_length", 128 * 2**20)],
+    )
+    handler = grpc.method_handlers_generic_handler(
+        "bench.Raw",
+        {"Stream": grpc.stream_unary_rpc_method_handler(counter.stream)},  # bytes in, bytes out
+    )
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    address_q.put(f"127.0.0.1:{port}")
+    stop.wait()
+    server.stop(0)
+
+
+# -- actor processes ------------------------------------------------------------------------------
+
+
+def actor_main(mode: str, kind: str, address: str, actor: str, seconds: float, go: Any, out: Any):
+    batch = KINDS[kind][2]
+    cols = make_columns(kind, batch, hash(actor) % 1000)
+    request = replay_pb2.AppendRequest(table="replay", actor_id=actor, seq=1)
+    for name, array in cols.items():
+        field = request.batch.fields.add(name=name)
+        field.tensor.dtype, field.tensor.data = array.dtype.name, array.tobytes()
+        field.tensor.shape[:] = array.shape
+    payload = request.SerializeToString()
+    if mode == "ingest":
+        config = ClientConfig(max_batch_transitions=batch, max_batch_bytes=32 * 2**20)
+        client = ReplayClient(address, actor_id=actor, config=config)
+        go.wait()
+        start = time.perf_counter()
+        sent = 0
+        while time.perf_counter() - start < seconds:
+            client.add_batch(cols)
+            sent += batch
+        client.flush()
+        end = time.perf_counter()
+        client.close()
+        out.put((sent, sent * len(payload) / batch, start, end))
+        return
+    channel = grpc.insecure_channel(
+        address, options=[("grpc.max_send_message_length", 128 * 2**20)]
+    )
+    call = channel.stream_unary(RAW_METHOD, request_serializer=lambda b: b)
+    go.wait()
+    start = time.perf_counter()
+    sent = 0
+
+    def requests() -> Any:
+        nonlocal sent
+        while time.perf_counter() - start < seconds:
+            sent += batch
+            yield payload
+
+    received = int.from_bytes(call(requests()), "little")
+    end = time.perf_counter()
+    channel.close()
+    out.put((sent, received, start, end))
+
+
+def trial(ctx: Any, mode: str, kind: str, address: str, actors: int, seconds: float) -> tuple:
+    go, out = ctx.Event(), ctx.Queue()
+    procs = [
+        ctx.Process(
+            target=actor_main,
+            args=(mode, kind, address, f"{mode}-{i}-{time.time_ns()}", seconds, go, out),
+        )
+        for i in range(actors)
+    ]
+    for p in procs:
+        p.start()
+    time.sleep(1.5)  # let actors import and connect
+    go.set()
+    results = [out.get(timeout=seconds + 120) for _ in procs]
+    for p in procs:
+        p.join()
+    wall = max(r[3] for r in results) - min(r[2] for r in results)
+    return sum(r[0] for r in results) / wall, sum(r[1] for r in results) / wall / MB
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--actors", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS))
+    parser.add_argument("--seconds", type=float, default=3.0, help="per run")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="1 repeat of 1.5 s")
+    args = parser.parse_args()
+    if args.quick:
+        args.repeats, args.seconds = 1, 1.5
+    ctx = mp.get_context("spawn")
+    print(f"# {date.today()} {platform.node()} {os.cpu_count()} CPUs, load {os.getloadavg()}")
+    print(f"# medians of {args.repeats} runs of {args.seconds} s; ingest = ReplayClient -> table")
+    print(
+        f"{'kind':7} {'actors':>6} {'ingest tr/s':>12} {'ingest MB/s':>12} {'raw MB/s':>9} "
+        f"{'ingest/raw':>10}"
+    )
+    for kind in args.kinds:
+        stop, q = ctx.Event(), ctx.Queue()
+        capacity = 2**20 if kind == "vector" else 20_000
+        servers = [ctx.Process(target=learner_main, args=(kind, capacity, q, stop))]
+        servers[0].start()
+        address = q.get(timeout=300)
+        servers.append(ctx.Process(target=raw_server_main, args=(q, stop)))
+        servers[1].start()
+        raw_address = q.get(timeout=60)
+        try:
+            for actors in args.actors:
+                ours, raw = [], []
+                for _ in range(args.repeats):
+                    ours.append(trial(ctx, "ingest", kind, address, actors, args.seconds))
+                    raw.append(trial(ctx, "raw", kind, raw_address, actors, args.seconds))
+                tps = statistics.median(r[0] for r in ours)
+                mbs = statistics.median(r[1] for r in ours)
+                raw_mbs = statistics.median(r[1] for r in raw)
+                ratio = statistics.median(o[1] / r[1] for o, r in zip(ours, raw, strict=True))
+                print(
+                    f"{kind:7} {actors:6d} {tps:12.3g} {mbs:12.1f} {raw_mbs:9.1f} {ratio:10.2f}",
+                    flush=True,
+                )
+        finally:
+            stop.set()
+            for p in servers:
+                p.join(timeout=30)
+    print(f"# load after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
