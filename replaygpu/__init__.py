@@ -52,6 +52,9 @@ _EXPORTS = {
     "ReplayServer": "replaygpu.service.server",
     "SequenceLedger": "replaygpu.service.ledger",
     "serve": "replaygpu.service.server",
+    "ServiceError": "replaygpu.service.status",
+    "ServiceUnavailableError": "replaygpu.service.status",
+    "TableNotFoundError": "replaygpu.service.status",
 }
 
 __all__ = [
@@ -76,9 +79,12 @@ __all__ = [
     "SequenceLedger",
     "SequenceSampler",
     "ServerConfig",
+    "ServiceError",
+    "ServiceUnavailableError",
     "Spec",
     "SumTree",
     "TLSConfig",
+    "TableNotFoundError",
     "UniformSampler",
     "__version__",
     "batch_signature",
@@ -135,6 +141,11 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real imports
     from replaygpu.service.client import ClientConfig, ReplayClient
     from replaygpu.service.ledger import SequenceLedger
     from replaygpu.service.server import ReplayServer, ServerConfig, serve
+    from replaygpu.service.status import (
+        ServiceError,
+        ServiceUnavailableError,
+        TableNotFoundError,
+    )
     from replaygpu.specs import (
         TRANSITION_FIELDS,
         Spec,

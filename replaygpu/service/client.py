@@ -178,7 +178,7 @@ class ReplayClient:
                 info = self._stub.Info(
                     replay_pb2.InfoRequest(actor_id=self.actor_id),
                     metadata=self._metadata,
-                    timeout=self.config.rpc_timeout_s,
+                    timeout=max(0.05, min(self.config.rpc_timeout_s, deadline - time.monotonic())),
                     wait_for_ready=True,
                 )
                 break

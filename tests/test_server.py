@@ -1,0 +1,312 @@
+"""The replay server over a real gRPC connection on 127.0.0.1: validation, exactly-once,
+limits, auth, TLS, health and reflection."""
+
+import datetime
+import threading
+
+import grpc
+import numpy as np
+import pytest
+import tensorflow as tf
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+import replaygpu as rg
+from replaygpu.service import codec
+from replaygpu.service.status import AuthenticationError
+from replaygpu.v1 import replay_pb2, replay_pb2_grpc
+
+SPEC = {
+    "id": tf.TensorSpec([], tf.int64),
+    "obs": tf.TensorSpec([3], tf.float32),
+    "done": tf.TensorSpec([], tf.bool),
+}
+
+
+def columns(ids):
+    ids = np.asarray(ids, np.int64)
+    return {
+        "id": ids,
+        "obs": np.repeat(ids[:, None], 3, axis=1).astype(np.float32),
+        "done": ids % 2 == 0,
+    }
+
+
+@pytest.fixture(scope="module")
+def table():
+    table = rg.ReplayTable(SPEC, capacity=4096, device="/CPU:0")
+    table.append(columns([0]))  # trace the append graph once for the whole module
+    return table
+
+
+@pytest.fixture
+def empty_table(table):
+    for var in (table.cursor, table.size_var, table.inserted_var):
+        var.assign(0)
+    return table
+
+
+def stored_ids(table):
+    return np.sort(table.storage["id"].numpy()[: table.size])
+
+
+def append_request(seq, cols, actor="raw", table="replay"):
+    return replay_pb2.AppendRequest.FromString(codec.encode_append_request(table, actor, seq, cols))
+
+
+def stub_for(server):
+    channel = grpc.insecure_channel(server.address)
+    return channel, replay_pb2_grpc.ReplayServiceStub(channel)
+
+
+def test_a_batch_with_one_bad_field_is_rejected_naming_it_and_writes_nothing(empty_table):
+    with rg.serve(empty_table) as server:
+        channel, stub = stub_for(server)
+        bad = columns([1, 2])
+        bad["obs"] = bad["obs"].astype(np.float64)
+        with pytest.raises(grpc.RpcError) as err:
+            list(stub.Append(iter([append_request(1, bad)])))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "field 'obs': expected dtype float32" in err.value.details()
+        assert "got dtype float64" in err.value.details()
+        wrong_shape = columns([1, 2])
+        wrong_shape["obs"] = wrong_shape["obs"][:, :2]
+        with pytest.raises(grpc.RpcError, match=r"expected shape \[None, 3\]"):
+            list(stub.Append(iter([append_request(1, wrong_shape)])))
+        assert empty_table.size == 0 and empty_table.total_inserted == 0
+        channel.close()
+
+
+def test_a_replayed_seq_is_acknowledged_but_not_inserted(empty_table):
+    with rg.serve(empty_table) as server:
+        channel, stub = stub_for(server)
+        acks = list(stub.Append(iter([append_request(1, columns([5, 6]))] * 2)))
+        assert [(a.seq, a.duplicate, a.transitions) for a in acks] == [(1, False, 2), (1, True, 0)]
+        assert empty_table.size == 2
+        assert server.ledger.last("raw") == 1
+        channel.close()
+
+
+def test_an_unknown_table_is_not_found_and_the_message_lists_the_tables(empty_table):
+    with rg.serve(empty_table) as server:
+        channel, stub = stub_for(server)
+        with pytest.raises(grpc.RpcError) as err:
+            list(stub.Append(iter([append_request(1, columns([1]), table="nope")])))
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+        assert "no table named 'nope'. Found: replay" in err.value.details()
+        with pytest.raises(rg.TableNotFoundError, match="Found: replay"):
+            rg.ReplayClient(server.address, table="nope")
+        channel.close()
+
+
+def test_an_oversize_message_is_resource_exhausted_naming_the_limit(empty_table):
+    config = rg.ServerConfig(max_message_bytes=2**16)
+    with rg.serve(empty_table, config=config) as server:
+        channel, stub = stub_for(server)
+        big = columns(np.arange(4000))  # about 68 KB
+        with pytest.raises(grpc.RpcError) as err:
+            list(stub.Append(iter([append_request(1, big)])))
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "over max_message_bytes=65536" in err.value.details()
+        assert empty_table.size == 0
+        channel.close()
+
+
+def test_a_full_staging_queue_answers_resource_exhausted_naming_the_limit(empty_table):
+    config = rg.ServerConfig(background_commit=False, staging_max_batches=1, staging_timeout_s=0.2)
+    with rg.serve(empty_table, config=config) as server:
+        channel, stub = stub_for(server)
+        requests = [append_request(s, columns([s])) for s in (1, 2)]
+        with pytest.raises(grpc.RpcError) as err:
+            list(stub.Append(iter(requests)))
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "staging_max_batches=1" in err.value.details()
+        assert "staging_timeout_s=0.2" in err.value.details()
+        assert server.commit_pending() == 1  # the first batch was staged and commits whole
+        assert stored_ids(empty_table).tolist() == [1]
+        channel.close()
+
+
+@pytest.mark.parametrize("token", [None, "wrong"])
+def test_each_rpc_without_the_right_token_is_unauthenticated(empty_table, token):
+    with rg.serve(empty_table, token="s3cret") as server:
+        channel = grpc.insecure_channel(server.address)
+        stub = replay_pb2_grpc.ReplayServiceStub(channel)
+        md = (("authorization", f"Bearer {token}"),) if token else ()
+        calls = {
+            "Append": lambda: list(
+                stub.Append(iter([append_request(1, columns([1]))]), metadata=md)
+            ),
+            "GetWeights": lambda: stub.GetWeights(replay_pb2.GetWeightsRequest(), metadata=md),
+            "Info": lambda: stub.Info(replay_pb2.InfoRequest(), metadata=md),
+        }
+        for name, call in calls.items():
+            with pytest.raises(grpc.RpcError) as err:
+                call()
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED, name
+        with pytest.raises(AuthenticationError, match="UNAUTHENTICATED"):
+            rg.ReplayClient(server.address, token=token)
+        # health stays open for probes
+        health = health_pb2_grpc.HealthStub(channel)
+        assert health.Check(health_pb2.HealthCheckRequest()).status == 1
+        with rg.ReplayClient(server.address, token="s3cret") as client:
+            client.add_batch(columns([3, 4]))
+            client.flush(timeout=30)
+        assert stored_ids(empty_table).tolist() == [3, 4]
+        assert empty_table.size == 2
+        channel.close()
+
+
+def test_health_is_serving_then_not_serving_through_shutdown(empty_table):
+    server = rg.serve(empty_table)
+    channel = grpc.insecure_channel(server.address)
+    health = health_pb2_grpc.HealthStub(channel)
+    request = health_pb2.HealthCheckRequest(service="replaygpu.v1.ReplayService")
+    assert health.Check(request).status == health_pb2.HealthCheckResponse.SERVING
+    seen = []
+    watching = threading.Event()
+
+    def watch():
+        try:
+            for reply in health.Watch(request):
+                seen.append(reply.status)
+                watching.set()
+        except grpc.RpcError:
+            pass
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    assert watching.wait(10)
+    server.stop(grace=1.0)
+    watcher.join(10)
+    assert seen[0] == health_pb2.HealthCheckResponse.SERVING
+    assert health_pb2.HealthCheckResponse.NOT_SERVING in seen
+    with pytest.raises(grpc.RpcError) as err:
+        health.Check(request, timeout=2)
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    channel.close()
+
+
+def test_reflection_lists_the_replay_and_health_services(empty_table):
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    with rg.serve(empty_table) as server:
+        channel = grpc.insecure_channel(server.address)
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        request = reflection_pb2.ServerReflectionRequest(list_services="")
+        reply = next(iter(stub.ServerReflectionInfo(iter([request]))))
+        names = {s.name for s in reply.list_services_response.service}
+        assert {"replaygpu.v1.ReplayService", "grpc.health.v1.Health"} <= names
+        channel.close()
+
+
+def test_four_concurrent_actors_land_every_transition_exactly_once(empty_table):
+    per_actor, errors = 600, []
+    with rg.serve(empty_table) as server:
+        config = rg.ClientConfig(max_batch_transitions=64, max_delay_s=0.01)
+
+        def actor(k):
+            try:
+                with rg.ReplayClient(server.address, actor_id=f"a{k}", config=config) as client:
+                    ids = np.arange(per_actor) + k * per_actor
+                    client.add_batch(columns(ids[:300]))
+                    for i in ids[300:]:
+                        client.add({"id": i, "obs": [i, i, i], "done": bool(i % 2 == 0)})
+            except Exception as err:
+                errors.append(err)
+
+        threads = [threading.Thread(target=actor, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors
+        assert empty_table.total_inserted == 4 * per_actor
+        assert stored_ids(empty_table).tolist() == list(range(4 * per_actor))
+        obs = empty_table.storage["obs"].numpy()[: empty_table.size]
+        ids = empty_table.storage["id"].numpy()[: empty_table.size]
+        np.testing.assert_array_equal(obs[:, 0], ids.astype(np.float32))
+        assert server.ledger.snapshot() == {f"a{k}": server.ledger.last(f"a{k}") for k in range(4)}
+
+
+def test_restart_from_checkpoint_mid_stream_keeps_every_transition_exactly_once(tmp_path):
+    total = 3000
+    table = rg.ReplayTable(SPEC, capacity=4096, device="/CPU:0")
+    ledger = rg.SequenceLedger()
+    server = rg.serve(table, ledger=ledger)
+    address = server.address
+    config = rg.ClientConfig(max_batch_transitions=50, retry_initial_s=0.02, retry_max_s=0.2)
+    client = rg.ReplayClient(address, actor_id="actor-7", config=config)
+    client.add_batch(columns(np.arange(1000)))
+    client.flush(timeout=30)  # acknowledged
+    client.add_batch(columns(np.arange(1000, total)))  # in flight while the server stops
+    server.stop(grace=0.5)  # staged batches commit, later ones are refused with UNAVAILABLE
+    rg.Checkpointer(tmp_path, table=table, ledger=ledger).save()
+    before = table.size
+    assert 1000 <= before <= total
+
+    table2 = rg.ReplayTable(SPEC, capacity=4096, device="/CPU:0")
+    ledger2 = rg.SequenceLedger()
+    assert rg.Checkpointer(tmp_path, table=table2, ledger=ledger2).restore() is not None
+    assert table2.size == before
+    server2 = rg.serve(table2, address=address, ledger=ledger2)  # same port: clients retry
+    try:
+        client.flush(timeout=60)  # resends what was not acknowledged; the ledger drops replays
+        client.close()
+        assert stored_ids(table2).tolist() == list(range(total))
+        assert table2.total_inserted == total
+    finally:
+        server2.stop()
+
+
+def test_tls_with_certificate_files_on_both_sides(empty_table, tmp_path):
+    pytest.importorskip("cryptography", reason="the cryptography package makes the test cert")
+    cert, key = _self_signed(tmp_path)
+    server_tls = rg.TLSConfig(cert_file=cert, key_file=key)
+    with rg.serve(empty_table, address="127.0.0.1:0", tls=server_tls) as server:
+        client_tls = rg.TLSConfig(ca_file=cert, server_name="localhost")
+        with rg.ReplayClient(server.address, tls=client_tls) as client:
+            client.add_batch(columns([11, 12]))
+            client.flush(timeout=30)
+        assert stored_ids(empty_table).tolist() == [11, 12]
+        with pytest.raises(rg.ServiceUnavailableError):  # plaintext to a TLS port
+            rg.ReplayClient(server.address, config=rg.ClientConfig(retry_deadline_s=0.5))
+
+
+def _self_signed(tmp_path):
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    import ipaddress
+
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return str(cert_path), str(key_path)
