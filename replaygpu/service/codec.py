@@ -151,7 +151,13 @@ def encode_append_request(
         named_head = _len_field(1, len(name_bytes)) + name_bytes + _len_field(2, tensor_size)
         named_size = len(named_head) + tensor_size
         field_head = _len_field(1, named_size)
-        parts += [field_head, named_head, meta, data_head, memoryview(arr.reshape(-1)).cast("B")]
+        parts += [
+            field_head,
+            named_head,
+            meta,
+            data_head,
+            memoryview(arr.reshape(-1).view(np.uint8)),
+        ]
         batch_size += len(field_head) + named_size
     head = replay_pb2.AppendRequest(table=table, actor_id=actor_id, seq=seq).SerializeToString()
     return b"".join([head, _len_field(4, batch_size), *parts])

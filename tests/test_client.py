@@ -1,0 +1,171 @@
+"""ReplayClient against a real server on 127.0.0.1: dtypes, buffering, backpressure, weights."""
+
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import replaygpu as rg
+from replaygpu.service import codec
+
+ALL_DTYPES = [d for d in codec.DTYPE_NAMES]
+
+
+def test_importing_the_client_does_not_import_tensorflow():
+    code = (
+        "import sys\n"
+        "import replaygpu\n"
+        "from replaygpu.service.client import ReplayClient\n"
+        "replaygpu.ReplayClient, replaygpu.ClientConfig, replaygpu.TLSConfig\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'tensorflow')\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def _values(name, n):
+    dtype = codec.numpy_dtype(name)
+    rng = np.random.default_rng(1)
+    shape = (n, 2, 3)
+    if name == "bool":
+        return rng.integers(0, 2, shape).astype(bool)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
+    if dtype.kind == "c":
+        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def test_every_dtype_a_spec_may_hold_round_trips_exactly_into_the_table():
+    spec = {f"f_{name}": tf.TensorSpec([2, 3], tf.as_dtype(name)) for name in ALL_DTYPES}
+    table = rg.ReplayTable(spec, capacity=64, device="/CPU:0")
+    columns = {f"f_{name}": _values(name, 10) for name in ALL_DTYPES}
+    with rg.serve(table) as server, rg.ReplayClient(server.address, actor_id="dt") as client:
+        assert client.spec["f_uint16"] == ("uint16", (2, 3))
+        client.add_batch(columns)
+        client.flush(timeout=30)
+    assert table.size == 10
+    for name, want in columns.items():
+        got = table.storage[name].numpy()[:10]
+        assert got.dtype == want.dtype, name
+        assert got.tobytes() == want.tobytes(), name
+
+
+SPEC = {"id": tf.TensorSpec([], tf.int64), "obs": tf.TensorSpec([4], tf.float32)}
+
+
+@pytest.fixture(scope="module")
+def table():
+    table = rg.ReplayTable(SPEC, capacity=2048, device="/CPU:0")
+    table.append({"id": np.zeros(1, np.int64), "obs": np.zeros((1, 4), np.float32)})
+    return table
+
+
+@pytest.fixture
+def empty_table(table):
+    for var in (table.cursor, table.size_var, table.inserted_var):
+        var.assign(0)
+    return table
+
+
+def ids_of(table):
+    return np.sort(table.storage["id"].numpy()[: table.size]).tolist()
+
+
+def test_add_converts_python_values_and_rejects_wrong_arrays_without_adding(empty_table):
+    with rg.serve(empty_table) as server, rg.ReplayClient(server.address) as client:
+        client.add({"id": 1, "obs": [0.5, 1, 2, 3]})
+        with pytest.raises(rg.BatchError, match=r"field 'obs': expected dtype float32"):
+            client.add({"id": 2, "obs": np.zeros(4, np.float64)})
+        with pytest.raises(rg.BatchError, match=r"field 'obs': expected shape \[4\], got \[3\]"):
+            client.add({"id": 2, "obs": [1.0, 2.0, 3.0]})
+        with pytest.raises(rg.BatchError, match="missing 'obs'"):
+            client.add({"id": 2})
+        with pytest.raises(rg.BatchError, match=r"field 'id': expected dtype int64"):
+            client.add_batch({"id": np.zeros(2, np.int32), "obs": np.zeros((2, 4), np.float32)})
+        client.flush(timeout=30)
+    assert ids_of(empty_table) == [1]
+    np.testing.assert_array_equal(empty_table.storage["obs"].numpy()[0], [0.5, 1, 2, 3])
+
+
+def test_buffer_is_sealed_after_max_delay_without_flush(empty_table):
+    config = rg.ClientConfig(max_batch_transitions=1000, max_delay_s=0.05)
+    with rg.serve(empty_table) as server, rg.ReplayClient(server.address, config=config) as client:
+        client.add({"id": 7, "obs": np.ones(4, np.float32)})
+        deadline = time.monotonic() + 10
+        while empty_table.size == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ids_of(empty_table) == [7]
+
+
+def test_add_blocks_while_the_buffer_is_full_and_resumes_after_commits(empty_table):
+    server_config = rg.ServerConfig(background_commit=False)
+    config = rg.ClientConfig(max_batch_transitions=10, max_buffer_bytes=600)  # ~5 requests
+    with rg.serve(empty_table, config=server_config) as server:
+        client = rg.ReplayClient(server.address, config=config)
+        done = threading.Event()
+
+        def produce():
+            for start in range(0, 200, 10):
+                ids = np.arange(start, start + 10)
+                client.add_batch({"id": ids, "obs": np.zeros((10, 4), np.float32)})
+            done.set()
+
+        producer = threading.Thread(target=produce)
+        producer.start()
+        time.sleep(0.5)
+        assert not done.is_set()  # blocked: nothing is committed, the buffer is full
+        while not done.wait(0.05):
+            server.commit_pending()
+        producer.join()
+        while empty_table.size < 200:
+            server.commit_pending()
+            time.sleep(0.01)
+        client.flush(timeout=30)
+        client.close()
+    assert ids_of(empty_table) == list(range(200))
+
+
+def test_a_restarted_client_continues_after_its_last_committed_seq(empty_table):
+    with rg.serve(empty_table) as server:
+        with rg.ReplayClient(server.address, actor_id="same") as client:
+            client.add_batch({"id": np.arange(3), "obs": np.zeros((3, 4), np.float32)})
+        with rg.ReplayClient(server.address, actor_id="same") as client:
+            client.add_batch({"id": np.arange(3, 5), "obs": np.zeros((2, 4), np.float32)})
+        assert server.ledger.last("same") == 2
+    assert ids_of(empty_table) == [0, 1, 2, 3, 4]
+
+
+def test_close_joins_the_client_threads(empty_table):
+    before = {t.name for t in threading.enumerate()}
+    with rg.serve(empty_table) as server:
+        client = rg.ReplayClient(server.address)
+        client.close()
+        client.close()  # idempotent
+    left = {t.name for t in threading.enumerate()} - before
+    assert not any(name.startswith("replaygpu-client") for name in left)
+
+
+def test_get_weights_returns_none_until_published_then_the_published_structure(empty_table):
+    def update_fn(batch):
+        return {"loss": tf.reduce_mean(batch["obs"])}
+
+    sampler = rg.UniformSampler(empty_table, seed=0)
+    learner = rg.Learner(empty_table, sampler, update_fn, batch_size=4)
+    with rg.serve(learner) as server, rg.ReplayClient(server.address) as client:
+        assert client.get_weights() is None
+        w = tf.Variable(tf.ones([2, 3]))
+        assert learner.publish_weights({"w": w, "b": np.arange(3.0)}) == 1
+        version, weights = client.get_weights(newer_than=0)
+        assert version == 1 and list(weights) == ["w", "b"]
+        np.testing.assert_array_equal(weights["w"], np.ones([2, 3], np.float32))
+        assert client.get_weights(newer_than=1) is None
+        assert learner.publish_weights([w]) == 2
+        version, weights = client.get_weights(newer_than=1)
+        assert version == 2 and isinstance(weights, list) and weights[0].shape == (2, 3)
+        assert client.info().weights_version == 2

@@ -1,0 +1,78 @@
+"""Learner.run as a service loop: commits streamed appends, trains, publishes, checkpoints."""
+
+import threading
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import replaygpu as rg
+
+SPEC = {"id": tf.TensorSpec([], tf.int64), "x": tf.TensorSpec([2], tf.float32)}
+
+
+def make_learner():
+    table = rg.ReplayTable(SPEC, capacity=512, device="/CPU:0")
+    w = tf.Variable(tf.zeros([2]))
+    opt = tf.keras.optimizers.SGD(0.1)
+
+    def update_fn(batch):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(batch["x"] - w))
+        opt.apply_gradients([(tape.gradient(loss, w), w)])
+        return {"loss": loss}
+
+    sampler = rg.UniformSampler(table, seed=0)
+    return rg.Learner(table, sampler, update_fn, batch_size=8), w
+
+
+def test_run_commits_streamed_appends_trains_and_publishes_weights(tmp_path):
+    learner, w = make_learner()
+    server = rg.serve(learner)
+    ckpt = rg.Checkpointer(tmp_path, learner=learner, ledger=server.ledger)
+    stop = threading.Event()
+    out = {}
+    loop = threading.Thread(
+        target=lambda: out.update(
+            learner.run(20, weights={"w": w}, stop=stop, checkpointer=ckpt, max_seconds=60)
+        )
+    )
+    loop.start()
+    try:
+        with rg.ReplayClient(server.address, actor_id="a") as client:
+            client.add_batch({"id": np.arange(100), "x": np.ones((100, 2), np.float32)})
+            client.flush(timeout=30)
+            got = None
+            for _ in range(600):
+                got = client.get_weights()
+                if got is not None:
+                    break
+                stop.wait(0.05)
+            assert got is not None
+            version, weights = got
+            assert version >= 1 and set(weights) == {"w"}
+    finally:
+        stop.set()
+        loop.join(60)
+        server.stop()
+    assert out["inserted"] == 100 and out["steps"] >= 20
+    assert learner.table.size == 100
+    assert np.all(w.numpy() > 0)  # trained towards x = 1
+    assert ckpt.latest is not None
+    learner2, _ = make_learner()
+    ledger2 = rg.SequenceLedger()
+    rg.Checkpointer(tmp_path, learner=learner2, ledger=ledger2).restore()
+    assert ledger2.last("a") == 1 and learner2.table.size == 100
+
+
+def test_run_without_a_stop_condition_is_refused():
+    learner, _ = make_learner()
+    with pytest.raises(rg.ConfigError, match="nothing would ever stop it"):
+        learner.run(10)
+
+
+def test_run_without_a_server_just_trains_for_max_steps():
+    learner, _ = make_learner()
+    learner.table.append({"id": np.arange(16), "x": np.ones((16, 2), np.float32)})
+    result = learner.run(10, max_steps=30)
+    assert result["steps"] == 30 and result["inserted"] == 0
