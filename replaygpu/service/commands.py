@@ -1,0 +1,143 @@
+"""``replaygpu serve`` (a standalone replay service) and ``replaygpu info ADDRESS``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import threading
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``serve`` and ``info`` subcommands."""
+    serve = subparsers.add_parser(
+        "serve",
+        help="run a standalone replay service (table + ledger, checkpointed)",
+        description="Serve a replay table over gRPC for remote actors. The table's spec comes "
+        "from a gymnasium env id or a JSON spec file ({field: {dtype, shape}}).",
+    )
+    spec = serve.add_mutually_exclusive_group(required=True)
+    spec.add_argument("--env", help="gymnasium env id whose transition spec to use")
+    spec.add_argument("--spec", help="JSON spec file, as written by replaygpu.spec_to_json")
+    serve.add_argument("--capacity", type=int, default=1_000_000, help="transitions kept")
+    serve.add_argument("--table", default="replay", help="table name (default replay)")
+    serve.add_argument("--device", default=None, help="device of the table (default: GPU if any)")
+    serve.add_argument(
+        "--address", default="127.0.0.1:50051", help="host:port to bind (default loopback)"
+    )
+    serve.add_argument(
+        "--token",
+        default=os.environ.get("REPLAYGPU_TOKEN"),
+        help="require this bearer token (default: $REPLAYGPU_TOKEN)",
+    )
+    serve.add_argument("--tls-cert", help="server certificate chain (PEM)")
+    serve.add_argument("--tls-key", help="server private key (PEM)")
+    serve.add_argument("--tls-ca", help="CA of client certificates: require mTLS")
+    serve.add_argument("--checkpoint-dir", help="restore from and save to this folder")
+    serve.add_argument("--checkpoint-every-s", type=float, default=300.0)
+    serve.add_argument("--max-message-mb", type=int, default=64, help="largest append (MiB)")
+    serve.set_defaults(func=run_serve)
+
+    info = subparsers.add_parser("info", help="print a replay server's tables and counters")
+    info.add_argument("address", help="host:port of the server")
+    info.add_argument("--token", default=os.environ.get("REPLAYGPU_TOKEN"))
+    info.add_argument("--tls-ca", help="CA certificate to trust (enables TLS)")
+    info.add_argument("--server-name", help="name to check the server certificate against")
+    info.add_argument("--json", action="store_true", help="print JSON")
+    info.set_defaults(func=run_info)
+
+
+def _load_spec(args: argparse.Namespace) -> Any:
+    import replaygpu as rg
+
+    if args.env:
+        import gymnasium as gym
+
+        env = gym.make(args.env)
+        try:
+            return rg.specs_from_env(env)
+        finally:
+            env.close()
+    with open(args.spec) as f:
+        return rg.spec_from_json(json.load(f))
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Serve until SIGTERM/SIGINT; checkpoint periodically and on the way out."""
+    import replaygpu as rg
+
+    tls = None
+    if args.tls_cert or args.tls_key:
+        tls = rg.TLSConfig(cert_file=args.tls_cert, key_file=args.tls_key, ca_file=args.tls_ca)
+    table = rg.ReplayTable(_load_spec(args), args.capacity, device=args.device, name=args.table)
+    ledger = rg.SequenceLedger()
+    ckpt = None
+    if args.checkpoint_dir:
+        ckpt = rg.Checkpointer(args.checkpoint_dir, table=table, ledger=ledger)
+        restored = ckpt.restore()
+        if restored:
+            logger.info("restored %s: %d transitions", restored, table.size)
+    config = rg.ServerConfig(max_message_bytes=args.max_message_mb * 2**20)
+    server = rg.serve(table, args.address, args.token, tls, config=config, ledger=ledger)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    logger.info(
+        "replay service at %s (table %s, capacity %d)", server.address, args.table, args.capacity
+    )
+    while not stop.wait(args.checkpoint_every_s if ckpt else 3600):
+        if ckpt is not None:
+            server.save(ckpt)
+    server.stop()
+    if ckpt is not None:
+        ckpt.save()
+    return 0
+
+
+def run_info(args: argparse.Namespace) -> int:
+    """Print the tables and counters of the server at ``args.address``."""
+    import grpc
+    from google.protobuf import json_format
+
+    from replaygpu.service.auth import TLSConfig, make_channel, token_metadata
+    from replaygpu.service.status import error_from_rpc
+    from replaygpu.v1 import replay_pb2, replay_pb2_grpc
+
+    tls = TLSConfig(ca_file=args.tls_ca, server_name=args.server_name) if args.tls_ca else None
+    channel = make_channel(args.address, tls, 2**20)
+    try:
+        reply = replay_pb2_grpc.ReplayServiceStub(channel).Info(
+            replay_pb2.InfoRequest(), metadata=token_metadata(args.token), timeout=10
+        )
+    except grpc.RpcError as err:
+        raise SystemExit(str(error_from_rpc(err, args.address))) from None
+    finally:
+        channel.close()
+    if args.json:
+        print(json_format.MessageToJson(reply, always_print_fields_with_no_presence=True))
+        return 0
+    print(
+        f"server {args.address}: replaygpu {reply.server_version}, weights version "
+        f"{reply.weights_version}, learner steps {reply.learner_steps}, actors {reply.actors}, "
+        f"staged {reply.staged_batches} batches / {reply.staged_bytes} bytes"
+    )
+    for t in reply.tables:
+        print(
+            f"table {t.name}: size {t.size}/{t.capacity}, inserted {t.inserted}, "
+            f"sampled {t.sampled}, device {t.device}"
+        )
+        for f in t.spec:
+            print(f"  {f.name}: {f.dtype}{list(f.shape)}")
+        if t.HasField("rate_limiter"):
+            r = t.rate_limiter
+            print(
+                f"  rate limiter {r.kind}: samples_per_insert {r.samples_per_insert:g}, "
+                f"min_size_to_sample {r.min_size_to_sample}, error_buffer {r.error_buffer:g}, "
+                f"sampled {r.sampled}"
+            )
+    return 0

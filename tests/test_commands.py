@@ -1,0 +1,90 @@
+"""``replaygpu serve`` and ``replaygpu info`` as real processes."""
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+import replaygpu as rg
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_serve_accepts_appends_reports_info_and_checkpoints_on_sigterm(tmp_path):
+    address = f"127.0.0.1:{free_port()}"
+    cli = [sys.executable, "-m", "replaygpu.cli"]
+    serve = subprocess.Popen(
+        [
+            *cli,
+            "serve",
+            "--env",
+            "CartPole-v1",
+            "--capacity",
+            "1000",
+            "--address",
+            address,
+            "--checkpoint-dir",
+            str(tmp_path),
+            "--device",
+            "/CPU:0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        client = rg.ReplayClient(
+            address, actor_id="cli", config=rg.ClientConfig(retry_deadline_s=120)
+        )
+        n = 10
+        client.add_batch(
+            {
+                "obs": np.zeros((n, 4), np.float32),
+                "action": np.arange(n, dtype=np.int64),
+                "reward": np.ones(n, np.float32),
+                "next_obs": np.zeros((n, 4), np.float32),
+                "terminated": np.zeros(n, bool),
+                "truncated": np.zeros(n, bool),
+            }
+        )
+        client.flush(timeout=60)
+        client.close()
+        info = subprocess.run([*cli, "info", address], capture_output=True, text=True, timeout=60)
+        assert info.returncode == 0, info.stderr
+        assert "table replay: size 10/1000, inserted 10" in info.stdout
+        assert "obs: float32[4]" in info.stdout
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        output, _ = serve.communicate(timeout=60)
+    assert serve.returncode == 0, output
+    assert list(tmp_path.glob("ckpt-*.index")), output
+    table = rg.ReplayTable(rg.specs_from_env(_cartpole()), 1000, device="/CPU:0")
+    ledger = rg.SequenceLedger()
+    rg.Checkpointer(tmp_path, table=table, ledger=ledger).restore()
+    assert table.size == 10 and ledger.last("cli") == 1
+
+
+def test_info_on_a_server_that_is_not_there_fails_with_a_clear_message():
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "replaygpu.cli", "info", f"127.0.0.1:{free_port()}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert "UNAVAILABLE" in result.stderr
+    assert time.monotonic() - started < 30
+
+
+def _cartpole():
+    import gymnasium as gym
+
+    return gym.make("CartPole-v1")
