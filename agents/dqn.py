@@ -152,9 +152,13 @@ class DQN(tf.Module):
             error = target - q_taken
             abs_error = tf.abs(error)
             huber = tf.where(abs_error <= 1.0, 0.5 * tf.square(error), abs_error - 0.5)
-            loss = tf.reduce_mean(huber)
+            weights = batch.get("importance_weights")  # present with a PrioritizedSampler
+            loss = tf.reduce_mean(huber if weights is None else weights * huber)
         self.optimizer.apply(tape.gradient(loss, self.q.weights))
-        return {"losses/td_loss": loss, "losses/q_values": tf.reduce_mean(q_taken)}
+        out = {"losses/td_loss": loss, "losses/q_values": tf.reduce_mean(q_taken)}
+        if weights is not None:
+            out["priorities"] = abs_error  # the sampler's new priorities for these rows
+        return out
 
     def sync_target(self) -> None:
         """Copy the online weights into the target network."""

@@ -25,11 +25,17 @@ def _parse_int_tuple(text: str) -> tuple[int, ...]:
 
 
 def add_config_flags(
-    parser: argparse.ArgumentParser, config_cls: type, defaults: Any | None = None
+    parser: argparse.ArgumentParser,
+    config_cls: type,
+    defaults: Any | None = None,
+    skip: tuple[str, ...] = (),
 ) -> None:
-    """Add one flag per field of ``config_cls``; ``defaults`` (an instance) overrides defaults."""
+    """Add one flag per field of ``config_cls`` but ``skip``; ``defaults`` (an instance)
+    overrides the fields' defaults."""
     hints = typing.get_type_hints(config_cls)
     for f in dataclasses.fields(config_cls):
+        if f.name in skip:
+            continue
         default = getattr(defaults, f.name) if defaults is not None else f.default
         kind = hints[f.name]
         help_text = f.metadata.get("help", "")

@@ -51,3 +51,37 @@ def epsilon_greedy_actions(
     if not explore.all():
         actions = np.where(explore, actions, greedy(obs))
     return actions
+
+
+def squashed_gaussian_policy(
+    weights: Weights,
+    scale: np.ndarray,
+    bias: np.ndarray,
+    rng: np.random.Generator | None = None,
+) -> Callable[[np.ndarray], np.ndarray]:
+    """``[B, *obs] -> [B, act_dim]`` float32 actions ``tanh(u) * scale + bias`` of a SAC actor.
+
+    The actor network outputs ``[mean, log_std]``; ``u ~ N(mean, std)`` with ``rng``, or
+    ``u = mean`` (the greedy action) without one. ``log_std`` is squashed as in the TF update.
+    """
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        x = np.asarray(obs, np.float32).reshape(len(obs), -1)
+        out = numpy_mlp(weights, x)
+        mean, log_std = np.split(out, 2, axis=1)
+        u = mean
+        if rng is not None:
+            std = np.exp(squash_log_std(log_std))
+            u = mean + std * rng.standard_normal(mean.shape)
+        return (np.tanh(u) * scale + bias).astype(np.float32)
+
+    return act
+
+
+#: range of a SAC actor's log standard deviation (the TF update squashes it the same way).
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+def squash_log_std(log_std: np.ndarray) -> np.ndarray:
+    """Map a raw network output into ``[LOG_STD_MIN, LOG_STD_MAX]`` smoothly."""
+    return LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (1.0 + np.tanh(log_std))

@@ -1,0 +1,238 @@
+"""An Ape-X actor: a gymnasium vector env, a numpy epsilon-greedy policy, a `ReplayClient`.
+
+This module imports no TensorFlow, so actor processes start fast and stay small. An actor
+steps ``num_envs`` envs with one batched numpy policy call per vector step, sends its
+transitions in columnar batches with `ReplayClient.add_batch`, and pulls new weights with
+``get_weights(newer_than=version)`` every ``weight_pull_interval`` env steps. Actor ``i`` of
+``N`` explores with ``eps_i = epsilon_base ** (1 + epsilon_alpha * i / (N - 1))`` (Ape-X).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import gymnasium as gym
+import numpy as np
+
+import replaygpu as rg
+from agents.envs import EpisodeStats, TransitionChunk, make_vector_env, true_next_obs
+from agents.policies import epsilon_greedy_actions, greedy_q_policy
+
+logger = logging.getLogger(__name__)
+
+#: ``report(kind, actor_index, payload)``: "episode" with (env_steps, return, length), or
+#: "done" with the actor's final stats dict.
+Report = Callable[[str, int, object], None]
+
+
+def _help(text: str) -> dict:
+    return {"help": text}
+
+
+@dataclass(frozen=True)
+class ActorConfig:
+    """How one actor collects experience."""
+
+    env_id: str = field(default="CartPole-v1", metadata=_help("gymnasium env id"))
+    actor_index: int = field(default=0, metadata=_help("this actor's index i in [0, N)"))
+    num_actors: int = field(default=1, metadata=_help("N, actors in the whole run"))
+    num_envs: int = field(default=8, metadata=_help("envs stepped together per actor"))
+    seed: int = field(default=1, metadata=_help("base seed (offset by the actor index)"))
+    steps: int = field(default=0, metadata=_help("env steps to collect; 0: until stopped"))
+    weight_pull_interval: int = field(
+        default=400, metadata=_help("env steps between get_weights(newer_than=version) calls")
+    )
+    send_interval: int = field(
+        default=32, metadata=_help("vector steps buffered before one add_batch call")
+    )
+    epsilon_base: float = field(default=0.4, metadata=_help("Ape-X epsilon base"))
+    epsilon_alpha: float = field(default=7.0, metadata=_help("Ape-X epsilon exponent spread"))
+    insert_slack: int = field(
+        default=2048,
+        metadata=_help(
+            "follow the server's samples-per-insert limit on the insert side: wait while the "
+            "table is more than this many rows ahead of what the learner has sampled; "
+            "-1: never wait"
+        ),
+    )
+    table: str = field(default="replay", metadata=_help("table name on the server"))
+    token: str = field(default="", metadata=_help("bearer token, if the server needs one"))
+
+    def __post_init__(self) -> None:
+        for name in ("num_actors", "num_envs", "weight_pull_interval", "send_interval"):
+            if getattr(self, name) < 1:
+                raise rg.ConfigError(f"{name}: got {getattr(self, name)}, expected >= 1")
+        if not 0 <= self.actor_index < self.num_actors:
+            raise rg.ConfigError(
+                f"actor_index: got {self.actor_index}, expected in [0, num_actors="
+                f"{self.num_actors})"
+            )
+        if self.insert_slack < -1:
+            raise rg.ConfigError(f"insert_slack: got {self.insert_slack}, expected >= -1")
+        if self.steps < 0:
+            raise rg.ConfigError(f"steps: got {self.steps}, expected >= 0 (0: until stopped)")
+        if not 0.0 <= self.epsilon_base <= 1.0:
+            raise rg.ConfigError(f"epsilon_base: got {self.epsilon_base}, expected in [0, 1]")
+
+    @property
+    def epsilon(self) -> float:
+        """This actor's fixed exploration rate."""
+        if self.num_actors == 1:
+            return self.epsilon_base
+        spread = self.epsilon_alpha * self.actor_index / (self.num_actors - 1)
+        return self.epsilon_base ** (1.0 + spread)
+
+
+def run_actor(
+    config: ActorConfig,
+    address: str,
+    stop: threading.Event | None = None,
+    report: Report | None = None,
+) -> dict[str, float]:
+    """Collect experience into the replay server at ``address`` until done or stopped.
+
+    Returns:
+        ``{"env_steps", "episodes", "seconds", "env_steps_per_s", "weight_updates"}``.
+
+    Raises:
+        ReplayError: when the server is unreachable or rejects the data.
+    """
+    env = make_vector_env(config.env_id, config.num_envs, config.seed + 1000 * config.actor_index)
+    if not isinstance(env.single_action_space, gym.spaces.Discrete):
+        raise rg.ConfigError(
+            f"env {config.env_id}: got action space {env.single_action_space}, expected Discrete"
+        )
+    num_actions = int(env.single_action_space.n)
+    n = config.num_envs
+    client = rg.ReplayClient(
+        address,
+        actor_id=f"actor-{config.actor_index}",
+        table=config.table,
+        token=config.token or None,
+    )
+    spec = {k: (shape, np.dtype(dtype)) for k, (dtype, shape) in client.spec.items()}
+    chunk = TransitionChunk(spec, config.send_interval * n)
+    stats = EpisodeStats(n)
+    rng = np.random.default_rng(config.seed + 1000 * config.actor_index)
+    version, policy = 0, None
+    env_steps, since_pull, updates, episodes = 0, config.weight_pull_interval, 0, 0
+    obs, _ = env.reset(seed=config.seed + 1000 * config.actor_index)
+    start = time.perf_counter()
+    try:
+        while not (stop is not None and stop.is_set()):
+            if config.steps and env_steps >= config.steps:
+                break
+            if since_pull >= config.weight_pull_interval:
+                since_pull = 0
+                got = client.get_weights(newer_than=version)
+                if got is not None:
+                    version, weights = got
+                    policy = greedy_q_policy(list(weights))
+                    updates += 1
+            if policy is None:  # nothing published yet: explore uniformly
+                actions = rng.integers(num_actions, size=n).astype(np.int64)
+            else:
+                actions = epsilon_greedy_actions(policy, obs, config.epsilon, num_actions, rng)
+            next_obs, reward, terminated, truncated, info = env.step(actions)
+            done = terminated | truncated
+            chunk.add(
+                obs=obs,
+                action=actions,
+                reward=reward.astype(np.float32),
+                next_obs=true_next_obs(next_obs, done, info),
+                terminated=terminated,
+                truncated=truncated,
+            )
+            env_steps += n
+            since_pull += n
+            for episodic_return, length in stats.step(reward, done):
+                episodes += 1
+                if report is not None:
+                    report("episode", config.actor_index, (env_steps, episodic_return, length))
+            if chunk.count == chunk.size:
+                client.add_batch(chunk.take())
+                if config.insert_slack >= 0:
+                    _wait_for_learner(client, config, stop)
+            obs = next_obs
+        if chunk.count:
+            client.add_batch(chunk.take())
+        client.close()
+    except BaseException:
+        client.close(flush=False)
+        raise
+    finally:
+        env.close()
+    seconds = time.perf_counter() - start
+    result = {
+        "env_steps": float(env_steps),
+        "episodes": float(episodes),
+        "seconds": seconds,
+        "env_steps_per_s": env_steps / max(seconds, 1e-9),
+        "weight_updates": float(updates),
+    }
+    logger.info(
+        "actor %d: %d env steps in %.1f s (%.0f/s), %d episodes, %d weight updates",
+        config.actor_index,
+        env_steps,
+        seconds,
+        result["env_steps_per_s"],
+        episodes,
+        updates,
+    )
+    if report is not None:
+        report("done", config.actor_index, result)
+    return result
+
+
+def _wait_for_learner(client, config: ActorConfig, stop: threading.Event | None) -> None:
+    """The insert side of a samples-per-insert rate limit (as Reverb's blocks inserters).
+
+    The server's limiter only holds back sampling; an actor that could outrun the learner
+    waits here while ``inserted > min_size + (sampled + error_buffer) / spi + insert_slack``,
+    so the learner trains on data from recent policies instead of a backlog.
+    """
+    delay = 0.002
+    while not (stop is not None and stop.is_set()):
+        table = next((t for t in client.info().tables if t.name == config.table), None)
+        limiter = table.rate_limiter if table is not None else None
+        if limiter is None or not limiter.kind or limiter.samples_per_insert <= 0:
+            return
+        allowed = (
+            limiter.min_size_to_sample
+            + (limiter.sampled + limiter.error_buffer) / limiter.samples_per_insert
+            + config.insert_slack
+        )
+        if table.inserted <= allowed:
+            return
+        time.sleep(delay)
+        delay = min(2 * delay, 0.05)
+
+
+def run_actor_process(config: ActorConfig, address: str, stop=None, reports=None) -> None:
+    """Entry point of a spawned actor process.
+
+    Args:
+        config: the actor's config.
+        address: the replay server's ``host:port``.
+        stop: a multiprocessing Event that ends the actor.
+        reports: a bounded multiprocessing Queue for episode and final reports (dropped when
+            full, so a slow reader never blocks the actor), or None.
+    """
+    import queue
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops actors through ``stop``
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+
+    def report(kind: str, index: int, payload: object) -> None:
+        try:
+            reports.put_nowait((kind, index, payload))
+        except queue.Full:
+            if kind == "done":
+                reports.put((kind, index, payload), timeout=10)
+
+    run_actor(config, address, stop=stop, report=report if reports is not None else None)

@@ -1,0 +1,273 @@
+"""Soft actor-critic for Box actions: twin critics, a tanh-squashed Gaussian actor and automatic
+entropy tuning.
+
+Reads top to bottom: the config, the agent (networks + the in-graph update), the training loop.
+Acting uses a numpy copy of the actor (refreshed after each training call); every
+``train_freq`` env steps the new transitions go to the `ReplayTable` in one append and
+``gradient_steps`` SGD steps run in one `Learner.train` call.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import gymnasium as gym
+import numpy as np
+import tensorflow as tf
+
+import replaygpu as rg
+from agents.envs import (
+    EpisodeStats,
+    TransitionChunk,
+    evaluate,
+    make_vector_env,
+    numpy_spec,
+    true_next_obs,
+)
+from agents.networks import MLP, Adam, polyak_update
+from agents.policies import LOG_STD_MAX, LOG_STD_MIN, squashed_gaussian_policy
+from agents.progress import NullRecorder, Recorder, TrainResult, TrainTimer
+
+
+def _help(text: str) -> dict:
+    return {"help": text}
+
+
+@dataclass(frozen=True)
+class SACConfig:
+    """SAC hyperparameters; the defaults follow rl-zoo3's Pendulum-v1 values (updates batched)."""
+
+    env_id: str = field(default="Pendulum-v1", metadata=_help("gymnasium env id (Box actions)"))
+    seed: int = field(default=1, metadata=_help("seed of envs, networks, sampling and noise"))
+    steps: int = field(default=20_000, metadata=_help("env steps to train for"))
+    learning_rate: float = field(default=1e-3, metadata=_help("Adam step size (all nets)"))
+    batch_size: int = field(default=256, metadata=_help("minibatch size of each SGD step"))
+    buffer_size: int = field(default=100_000, metadata=_help("replay table capacity"))
+    learning_starts: int = field(
+        default=100, metadata=_help("env steps of uniform random actions before training")
+    )
+    gamma: float = field(default=0.99, metadata=_help("discount factor"))
+    tau: float = field(default=0.005, metadata=_help("target critic Polyak rate per SGD step"))
+    train_freq: int = field(default=64, metadata=_help("env steps between training calls"))
+    gradient_steps: int = field(default=64, metadata=_help("SGD steps per training call"))
+    hidden_sizes: tuple[int, ...] = field(default=(256, 256), metadata=_help("MLP widths"))
+    initial_alpha: float = field(default=1.0, metadata=_help("initial entropy coefficient"))
+    target_entropy_scale: float = field(
+        default=1.0, metadata=_help("target entropy = -scale * action dimensions")
+    )
+    num_envs: int = field(default=1, metadata=_help("envs stepped together (one policy call)"))
+    eval_episodes: int = field(default=10, metadata=_help("greedy evaluation episodes"))
+    jit_compile: bool = field(default=True, metadata=_help("compile the SGD loop with XLA"))
+    device: str = field(default="", metadata=_help("TF device; empty: first GPU, else CPU"))
+
+    def __post_init__(self) -> None:
+        positive = [
+            "steps",
+            "batch_size",
+            "buffer_size",
+            "train_freq",
+            "gradient_steps",
+            "num_envs",
+            "eval_episodes",
+        ]
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise rg.ConfigError(f"{name}: got {getattr(self, name)}, expected >= 1")
+        if self.learning_starts < 0:
+            raise rg.ConfigError(f"learning_starts: got {self.learning_starts}, expected >= 0")
+        for name in ("gamma", "tau"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise rg.ConfigError(f"{name}: got {getattr(self, name)}, expected in [0, 1]")
+        for name in ("learning_rate", "initial_alpha"):
+            if not getattr(self, name) > 0:
+                raise rg.ConfigError(f"{name}: got {getattr(self, name)}, expected > 0")
+        if not self.hidden_sizes or min(self.hidden_sizes) < 1:
+            raise rg.ConfigError(
+                f"hidden_sizes: got {self.hidden_sizes}, expected positive widths like 256,256"
+            )
+        if self.train_freq % self.num_envs:
+            raise rg.ConfigError(
+                f"train_freq: got {self.train_freq}, expected a multiple of num_envs "
+                f"({self.num_envs}) so that each chunk holds whole vector steps"
+            )
+
+
+class SAC(tf.Module):
+    """Actor, twin critics with Polyak targets, entropy coefficient, and the in-graph update.
+
+    Args:
+        obs_dim: flat observation size.
+        low, high: ``[act_dim]`` bounds of the Box action space.
+        config: hyperparameters.
+    """
+
+    def __init__(self, obs_dim: int, low: np.ndarray, high: np.ndarray, config: SACConfig):
+        super().__init__(name="sac")
+        act_dim = len(low)
+        hidden = list(config.hidden_sizes)
+        self.config = config
+        self.scale = ((high - low) / 2.0).astype(np.float32)
+        self.bias = ((high + low) / 2.0).astype(np.float32)
+        self.actor = MLP([obs_dim, *hidden, 2 * act_dim], seed=config.seed, name="actor")
+        self.critics = [
+            MLP([obs_dim + act_dim, *hidden, 1], seed=config.seed + 1 + i, name=f"critic{i}")
+            for i in range(2)
+        ]
+        self.targets = [
+            MLP([obs_dim + act_dim, *hidden, 1], seed=config.seed + 1 + i, name=f"target{i}")
+            for i in range(2)
+        ]
+        self.critic_weights = self.critics[0].weights + self.critics[1].weights
+        self.target_weights = self.targets[0].weights + self.targets[1].weights
+        self.log_alpha = tf.Variable(np.log(config.initial_alpha), dtype=tf.float32)
+        self.target_entropy = -config.target_entropy_scale * act_dim
+        lr = config.learning_rate
+        self.actor_opt = Adam(self.actor.weights, lr, name="actor_adam")
+        self.critic_opt = Adam(self.critic_weights, lr, name="critic_adam")
+        self.alpha_opt = Adam([self.log_alpha], lr, name="alpha_adam")
+        self.noise = tf.random.Generator.from_seed(config.seed + 100)
+
+    def q_values(self, nets: list[MLP], obs: tf.Tensor, action: tf.Tensor) -> list[tf.Tensor]:
+        """``[B]`` Q-values of each critic in ``nets``; actions in [-1, 1] units."""
+        x = tf.concat([obs, action], axis=1)
+        return [tf.squeeze(net(x), axis=1) for net in nets]
+
+    def sample_action(self, obs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """``(a [B, act_dim] in [-1, 1], log pi(a|s) [B])`` by the reparameterisation trick."""
+        mean, log_std = tf.split(self.actor(obs), 2, axis=1)
+        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (1.0 + tf.tanh(log_std))
+        std = tf.exp(log_std)
+        eps = self.noise.normal(tf.shape(mean))
+        u = mean + std * eps
+        a = tf.tanh(u)
+        log_prob = -0.5 * tf.square(eps) - log_std - 0.5 * np.log(2.0 * np.pi)
+        log_prob -= tf.math.log(self.scale * (1.0 - tf.square(a)) + 1e-6)  # tanh + scale Jacobian
+        return a, tf.reduce_sum(log_prob, axis=1)
+
+    def update(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        """One SGD step of critics, actor and entropy coefficient; runs inside `Learner.train`."""
+        obs = tf.cast(batch["obs"], tf.float32)
+        next_obs = tf.cast(batch["next_obs"], tf.float32)
+        action = (tf.cast(batch["action"], tf.float32) - self.bias) / self.scale
+        alpha = tf.exp(self.log_alpha)
+
+        next_action, next_log_prob = self.sample_action(next_obs)
+        next_q = tf.minimum(*self.q_values(self.targets, next_obs, next_action))
+        not_terminal = 1.0 - tf.cast(batch["terminated"], tf.float32)  # bootstrap on truncation
+        target = batch["reward"] + self.config.gamma * not_terminal * (
+            next_q - alpha * next_log_prob
+        )
+        with tf.GradientTape() as tape:
+            q1, q2 = self.q_values(self.critics, obs, action)
+            critic_loss = 0.5 * (
+                tf.reduce_mean(tf.square(q1 - target)) + tf.reduce_mean(tf.square(q2 - target))
+            )
+        self.critic_opt.apply(tape.gradient(critic_loss, self.critic_weights))
+
+        with tf.GradientTape() as tape:
+            new_action, log_prob = self.sample_action(obs)
+            q_new = tf.minimum(*self.q_values(self.critics, obs, new_action))
+            actor_loss = tf.reduce_mean(alpha * log_prob - q_new)
+        self.actor_opt.apply(tape.gradient(actor_loss, self.actor.weights))
+
+        with tf.GradientTape() as tape:
+            alpha_loss = -tf.reduce_mean(
+                self.log_alpha * tf.stop_gradient(log_prob + self.target_entropy)
+            )
+        self.alpha_opt.apply(tape.gradient(alpha_loss, [self.log_alpha]))
+
+        polyak_update(self.critic_weights, self.target_weights, self.config.tau)
+        return {
+            "losses/critic_loss": critic_loss,
+            "losses/actor_loss": actor_loss,
+            "losses/alpha_loss": alpha_loss,
+            "losses/alpha": alpha,
+            "losses/q_values": tf.reduce_mean(q1),
+            "losses/entropy": -tf.reduce_mean(log_prob),
+        }
+
+
+def train(config: SACConfig, recorder: Recorder | None = None) -> TrainResult:
+    """Train SAC on ``config.env_id``, then evaluate the greedy (mean) action.
+
+    Raises:
+        ConfigError: when the env's action space is not a bounded Box.
+    """
+    recorder = recorder or NullRecorder()
+    env = make_vector_env(config.env_id, config.num_envs, config.seed)
+    space = env.single_action_space
+    if not (isinstance(space, gym.spaces.Box) and space.is_bounded()):
+        raise rg.ConfigError(
+            f"env {config.env_id}: got action space {space}, expected a bounded Box; use the "
+            "DQN agent for Discrete actions"
+        )
+    n = config.num_envs
+    spec = rg.specs_from_env(env)
+    table = rg.ReplayTable(spec, config.buffer_size, device=config.device or None)
+    obs_dim = int(np.prod(env.single_observation_space.shape))
+    low, high = space.low.astype(np.float64), space.high.astype(np.float64)
+    with tf.device(table.device):
+        agent = SAC(obs_dim, low, high, config)
+    learner = rg.Learner(
+        table,
+        rg.UniformSampler(table, seed=config.seed),
+        agent.update,
+        batch_size=config.batch_size,
+        jit_compile=config.jit_compile,
+    )
+    chunk = TransitionChunk(numpy_spec(spec), config.train_freq)
+    stats = EpisodeStats(n)
+    rng = np.random.default_rng(config.seed)
+    act = squashed_gaussian_policy(agent.actor.numpy_weights(), agent.scale, agent.bias, rng)
+
+    obs, _ = env.reset(seed=config.seed)
+    timer = TrainTimer()
+    env_steps = 0
+    start = time.perf_counter()
+    while env_steps < config.steps:
+        # Act for one chunk: uniform random before learning_starts, then the sampled policy.
+        for _ in range(config.train_freq // n):
+            if env_steps < config.learning_starts:
+                actions = rng.uniform(low, high, size=(n, len(low))).astype(np.float32)
+            else:
+                actions = act(obs)
+            next_obs, reward, terminated, truncated, info = env.step(actions)
+            done = terminated | truncated
+            chunk.add(
+                obs=obs,
+                action=actions.astype(spec["action"].dtype.as_numpy_dtype),
+                reward=reward.astype(np.float32),
+                next_obs=true_next_obs(next_obs, done, info),
+                terminated=terminated,
+                truncated=truncated,
+            )
+            env_steps += n
+            for episodic_return, length in stats.step(reward, done):
+                recorder.episode(env_steps, episodic_return, length)
+            obs = next_obs
+        table.append(chunk.take())
+
+        # Train: gradient_steps SGD steps in one fused graph call, then refresh the actor mirror.
+        if env_steps >= config.learning_starts:
+            metrics = timer.train(learner, config.gradient_steps)
+            weights = agent.actor.numpy_weights()
+            act = squashed_gaussian_policy(weights, agent.scale, agent.bias, rng)
+            metrics.pop("steps")
+            recorder.metrics(env_steps, metrics)
+        recorder.progress(env_steps, int(learner.steps.numpy()), stats.recent_mean)
+    elapsed = time.perf_counter() - start
+    env.close()
+
+    greedy = squashed_gaussian_policy(agent.actor.numpy_weights(), agent.scale, agent.bias)
+    returns = evaluate(greedy, config.env_id, config.eval_episodes, seed=config.seed + 10_000)
+    return TrainResult(
+        eval_returns=returns,
+        env_steps=env_steps,
+        sgd_steps=int(learner.steps.numpy()),
+        train_seconds=elapsed,
+        env_steps_per_s=env_steps / elapsed,
+        sgd_steps_per_s=timer.steps_per_second,
+        compile_seconds=timer.compile_seconds,
+        episodes=len(getattr(recorder, "episodes", [])),
+    )

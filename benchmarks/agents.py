@@ -1,0 +1,123 @@
+"""Agents benchmark: do the demos' agents learn, and how fast, on this machine.
+
+  dqn   DQN on CartPole-v1 with the rl-zoo3 hyperparameters (lr 2.3e-3, batch 64, buffer 1e5,
+        learning_starts 1000, gamma 0.99, train_freq 256, gradient_steps 128, target synced
+        after every training call (rl-zoo3's target_update_interval=10 is in env steps),
+        exploration_fraction 0.16, final eps 0.04, MLP 256x256), 50k env steps, one run per
+        seed. Target: greedy evaluation mean >= 475 over 20 episodes for every seed, and
+        wall-clock <= 30 s per run (setup + XLA compilation + acting + training; the final
+        evaluation and the Python/TensorFlow import are reported apart).
+  sac   SAC on Pendulum-v1, 20k env steps. Target: greedy evaluation mean >= -200.
+  apex  Ape-X DQN on CartPole-v1 with 2 actor processes. Target: greedy evaluation >= 475;
+        reports actor env steps/s and learner SGD steps/s.
+
+Prints one line per run, then per-agent medians over runs. Run:
+    python benchmarks/agents.py                      # dqn (3 seeds), sac (1 seed), apex (1)
+    python benchmarks/agents.py --only dqn --seeds 0 1 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# TensorFlow and the agents are imported inside functions: actor processes are spawned and
+# re-import this file, and they must stay free of TensorFlow.
+
+
+def load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+def run_one(kind: str, seed: int) -> dict[str, float]:
+    """Train one agent from scratch and measure it."""
+    start = time.perf_counter()
+    if kind == "dqn":
+        from agents import dqn
+
+        result = dqn.train(dqn.DQNConfig(seed=seed, steps=50_000, eval_episodes=20))
+    elif kind == "sac":
+        from agents import sac
+
+        result = sac.train(sac.SACConfig(seed=seed, steps=20_000, eval_episodes=10))
+    elif kind == "apex":
+        from agents import apex
+
+        result = apex.train(apex.ApexConfig(seed=seed, num_actors=2, eval_episodes=20))
+    else:
+        raise ValueError(kind)
+    total = time.perf_counter() - start
+    returns = result.eval_returns
+    return {
+        "eval_mean": float(returns.mean()),
+        "eval_min": float(returns.min()),
+        "wall_s": total,
+        "train_s": result.train_seconds,
+        "compile_s": result.compile_seconds,
+        "env_sps": result.env_steps_per_s,
+        "sgd_sps": result.sgd_steps_per_s,
+        "env_steps": float(result.env_steps),
+        "sgd_steps": float(result.sgd_steps),
+    }
+
+
+TARGETS = {"dqn": 475.0, "sac": -200.0, "apex": 475.0}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--only",
+        nargs="*",
+        default=["dqn", "sac", "apex"],
+        choices=["dqn", "sac", "apex"],
+        help="which agents to run",
+    )
+    parser.add_argument(
+        "--seeds", nargs="*", type=int, default=[0, 1, 2], help="DQN seeds (one run each)"
+    )
+    parser.add_argument("--sac-seeds", nargs="*", type=int, default=[0])
+    parser.add_argument("--apex-seeds", nargs="*", type=int, default=[0])
+    args = parser.parse_args()
+
+    t0 = time.perf_counter()
+    import tensorflow as tf
+
+    import_s = time.perf_counter() - t0
+    print(
+        f"python {platform.python_version()}, tensorflow {tf.__version__}, "
+        f"{os.cpu_count()} CPUs, TF+agents import {import_s:.1f} s; {load()}"
+    )
+    seeds = {"dqn": args.seeds, "sac": args.sac_seeds, "apex": args.apex_seeds}
+    for kind in args.only:
+        rows = []
+        for seed in seeds[kind]:
+            row = run_one(kind, seed)
+            rows.append(row)
+            print(
+                f"{kind} seed {seed}: greedy eval mean {row['eval_mean']:.1f} "
+                f"(min {row['eval_min']:.0f}) | wall {row['wall_s']:.1f} s = train loop "
+                f"{row['train_s']:.1f} s (incl. first-call compile {row['compile_s']:.1f} s) "
+                f"+ setup/eval {row['wall_s'] - row['train_s']:.1f} s | "
+                f"{row['env_sps']:.0f} env steps/s, {row['sgd_sps']:.0f} SGD steps/s | "
+                f"{row['env_steps']:.0f} env steps, {row['sgd_steps']:.0f} SGD steps | {load()}",
+                flush=True,
+            )
+        passed = sum(r["eval_mean"] >= TARGETS[kind] for r in rows)
+        med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+        print(
+            f"{kind} summary over {len(rows)} run(s): eval >= {TARGETS[kind]:g} in {passed}/"
+            f"{len(rows)}; median wall {med['wall_s']:.1f} s, median train loop "
+            f"{med['train_s']:.1f} s, median {med['env_sps']:.0f} env steps/s, median "
+            f"{med['sgd_sps']:.0f} SGD steps/s",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+"""DQN on CartPole-v1 learns: its greedy return ends far above a random policy's."""
+
+import numpy as np
+
+from agents import dqn
+from agents.envs import evaluate
+from agents.progress import NullRecorder
+
+
+def test_dqn_cartpole_greedy_return_is_far_above_random_within_15k_steps():
+    recorder = NullRecorder()
+    result = dqn.train(dqn.DQNConfig(seed=0, steps=15_000, eval_episodes=10), recorder)
+
+    rng = np.random.default_rng(0)
+    random_returns = evaluate(
+        lambda obs: rng.integers(2, size=len(obs)), "CartPole-v1", episodes=10, seed=10_000
+    )
+    trained = result.eval_returns.mean()
+    assert random_returns.mean() < 40  # a random policy balances ~22 steps
+    assert trained >= 3 * random_returns.mean(), (trained, random_returns.mean())
+    assert trained >= 75, result.eval_returns
+    assert result.env_steps >= 15_000
+    assert result.sgd_steps == 128 * ((15_104 - 1_024) // 256 + 1)
+    assert np.isfinite(recorder.last_metrics["losses/td_loss"])
