@@ -27,7 +27,7 @@ DEMO_FLAGS = {
         "16",
         *SMALL,
     ],
-    "acrobot": ["--steps", "256", "--train-freq", "64", "--gradient-steps", "8", *SMALL],
+    "acrobot": ["--steps", "512", "--train-freq", "64", "--gradient-steps", "8", *SMALL],
     "mountaincar": [
         "--steps",
         "256",
