@@ -46,9 +46,9 @@ _EXPORTS = {
     "ReplayTable": "replaygpu.storage",
     # service (the client side imports no TensorFlow)
     "ReplayClient": "replaygpu.service.client",
-    "ClientConfig": "replaygpu.service.client",
+    "ClientConfig": "replaygpu.service.config",
     "TLSConfig": "replaygpu.service.auth",
-    "ServerConfig": "replaygpu.service.server",
+    "ServerConfig": "replaygpu.service.config",
     "ReplayServer": "replaygpu.service.server",
     "SequenceLedger": "replaygpu.service.ledger",
     "serve": "replaygpu.service.server",
@@ -138,9 +138,10 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real imports
         make_frame_table,
     )
     from replaygpu.service.auth import TLSConfig
-    from replaygpu.service.client import ClientConfig, ReplayClient
+    from replaygpu.service.client import ReplayClient
+    from replaygpu.service.config import ClientConfig, ServerConfig
     from replaygpu.service.ledger import SequenceLedger
-    from replaygpu.service.server import ReplayServer, ServerConfig, serve
+    from replaygpu.service.server import ReplayServer, serve
     from replaygpu.service.status import (
         ServiceError,
         ServiceUnavailableError,

@@ -19,7 +19,6 @@ import random
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -28,6 +27,7 @@ import numpy as np
 from replaygpu.errors import BatchError, ConfigError
 from replaygpu.service import codec
 from replaygpu.service.auth import TLSConfig, make_channel, token_metadata
+from replaygpu.service.config import ClientConfig
 from replaygpu.service.status import (
     RETRYABLE_CODES,
     ServiceError,
@@ -39,51 +39,7 @@ from replaygpu.v1 import replay_pb2, replay_pb2_grpc
 
 logger = logging.getLogger(__name__)
 
-MiB = 2**20
 _APPEND_METHOD = "/replaygpu.v1.ReplayService/Append"
-
-
-@dataclass(frozen=True)
-class ClientConfig:
-    """Buffering, limits and retries of a `ReplayClient`.
-
-    Attributes:
-        max_batch_transitions: seal a request at this many transitions (N).
-        max_batch_bytes: ... or at this many bytes (B); keep it under the server's
-            max_message_bytes.
-        max_delay_s: ... or when the oldest buffered transition waited this long (T).
-        max_buffer_bytes: bytes buffered or sent-but-unacknowledged, at most; `add` and
-            `add_batch` block while it is full.
-        max_message_bytes: largest message sent or received (weights included).
-        retry_initial_s: first backoff after UNAVAILABLE / DEADLINE_EXCEEDED; doubles up to
-            ``retry_max_s``.
-        retry_max_s: longest backoff.
-        retry_deadline_s: give up (raise on the next call) after this long without an ack.
-        rpc_timeout_s: deadline of unary calls (Info, GetWeights).
-    """
-
-    max_batch_transitions: int = 8192
-    max_batch_bytes: int = 16 * MiB
-    max_delay_s: float = 0.1
-    max_buffer_bytes: int = 256 * MiB
-    max_message_bytes: int = 64 * MiB
-    retry_initial_s: float = 0.05
-    retry_max_s: float = 2.0
-    retry_deadline_s: float = 60.0
-    rpc_timeout_s: float = 30.0
-
-    def __post_init__(self) -> None:
-        for name in ("max_batch_transitions", "max_batch_bytes", "max_buffer_bytes"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"ClientConfig.{name}: got {getattr(self, name)}, expected >= 1")
-        if self.max_batch_bytes > self.max_message_bytes:
-            raise ConfigError(
-                f"ClientConfig.max_batch_bytes={self.max_batch_bytes} is over "
-                f"max_message_bytes={self.max_message_bytes}; lower it"
-            )
-        for name in ("max_delay_s", "retry_initial_s", "retry_max_s", "retry_deadline_s"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"ClientConfig.{name}: got {getattr(self, name)}, expected > 0")
 
 
 class ReplayClient:
@@ -215,7 +171,7 @@ class ReplayClient:
                     f"exactly {sorted(self.spec)}, got {sorted(transition)}",
                     field=name,
                 )
-            row[name] = value = _as_dtype(transition[name], dtype, name, shape)
+            row[name] = value = codec.as_field_array(transition[name], dtype, name, shape)
             if value.shape != shape:
                 raise BatchError(
                     f"field '{name}': expected shape {list(shape)}, got {list(value.shape)} "
@@ -251,7 +207,7 @@ class ReplayClient:
             BatchError: naming the field, expected and received dtype/shape (nothing is added).
         """
         cols = {
-            k: _as_dtype(v, self.spec[k][0], k, None) if k in self.spec else v
+            k: codec.as_field_array(v, self.spec[k][0], k, None) if k in self.spec else v
             for k, v in columns.items()
         }
         n = codec.check_columns(self.spec, cols)
@@ -474,26 +430,6 @@ class ReplayClient:
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
         self.close(flush=exc_type is None)
-
-
-def _as_dtype(value: Any, dtype: str, name: str, shape: tuple[int, ...] | None) -> np.ndarray:
-    """``value`` as an array of ``dtype``: plain Python is converted, arrays must match."""
-    if hasattr(value, "dtype"):
-        got = codec.dtype_name(value.dtype)
-        if got != dtype:
-            want = f"dtype {dtype}" if shape is None else f"dtype {dtype} with shape {list(shape)}"
-            raise BatchError(
-                f"field '{name}': expected {want}, got dtype {got} with shape "
-                f"{list(np.shape(value))}; convert it, e.g. np.asarray(x, np.{dtype})",
-                field=name,
-            )
-        return np.asarray(value)
-    try:
-        return np.asarray(value, dtype=codec.numpy_dtype(dtype))
-    except (TypeError, ValueError) as err:
-        raise BatchError(
-            f"field '{name}': cannot convert {value!r} to {dtype}: {err}", name
-        ) from err
 
 
 __all__ = ["ClientConfig", "ReplayClient", "ServiceError", "TLSConfig"]

@@ -163,6 +163,26 @@ def encode_append_request(
     return b"".join([head, _len_field(4, batch_size), *parts])
 
 
+def as_field_array(value: Any, dtype: str, name: str, shape: tuple[int, ...] | None) -> np.ndarray:
+    """``value`` as an array of ``dtype``: plain Python is converted, arrays must match."""
+    if hasattr(value, "dtype"):
+        got = dtype_name(value.dtype)
+        if got != dtype:
+            want = f"dtype {dtype}" if shape is None else f"dtype {dtype} with shape {list(shape)}"
+            raise BatchError(
+                f"field '{name}': expected {want}, got dtype {got} with shape "
+                f"{list(np.shape(value))}; convert it, e.g. np.asarray(x, np.{dtype})",
+                field=name,
+            )
+        return np.asarray(value)
+    try:
+        return np.asarray(value, dtype=numpy_dtype(dtype))
+    except (TypeError, ValueError) as err:
+        raise BatchError(
+            f"field '{name}': cannot convert {value!r} to {dtype}: {err}", name
+        ) from err
+
+
 def check_columns(spec: WireSpec, columns: Mapping[str, Any]) -> int:
     """Validate columnar metadata against a wire spec; returns n, the number of transitions.
 

@@ -14,7 +14,6 @@ import logging
 import queue
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -28,6 +27,7 @@ from replaygpu.learner.learner import Learner
 from replaygpu.learner.weights import WeightSnapshot, WeightStore
 from replaygpu.service import codec
 from replaygpu.service.auth import TLSConfig, TokenInterceptor, warn_if_exposed
+from replaygpu.service.config import ServerConfig
 from replaygpu.service.ingest import Ingest
 from replaygpu.service.ledger import SequenceLedger
 from replaygpu.service.staging import StagedBatch, StagingQueue, keep_freed_memory
@@ -46,50 +46,6 @@ from replaygpu.v1 import replay_pb2, replay_pb2_grpc
 logger = logging.getLogger(__name__)
 
 SERVICE_NAME = replay_pb2.DESCRIPTOR.services_by_name["ReplayService"].full_name
-MiB = 2**20
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    """Limits and threading of a `ReplayServer`.
-
-    Attributes:
-        max_message_bytes: largest AppendRequest accepted (RESOURCE_EXHAUSTED above it) and
-            largest message sent (weights).
-        staging_max_batches: staged batches waiting for the committer, at most.
-        staging_max_bytes: staged bytes, at most (one batch is always admitted).
-        staging_timeout_s: how long an append waits for room in a full staging queue before
-            RESOURCE_EXHAUSTED.
-        background_commit: commit staged batches in a server thread whenever ``learner.run``
-            is not running; False leaves commits to ``learner.run`` or `commit_pending`.
-        max_workers: gRPC handler threads; each open Append stream holds one.
-        shutdown_grace_s: on `stop`, how long to wait for staged batches to be committed and
-            in-flight RPCs to finish.
-        keep_freed_memory: tune glibc so freed batch buffers are reused rather than unmapped
-            (3x faster commits of large batches; process-wide; see
-            `replaygpu.service.staging.keep_freed_memory`).
-    """
-
-    max_message_bytes: int = 64 * MiB
-    staging_max_batches: int = 64
-    staging_max_bytes: int = 512 * MiB
-    staging_timeout_s: float = 30.0
-    background_commit: bool = True
-    max_workers: int = 32
-    shutdown_grace_s: float = 5.0
-    keep_freed_memory: bool = True
-
-    def __post_init__(self) -> None:
-        for name in ("max_message_bytes", "staging_max_batches", "staging_max_bytes"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"ServerConfig.{name}: got {getattr(self, name)}, expected >= 1")
-        if self.max_workers < 2:
-            raise ConfigError(f"ServerConfig.max_workers: got {self.max_workers}, expected >= 2")
-        if self.staging_timeout_s <= 0 or self.shutdown_grace_s < 0:
-            raise ConfigError(
-                f"ServerConfig: staging_timeout_s={self.staging_timeout_s} must be > 0 and "
-                f"shutdown_grace_s={self.shutdown_grace_s} >= 0"
-            )
 
 
 class _End:

@@ -1,0 +1,98 @@
+"""Configuration of the service: `ClientConfig` (actor side) and `ServerConfig` (learner side).
+
+Frozen dataclasses validated on construction; this module imports no TensorFlow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from replaygpu.errors import ConfigError
+
+MiB = 2**20
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """Buffering, limits and retries of a `ReplayClient`.
+
+    Attributes:
+        max_batch_transitions: seal a request at this many transitions (N).
+        max_batch_bytes: ... or at this many bytes (B); keep it under the server's
+            max_message_bytes.
+        max_delay_s: ... or when the oldest buffered transition waited this long (T).
+        max_buffer_bytes: bytes buffered or sent-but-unacknowledged, at most; `add` and
+            `add_batch` block while it is full.
+        max_message_bytes: largest message sent or received (weights included).
+        retry_initial_s: first backoff after UNAVAILABLE / DEADLINE_EXCEEDED; doubles up to
+            ``retry_max_s``.
+        retry_max_s: longest backoff.
+        retry_deadline_s: give up (raise on the next call) after this long without an ack.
+        rpc_timeout_s: deadline of unary calls (Info, GetWeights).
+    """
+
+    max_batch_transitions: int = 8192
+    max_batch_bytes: int = 16 * MiB
+    max_delay_s: float = 0.1
+    max_buffer_bytes: int = 256 * MiB
+    max_message_bytes: int = 64 * MiB
+    retry_initial_s: float = 0.05
+    retry_max_s: float = 2.0
+    retry_deadline_s: float = 60.0
+    rpc_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        for name in ("max_batch_transitions", "max_batch_bytes", "max_buffer_bytes"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"ClientConfig.{name}: got {getattr(self, name)}, expected >= 1")
+        if self.max_batch_bytes > self.max_message_bytes:
+            raise ConfigError(
+                f"ClientConfig.max_batch_bytes={self.max_batch_bytes} is over "
+                f"max_message_bytes={self.max_message_bytes}; lower it"
+            )
+        for name in ("max_delay_s", "retry_initial_s", "retry_max_s", "retry_deadline_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"ClientConfig.{name}: got {getattr(self, name)}, expected > 0")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Limits and threading of a `ReplayServer`.
+
+    Attributes:
+        max_message_bytes: largest AppendRequest accepted (RESOURCE_EXHAUSTED above it) and
+            largest message sent (weights).
+        staging_max_batches: staged batches waiting for the committer, at most.
+        staging_max_bytes: staged bytes, at most (one batch is always admitted).
+        staging_timeout_s: how long an append waits for room in a full staging queue before
+            RESOURCE_EXHAUSTED.
+        background_commit: commit staged batches in a server thread whenever ``learner.run``
+            is not running; False leaves commits to ``learner.run`` or `commit_pending`.
+        max_workers: gRPC handler threads; each open Append stream holds one.
+        shutdown_grace_s: on `stop`, how long to wait for staged batches to be committed and
+            in-flight RPCs to finish.
+        keep_freed_memory: tune glibc so freed batch buffers are reused rather than unmapped
+            (3x faster commits of large batches; process-wide; see
+            `replaygpu.service.staging.keep_freed_memory`).
+    """
+
+    max_message_bytes: int = 64 * MiB
+    staging_max_batches: int = 64
+    staging_max_bytes: int = 512 * MiB
+    staging_timeout_s: float = 30.0
+    background_commit: bool = True
+    max_workers: int = 32
+    shutdown_grace_s: float = 5.0
+    keep_freed_memory: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("max_message_bytes", "staging_max_batches", "staging_max_bytes"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"ServerConfig.{name}: got {getattr(self, name)}, expected >= 1")
+        if self.max_workers < 2:
+            raise ConfigError(f"ServerConfig.max_workers: got {self.max_workers}, expected >= 2")
+        if self.staging_timeout_s <= 0 or self.shutdown_grace_s < 0:
+            raise ConfigError(
+                f"ServerConfig: staging_timeout_s={self.staging_timeout_s} must be > 0 and "
+                f"shutdown_grace_s={self.shutdown_grace_s} >= 0"
+            )
