@@ -10,13 +10,18 @@ import replaygpu as rg
 
 
 def check_invariants(tree: rg.SumTree) -> None:
-    sums = tree.sums.numpy()
-    mins = tree.mins.numpy()
-    p = tree.num_leaves
-    for node in range(1, p):
-        assert sums[node] == sums[2 * node] + sums[2 * node + 1], f"sum broken at node {node}"
-        assert mins[node] == min(mins[2 * node], mins[2 * node + 1]), f"min broken at {node}"
-    assert np.all(sums[p + tree.capacity :] == 0.0), "padding leaves must stay empty"
+    nodes = tree.nodes.numpy()
+    k = tree.fanout
+    for level in range(tree.depth):
+        lo, hi = tree.offsets[level], tree.offsets[level + 1]
+        children = nodes[hi : tree.offsets[level + 2]].reshape(hi - lo, k, 2)
+        parents = nodes[lo:hi]
+        # Integer-valued leaves: every sum is exact, whatever the summation order.
+        np.testing.assert_array_equal(parents[:, 0], children[:, :, 0].sum(axis=1))
+        np.testing.assert_array_equal(parents[:, 1], children[:, :, 1].min(axis=1))
+    leaves = nodes[tree.offsets[tree.depth] :]
+    assert np.all(leaves[tree.capacity :, 0] == 0.0), "padding leaves must stay empty"
+    assert np.all(leaves[tree.capacity :, 1] == np.inf)
 
 
 updates = st.lists(
@@ -27,9 +32,9 @@ updates = st.lists(
 
 
 @settings(max_examples=40, deadline=None)
-@given(capacity=st.integers(1, 37), batches=updates)
-def test_tree_invariants_hold_after_random_updates_with_duplicates(capacity, batches):
-    tree = rg.SumTree(capacity, "/CPU:0")
+@given(capacity=st.integers(1, 37), fanout=st.sampled_from([2, 3, 4, 16]), batches=updates)
+def test_tree_invariants_hold_after_random_updates_with_duplicates(capacity, fanout, batches):
+    tree = rg.SumTree(capacity, "/CPU:0", fanout=fanout)
     expected = np.zeros(capacity)
     written = np.zeros(capacity, bool)
     for batch in batches:
@@ -50,17 +55,23 @@ def test_tree_invariants_hold_after_random_updates_with_duplicates(capacity, bat
 
 
 @settings(max_examples=40, deadline=None)
-@given(values=st.lists(st.integers(0, 9), min_size=1, max_size=40), data=st.data())
-def test_descent_finds_the_leaf_whose_prefix_interval_holds_the_target(values, data):
+@given(
+    values=st.lists(st.integers(0, 9), min_size=1, max_size=40),
+    fanout=st.sampled_from([2, 3, 4, 16]),
+    data=st.data(),
+)
+def test_descent_finds_the_leaf_whose_prefix_interval_holds_the_target(values, fanout, data):
     values = np.array(values, np.float64)
     if values.sum() == 0:
         values[-1] = 1.0
-    tree = rg.SumTree(len(values), "/CPU:0")
+    tree = rg.SumTree(len(values), "/CPU:0", fanout=fanout)
     tree.set(tf.range(len(values), dtype=tf.int64), tf.constant(values))
     total = values.sum()
     ks = data.draw(st.lists(st.integers(0, int(total) - 1), min_size=1, max_size=16))
     targets = np.array(ks, np.float64) + 0.5  # integer leaves: sums exact, no ties
-    got = tree.find(tf.constant(targets)).numpy()
+    got, got_values = tree.find(tf.constant(targets))
+    got = got.numpy()
+    np.testing.assert_array_equal(got_values.numpy(), values[got])
     want = np.searchsorted(np.cumsum(values), targets, side="right")
     np.testing.assert_array_equal(got, want)
     assert np.all(values[got] > 0)
@@ -69,16 +80,32 @@ def test_descent_finds_the_leaf_whose_prefix_interval_holds_the_target(values, d
 def test_target_at_or_above_total_lands_on_last_positive_leaf():
     tree = rg.SumTree(6, "/CPU:0")
     tree.set(tf.constant([0, 2, 3], tf.int64), tf.constant([1.0, 2.0, 0.5], tf.float64))
-    got = tree.find(tf.constant([3.5, 3.5 + 1e-12, 100.0], tf.float64)).numpy()
+    got = tree.find(tf.constant([3.5, 3.5 + 1e-12, 100.0], tf.float64))[0].numpy()
     np.testing.assert_array_equal(got, [3, 3, 3])
 
 
-def test_layout_is_power_of_two_levels_of_one_variable():
-    tree = rg.SumTree(1000, "/CPU:0")
-    assert tree.num_leaves == 1024 and tree.depth == 10
-    assert tree.sums.shape == [2048] and tree.sums.dtype == tf.float64
+def test_layout_is_one_variable_with_contiguous_levels():
+    tree = rg.SumTree(1_000_000, "/CPU:0")
+    assert tree.fanout == 32 and tree.depth == 4  # 32**4 = 1,048,576 leaves
+    assert tree.offsets[:3] == [0, 1, 33]
+    assert tree.nodes.shape == [tree.offsets[-1], 2] and tree.nodes.dtype == tf.float64
+    assert rg.SumTree(10_000, "/CPU:0").depth == 3
+    assert rg.SumTree(10_000, "/CPU:0", fanout=2).depth == 14
+
+
+def test_sums_stay_consistent_with_non_integer_values():
+    rng = np.random.default_rng(0)
+    tree = rg.SumTree(300, "/CPU:0", fanout=4)
+    for _ in range(20):
+        idx = rng.integers(0, 300, 64)
+        tree.set(tf.constant(idx), tf.constant(rng.exponential(size=64) ** 0.6))
+    leaves = tree.leaves().numpy()
+    assert float(tree.total()) == pytest.approx(leaves.sum(), rel=1e-12)
+    assert float(tree.min_value()) == leaves[leaves > 0].min()
 
 
 def test_rejects_bad_capacity():
     with pytest.raises(ValueError, match="capacity: got 0"):
         rg.SumTree(0)
+    with pytest.raises(ValueError, match="fanout: got 1"):
+        rg.SumTree(4, fanout=1)

@@ -7,7 +7,7 @@ target is drawn uniformly in each, then located by a descent of the `SumTree`.
 
 Importance weights are ``w_i = (N * P(i))**-beta / max_j (N * P(j))**-beta`` with the max over
 *all filled rows* (the standard normalisation), which reduces to ``(p_i / p_min)**-beta``;
-``p_min`` is the root of a min tree kept beside the sum tree, so weights lie in ``(0, 1]``.
+``p_min`` is the root of the min tree kept beside the sum tree, so weights lie in ``(0, 1]``.
 
 New rows are found without any hook in the table: the sampler keeps ``synced``, the table's
 ``inserted`` counter when it last looked. At each sample it gives the rows appended since (the
@@ -76,6 +76,7 @@ class PrioritizedSampler(tf.Module):
         seed: seed of the random stream; None for a nondeterministic one.
         epsilon: added to ``|priority|`` so no row gets probability zero.
         sync_chunk: rows given the max priority per chunk when new rows are found.
+        tree_fanout: children per node of the `SumTree` (32: 4 levels for 1e6 rows).
 
     The batch from ``sample`` holds the table's fields plus ``"importance_weights"`` ([B]
     float32). Non-finite priorities passed to ``update_priorities`` are replaced by the max
@@ -91,6 +92,7 @@ class PrioritizedSampler(tf.Module):
         seed: int | None = None,
         epsilon: float = 1e-6,
         sync_chunk: int = 4096,
+        tree_fanout: int = 32,
     ) -> None:
         super().__init__(name="prioritized_sampler")
         if not (math.isfinite(alpha) and alpha >= 0):
@@ -111,7 +113,7 @@ class PrioritizedSampler(tf.Module):
         self.beta = beta
         self.epsilon = float(epsilon)
         self.sync_chunk = int(min(sync_chunk, table.capacity))
-        self.tree = SumTree(table.capacity, table.device, track_min=True)
+        self.tree = SumTree(table.capacity, table.device, fanout=tree_fanout)
         self.generator = make_generator(seed, table.device)
         with tf.device(table.device):
             self.max_leaf = tf.Variable(1.0, dtype=tf.float64, trainable=False, name="max_leaf")
@@ -122,7 +124,7 @@ class PrioritizedSampler(tf.Module):
             )
         self._sample_fns: dict[int, Callable[[], tuple[tf.Tensor, tf.Tensor]]] = {}
         self._sync_fn = tf.function(self.sync)
-        self._update_fn = tf.function(self._update, reduce_retracing=True)
+        self._update_fn = tf.function(self._synced_update, reduce_retracing=True)
 
     def current_beta(self) -> tf.Tensor:
         """Beta for the next minibatch (float64 scalar)."""
@@ -162,13 +164,13 @@ class PrioritizedSampler(tf.Module):
     def _sample_indices(self, batch_size: int) -> tuple[tf.Tensor, tf.Tensor]:
         self.sync()
         beta = self.current_beta()
-        total = self.tree.total()
+        root = self.tree.root()  # one read of (total, min), ordered before later updates
+        total, min_leaf = root[0], root[1]
         strata = tf.range(batch_size, dtype=tf.float64)
         u = self.generator.uniform([batch_size], dtype=tf.float64)
         targets = (strata + u) * (total / batch_size)
-        indices = self.tree.find(targets)
-        leaf = self.tree.get(indices)
-        weights = tf.pow(leaf / self.tree.min_value(), -beta)
+        indices, leaf = self.tree.find(targets)
+        weights = tf.pow(leaf / min_leaf, -beta)
         self.sample_count.assign_add(1)
         return indices, tf.cast(weights, tf.float32)
 
@@ -187,7 +189,10 @@ class PrioritizedSampler(tf.Module):
         """Set the priorities of rows ``indices`` ([B] int64) to ``priorities`` ([B] float).
 
         The stored value is ``(|priority| + epsilon) ** alpha``. Usable inside graphs (the
-        learner calls it in the same loop step as the SGD step).
+        learner calls it in the same loop step as the SGD step, after ``sample``). Called
+        eagerly it first gives new rows the max priority, so they do not overwrite this update
+        at the next sample; inside a graph it does not (a second sync in the loop step makes
+        XLA copy the tree), so there call it after ``sample``, as the learner does.
         """
         if not tf.inside_function():
             with tf.device(self.table.device):
@@ -195,8 +200,11 @@ class PrioritizedSampler(tf.Module):
             return
         self._update(indices, priorities)
 
+    def _synced_update(self, indices: tf.Tensor, priorities: tf.Tensor) -> None:
+        self.sync()
+        self._update(indices, priorities)
+
     def _update(self, indices: tf.Tensor, priorities: tf.Tensor) -> None:
-        self.sync()  # rows appended since the last sample must not overwrite these later
         priorities = tf.reshape(tf.cast(priorities, tf.float64), [-1])
         indices = tf.reshape(tf.cast(indices, tf.int64), [-1])
         finite = tf.math.is_finite(priorities)

@@ -1,0 +1,242 @@
+"""Replay features: prioritized vs uniform sampling cost, frame-stack throughput, Atari memory.
+
+Sections (each runs in its own subprocess so big tables are freed before the next one):
+
+  prioritized  prioritized sample + priority update vs uniform sample, batch 256, vector
+               transitions (obs dim 8), capacity 1e4 / 1e5 / 1e6, inside the fused Learner loop
+               (a tf.while_loop of --steps steps per call), with and without XLA. The update_fn
+               only reduces the batch, so the figures are the replay cost per step.
+  frames       resident memory (RSS delta) of a 1e6-row 84x84 uint8 frame table, then
+               frame-stacked (k=4) sampling from it: obs and next_obs [256, 4, 84, 84] rebuilt
+               in the graph and max-reduced by update_fn, in the fused loop, with and without XLA.
+
+Prints medians of --repeats timed calls and the ratios the targets are stated in. Run:
+    python benchmarks/replay_features.py              # all sections (~10 min on 2 cores)
+    python benchmarks/replay_features.py --quick      # shorter loops, capacities 1e4 and 1e5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import tensorflow as tf
+
+import replaygpu as rg
+
+BATCH = 256
+OBS_DIM = 8
+SPEC = {
+    "obs": tf.TensorSpec([OBS_DIM], tf.float32),
+    "action": tf.TensorSpec([], tf.int64),
+    "reward": tf.TensorSpec([], tf.float32),
+    "next_obs": tf.TensorSpec([OBS_DIM], tf.float32),
+    "terminated": tf.TensorSpec([], tf.bool),
+    "truncated": tf.TensorSpec([], tf.bool),
+}
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process (Linux /proc)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def time_calls(learner: rg.Learner, steps: int, repeats: int) -> float:
+    """Median seconds per step over ``repeats`` calls of ``learner.train(steps)``."""
+    learner.train(steps)  # trace, compile and warm up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = learner.train(steps)
+        times.append((time.perf_counter() - start) / steps)
+        assert out["steps"] == steps
+    return statistics.median(times)
+
+
+def fill_vector_table(capacity: int, seed: int) -> rg.ReplayTable:
+    rng = np.random.default_rng(seed)
+    table = rg.ReplayTable(SPEC, capacity)
+    chunk = 100_000
+    for start in range(0, capacity, chunk):
+        n = min(chunk, capacity - start)
+        table.append(
+            {
+                "obs": rng.normal(size=(n, OBS_DIM)).astype(np.float32),
+                "action": rng.integers(0, 4, n),
+                "reward": rng.normal(size=n).astype(np.float32),
+                "next_obs": rng.normal(size=(n, OBS_DIM)).astype(np.float32),
+                "terminated": rng.random(n) < 0.01,
+                "truncated": np.zeros(n, bool),
+            }
+        )
+    return table
+
+
+def uniform_update(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+    value = tf.reduce_mean(batch["obs"], axis=1) + batch["reward"]
+    return {"value": tf.reduce_mean(value + tf.reduce_mean(batch["next_obs"], axis=1))}
+
+
+def prioritized_update(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+    value = tf.reduce_mean(batch["obs"], axis=1) + batch["reward"]
+    td = value + tf.reduce_mean(batch["next_obs"], axis=1)
+    return {
+        "value": tf.reduce_mean(batch["importance_weights"] * td),
+        "priorities": tf.abs(td),
+    }
+
+
+def bench_prioritized(args: argparse.Namespace) -> None:
+    capacities = [10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000]
+    print(
+        f"prioritized vs uniform, batch {BATCH}, {args.steps} steps/call, median of "
+        f"{args.repeats}; microseconds per step (sample + gather [+ priority update])"
+    )
+    results: dict[tuple[str, bool, int], float] = {}
+    for capacity in capacities:
+        table = fill_vector_table(capacity, seed=capacity)
+        prio = rg.PrioritizedSampler(
+            table, alpha=0.6, beta=rg.LinearSchedule(0.4, 1.0, 10**6), seed=1
+        )
+        rng = np.random.default_rng(0)
+        for start in range(0, capacity, 100_000):  # non-uniform priorities to begin with
+            n = min(100_000, capacity - start)
+            prio.update_priorities(
+                tf.range(start, start + n, dtype=tf.int64), tf.constant(rng.exponential(size=n))
+            )
+        uni = rg.UniformSampler(table, seed=1)
+        for xla in (False, True):
+            for kind, sampler, fn in (
+                ("uniform", uni, uniform_update),
+                ("prioritized", prio, prioritized_update),
+            ):
+                learner = rg.Learner(table, sampler, fn, batch_size=BATCH, jit_compile=xla)
+                sec = time_calls(learner, args.steps, args.repeats)
+                results[(kind, xla, capacity)] = sec
+                print(
+                    f"  capacity {capacity:>9,d}  xla={xla!s:5}  {kind:11}  "
+                    f"{sec * 1e6:8.1f} us/step  {BATCH / sec / 1e6:6.2f} M transitions/s",
+                    flush=True,
+                )
+        del table, prio, uni
+    big, small = capacities[-1], capacities[0]
+    for xla in (False, True):
+        p_big, p_small = results[("prioritized", xla, big)], results[("prioritized", xla, small)]
+        u_big = results[("uniform", xla, big)]
+        print(
+            f"  xla={xla!s:5} prioritized cost {big:,d} / {small:,d}: {p_big / p_small:.2f}x "
+            f"(target <= 1.5x); prioritized / uniform at {big:,d}: {p_big / u_big:.2f}x "
+            "(target <= 3x)"
+        )
+
+
+def fill_frame_table(table: rg.ReplayTable, rows: int, episode: int) -> int:
+    """Append ``rows`` rows of episodes of ``episode`` steps (+1 final row each)."""
+    rng = np.random.default_rng(0)
+    pool = rng.integers(0, 256, size=(4096, 84, 84), dtype=np.uint8)
+    written, transitions, t = 0, 0, 0
+    chunk = 8192
+    while written < rows:
+        n = min(chunk, rows - written)
+        steps = min(n, episode - t)  # transitions in this chunk, within one episode
+        ends = t + steps == episode
+        take = steps - 1 if ends and steps == n else steps  # leave room for the final row
+        if take < 1:
+            take, ends = n - 1, True
+        frames = pool[(written + np.arange(take + 1)) % len(pool)]
+        done = np.zeros(take, bool)
+        done[-1] = ends
+        batch = rg.frame_rows(
+            frames,
+            rng.integers(0, 6, take),
+            np.ones(take, np.float32),
+            done,
+            np.zeros(take, bool),
+            first=t == 0,
+        )
+        table.append(batch)
+        got = len(batch["frame"])
+        written += got
+        transitions += take
+        t = 0 if ends else t + take
+    return transitions
+
+
+def bench_frames(args: argparse.Namespace) -> None:
+    rows = 100_000 if args.quick else 1_000_000
+    before = rss_bytes()
+    table = rg.make_frame_table(rows, device="/CPU:0")
+    after = rss_bytes()
+    print(
+        f"frame table: {rows:,d} rows of 84x84 uint8 + 16 B: nbytes {table.nbytes / 1e9:.3f} GB, "
+        f"RSS delta {(after - before) / 1e9:.3f} GB (target <= 7.5 GB for 1e6)",
+        flush=True,
+    )
+    start = time.perf_counter()
+    transitions = fill_frame_table(table, rows, episode=1000)
+    print(
+        f"  filled with {transitions:,d} transitions (episodes of 1000 steps) in "
+        f"{time.perf_counter() - start:.1f} s; RSS now {(rss_bytes() - before) / 1e9:.3f} GB "
+        "above the start",
+        flush=True,
+    )
+    sampler = rg.FrameStackSampler(table, stack=4, seed=0)
+
+    def update(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        # Read every pixel of both stacks once (a max over uint8 writes nothing big).
+        obs = tf.cast(tf.reduce_max(batch["obs"]), tf.float32)
+        nxt = tf.cast(tf.reduce_max(batch["next_obs"]), tf.float32)
+        return {"pixels": obs + nxt + tf.reduce_sum(batch["reward"])}
+
+    steps = max(10, args.steps // 10)
+    for xla in (False, True):
+        learner = rg.Learner(table, sampler, update, batch_size=BATCH, jit_compile=xla)
+        sec = time_calls(learner, steps, args.repeats)
+        print(
+            f"  frame-stacked sampling k=4, xla={xla!s:5}: {sec * 1e3:6.2f} ms/step, "
+            f"{BATCH / sec:,.0f} transitions/s (target >= 150,000)",
+            flush=True,
+        )
+    assert int(sampler.invalid_draws.numpy()) == 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--section", choices=["prioritized", "frames", "all"], default="all")
+    parser.add_argument("--steps", type=int, default=500, help="SGD steps per timed call")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    if args.section == "all":
+        print(
+            f"# {time.strftime('%Y-%m-%d')} {platform.node()} {platform.processor() or ''} "
+            f"{os.cpu_count()} cores, tensorflow {tf.__version__}, load {os.getloadavg()}"
+        )
+        for section in ("prioritized", "frames"):
+            cmd = [
+                sys.executable,
+                __file__,
+                "--section",
+                section,
+                "--steps",
+                str(args.steps),
+                "--repeats",
+                str(args.repeats),
+            ] + (["--quick"] if args.quick else [])
+            subprocess.run(cmd, check=True)
+        print(f"# load after: {os.getloadavg()}")
+        return
+    {"prioritized": bench_prioritized, "frames": bench_frames}[args.section](args)
+
+
+if __name__ == "__main__":
+    main()
