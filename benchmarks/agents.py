@@ -22,9 +22,15 @@ import argparse
 import os
 import platform
 import statistics
+import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# This file is named like the `agents` package: drop its folder from the import path so that
+# `import agents` finds the package (the repository root, or the installed one).
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+sys.path.insert(0, os.path.dirname(_HERE))
 # TensorFlow and the agents are imported inside functions: actor processes are spawned and
 # re-import this file, and they must stay free of TensorFlow.
 
