@@ -59,6 +59,9 @@ class ActorConfig:
             "-1: never wait"
         ),
     )
+    retry_deadline_s: float = field(
+        default=60.0, metadata=_help("give up when the server is unreachable this long")
+    )
     table: str = field(default="replay", metadata=_help("table name on the server"))
     token: str = field(default="", metadata=_help("bearer token, if the server needs one"))
 
@@ -71,6 +74,8 @@ class ActorConfig:
                 f"actor_index: got {self.actor_index}, expected in [0, num_actors="
                 f"{self.num_actors})"
             )
+        if not self.retry_deadline_s > 0:
+            raise rg.ConfigError(f"retry_deadline_s: got {self.retry_deadline_s}, expected > 0")
         if self.insert_slack < -1:
             raise rg.ConfigError(f"insert_slack: got {self.insert_slack}, expected >= -1")
         if self.steps < 0:
@@ -113,6 +118,7 @@ def run_actor(
         actor_id=f"actor-{config.actor_index}",
         table=config.table,
         token=config.token or None,
+        config=rg.ClientConfig(retry_deadline_s=config.retry_deadline_s),
     )
     spec = {k: (shape, np.dtype(dtype)) for k, (dtype, shape) in client.spec.items()}
     chunk = TransitionChunk(spec, config.send_interval * n)

@@ -1,0 +1,104 @@
+"""Ape-X actors against a real replay server on loopback: the `replaygpu actor` command, weight
+pulls, the epsilon ladder, and no TensorFlow in the actor process."""
+
+import subprocess
+import sys
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import replaygpu as rg
+from agents.actor import ActorConfig
+from agents.networks import MLP
+
+
+@pytest.fixture()
+def served_learner():
+    """A CartPole table served by a learner that published one set of Q-network weights."""
+    table = rg.ReplayTable(rg.specs_from_env(gym.make("CartPole-v1")), 5_000, name="replay")
+    q = MLP([4, 16, 2], seed=0)
+    learner = rg.Learner(table, rg.UniformSampler(table, 0), lambda b: {"x": tf.zeros([])})
+    server = rg.serve(learner, "127.0.0.1:0")
+    learner.publish_weights(q.weights)
+    yield server, table
+    server.stop()
+
+
+def wait_for_rows(table, rows, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while table.total_inserted < rows and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return table.total_inserted
+
+
+def test_actor_command_fills_the_served_table_and_pulls_weights(served_learner):
+    server, table = served_learner
+    cmd = [
+        sys.executable,
+        "-m",
+        "replaygpu.cli",
+        "actor",
+        server.address,
+        "--env",
+        "CartPole-v1",
+        "--steps",
+        "400",
+        "--num-envs",
+        "4",
+        "--weight-pull-interval",
+        "100",
+        "--num-actors",
+        "2",
+        "--actor-index",
+        "1",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "actor 1: 400 env steps" in proc.stderr
+    assert "1 weight updates" in proc.stderr  # one version published, pulled once
+    assert wait_for_rows(table, 400) == 400
+    rows = table.gather(tf.range(400, dtype=tf.int64))
+    assert set(np.unique(rows["action"].numpy())) <= {0, 1}
+    assert np.all(rows["reward"].numpy() == 1.0)
+
+
+def test_actor_process_collects_without_importing_tensorflow(served_learner):
+    server, table = served_learner
+    code = (
+        "import sys\n"
+        "from agents.actor import ActorConfig, run_actor\n"
+        f"out = run_actor(ActorConfig(steps=200, num_envs=4), {server.address!r})\n"
+        "print(int(out['env_steps']), int(out['weight_updates']), 'tensorflow' in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["200", "1", "False"]
+    assert wait_for_rows(table, 200) == 200
+
+
+def test_actor_epsilons_follow_the_apex_ladder():
+    eps = [ActorConfig(actor_index=i, num_actors=8).epsilon for i in range(8)]
+    assert eps == pytest.approx([0.4 ** (1 + 7 * i / 7) for i in range(8)])
+    assert ActorConfig(num_actors=1).epsilon == 0.4
+    with pytest.raises(rg.ConfigError, match="actor_index: got 2"):
+        ActorConfig(actor_index=2, num_actors=2)
+
+
+def test_actor_command_reports_unreachable_server_clearly():
+    cmd = [
+        sys.executable,
+        "-m",
+        "replaygpu.cli",
+        "actor",
+        "127.0.0.1:1",
+        "--steps",
+        "10",
+        "--retry-deadline-s",
+        "1",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=200)
+    assert proc.returncode == 1
+    assert "127.0.0.1:1" in proc.stdout
