@@ -12,7 +12,7 @@
         reports actor env steps/s and learner SGD steps/s.
 
 Prints one line per run, then per-agent medians over runs. Run:
-    python benchmarks/agents.py                      # dqn (3 seeds), sac (1 seed), apex (1)
+    python benchmarks/agents.py                      # dqn (3 seeds), sac (1 seed), apex (3)
     python benchmarks/agents.py --only dqn --seeds 0 1 2
 """
 
@@ -40,7 +40,7 @@ def load() -> str:
     return f"load average {one:.2f} {five:.2f} {fifteen:.2f}"
 
 
-def run_one(kind: str, seed: int) -> dict[str, float]:
+def run_one(kind: str, seed: int, actor_envs: int = 1) -> dict[str, float]:
     """Train one agent from scratch and measure it."""
     start = time.perf_counter()
     if kind == "dqn":
@@ -54,7 +54,8 @@ def run_one(kind: str, seed: int) -> dict[str, float]:
     elif kind == "apex":
         from agents import apex
 
-        result = apex.train(apex.ApexConfig(seed=seed, num_actors=2, eval_episodes=20))
+        config = apex.ApexConfig(seed=seed, num_actors=2, actor_envs=actor_envs, eval_episodes=20)
+        result = apex.train(config)
     else:
         raise ValueError(kind)
     total = time.perf_counter() - start
@@ -88,7 +89,8 @@ def main() -> None:
         "--seeds", nargs="*", type=int, default=[0, 1, 2], help="DQN seeds (one run each)"
     )
     parser.add_argument("--sac-seeds", nargs="*", type=int, default=[0])
-    parser.add_argument("--apex-seeds", nargs="*", type=int, default=[0])
+    parser.add_argument("--apex-seeds", nargs="*", type=int, default=[0, 1, 2])
+    parser.add_argument("--apex-envs", type=int, default=1, help="envs per Ape-X actor")
     args = parser.parse_args()
 
     t0 = time.perf_counter()
@@ -103,7 +105,7 @@ def main() -> None:
     for kind in args.only:
         rows = []
         for seed in seeds[kind]:
-            row = run_one(kind, seed)
+            row = run_one(kind, seed, args.apex_envs)
             rows.append(row)
             print(
                 f"{kind} seed {seed}: greedy eval mean {row['eval_mean']:.1f} "
