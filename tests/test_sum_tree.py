@@ -10,16 +10,15 @@ import replaygpu as rg
 
 
 def check_invariants(tree: rg.SumTree) -> None:
-    nodes = tree.nodes.numpy()
+    levels = [v.numpy() for v in tree.levels]
     k = tree.fanout
     for level in range(tree.depth):
-        lo, hi = tree.offsets[level], tree.offsets[level + 1]
-        children = nodes[hi : tree.offsets[level + 2]].reshape(hi - lo, k, 2)
-        parents = nodes[lo:hi]
+        parents = levels[level]
+        children = levels[level + 1].reshape(len(parents), k, 2)
         # Integer-valued leaves: every sum is exact, whatever the summation order.
         np.testing.assert_array_equal(parents[:, 0], children[:, :, 0].sum(axis=1))
         np.testing.assert_array_equal(parents[:, 1], children[:, :, 1].min(axis=1))
-    leaves = nodes[tree.offsets[tree.depth] :]
+    leaves = levels[tree.depth]
     assert np.all(leaves[tree.capacity :, 0] == 0.0), "padding leaves must stay empty"
     assert np.all(leaves[tree.capacity :, 1] == np.inf)
 
@@ -84,11 +83,11 @@ def test_target_at_or_above_total_lands_on_last_positive_leaf():
     np.testing.assert_array_equal(got, [3, 3, 3])
 
 
-def test_layout_is_one_variable_with_contiguous_levels():
+def test_layout_is_one_variable_per_level():
     tree = rg.SumTree(1_000_000, "/CPU:0")
     assert tree.fanout == 32 and tree.depth == 4  # 32**4 = 1,048,576 leaves
-    assert tree.offsets[:3] == [0, 1, 33]
-    assert tree.nodes.shape == [tree.offsets[-1], 2] and tree.nodes.dtype == tf.float64
+    assert [v.shape.as_list() for v in tree.levels] == [[32**d, 2] for d in range(5)]
+    assert all(v.dtype == tf.float64 for v in tree.levels)
     assert rg.SumTree(10_000, "/CPU:0").depth == 3
     assert rg.SumTree(10_000, "/CPU:0", fanout=2).depth == 14
 

@@ -1,18 +1,24 @@
-"""A K-ary sum tree (with a min tree beside it) over row priorities, in one `tf.Variable`.
+"""A K-ary sum tree (with a min tree beside it) over row priorities, one `tf.Variable` a level.
 
 Layout: with fanout ``K`` and depth ``D`` (the smallest with ``K**D >= capacity``), level ``d``
-holds ``K**d`` nodes and is the contiguous row slice ``[offset_d, offset_d + K**d)`` of one
-float64 variable ``nodes`` of shape ``[(K**(D+1) - 1) / (K - 1), 2]``: column 0 is the sum of
-the node's leaves, column 1 their minimum (``+inf`` for empty leaves). Node ``j`` of level ``d``
-has children ``j*K .. j*K + K-1`` of level ``d + 1``; leaf ``i`` (row ``i``) is node ``i`` of
-level ``D``. The root is row 0.
+is its own float64 variable ``levels[d]`` of shape ``[K**d, 2]``: column 0 is the sum of the
+node's leaves, column 1 their minimum (``+inf`` for empty leaves). Node ``j`` of level ``d`` has
+children ``j*K .. j*K + K-1`` of level ``d + 1``; leaf ``i`` (row ``i``) is node ``i`` of level
+``D``. The root is ``levels[0][0]``.
 
 Both sampling and updates are ``D`` vectorized steps over ``[B]`` int64 node indices: one
 gather of ``[B, K]`` children and (for updates) one row scatter per level, O(B K log_K N) work
 with no Python loop over items, every op with a GPU kernel, XLA-compilable. A wide tree (K=32
 by default) keeps the number of dependent gather/scatter steps small: 4 levels for 1e6 rows,
-3 for 1e4 rows, so the cost barely grows with capacity (a binary tree needs 20 and 14, and on
-CPU each level costs a fixed per-op overhead that dwarfs its arithmetic).
+3 for 1e4 rows (a binary tree needs 20 and 14, and on CPU each level costs a fixed per-op
+overhead that dwarfs its arithmetic).
+
+Why one variable per level: an update reads the children of level ``d + 1`` and writes the
+parents of level ``d``. When both live in one variable, XLA sees a gather and a scatter on the
+same buffer and copies the whole tree (17 MB at 1e6 rows) to keep the read safe, every step;
+that made the fused loop 10x slower at 1e6 rows than at 1e4. With a variable per level, a
+scatter never writes the buffer its own update was gathered from, and the scatter stays in
+place.
 
 Why there is no drift and no periodic rebuild: an update never adds a delta to the ancestors.
 It writes the leaves, then for each level recomputes every touched parent from its children as
@@ -28,17 +34,17 @@ import tensorflow as tf
 
 
 class SumTree(tf.Module):
-    """Sums and minima of ``capacity`` non-negative float64 leaves, in a device variable.
+    """Sums and minima of ``capacity`` non-negative float64 leaves, in device variables.
 
     Args:
         capacity: number of leaves (rows of the table), >= 1.
-        device: where the variable lives (the table's device).
+        device: where the variables live (the table's device).
         fanout: children per node K >= 2.
 
     Attributes:
-        nodes: float64 variable ``[num_nodes, 2]``: (sum, min) of each node's leaves.
+        levels: float64 variables, ``levels[d]`` of shape ``[K**d, 2]``: (sum, min) of the
+            leaves under each node of level ``d``; ``levels[depth]`` holds the leaves.
         depth: number of levels below the root (D).
-        offsets: first row of each level, ``offsets[d]`` for ``d`` in ``0..D``.
     """
 
     def __init__(
@@ -55,21 +61,21 @@ class SumTree(tf.Module):
         while self.fanout**depth < self.capacity:
             depth += 1
         self.depth = depth
-        self.offsets = [(self.fanout**d - 1) // (self.fanout - 1) for d in range(depth + 2)]
-        num_nodes = self.offsets[-1]
-        init = np.zeros([num_nodes, 2])
-        init[:, 1] = np.inf
         with tf.device(device):
-            self.nodes = tf.Variable(init, dtype=tf.float64, trainable=False, name="nodes")
+            self.levels = [
+                tf.Variable(
+                    np.stack([np.zeros(self.fanout**d), np.full(self.fanout**d, np.inf)], 1),
+                    dtype=tf.float64,
+                    trainable=False,
+                    name=f"level_{d}",
+                )
+                for d in range(depth + 1)
+            ]
         self._child = tf.range(self.fanout, dtype=tf.int64)
 
     def root(self) -> tf.Tensor:
-        """``[2]`` float64: (sum of all leaves, smallest leaf or ``+inf`` when none).
-
-        Read both with this one gather when a later `set` follows in the same graph: then XLA
-        orders the read before the in-place scatter instead of copying the whole tree.
-        """
-        return tf.gather(self.nodes, tf.zeros([1], tf.int64))[0]  # a gather, not a full read
+        """``[2]`` float64: (sum of all leaves, smallest leaf or ``+inf`` when none)."""
+        return self.levels[0].read_value()[0]
 
     def total(self) -> tf.Tensor:
         """The sum of all leaves (float64 scalar)."""
@@ -81,13 +87,11 @@ class SumTree(tf.Module):
 
     def get(self, indices: tf.Tensor) -> tf.Tensor:
         """Leaf values at ``indices`` ([B] int64) as ``[B]`` float64."""
-        leaves = tf.cast(indices, tf.int64) + self.offsets[self.depth]
-        return tf.gather(self.nodes, leaves)[:, 0]
+        return tf.gather(self.levels[self.depth], tf.cast(indices, tf.int64))[:, 0]
 
     def leaves(self) -> tf.Tensor:
         """All ``capacity`` leaf values, ``[capacity]`` float64."""
-        start = self.offsets[self.depth]
-        return tf.gather(self.nodes, tf.range(start, start + self.capacity, dtype=tf.int64))[:, 0]
+        return self.levels[self.depth].read_value()[: self.capacity, 0]
 
     def set(self, indices: tf.Tensor, values: tf.Tensor) -> None:
         """Set leaves ``indices`` ([B] int64 in ``[0, capacity)``) to ``values`` ([B], >= 0).
@@ -99,16 +103,16 @@ class SumTree(tf.Module):
         node = tf.reshape(tf.cast(indices, tf.int64), [-1])
         values = tf.reshape(tf.cast(values, tf.float64), [-1])
         rows = tf.stack([values, values], axis=1)
-        self.nodes.scatter_update(tf.IndexedSlices(rows, node + self.offsets[self.depth]))
+        self.levels[self.depth].scatter_update(tf.IndexedSlices(rows, node))
         for level in range(self.depth - 1, -1, -1):
             node = node // self.fanout
-            children = self.offsets[level + 1] + node[:, None] * self.fanout + self._child
-            pairs = tf.gather(self.nodes, children)  # [B, K, 2]
+            children = node[:, None] * self.fanout + self._child
+            pairs = tf.gather(self.levels[level + 1], children)  # [B, K, 2]
             parent = tf.stack(
                 [tf.reduce_sum(pairs[:, :, 0], axis=1), tf.reduce_min(pairs[:, :, 1], axis=1)],
                 axis=1,
             )
-            self.nodes.scatter_update(tf.IndexedSlices(parent, node + self.offsets[level]))
+            self.levels[level].scatter_update(tf.IndexedSlices(parent, node))
 
     def find(self, targets: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Leaves whose prefix-sum interval holds each target, and their values.
@@ -127,8 +131,8 @@ class SumTree(tf.Module):
         node = tf.zeros_like(targets, dtype=tf.int64)
         value = tf.zeros_like(targets) + (self.total() if self.depth == 0 else 0.0)
         for level in range(self.depth):
-            children = self.offsets[level + 1] + node[:, None] * self.fanout + self._child
-            sums = tf.gather(self.nodes, children)[:, :, 0]  # [B, K]
+            children = node[:, None] * self.fanout + self._child
+            sums = tf.gather(self.levels[level + 1], children)[:, :, 0]  # [B, K]
             ends = tf.cumsum(sums, axis=1)
             pos = tf.reduce_sum(tf.cast(ends <= targets[:, None], tf.int64), axis=1)
             # Past the end (rounding, or a target >= total): the last child with a positive sum.
