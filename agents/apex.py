@@ -68,7 +68,10 @@ class ApexConfig:
     double_q: bool = field(default=True, metadata=_help("double DQN targets"))
     prioritized: bool = field(
         default=False,
-        metadata=_help("prioritized replay (off by default: its sampler is slower under XLA)"),
+        metadata=_help(
+            "prioritized replay as in the Ape-X paper (off by default: with these "
+            "hyperparameters it learned CartPole worse; see benchmarks/README.md)"
+        ),
     )
     priority_alpha: float = field(default=0.6, metadata=_help("priority exponent"))
     priority_beta: float = field(default=0.4, metadata=_help("importance-weight exponent"))
