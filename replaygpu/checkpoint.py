@@ -1,8 +1,10 @@
 """Checkpoints of a whole learner: table contents, sampler RNG, counters, networks, optimizer.
 
 Built on `tf.train.Checkpoint` and `tf.train.CheckpointManager`. A restore is all or nothing:
-the table's fields, dtypes and capacity are checked against the checkpoint before anything is
-read, and every other variable is snapshotted and put back if the restore fails part way.
+before anything is read, every live variable is matched to its saved value through the saved
+object graph and their shapes and dtypes are compared (the table's fields and capacity get a
+message of their own); and every variable but the large table storage is snapshotted and put
+back should the read still fail part way.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import re
 from typing import Any
 
 import tensorflow as tf
+from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from replaygpu.errors import CheckpointMismatchError
 from replaygpu.storage import ReplayTable
@@ -90,7 +93,16 @@ class Checkpointer:
         reader = tf.train.load_checkpoint(path)
         if self.table is not None:
             self._check_table(self.table, path, reader)
-        table_vars = {id(v) for v in (self.table.variables if self.table is not None else ())}
+        mismatches = _mismatched_variables(self._checkpoint, reader)
+        if mismatches:
+            raise CheckpointMismatchError(
+                f"checkpoint {path} does not fit the objects it was restored into: "
+                f"{'; '.join(mismatches[:8])}"
+                f"{f' (and {len(mismatches) - 8} more)' if len(mismatches) > 8 else ''}. "
+                "Nothing was restored; build the networks and table as in the saved run."
+            )
+        storage = self.table.storage.values() if self.table is not None else ()
+        table_vars = {id(v) for v in storage}
         others = list(
             {
                 id(v): v
@@ -140,6 +152,42 @@ class Checkpointer:
                 f"([capacity, ...shape], dtype): {'; '.join(diffs)}. Nothing was restored; "
                 "make the table with the saved spec and capacity."
             )
+
+
+def _mismatched_variables(root: Any, reader: Any) -> list[str]:
+    """Live variables whose saved value has another shape or dtype, as readable lines.
+
+    Walks the live object graph from ``root`` beside the saved one (by child name), the way a
+    restore matches them, so it finds every conflict before a restore writes anything.
+    """
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+    shapes = reader.get_variable_to_shape_map()
+    dtypes = reader.get_variable_to_dtype_map()
+    view = tf.train.TrackableView(root)
+    found: list[str] = []
+    seen: set[int] = set()
+    stack: list[tuple[Any, int, str]] = [(root, 0, "")]
+    while stack:
+        live, node_id, path = stack.pop()
+        if id(live) in seen:
+            continue
+        seen.add(id(live))
+        node = graph.nodes[node_id]
+        if isinstance(live, tf.Variable):
+            for attr in node.attributes:
+                key = attr.checkpoint_key
+                if attr.name != "VARIABLE_VALUE" or key not in shapes:
+                    continue
+                want = (live.shape.as_list(), live.dtype.name)
+                got = (list(shapes[key]), dtypes[key].name)
+                if want != got:
+                    found.append(f"'{path}': live {want}, saved {got}")
+        saved = {child.local_name: child.node_id for child in node.children}
+        for name, child in view.children(live).items():
+            if name in saved:
+                stack.append((child, saved[name], f"{path}/{name}" if path else name))
+    return sorted(found)
 
 
 def _variables_of(obj: Any) -> list[tf.Variable]:

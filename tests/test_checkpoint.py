@@ -105,11 +105,14 @@ def test_restore_with_mismatched_network_rolls_back_every_variable(tmp_path):
 
     table2, sampler2, learner2, *_ = build(seed=5)
     fill(table2, 100, 3)
+    ids_before = table2.storage["id"].numpy().copy()
     wrong_w = tf.Variable([1.0, 2.0, 3.0])  # saved w has shape [2]
     state_before = sampler2.generator.state.numpy().copy()
     ckpt = rg.Checkpointer(tmp_path, table=table2, sampler=sampler2, learner=learner2, w=wrong_w)
-    with pytest.raises(rg.CheckpointMismatchError, match="nothing was restored"):
+    with pytest.raises(rg.CheckpointMismatchError, match=r"'w': live \(\[3\], 'float32'\)"):
         ckpt.restore()
     np.testing.assert_array_equal(wrong_w.numpy(), [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(table2.storage["id"].numpy(), ids_before)
+    assert table2.size == 3 and table2.total_inserted == 3
     np.testing.assert_array_equal(sampler2.generator.state.numpy(), state_before)
     assert int(learner2.steps.numpy()) == 0
