@@ -139,6 +139,18 @@ def test_checkpoint_restores_tree_rng_and_schedule_for_exact_resume(tmp_path):
     assert int(sampler.sample_count.numpy()) == count_first
 
 
+def test_checkpoint_saves_after_eager_sampling_of_several_batch_sizes(tmp_path):
+    table = make_table(32)
+    sampler = rg.PrioritizedSampler(table, seed=2)
+    sampler.sample(4)
+    sampler.sample(8)
+    rg.Checkpointer(tmp_path, table=table, sampler=sampler).save()
+    expected = sampler.sample_indices(8)[0].numpy()
+    restored = rg.PrioritizedSampler(table, seed=99)
+    rg.Checkpointer(tmp_path, table=table, sampler=restored).restore()
+    np.testing.assert_array_equal(restored.sample_indices(8)[0].numpy(), expected)
+
+
 def test_rejects_bad_configuration_with_clear_errors():
     table = make_table(4)
     with pytest.raises(rg.ConfigError, match="alpha: got -1"):

@@ -18,6 +18,12 @@ whose stack would reach past the oldest row is not drawn, nor is the newest row 
 frame is not written yet.
 
 Writers use `frame_rows` to turn an actor's steps into rows.
+
+One writer per frame table: the layout relies on row ``i + 1`` holding the frame after row
+``i``, so rows of several actors must not interleave in one table. Give each actor (or each
+gRPC ``actor_id``) its own frame table, or send whole episodes per append so that appends of
+different actors never split one. (Vector transitions have no such limit; the n-step sampler
+takes a ``stream_field`` for interleaved writers.)
 """
 
 from __future__ import annotations
@@ -168,7 +174,8 @@ class FrameStackSampler(tf.Module):
         back = tf.range(k, dtype=tf.int64)
         first = tf.gather(storage["first"], (rows[:, None] - back[None, :]) % capacity)
         first = tf.concat([first[:, :-1], tf.ones_like(first[:, :1])], axis=1)
-        dist = tf.argmax(tf.cast(first, tf.int32), axis=1, output_type=tf.int64)  # [B] <= k-1
+        # First episode start looking back (int64 throughout: int32 stays in host memory on GPU).
+        dist = tf.reduce_min(tf.where(first, back[None, :], k), axis=1)  # [B] <= k-1
         cursor = table.cursor.read_value()
         oldest = (cursor - table.size_var.read_value()) % capacity
         age = (rows - oldest) % capacity

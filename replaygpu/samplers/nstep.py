@@ -116,7 +116,7 @@ class NStepSampler(tf.Module):
             )
             stop = stop | other_next
         # k = first stop offset; rows after it are masked out.
-        last = tf.argmax(tf.cast(stop, tf.int32), axis=1, output_type=tf.int64)  # [B]
+        last = tf.reduce_min(tf.where(stop, offsets[None, :], self.n), axis=1)  # [B] int64
         used = offsets[None, :] <= last[:, None]
         powers = tf.constant([self.gamma**j for j in range(self.n)], tf.float32)
         rewards = tf.cast(tf.gather(storage["reward"], rows), tf.float32)

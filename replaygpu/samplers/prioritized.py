@@ -122,7 +122,9 @@ class PrioritizedSampler(tf.Module):
             self.nonfinite_priorities = tf.Variable(
                 0, dtype=tf.int64, trainable=False, name="nonfinite_priorities"
             )
-        self._sample_fns: dict[int, Callable[[], tuple[tf.Tensor, tf.Tensor]]] = {}
+        # One tf.function, retraced per batch size (a Python argument); a dict of functions
+        # keyed by int would be tracked by tf.Module and break checkpointing.
+        self._sample_fn = tf.function(self._sample_indices)
         self._sync_fn = tf.function(self.sync)
         self._update_fn = tf.function(self._synced_update, reduce_retracing=True)
 
@@ -154,12 +156,8 @@ class PrioritizedSampler(tf.Module):
         if tf.inside_function():
             return self._sample_indices(batch_size)
         check_not_empty(self.table)
-        fn = self._sample_fns.get(batch_size)
-        if fn is None:
-            fn = tf.function(lambda: self._sample_indices(batch_size))
-            self._sample_fns[batch_size] = fn
         with tf.device(self.table.device):
-            return fn()
+            return self._sample_fn(batch_size)
 
     def _sample_indices(self, batch_size: int) -> tuple[tf.Tensor, tf.Tensor]:
         self.sync()

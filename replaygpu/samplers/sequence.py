@@ -103,7 +103,8 @@ class SequenceSampler(tf.Module):
         # Step 0 is always in the episode; a start at step t >= 1 ends the window before t.
         boundary = tf.concat([tf.zeros_like(boundary[:, :1]), boundary[:, 1:]], axis=1)
         cut = boundary | (offsets[None, :] > ahead[:, None])
-        return tf.equal(tf.cumsum(tf.cast(cut, tf.int32), axis=1), 0)
+        first_cut = tf.reduce_min(tf.where(cut, offsets[None, :], self.length), axis=1)
+        return offsets[None, :] < first_cut[:, None]
 
     def sample_indices(self, batch_size: int) -> tf.Tensor:
         """``[B]`` int64 start rows (valid windows when ``pad=False`` and possible)."""
