@@ -19,6 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 import replaygpu as rg
+from agents.checks import require_positive_ints, require_unit_interval
 from agents.envs import EpisodeStats, TransitionChunk, make_vector_env, true_next_obs
 from agents.policies import epsilon_greedy_actions, greedy_q_policy
 
@@ -66,9 +67,9 @@ class ActorConfig:
     token: str = field(default="", metadata=_help("bearer token, if the server needs one"))
 
     def __post_init__(self) -> None:
-        for name in ("num_actors", "num_envs", "weight_pull_interval", "send_interval"):
-            if getattr(self, name) < 1:
-                raise rg.ConfigError(f"{name}: got {getattr(self, name)}, expected >= 1")
+        require_positive_ints(
+            self, "num_actors", "num_envs", "weight_pull_interval", "send_interval"
+        )
         if not 0 <= self.actor_index < self.num_actors:
             raise rg.ConfigError(
                 f"actor_index: got {self.actor_index}, expected in [0, num_actors="
@@ -80,8 +81,7 @@ class ActorConfig:
             raise rg.ConfigError(f"insert_slack: got {self.insert_slack}, expected >= -1")
         if self.steps < 0:
             raise rg.ConfigError(f"steps: got {self.steps}, expected >= 0 (0: until stopped)")
-        if not 0.0 <= self.epsilon_base <= 1.0:
-            raise rg.ConfigError(f"epsilon_base: got {self.epsilon_base}, expected in [0, 1]")
+        require_unit_interval(self, "epsilon_base")
 
     @property
     def epsilon(self) -> float:

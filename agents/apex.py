@@ -22,6 +22,12 @@ import tensorflow as tf
 
 import replaygpu as rg
 from agents.actor import ActorConfig, run_actor_process
+from agents.checks import (
+    require_positive,
+    require_positive_ints,
+    require_unit_interval,
+    require_widths,
+)
 from agents.dqn import DQN
 from agents.envs import evaluate
 from agents.policies import greedy_q_policy
@@ -93,23 +99,15 @@ class ApexConfig:
             "target_update_interval",
             "eval_episodes",
         ]
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise rg.ConfigError(f"{name}: got {getattr(self, name)}, expected >= 1")
-        for name in ("learning_rate", "samples_per_insert"):
-            if not getattr(self, name) > 0:
-                raise rg.ConfigError(f"{name}: got {getattr(self, name)}, expected > 0")
-        if not 0.0 <= self.gamma <= 1.0:
-            raise rg.ConfigError(f"gamma: got {self.gamma}, expected in [0, 1]")
+        require_positive_ints(self, *positive)
+        require_positive(self, "learning_rate", "samples_per_insert")
+        require_unit_interval(self, "gamma")
         if self.learning_starts > self.steps:
             raise rg.ConfigError(
                 f"learning_starts: got {self.learning_starts}, expected <= steps ({self.steps}); "
                 "the learner would never start"
             )
-        if not self.hidden_sizes or min(self.hidden_sizes) < 1:
-            raise rg.ConfigError(
-                f"hidden_sizes: got {self.hidden_sizes}, expected positive widths like 256,256"
-            )
+        require_widths(self)
 
     def actor_config(self, index: int) -> ActorConfig:
         """The config of actor ``index``: its share of the steps and its Ape-X epsilon."""

@@ -18,6 +18,13 @@ import numpy as np
 import tensorflow as tf
 
 import replaygpu as rg
+from agents.checks import (
+    require,
+    require_positive,
+    require_positive_ints,
+    require_unit_interval,
+    require_widths,
+)
 from agents.envs import (
     EpisodeStats,
     TransitionChunk,
@@ -82,26 +89,15 @@ class DQNConfig:
             "eval_episodes",
             "target_update_interval",
         ]
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise rg.ConfigError(f"{name}: got {getattr(self, name)}, expected >= 1")
-        if self.learning_starts < 0:
-            raise rg.ConfigError(f"learning_starts: got {self.learning_starts}, expected >= 0")
-        if not 0.0 <= self.gamma <= 1.0:
-            raise rg.ConfigError(f"gamma: got {self.gamma}, expected in [0, 1]")
-        if not self.learning_rate > 0:
-            raise rg.ConfigError(f"learning_rate: got {self.learning_rate}, expected > 0")
+        require_positive_ints(self, *positive)
+        require(self, ["learning_starts"], lambda v: v >= 0, ">= 0")
+        require_unit_interval(self, "gamma", "exploration_initial_eps", "exploration_final_eps")
+        require_positive(self, "learning_rate")
         if not 0.0 < self.exploration_fraction <= 1.0:
             raise rg.ConfigError(
                 f"exploration_fraction: got {self.exploration_fraction}, expected in (0, 1]"
             )
-        for name in ("exploration_initial_eps", "exploration_final_eps"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise rg.ConfigError(f"{name}: got {getattr(self, name)}, expected in [0, 1]")
-        if not self.hidden_sizes or min(self.hidden_sizes) < 1:
-            raise rg.ConfigError(
-                f"hidden_sizes: got {self.hidden_sizes}, expected positive widths like 256,256"
-            )
+        require_widths(self)
         if self.train_freq % self.num_envs:
             raise rg.ConfigError(
                 f"train_freq: got {self.train_freq}, expected a multiple of num_envs "

@@ -17,6 +17,13 @@ import numpy as np
 import tensorflow as tf
 
 import replaygpu as rg
+from agents.checks import (
+    require,
+    require_positive,
+    require_positive_ints,
+    require_unit_interval,
+    require_widths,
+)
 from agents.envs import (
     EpisodeStats,
     TransitionChunk,
@@ -71,21 +78,11 @@ class SACConfig:
             "num_envs",
             "eval_episodes",
         ]
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise rg.ConfigError(f"{name}: got {getattr(self, name)}, expected >= 1")
-        if self.learning_starts < 0:
-            raise rg.ConfigError(f"learning_starts: got {self.learning_starts}, expected >= 0")
-        for name in ("gamma", "tau"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise rg.ConfigError(f"{name}: got {getattr(self, name)}, expected in [0, 1]")
-        for name in ("learning_rate", "initial_alpha"):
-            if not getattr(self, name) > 0:
-                raise rg.ConfigError(f"{name}: got {getattr(self, name)}, expected > 0")
-        if not self.hidden_sizes or min(self.hidden_sizes) < 1:
-            raise rg.ConfigError(
-                f"hidden_sizes: got {self.hidden_sizes}, expected positive widths like 256,256"
-            )
+        require_positive_ints(self, *positive)
+        require(self, ["learning_starts"], lambda v: v >= 0, ">= 0")
+        require_unit_interval(self, "gamma", "tau")
+        require_positive(self, "learning_rate", "initial_alpha")
+        require_widths(self)
         if self.train_freq % self.num_envs:
             raise rg.ConfigError(
                 f"train_freq: got {self.train_freq}, expected a multiple of num_envs "
