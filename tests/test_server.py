@@ -76,6 +76,21 @@ def test_a_batch_with_one_bad_field_is_rejected_naming_it_and_writes_nothing(emp
         channel.close()
 
 
+def test_bytes_that_are_not_an_append_request_are_invalid_and_write_nothing(empty_table):
+    with rg.serve(empty_table) as server:
+        channel = grpc.insecure_channel(server.address)
+        append = channel.stream_stream(
+            "/replaygpu.v1.ReplayService/Append", request_serializer=lambda b: b
+        )
+        good = codec.encode_append_request("replay", "raw", 1, columns([1, 2]))
+        with pytest.raises(grpc.RpcError) as err:
+            list(append(iter([good[:-3]])))  # truncated inside the last tensor
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "is not a valid message" in err.value.details()
+        assert empty_table.size == 0 and empty_table.total_inserted == 0
+        channel.close()
+
+
 def test_a_replayed_seq_is_acknowledged_but_not_inserted(empty_table):
     with rg.serve(empty_table) as server:
         channel, stub = stub_for(server)

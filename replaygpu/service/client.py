@@ -26,6 +26,7 @@ import numpy as np
 
 from replaygpu.errors import BatchError, ConfigError
 from replaygpu.service import codec
+from replaygpu.service.allocator import keep_freed_memory
 from replaygpu.service.auth import TLSConfig, make_channel, token_metadata
 from replaygpu.service.config import ClientConfig
 from replaygpu.service.status import (
@@ -85,6 +86,8 @@ class ReplayClient:
         self.actor_id = actor_id
         self.table = table
         self.config = config or ClientConfig()
+        if self.config.keep_freed_memory:
+            keep_freed_memory(self.config.max_buffer_bytes)
         self._metadata = token_metadata(token)
         self._channel = make_channel(address, tls, self.config.max_message_bytes)
         self._stub = replay_pb2_grpc.ReplayServiceStub(self._channel)

@@ -29,6 +29,10 @@ class ClientConfig:
         retry_max_s: longest backoff.
         retry_deadline_s: give up (raise on the next call) after this long without an ack.
         rpc_timeout_s: deadline of unary calls (Info, GetWeights).
+        keep_freed_memory: tune glibc so freed request buffers are reused rather than
+            unmapped (no page faults per request; process-wide, keeps up to
+            ``max_buffer_bytes`` of freed heap; see
+            `replaygpu.service.allocator.keep_freed_memory`).
     """
 
     max_batch_transitions: int = 8192
@@ -40,6 +44,7 @@ class ClientConfig:
     retry_max_s: float = 2.0
     retry_deadline_s: float = 60.0
     rpc_timeout_s: float = 30.0
+    keep_freed_memory: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_batch_transitions", "max_batch_bytes", "max_buffer_bytes"):
@@ -73,7 +78,7 @@ class ServerConfig:
             in-flight RPCs to finish.
         keep_freed_memory: tune glibc so freed batch buffers are reused rather than unmapped
             (3x faster commits of large batches; process-wide; see
-            `replaygpu.service.staging.keep_freed_memory`).
+            `replaygpu.service.allocator.keep_freed_memory`).
     """
 
     max_message_bytes: int = 64 * MiB

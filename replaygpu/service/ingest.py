@@ -22,12 +22,39 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+import tensorflow as tf
+
 from replaygpu.service.ledger import SequenceLedger
 from replaygpu.service.staging import StagedBatch, StagingQueue
 from replaygpu.service.status import ServiceUnavailableError
 from replaygpu.storage import ReplayTable
 
 logger = logging.getLogger(__name__)
+
+try:  # wraps a 64-byte aligned numpy array without copying it; tf.constant always copies
+    from tensorflow.python.eager import context as _tf_context
+    from tensorflow.python.framework.ops import EagerTensor as _EagerTensor
+except ImportError:  # pragma: no cover - a TensorFlow without these internals
+    _EagerTensor = None
+
+
+def as_tensors(columns: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Staged columns as eager tensors that share the arrays' memory when they are aligned
+    (`codec.aligned_copy`), so the table write is the only copy on the committing thread.
+
+    Falls back to the arrays themselves (``table.append`` converts them, copying twice) when
+    TensorFlow's internals differ or eager execution is off.
+    """
+    if _EagerTensor is None or not tf.executing_eagerly():
+        return columns
+    ctx = _tf_context.context()
+    ctx.ensure_initialized()
+    device = ctx.device_name
+    return {
+        name: _EagerTensor(array, device, tf.as_dtype(array.dtype).as_datatype_enum)
+        for name, array in columns.items()
+    }
 
 
 class Ingest:
@@ -109,7 +136,7 @@ class Ingest:
                 )
                 continue
             try:
-                self.table.append(item.columns)
+                self.table.append(as_tensors(item.columns))
             except Exception as err:
                 logger.exception("commit of seq %d from %s failed", item.seq, item.actor_id)
                 self._blocked[item.actor_id] = item.seq

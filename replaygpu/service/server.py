@@ -1,8 +1,10 @@
 """The replay service in the learner process: `serve(learner)` -> `ReplayServer`.
 
-Each ``Append`` stream gets a reader thread that validates every request against the table
-spec (dtype and shape per field, before decoding), decodes with ``np.frombuffer`` and stages
-the whole batch on the bounded staging queue; the handler thread streams back one ack per
+Each ``Append`` stream gets a reader thread that parses every request from the received bytes
+(`replaygpu.service.wire`: tensor data stay views of those bytes), validates it against the
+table spec (dtype and shape per field, before decoding), decodes with ``np.frombuffer`` (no
+copy), makes one aligned copy that TensorFlow can wrap without copying again, and stages the
+whole batch on the bounded staging queue; the handler thread streams back one ack per
 request once its batch is committed (see `replaygpu.service.ingest`). ``GetWeights`` serves
 the learner's latest published weights; ``Info`` describes the table. Standard health checking
 and reflection run beside it.
@@ -25,12 +27,13 @@ from replaygpu.errors import BatchError, ConfigError
 from replaygpu.learner import service_loop
 from replaygpu.learner.learner import Learner
 from replaygpu.learner.weights import WeightSnapshot, WeightStore
-from replaygpu.service import codec
+from replaygpu.service import codec, wire
+from replaygpu.service.allocator import keep_freed_memory
 from replaygpu.service.auth import TLSConfig, TokenInterceptor, warn_if_exposed
 from replaygpu.service.config import ServerConfig
 from replaygpu.service.ingest import Ingest
 from replaygpu.service.ledger import SequenceLedger
-from replaygpu.service.staging import StagedBatch, StagingQueue, keep_freed_memory
+from replaygpu.service.staging import StagedBatch, StagingQueue
 from replaygpu.service.status import (
     SEQ_METADATA_KEY,
     InvalidBatchError,
@@ -94,9 +97,10 @@ class _Servicer(replay_pb2_grpc.ReplayServiceServicer):
         return self._s.info_message(request.actor_id)
 
 
-def _parse_append(data: bytes) -> Any:
-    """Append's request deserializer: the message plus its size on the wire."""
-    return len(data), replay_pb2.AppendRequest.FromString(data)
+def _received_bytes(data: bytes) -> bytes:
+    """Append's request deserializer: none. gRPC's single polling thread calls deserializers
+    for every stream, so requests are parsed later, in each stream's reader thread."""
+    return data
 
 
 def _handlers(servicer: _Servicer) -> grpc.GenericRpcHandler:
@@ -105,7 +109,7 @@ def _handlers(servicer: _Servicer) -> grpc.GenericRpcHandler:
         SERVICE_NAME,
         {
             "Append": grpc.stream_stream_rpc_method_handler(
-                servicer.Append, _parse_append, replay_pb2.AppendAck.SerializeToString
+                servicer.Append, _received_bytes, replay_pb2.AppendAck.SerializeToString
             ),
             "GetWeights": grpc.unary_unary_rpc_method_handler(
                 servicer.GetWeights,
@@ -221,9 +225,9 @@ class ReplayServer:
     def _read_stream(self, requests: Iterator[Any], sink: queue.SimpleQueue[Any]) -> None:
         count = 0
         try:
-            for size, request in requests:
+            for data in requests:
                 count += 1
-                self._admit(size, request, sink)
+                self._admit(data, sink)
         except (ServiceError, BatchError) as err:
             sink.put(err)
         except grpc.RpcError:
@@ -233,8 +237,16 @@ class ReplayServer:
             sink.put(err)
         sink.put(_End(count))
 
-    def _admit(self, size: int, request: Any, sink: queue.SimpleQueue[Any]) -> None:
-        seq = int(request.seq)
+    def _admit(self, data: bytes, sink: queue.SimpleQueue[Any]) -> None:
+        size = len(data)
+        try:
+            request = wire.parse_append_request(data)
+        except wire.WireFormatError as err:
+            raise InvalidBatchError(
+                f"AppendRequest of {size} bytes is not a valid message ({err}); send requests "
+                "made by ReplayClient or replaygpu.service.codec.encode_append_request"
+            ) from None
+        seq = request.seq
         if self._closing:
             raise ServiceUnavailableError(f"server at {self.address} is shutting down", seq=seq)
         if request.table != self.table.name:
@@ -256,9 +268,9 @@ class ReplayServer:
                 "actor_id and seq >= 1",
                 seq=seq,
             )
-        fields = {f.name: f.tensor for f in request.batch.fields}
+        fields = dict(request.fields)
         try:
-            if len(fields) != len(request.batch.fields):
+            if len(fields) != len(request.fields):
                 raise BatchError("the batch names a field twice")
             n = codec.check_columns(self.spec, fields)
             columns = {name: codec.decode_tensor(t, name) for name, t in fields.items()}
@@ -281,6 +293,7 @@ class ReplayServer:
                 }
             )
             return
+        columns = {name: codec.aligned_copy(array) for name, array in columns.items()}
         nbytes = sum(c.nbytes for c in columns.values())
         self._queue.put(StagedBatch(actor, seq, columns, n, nbytes, done, sink.put))
 

@@ -9,8 +9,6 @@ the limit, so a stalled learner pushes back on actors instead of growing memory.
 from __future__ import annotations
 
 import collections
-import ctypes
-import platform
 import threading
 import time
 from collections.abc import Callable
@@ -131,23 +129,3 @@ class StagingQueue:
             self._bytes = 0
             self._cond.notify_all()
             return items
-
-
-def keep_freed_memory(trim_bytes: int) -> bool:
-    """Let glibc reuse freed multi-megabyte buffers instead of unmapping them.
-
-    Every committed batch allocates and frees a few large buffers (decoded arrays, the tensors
-    TensorFlow converts them to). By default glibc serves each from a fresh ``mmap`` and the
-    first touch of every page faults, which makes a 7 MB frame batch commit 3x slower. This
-    raises the mmap threshold to glibc's maximum (32 MiB) and keeps up to ``trim_bytes`` of
-    freed heap (the staging bound) for reuse. A no-op returning False off glibc.
-    """
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return False
-    m_trim_threshold, m_mmap_threshold = -1, -3
-    ok = libc.mallopt(m_mmap_threshold, 32 * 2**20) == 1
-    return ok and libc.mallopt(m_trim_threshold, int(min(trim_bytes, 2**31 - 1))) == 1

@@ -1,0 +1,114 @@
+"""The zero-copy AppendRequest reader agrees with protobuf's parser on every encoding."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replaygpu.service import codec, wire
+from replaygpu.v1 import replay_pb2
+
+
+def _as_tuple(view: wire.AppendView) -> tuple:
+    fields = [(n, t.dtype, list(t.shape), bytes(t.data)) for n, t in view.fields]
+    return view.table, view.actor_id, view.seq, fields
+
+
+def _protobuf_tuple(data: bytes) -> tuple:
+    m = replay_pb2.AppendRequest.FromString(data)
+    fields = [(f.name, f.tensor.dtype, list(f.tensor.shape), f.tensor.data) for f in m.batch.fields]
+    return m.table, m.actor_id, m.seq, fields
+
+
+def _tag(number: int, wire_type: int) -> bytes:
+    return codec._varint(number << 3 | wire_type)
+
+
+def _len(number: int, payload: bytes) -> bytes:
+    return codec._len_field(number, len(payload)) + payload
+
+
+_text = st.text(max_size=8)
+_int64 = st.integers(-(2**63), 2**63 - 1)
+_tensors = st.builds(
+    replay_pb2.Tensor,
+    dtype=_text,
+    shape=st.lists(_int64, max_size=4),
+    data=st.binary(max_size=64),
+)
+_requests = st.builds(
+    replay_pb2.AppendRequest,
+    table=_text,
+    actor_id=_text,
+    seq=_int64,
+    batch=st.builds(
+        replay_pb2.Batch,
+        fields=st.lists(st.builds(replay_pb2.NamedTensor, name=_text, tensor=_tensors), max_size=4),
+    ),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_requests)
+def test_every_protobuf_serialized_request_parses_to_the_same_values(message):
+    data = message.SerializeToString()
+    assert _as_tuple(wire.parse_append_request(data)) == _protobuf_tuple(data)
+
+
+def test_tensor_data_are_views_of_the_received_bytes_without_a_copy():
+    columns = {"obs": np.arange(2 * 84 * 84, dtype=np.uint8).reshape(2, 84, 84)}
+    data = codec.encode_append_request("replay", "actor-1", 7, columns)
+    view = wire.parse_append_request(data)
+    ((name, tensor),) = view.fields
+    assert (view.table, view.actor_id, view.seq, name) == ("replay", "actor-1", 7, "obs")
+    assert tensor.data.obj is data
+    array = codec.decode_tensor(tensor, name)
+    np.testing.assert_array_equal(array, columns["obs"])
+    assert not array.flags.writeable
+
+
+def test_unusual_but_valid_encodings_follow_protobuf_merge_rules():
+    tensor_a = _len(1, b"uint8") + _tag(2, 0) + codec._varint(2)  # unpacked shape
+    tensor_b = _len(2, codec._varint(3)) + _len(3, b"abcdef")  # packed; merges into tensor_a
+    named = _len(1, b"obs") + _len(2, tensor_a) + _len(2, tensor_b)
+    unknown = _tag(9, 0) + codec._varint(5) + _tag(10, 1) + b"\0" * 8 + _tag(11, 5) + b"\0" * 4
+    data = b"".join(
+        [
+            _len(4, _len(1, named)),  # batch before the header, sent in two parts
+            _tag(3, 0) + codec._varint(1),
+            _len(1, b"first"),
+            unknown,
+            _len(1, b"replay"),  # the last value of a scalar wins
+            _tag(3, 0) + codec._varint(5),
+            _tag(2, 5) + b"\0" * 4,  # a known field with another wire type: unknown
+            _len(2, b"actor"),
+            _len(4, _len(1, _len(1, b"done") + _len(2, _len(1, b"bool")))),
+        ]
+    )
+    assert _as_tuple(wire.parse_append_request(data)) == _protobuf_tuple(data)
+    assert _protobuf_tuple(data)[3][0] == ("obs", "uint8", [2, 3], b"abcdef")
+
+
+def test_groups_are_left_to_protobuf_and_parse_the_same():
+    group = _tag(12, 3) + _tag(1, 0) + codec._varint(4) + _tag(12, 4)
+    data = _len(1, b"replay") + group + _tag(3, 0) + codec._varint(9)
+    assert _as_tuple(wire.parse_append_request(data)) == _protobuf_tuple(data)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        _len(1, b"replay")[:-2],  # truncated string
+        _tag(3, 0) + b"\xff",  # truncated varint
+        _tag(3, 0) + b"\xff" * 11,  # overlong varint
+        _len(1, b"\xff\xfe"),  # invalid UTF-8
+        _tag(1, 7),  # invalid wire type
+        _tag(0, 0) + b"\0",  # field number 0
+        _len(4, _len(1, _len(2, _len(3, b"xy")[:-1]))),  # truncated inside a tensor
+    ],
+)
+def test_malformed_bytes_are_rejected_like_protobuf_rejects_them(data):
+    with pytest.raises(Exception):  # noqa: B017 (protobuf's DecodeError)
+        replay_pb2.AppendRequest.FromString(data)
+    with pytest.raises(wire.WireFormatError):
+        wire.parse_append_request(data)
