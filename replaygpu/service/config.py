@@ -22,7 +22,9 @@ class ClientConfig:
             max_message_bytes.
         max_delay_s: ... or when the oldest buffered transition waited this long (T).
         max_buffer_bytes: bytes buffered or sent-but-unacknowledged, at most; `add` and
-            `add_batch` block while it is full.
+            `add_batch` block while it is full. A few requests in flight keep the stream
+            busy; more only grows the actor's memory (and, measured with 7 MB frame requests,
+            made ingest slower: 256 MiB -> 64 MiB gave 1.1 -> 1.3 GB/s with 2 actors).
         max_message_bytes: largest message sent or received (weights included).
         retry_initial_s: first backoff after UNAVAILABLE / DEADLINE_EXCEEDED; doubles up to
             ``retry_max_s``.
@@ -38,7 +40,7 @@ class ClientConfig:
     max_batch_transitions: int = 8192
     max_batch_bytes: int = 16 * MiB
     max_delay_s: float = 0.1
-    max_buffer_bytes: int = 256 * MiB
+    max_buffer_bytes: int = 64 * MiB
     max_message_bytes: int = 64 * MiB
     retry_initial_s: float = 0.05
     retry_max_s: float = 2.0
