@@ -92,24 +92,6 @@ def decode_tensor(tensor: replay_pb2.Tensor, field: str = "tensor") -> np.ndarra
     return np.frombuffer(data, dtype=dtype).reshape(shape)
 
 
-#: Byte alignment of arrays that TensorFlow wraps without a copy (Eigen's maximum alignment).
-TENSOR_ALIGNMENT = 64
-
-
-def aligned_copy(array: np.ndarray, alignment: int = TENSOR_ALIGNMENT) -> np.ndarray:
-    """A C-contiguous copy of ``array`` whose data start on an ``alignment``-byte boundary.
-
-    TensorFlow wraps such an array as a tensor without copying it (it copies anything else),
-    so the server makes this one copy in each stream's reader thread (numpy releases the GIL
-    for it) instead of two on the thread that writes the table.
-    """
-    raw = np.empty(array.nbytes + alignment, np.uint8)
-    start = -raw.ctypes.data % alignment
-    out = raw[start : start + array.nbytes].view(array.dtype).reshape(array.shape)
-    np.copyto(out, array)
-    return out
-
-
 def encode_batch(columns: Mapping[str, np.ndarray], out: replay_pb2.Batch | None = None) -> Any:
     """A ``Batch`` message of columnar arrays ``{field: [n, ...]}``."""
     batch = out if out is not None else replay_pb2.Batch()

@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from replaygpu.service.ledger import SequenceLedger
-from replaygpu.service.staging import StagedBatch, StagingQueue
+from replaygpu.service.staging import BufferPool, StagedBatch, StagingQueue
 from replaygpu.service.status import ServiceUnavailableError
 from replaygpu.storage import ReplayTable
 
@@ -41,7 +41,7 @@ except ImportError:  # pragma: no cover - a TensorFlow without these internals
 
 def as_tensors(columns: dict[str, np.ndarray]) -> dict[str, Any]:
     """Staged columns as eager tensors that share the arrays' memory when they are aligned
-    (`codec.aligned_copy`), so the table write is the only copy on the committing thread.
+    (`staging.BufferPool.copy`), so the table write is the only copy on the committing thread.
 
     Falls back to the arrays themselves (``table.append`` converts them, copying twice) when
     TensorFlow's internals differ or eager execution is off.
@@ -65,12 +65,19 @@ class Ingest:
         ledger: the last committed seq per actor.
         queue: the staging queue the gRPC handlers fill.
         background: run a committer thread that commits whenever nobody owns the ingest.
+        buffers: the pool the staged arrays came from; they go back to it once committed.
     """
 
     def __init__(
-        self, table: ReplayTable, ledger: SequenceLedger, queue: StagingQueue, background: bool
+        self,
+        table: ReplayTable,
+        ledger: SequenceLedger,
+        queue: StagingQueue,
+        background: bool,
+        buffers: BufferPool | None = None,
     ) -> None:
         self.table = table
+        self.buffers = buffers
         self.ledger = ledger
         self.queue = queue
         self.lock = threading.RLock()
@@ -159,6 +166,9 @@ class Ingest:
                         "duplicate": duplicate,
                     }
                 )
+        if self.buffers is not None:
+            for item in items:
+                self.buffers.release(item.columns)
         if items:
             self.queue.notify()
         return inserted

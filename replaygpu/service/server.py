@@ -3,7 +3,8 @@
 Each ``Append`` stream gets a reader thread that parses every request from the received bytes
 (`replaygpu.service.wire`: tensor data stay views of those bytes), validates it against the
 table spec (dtype and shape per field, before decoding), decodes with ``np.frombuffer`` (no
-copy), makes one aligned copy that TensorFlow can wrap without copying again, and stages the
+copy), makes one aligned copy (in a reused buffer) that TensorFlow wraps without copying
+again, and stages the
 whole batch on the bounded staging queue; the handler thread streams back one ack per
 request once its batch is committed (see `replaygpu.service.ingest`). ``GetWeights`` serves
 the learner's latest published weights; ``Info`` describes the table. Standard health checking
@@ -33,7 +34,7 @@ from replaygpu.service.auth import TLSConfig, TokenInterceptor, warn_if_exposed
 from replaygpu.service.config import ServerConfig
 from replaygpu.service.ingest import Ingest
 from replaygpu.service.ledger import SequenceLedger
-from replaygpu.service.staging import StagedBatch, StagingQueue
+from replaygpu.service.staging import BufferPool, StagedBatch, StagingQueue
 from replaygpu.service.status import (
     SEQ_METADATA_KEY,
     InvalidBatchError,
@@ -174,7 +175,10 @@ class ReplayServer:
         self._queue = StagingQueue(
             config.staging_max_batches, config.staging_max_bytes, config.staging_timeout_s
         )
-        self._ingest = Ingest(self.table, self.ledger, self._queue, config.background_commit)
+        self._buffers = BufferPool(config.staging_max_bytes // 2)
+        self._ingest = Ingest(
+            self.table, self.ledger, self._queue, config.background_commit, self._buffers
+        )
         if self.learner is not None:
             service_loop.attach(self.learner, self._ingest)
         try:
@@ -293,7 +297,7 @@ class ReplayServer:
                 }
             )
             return
-        columns = {name: codec.aligned_copy(array) for name, array in columns.items()}
+        columns = {name: self._buffers.copy(array) for name, array in columns.items()}
         nbytes = sum(c.nbytes for c in columns.values())
         self._queue.put(StagedBatch(actor, seq, columns, n, nbytes, done, sink.put))
 
