@@ -169,3 +169,41 @@ def test_get_weights_returns_none_until_published_then_the_published_structure(e
         version, weights = client.get_weights(newer_than=1)
         assert version == 2 and isinstance(weights, list) and weights[0].shape == (2, 3)
         assert client.info().weights_version == 2
+
+
+def _learner(table):
+    def update_fn(batch):
+        return {"loss": tf.reduce_mean(batch["obs"])}
+
+    return rg.Learner(table, rg.UniformSampler(table, seed=0), update_fn, batch_size=4)
+
+
+def test_weight_versions_continue_after_a_learner_restarts_from_its_checkpoint(
+    empty_table, tmp_path
+):
+    learner = _learner(empty_table)
+    for value in (1.0, 2.0, 3.0):
+        learner.publish_weights([np.full(2, value, np.float32)])
+    rg.Checkpointer(tmp_path, learner=learner).save()
+
+    restarted = _learner(empty_table)  # a new learner process, restored
+    assert rg.Checkpointer(tmp_path, learner=restarted).restore() is not None
+    with rg.serve(restarted) as server, rg.ReplayClient(server.address) as client:
+        assert client.info().weights_version == 3
+        assert client.get_weights(newer_than=3) is None  # nothing published since the restart
+        assert restarted.publish_weights([np.full(2, 4.0, np.float32)]) == 4
+        version, weights = client.get_weights(newer_than=3)
+        assert version == 4 and weights[0].tolist() == [4.0, 4.0]
+
+
+def test_an_actor_ahead_of_a_restarted_learner_gets_its_weights_with_the_lower_version(
+    empty_table,
+):
+    learner = _learner(empty_table)  # restarted without a checkpoint: versions start at 1
+    with rg.serve(learner) as server, rg.ReplayClient(server.address) as client:
+        assert client.get_weights(newer_than=7) is None  # nothing published yet
+        learner.publish_weights([np.zeros(2, np.float32)])
+        learner.publish_weights([np.ones(2, np.float32)])
+        version, weights = client.get_weights(newer_than=7)  # held version 7 of the old run
+        assert version == 2 and weights[0].tolist() == [1.0, 1.0]
+        assert client.get_weights(newer_than=version) is None

@@ -45,6 +45,8 @@ class Learner(tf.Module):
 
     Attributes:
         steps: total SGD steps run (int64 variable, checkpointed).
+        weights_version: version of the last `publish_weights` (int64 variable on the CPU,
+            checkpointed, so versions keep growing across restarts).
     """
 
     def __init__(
@@ -72,6 +74,10 @@ class Learner(tf.Module):
         self._update_fn = update_fn
         with tf.device(table.device):
             self.steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="steps")
+        with tf.device("/CPU:0"):  # read and written by the host only
+            self.weights_version = tf.Variable(
+                0, dtype=tf.int64, trainable=False, name="weights_version"
+            )
         self._metric_names: list[str] | None = None
         self._train_fn = tf.function(
             self._train_graph,

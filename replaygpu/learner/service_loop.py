@@ -61,7 +61,8 @@ def weight_store(owner: Any) -> WeightStore:
     """The weight store of a learner (made on first use)."""
     store = _WEIGHTS.get(owner)
     if store is None:
-        store = _WEIGHTS.setdefault(owner, WeightStore())
+        counter = getattr(owner, "weights_version", None)  # checkpointed with the learner
+        store = _WEIGHTS.setdefault(owner, WeightStore(counter))
     return store
 
 

@@ -375,24 +375,35 @@ class ReplayClient:
     def get_weights(
         self, newer_than: int = 0
     ) -> tuple[int, dict[str, np.ndarray] | list[np.ndarray]] | None:
-        """The learner's latest weights when their version is above ``newer_than``.
+        """The learner's latest weights unless their version is ``newer_than``.
+
+        Pass the version you hold. A learner that restarted (from an older checkpoint, or
+        without one) publishes lower versions than the one you hold: then its latest weights
+        come back with that lower version; keep it as your version from then on.
 
         Returns:
             ``(version, weights)`` with weights as published (a dict or a list of read-only
             arrays), or None when nothing newer was published.
         """
+        reply = self._get_weights(newer_than)
+        if reply.version < newer_than and not reply.tensors:
+            # the server numbers from an earlier point than our version (a restarted learner)
+            # but did not send its weights (an older server): ask for whatever it has
+            reply = self._get_weights(0)
+        if not reply.tensors or reply.version == newer_than:
+            return None
+        arrays = codec.decode_named(reply.tensors)
+        return reply.version, arrays if reply.named else list(arrays.values())
+
+    def _get_weights(self, newer_than: int) -> Any:
         try:
-            reply = self._stub.GetWeights(
+            return self._stub.GetWeights(
                 replay_pb2.GetWeightsRequest(newer_than=newer_than),
                 metadata=self._metadata,
                 timeout=self.config.rpc_timeout_s,
             )
         except grpc.RpcError as err:
             raise error_from_rpc(err, self.address) from None
-        if reply.version <= newer_than:
-            return None
-        arrays = codec.decode_named(reply.tensors)
-        return reply.version, arrays if reply.named else list(arrays.values())
 
     def info(self) -> Any:
         """The server's ``InfoResponse`` (tables, counters, weights version)."""

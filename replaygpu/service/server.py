@@ -158,6 +158,7 @@ class ReplayServer:
         self.config = config
         self.ledger = ledger if ledger is not None else SequenceLedger()
         self.ledger.sync()  # restore checkpoints before serving, never while serving
+        self._weights.sync()
         self.spec = {
             k: (v.dtype.name, tuple(v.shape.as_list())) for k, v in self.table.spec.items()
         }
@@ -171,7 +172,7 @@ class ReplayServer:
             keep_freed_memory(config.staging_max_bytes)
         self._closing = False
         self._stopped = False
-        self._weights_cache: tuple[int, Any] = (-1, None)
+        self._weights_cache: tuple[WeightSnapshot | None, Any] = (None, None)
         self._queue = StagingQueue(
             config.staging_max_batches, config.staging_max_bytes, config.staging_timeout_s
         )
@@ -304,18 +305,21 @@ class ReplayServer:
     # -- GetWeights / Info ----------------------------------------------------------------------
 
     def _weights_message(self, newer_than: int) -> Any:
+        """The latest weights, or only the current version when the caller has them. A caller
+        ahead of the current version got its version from an earlier run of the learner: it
+        gets the latest weights, with a lower version (see `WeightStore.latest`)."""
         snapshot: WeightSnapshot | None = self._weights.latest(newer_than)
         if snapshot is None:
-            return replay_pb2.Weights()
-        version, message = self._weights_cache
-        if version != snapshot.version:
+            return replay_pb2.Weights(version=self._weights.version)
+        cached, message = self._weights_cache
+        if cached is not snapshot:
             message = replay_pb2.Weights(version=snapshot.version, named=snapshot.names is not None)
             names = snapshot.names or tuple(str(i) for i in range(len(snapshot.arrays)))
             for name, array in zip(names, snapshot.arrays, strict=True):
                 entry = message.tensors.add()
                 entry.name = name
                 codec.encode_tensor(array, entry.tensor)
-            self._weights_cache = (snapshot.version, message)
+            self._weights_cache = (snapshot, message)
         return message
 
     def info_message(self, actor_id: str = "") -> Any:
