@@ -207,3 +207,34 @@ def test_an_actor_ahead_of_a_restarted_learner_gets_its_weights_with_the_lower_v
         version, weights = client.get_weights(newer_than=7)  # held version 7 of the old run
         assert version == 2 and weights[0].tolist() == [1.0, 1.0]
         assert client.get_weights(newer_than=version) is None
+
+
+def test_a_full_staging_queue_delays_batches_but_loses_none(empty_table):
+    server_config = rg.ServerConfig(
+        background_commit=False, staging_max_batches=1, staging_timeout_s=0.1
+    )
+    config = rg.ClientConfig(max_batch_transitions=5, retry_initial_s=0.02, retry_max_s=0.1)
+    with rg.serve(empty_table, config=server_config) as server:
+        with rg.ReplayClient(server.address, actor_id="slow", config=config) as client:
+            client.add_batch({"id": np.arange(20), "obs": np.zeros((20, 4), np.float32)})
+            time.sleep(1.0)  # nothing commits: the later requests time out in staging
+            deadline = time.monotonic() + 30
+            while empty_table.size < 20 and time.monotonic() < deadline:
+                server.commit_pending()
+                time.sleep(0.02)
+            client.flush(timeout=30)
+        assert server.ledger.last("slow") == 4
+    assert ids_of(empty_table) == list(range(20))
+
+
+def test_an_oversize_request_is_raised_to_the_caller_not_retried(empty_table):
+    server_config = rg.ServerConfig(max_message_bytes=2**12)
+    config = rg.ClientConfig(max_batch_transitions=1000, max_delay_s=10.0)
+    with rg.serve(empty_table, config=server_config) as server:
+        client = rg.ReplayClient(server.address, actor_id="big", config=config)
+        client.add_batch({"id": np.arange(200), "obs": np.zeros((200, 4), np.float32)})
+        with pytest.raises(rg.ServiceError, match="over max_message_bytes=4096") as err:
+            client.flush(timeout=30)
+        assert err.value.code.name == "RESOURCE_EXHAUSTED" and not err.value.retryable
+        client.close()
+    assert empty_table.size == 0

@@ -122,6 +122,7 @@ def test_an_oversize_message_is_resource_exhausted_naming_the_limit(empty_table)
             list(stub.Append(iter([append_request(1, big)])))
         assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "over max_message_bytes=65536" in err.value.details()
+        assert "replaygpu-retryable" not in dict(err.value.trailing_metadata())  # permanent
         assert empty_table.size == 0
         channel.close()
 
@@ -136,6 +137,7 @@ def test_a_full_staging_queue_answers_resource_exhausted_naming_the_limit(empty_
         assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "staging_max_batches=1" in err.value.details()
         assert "staging_timeout_s=0.2" in err.value.details()
+        assert ("replaygpu-retryable", "1") in err.value.trailing_metadata()  # transient
         assert server.commit_pending() == 1  # the first batch was staged and commits whole
         assert stored_ids(empty_table).tolist() == [1]
         channel.close()

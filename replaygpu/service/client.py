@@ -5,8 +5,9 @@ holds ``max_batch_transitions`` transitions or ``max_batch_bytes`` bytes, or whe
 waited ``max_delay_s`` (a background flusher). A stream thread keeps one bidirectional
 ``Append`` stream open and reads one ack per request. Unacknowledged requests stay in memory
 (bounded by ``max_buffer_bytes``: `add` blocks when full) and are resent in order after a
-reconnect, with exponential backoff on UNAVAILABLE and DEADLINE_EXCEEDED; the server drops
-seqs it already committed, so nothing is duplicated or lost. `flush` waits for the acks.
+reconnect, with exponential backoff on UNAVAILABLE, DEADLINE_EXCEEDED and a full staging queue
+on the server (RESOURCE_EXHAUSTED marked retryable; an oversize message is not); the server
+drops seqs it already committed, so nothing is duplicated or lost. `flush` waits for the acks.
 
 This module imports no TensorFlow: an actor process starts fast and stays small.
 """
@@ -328,7 +329,7 @@ class ReplayClient:
                 if self._drop_unacked:
                     return
                 error = error_from_rpc(err, self.address)
-                if err.code() in RETRYABLE_CODES:
+                if err.code() in RETRYABLE_CODES or error.retryable:
                     if time.monotonic() - last_progress > self.config.retry_deadline_s:
                         self._fail(
                             ServiceUnavailableError(
@@ -340,7 +341,7 @@ class ReplayClient:
                     logger.info(
                         "append stream to %s: %s; retrying in %.2f s",
                         self.address,
-                        err.code().name,
+                        type(error).__name__ if error.retryable else err.code().name,
                         delay,
                     )
                     time.sleep(delay * (0.5 + random.random()))

@@ -26,8 +26,8 @@ class ClientConfig:
             busy; more only grows the actor's memory (and, measured with 7 MB frame requests,
             made ingest slower: 256 MiB -> 64 MiB gave 1.1 -> 1.3 GB/s with 2 actors).
         max_message_bytes: largest message sent or received (weights included).
-        retry_initial_s: first backoff after UNAVAILABLE / DEADLINE_EXCEEDED; doubles up to
-            ``retry_max_s``.
+        retry_initial_s: first backoff after UNAVAILABLE / DEADLINE_EXCEEDED / a full staging
+            queue on the server; doubles up to ``retry_max_s``.
         retry_max_s: longest backoff.
         retry_deadline_s: give up (raise on the next call) after this long without an ack.
         rpc_timeout_s: deadline of unary calls (Info, GetWeights).

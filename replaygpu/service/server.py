@@ -36,13 +36,13 @@ from replaygpu.service.ingest import Ingest
 from replaygpu.service.ledger import SequenceLedger
 from replaygpu.service.staging import BufferPool, StagedBatch, StagingQueue
 from replaygpu.service.status import (
-    SEQ_METADATA_KEY,
     InvalidBatchError,
     ResourceExhaustedError,
     ServiceError,
     ServiceUnavailableError,
     TableNotFoundError,
     code_of,
+    trailing_metadata_of,
 )
 from replaygpu.storage import ReplayTable
 from replaygpu.v1 import replay_pb2, replay_pb2_grpc
@@ -83,9 +83,7 @@ class _Servicer(replay_pb2_grpc.ReplayServiceServicer):
             if isinstance(item, _End):
                 expected = item.count
             elif isinstance(item, BaseException):
-                seq = getattr(item, "seq", None)
-                if seq is not None:
-                    context.set_trailing_metadata(((SEQ_METADATA_KEY, str(seq)),))
+                context.set_trailing_metadata(trailing_metadata_of(item))
                 context.abort(code_of(item), str(item))
             else:
                 acked += 1

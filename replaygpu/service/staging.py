@@ -3,7 +3,8 @@
 Handlers put whole decoded batches; the learner thread (or the server's background committer)
 takes them all at once between train calls. The queue is bounded in batches and in bytes;
 a put that finds it full waits up to a deadline and then fails with RESOURCE_EXHAUSTED naming
-the limit, so a stalled learner pushes back on actors instead of growing memory.
+the limit, marked retryable (`StagingFullError`), so a stalled learner pushes back on actors
+(their clients keep the batch, back off and resend) instead of growing memory.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from replaygpu.service.status import ResourceExhaustedError, ServiceUnavailableError
+from replaygpu.service.status import ServiceUnavailableError, StagingFullError
 
 
 @dataclass
@@ -72,7 +73,8 @@ class StagingQueue:
         """Stage a batch, waiting up to ``put_timeout_s`` for room.
 
         Raises:
-            ResourceExhaustedError: the queue stayed full for the whole deadline.
+            StagingFullError: the queue stayed full for the whole deadline (a
+                RESOURCE_EXHAUSTED that clients retry).
             ServiceUnavailableError: the queue was closed (server shutting down).
         """
         deadline = time.monotonic() + self.put_timeout_s
@@ -80,7 +82,7 @@ class StagingQueue:
             while not self._closed and not self._fits(item.nbytes):
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise ResourceExhaustedError(
+                    raise StagingFullError(
                         f"staging queue full for staging_timeout_s={self.put_timeout_s:g}: "
                         f"{len(self._items)} batches / {self._bytes} bytes staged, limits "
                         f"staging_max_batches={self.max_batches}, "

@@ -16,6 +16,8 @@ class ServiceError(ReplayError, RuntimeError):
     """An RPC to the replay service failed. ``code`` is the gRPC status code."""
 
     code = grpc.StatusCode.INTERNAL
+    #: whether a client resends the batch later (with backoff) instead of dropping it
+    retryable = False
 
     def __init__(self, message: str, seq: int | None = None) -> None:
         super().__init__(message)
@@ -37,6 +39,13 @@ class ResourceExhaustedError(ServiceError):
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
+class StagingFullError(ResourceExhaustedError):
+    """The staging queue stayed full for ``staging_timeout_s``: the learner is behind. Unlike an
+    oversize message this is transient; clients keep the batch and resend it with backoff."""
+
+    retryable = True
+
+
 class AuthenticationError(ServiceError):
     """The call carried no valid bearer token."""
 
@@ -47,6 +56,7 @@ class ServiceUnavailableError(ServiceError):
     """The server cannot be reached or is shutting down; retrying later may succeed."""
 
     code = grpc.StatusCode.UNAVAILABLE
+    retryable = True
 
 
 class InvalidBatchError(ServiceError, BatchError):
@@ -64,6 +74,10 @@ RETRYABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLI
 
 #: Trailing metadata key naming the seq of the AppendRequest an error is about.
 SEQ_METADATA_KEY = "replaygpu-seq"
+
+#: Trailing metadata key, value "1", marking an error whose batch may be resent later (a full
+#: staging queue answers RESOURCE_EXHAUSTED, as an oversize message does, but is transient).
+RETRYABLE_METADATA_KEY = "replaygpu-retryable"
 
 _BY_CODE: dict[grpc.StatusCode, type[ServiceError]] = {
     cls.code: cls
@@ -87,16 +101,31 @@ def code_of(err: BaseException) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
+def trailing_metadata_of(err: BaseException) -> tuple[tuple[str, str], ...]:
+    """The trailing metadata that carries ``err``'s seq and retryability to the client."""
+    out = []
+    seq = getattr(err, "seq", None)
+    if seq is not None:
+        out.append((SEQ_METADATA_KEY, str(seq)))
+    if getattr(err, "retryable", False):
+        out.append((RETRYABLE_METADATA_KEY, "1"))
+    return tuple(out)
+
+
 def error_from_rpc(err: grpc.RpcError, address: str = "") -> ServiceError:
     """The library exception for a failed RPC, keeping the server's message."""
     code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
     details = (err.details() if hasattr(err, "details") else None) or str(err)
-    seq = None
+    seq, retryable = None, False
     trailing = err.trailing_metadata() if hasattr(err, "trailing_metadata") else None
     for key, value in trailing or ():
         if key == SEQ_METADATA_KEY:
             seq = int(value)
+        elif key == RETRYABLE_METADATA_KEY:
+            retryable = value == "1"
     cls = _BY_CODE.get(code, ServiceError)
+    if cls is ResourceExhaustedError and retryable:
+        cls = StagingFullError
     where = f" (server {address})" if address else ""
     out = cls(f"{code.name}{where}: {details}", seq=seq)
     out.code = code
