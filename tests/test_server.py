@@ -327,3 +327,50 @@ def _self_signed(tmp_path):
         )
     )
     return str(cert_path), str(key_path)
+
+
+class _CheckedTable(rg.ReplayTable):
+    """A table that refuses negative ids (a content check of the user's own) and whose first
+    ``failing_writes`` writes fail as a broken device write would."""
+
+    def __init__(self, failing_writes=0):
+        super().__init__(SPEC, capacity=256, device="/CPU:0")
+        self.failing_writes = failing_writes
+
+    def append(self, batch):
+        if np.any(np.asarray(batch["id"]) < 0):
+            raise rg.BatchError("field 'id': negative ids are refused", field="id")
+        if self.failing_writes:
+            self.failing_writes -= 1
+            raise tf.errors.InternalError(None, None, "device write failed")
+        return super().append(batch)
+
+
+def test_a_batch_the_table_refuses_is_raised_once_and_later_batches_still_land():
+    table = _CheckedTable()
+    config = rg.ClientConfig(max_delay_s=10.0, retry_initial_s=0.02, retry_deadline_s=5.0)
+    with rg.serve(table) as server:
+        client = rg.ReplayClient(server.address, actor_id="c", config=config)
+        client.add_batch(columns([1, 2]))
+        client.add_batch(columns([-3]))  # seq 2: refused by the table
+        client.add_batch(columns([4]))
+        with pytest.raises(rg.BatchError, match="seq 2: field 'id': negative ids are refused"):
+            client.flush(timeout=30)
+        client.flush(timeout=30)  # seq 3 is not held back behind the refused seq 2
+        client.add_batch(columns([5]))
+        client.close()
+        assert server.ledger.last("c") == 4
+    assert stored_ids(table).tolist() == [1, 2, 4, 5]
+
+
+def test_a_failed_table_write_is_resent_by_the_client_and_lands_once():
+    table = _CheckedTable(failing_writes=2)
+    config = rg.ClientConfig(max_delay_s=10.0, retry_initial_s=0.02, retry_deadline_s=10.0)
+    with rg.serve(table) as server:
+        with rg.ReplayClient(server.address, actor_id="f", config=config) as client:
+            client.add_batch(columns([1, 2]))
+            client.add_batch(columns([3]))
+            client.flush(timeout=30)
+        assert server.ledger.last("f") == 2 and table.failing_writes == 0
+    assert stored_ids(table).tolist() == [1, 2, 3]
+    assert table.total_inserted == 3

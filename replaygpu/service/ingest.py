@@ -8,7 +8,10 @@ table. Commits happen in one thread at a time, under one lock, in staging order:
 - otherwise in the server's background committer thread (a server with no training loop, or a
   user loop that calls ``learner.train`` itself), or by hand with `commit_pending`.
 
-A batch whose seq is not above its actor's last committed seq is acknowledged and dropped. The
+A batch whose seq is not above its actor's last committed seq is acknowledged and dropped. A
+batch the table refuses (`BatchError`) is answered INVALID_ARGUMENT and its actor's later seqs
+go on; any other failed write is answered UNAVAILABLE, and that actor's later seqs wait until
+the client resends the failed one, so its batches still land in order. The
 ledger advances together with the table write, and checkpoints taken through
 ``ReplayServer.save`` (or by ``learner.run``) hold the commit lock, so the saved table and
 ledger always agree.
@@ -25,9 +28,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from replaygpu.errors import BatchError
 from replaygpu.service.ledger import SequenceLedger
 from replaygpu.service.staging import BufferPool, StagedBatch, StagingQueue
-from replaygpu.service.status import ServiceUnavailableError
+from replaygpu.service.status import InvalidBatchError, ServiceUnavailableError
 from replaygpu.storage import ReplayTable
 
 logger = logging.getLogger(__name__)
@@ -144,10 +148,23 @@ class Ingest:
                 continue
             try:
                 self.table.append(as_tensors(item.columns))
-            except Exception as err:
+            except BatchError as err:  # the batch itself is refused: the client drops it
+                logger.warning("seq %d from %s refused: %s", item.seq, item.actor_id, err)
+                self._blocked.pop(item.actor_id, None)
+                item.fail(
+                    InvalidBatchError(f"table '{self.table.name}', seq {item.seq}: {err}", item.seq)
+                )
+                continue
+            except Exception as err:  # e.g. a failed device write: the client resends it
                 logger.exception("commit of seq %d from %s failed", item.seq, item.actor_id)
                 self._blocked[item.actor_id] = item.seq
-                item.fail(err)
+                item.fail(
+                    ServiceUnavailableError(
+                        f"commit of seq {item.seq} of actor '{item.actor_id}' failed "
+                        f"({type(err).__name__}: {err}); resend it",
+                        seq=item.seq,
+                    )
+                )
                 continue
             self._blocked.pop(item.actor_id, None)
             self.ledger.advance(item.actor_id, item.seq)
