@@ -20,7 +20,7 @@ import numpy as np
 
 import replaygpu as rg
 from agents.checks import require_positive_ints, require_unit_interval
-from agents.envs import EpisodeStats, TransitionChunk, make_vector_env, true_next_obs
+from agents.envs import EpisodeStats, TransitionChunk, make_vector_env
 from agents.policies import epsilon_greedy_actions, greedy_q_policy
 
 logger = logging.getLogger(__name__)
@@ -145,14 +145,7 @@ def run_actor(
                 actions = epsilon_greedy_actions(policy, obs, config.epsilon, num_actions, rng)
             next_obs, reward, terminated, truncated, info = env.step(actions)
             done = terminated | truncated
-            chunk.add(
-                obs=obs,
-                action=actions,
-                reward=reward.astype(np.float32),
-                next_obs=true_next_obs(next_obs, done, info),
-                terminated=terminated,
-                truncated=truncated,
-            )
+            chunk.add_step(obs, actions, reward, next_obs, terminated, truncated, info)
             env_steps += n
             since_pull += n
             for episodic_return, length in stats.step(reward, done):

@@ -31,7 +31,6 @@ from agents.envs import (
     evaluate,
     make_vector_env,
     numpy_spec,
-    true_next_obs,
 )
 from agents.networks import MLP, Adam, copy_weights
 from agents.policies import epsilon_greedy_actions, greedy_q_policy
@@ -205,14 +204,7 @@ def train(config: DQNConfig, recorder: Recorder | None = None) -> TrainResult:
             )
             next_obs, reward, terminated, truncated, info = env.step(actions)
             done = terminated | truncated
-            chunk.add(
-                obs=obs,
-                action=actions,
-                reward=reward.astype(np.float32),
-                next_obs=true_next_obs(next_obs, done, info),
-                terminated=terminated,
-                truncated=truncated,
-            )
+            chunk.add_step(obs, actions, reward, next_obs, terminated, truncated, info)
             env_steps += n
             for episodic_return, length in stats.step(reward, done):
                 recorder.episode(env_steps, episodic_return, length)

@@ -101,6 +101,28 @@ class TransitionChunk:
             self.columns[k][self.count : self.count + n] = v
         self.count += n
 
+    def add_step(
+        self,
+        obs: np.ndarray,
+        actions: np.ndarray,
+        reward: np.ndarray,
+        next_obs: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        info: dict,
+    ) -> None:
+        """Add one vector-env step: ``next_obs`` is the true last observation where an episode
+        ended (the vector env already holds the next episode's reset observation there)."""
+        done = terminated | truncated
+        self.add(
+            obs=obs,
+            action=actions.astype(self.columns["action"].dtype, copy=False),
+            reward=reward.astype(np.float32, copy=False),
+            next_obs=true_next_obs(next_obs, done, info),
+            terminated=terminated,
+            truncated=truncated,
+        )
+
     def take(self) -> dict[str, np.ndarray]:
         """The filled rows as a batch (copies), and empty the chunk."""
         batch = {k: v[: self.count].copy() for k, v in self.columns.items()}

@@ -30,7 +30,6 @@ from agents.envs import (
     evaluate,
     make_vector_env,
     numpy_spec,
-    true_next_obs,
 )
 from agents.networks import MLP, Adam, polyak_update
 from agents.policies import LOG_STD_MAX, LOG_STD_MIN, squashed_gaussian_policy
@@ -231,14 +230,7 @@ def train(config: SACConfig, recorder: Recorder | None = None) -> TrainResult:
                 actions = act(obs)
             next_obs, reward, terminated, truncated, info = env.step(actions)
             done = terminated | truncated
-            chunk.add(
-                obs=obs,
-                action=actions.astype(spec["action"].dtype.as_numpy_dtype),
-                reward=reward.astype(np.float32),
-                next_obs=true_next_obs(next_obs, done, info),
-                terminated=terminated,
-                truncated=truncated,
-            )
+            chunk.add_step(obs, actions, reward, next_obs, terminated, truncated, info)
             env_steps += n
             for episodic_return, length in stats.step(reward, done):
                 recorder.episode(env_steps, episodic_return, length)
