@@ -3,6 +3,7 @@ limits, auth, TLS, health and reflection."""
 
 import datetime
 import threading
+import time
 
 import grpc
 import numpy as np
@@ -374,3 +375,38 @@ def test_a_failed_table_write_is_resent_by_the_client_and_lands_once():
         assert server.ledger.last("f") == 2 and table.failing_writes == 0
     assert stored_ids(table).tolist() == [1, 2, 3]
     assert table.total_inserted == 3
+
+
+def test_exclusive_holds_back_background_commits_until_it_is_released(empty_table):
+    config = rg.ClientConfig(max_delay_s=0.01)
+    with rg.serve(empty_table) as server, rg.ReplayClient(server.address, config=config) as client:
+        with server.exclusive():
+            client.add_batch(columns([1, 2, 3]))
+            time.sleep(0.5)  # the batch is staged; the committer waits for the block to end
+            assert empty_table.size == 0
+            with server.exclusive():  # nested blocks (e.g. server.save inside) are fine
+                pass
+        client.flush(timeout=30)
+        assert stored_ids(empty_table).tolist() == [1, 2, 3]
+
+
+def test_a_loop_that_trains_inside_exclusive_does_not_starve_the_committer(empty_table):
+    stop = threading.Event()
+
+    def training_loop():  # holds the block almost all the time, like back-to-back train calls
+        while not stop.is_set():
+            with server.exclusive():
+                time.sleep(0.005)
+
+    with rg.serve(empty_table) as server:
+        trainer = threading.Thread(target=training_loop)
+        trainer.start()
+        try:
+            config = rg.ClientConfig(max_batch_transitions=10)
+            with rg.ReplayClient(server.address, config=config) as client:
+                client.add_batch(columns(np.arange(200)))
+                client.flush(timeout=20)
+        finally:
+            stop.set()
+            trainer.join()
+        assert stored_ids(empty_table).tolist() == list(range(200))

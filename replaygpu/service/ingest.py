@@ -6,7 +6,8 @@ table. Commits happen in one thread at a time, under one lock, in staging order:
 - inside ``learner.run()``, on the learner thread, between train calls (the loop claims the
   ingest with `owned_by_caller`, which pauses the background committer);
 - otherwise in the server's background committer thread (a server with no training loop, or a
-  user loop that calls ``learner.train`` itself), or by hand with `commit_pending`.
+  user loop that calls ``learner.train`` itself, holding `exclusive` around each call so that
+  sampling never sees a half-written table), or by hand with `commit_pending`.
 
 A batch whose seq is not above its actor's last committed seq is acknowledged and dropped. A
 batch the table refuses (`BatchError`) is answered INVALID_ARGUMENT and its actor's later seqs
@@ -87,6 +88,8 @@ class Ingest:
         self.lock = threading.RLock()
         self._owners = 0
         self._owner_cond = threading.Condition()
+        self._committer_waiting = False  # the background committer waits for the lock
+        self._held = threading.local()  # .depth: `exclusive` blocks the calling thread holds
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         # actor -> seq whose commit failed; later seqs of that actor wait for its resend
@@ -119,6 +122,24 @@ class Ingest:
             with self._owner_cond:
                 self._owners -= 1
                 self._owner_cond.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """While held, no staged batch is committed (by any thread).
+
+        Lets a waiting background commit go first, so a caller that holds this around every
+        train call in a tight loop does not starve the committer (Python locks are not fair).
+        """
+        depth = getattr(self._held, "depth", 0)
+        if not depth:  # (nested, the committer cannot get the lock anyway)
+            with self._owner_cond:
+                self._owner_cond.wait_for(lambda: not self._committer_waiting, timeout=1.0)
+        with self.lock:
+            self._held.depth = depth + 1
+            try:
+                yield
+            finally:
+                self._held.depth = depth
 
     @property
     def owned(self) -> bool:
@@ -197,10 +218,20 @@ class Ingest:
                     self._owner_cond.wait(0.1)
                     continue
             if self.queue.wait_nonempty(0.1) and not self.owned:
+                with self._owner_cond:
+                    self._committer_waiting = True
                 try:
-                    self.commit_pending()
+                    with self.lock:
+                        with self._owner_cond:
+                            self._committer_waiting = False
+                            self._owner_cond.notify_all()
+                        self.commit_pending()
                 except Exception:  # a bug: keep serving, make it loud
                     logger.exception("background commit failed")
+                finally:
+                    with self._owner_cond:
+                        self._committer_waiting = False
+                        self._owner_cond.notify_all()
 
     def close(self, commit_remaining: bool) -> None:
         """Stop the committer; commit (or fail, with UNAVAILABLE) what is still staged."""

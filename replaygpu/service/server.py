@@ -13,6 +13,7 @@ and reflection run beside it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -364,8 +365,23 @@ class ReplayServer:
 
     def save(self, checkpointer: Any) -> str:
         """``checkpointer.save()`` while no commit runs, so table and ledger agree."""
-        with self._ingest.lock:
+        with self._ingest.exclusive():
             return checkpointer.save()
+
+    def exclusive(self) -> contextlib.AbstractContextManager[None]:
+        """A ``with`` block during which no staged batch is written to the table.
+
+        With the background committer on (the default), hold it around your own
+        ``learner.train`` calls so that sampling (n-step and frame-stack validity depend on
+        the cursor and size) never sees a half-written table::
+
+            while training:
+                with server.exclusive():
+                    learner.train(100)
+
+        ``learner.run`` needs none: it commits on its own thread between train calls.
+        """
+        return self._ingest.exclusive()
 
     def stop(self, grace: float | None = None) -> None:
         """Shut down: NOT_SERVING, refuse new appends (UNAVAILABLE, clients retry), commit what
