@@ -76,3 +76,32 @@ def test_run_without_a_server_just_trains_for_max_steps():
     learner.table.append({"id": np.arange(16), "x": np.ones((16, 2), np.float32)})
     result = learner.run(10, max_steps=30)
     assert result["steps"] == 30 and result["inserted"] == 0
+
+
+class _SaveWatcher(rg.Checkpointer):
+    """A real checkpointer that, on each save, checks whether another thread could commit."""
+
+    def __init__(self, directory, server, **objects):
+        super().__init__(directory, **objects)
+        self.server = server
+        self.commit_ran_during_save = []
+        self.committers = []
+
+    def save(self, step=None):
+        other = threading.Thread(target=self.server.commit_pending)
+        other.start()
+        other.join(0.5)  # finishes at once unless the commit lock is held by the saver
+        self.commit_ran_during_save.append(not other.is_alive())
+        self.committers.append(other)  # (joined after run: it waits for this save's lock)
+        return super().save(step)
+
+
+def test_run_saves_checkpoints_holding_the_commit_lock(tmp_path):
+    learner, _ = make_learner()
+    learner.table.append({"id": np.arange(16), "x": np.ones((16, 2), np.float32)})
+    with rg.serve(learner) as server:
+        ckpt = _SaveWatcher(tmp_path, server, learner=learner, ledger=server.ledger)
+        learner.run(5, max_steps=10, checkpointer=ckpt, checkpoint_every_s=0.0)
+        for committer in ckpt.committers:
+            committer.join(30)
+    assert ckpt.commit_ran_during_save and not any(ckpt.commit_ran_during_save)

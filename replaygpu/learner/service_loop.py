@@ -39,6 +39,9 @@ class Ingest(Protocol):
     def owned_by_caller(self) -> contextlib.AbstractContextManager[Any]:
         """While held, only the caller commits (a background committer pauses)."""
 
+    def exclusive(self) -> contextlib.AbstractContextManager[Any]:
+        """While held, no commit runs in any thread (checkpoints see table and ledger agree)."""
+
 
 _INGESTS: weakref.WeakKeyDictionary[Any, Ingest] = weakref.WeakKeyDictionary()
 _WEIGHTS: weakref.WeakKeyDictionary[Any, WeightStore] = weakref.WeakKeyDictionary()
@@ -71,6 +74,11 @@ def publish_weights(learner: Learner, variables: Any) -> int:
     version = weight_store(learner).publish(variables)
     logger.debug("published weights version %d", version)
     return version
+
+
+def _exclusive(ingest: Ingest | None) -> contextlib.AbstractContextManager[Any]:
+    """Hold the commit lock (saves then never see a table write without its ledger entry)."""
+    return ingest.exclusive() if ingest is not None else contextlib.nullcontext()
 
 
 @contextlib.contextmanager
@@ -168,14 +176,16 @@ def run(
                     stop.wait(idle_wait_s)
             due = checkpoint_every_s is not None and now - last_ckpt >= checkpoint_every_s
             if checkpointer is not None and due:
-                checkpointer.save()
+                with _exclusive(ingest):  # a commit in flight elsewhere finishes first
+                    checkpointer.save()
                 last_ckpt = time.monotonic()
-        if ingest is not None:  # what was acknowledged is in the final checkpoint
-            inserted += ingest.commit_pending()
         if weights is not None and unpublished:
             publish_weights(learner, weights)
-        if checkpointer is not None:
-            checkpointer.save()
+        with _exclusive(ingest):
+            if ingest is not None:  # what was acknowledged is in the final checkpoint
+                inserted += ingest.commit_pending()
+            if checkpointer is not None:
+                checkpointer.save()
     seconds = time.monotonic() - start
     logger.info("run: %d steps in %d calls, %d inserted, %.1f s", steps, calls, inserted, seconds)
     out = {k: v for k, v in last.items() if k != "steps"}
