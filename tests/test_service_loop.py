@@ -105,3 +105,19 @@ def test_run_saves_checkpoints_holding_the_commit_lock(tmp_path):
         for committer in ckpt.committers:
             committer.join(30)
     assert ckpt.commit_ran_during_save and not any(ckpt.commit_ran_during_save)
+
+
+def test_run_reports_the_metrics_of_the_last_call_that_ran_steps():
+    table = rg.ReplayTable(SPEC, capacity=64, device="/CPU:0")
+    limiter = rg.SampleToInsertRatio(samples_per_insert=1.0, min_size_to_sample=1, error_buffer=8)
+
+    def update_fn(batch):
+        return {"loss": tf.reduce_mean(batch["x"])}
+
+    sampler = rg.UniformSampler(table, seed=0)
+    learner = rg.Learner(table, sampler, update_fn, batch_size=8, rate_limiter=limiter)
+    table.append({"id": np.arange(16), "x": np.ones((16, 2), np.float32)})
+    assert learner.train(1)["steps"] == 1  # traced; the limiter allows one more step
+    result = learner.run(10, max_seconds=0.5)  # one call runs it, then calls that run none
+    assert result["steps"] == 1 and result["train_calls"] == 1
+    assert result["loss"] == 1.0

@@ -126,8 +126,8 @@ def run(
         idle_wait_s: how long to wait for data when there was nothing to train on.
 
     Returns:
-        ``{"steps", "train_calls", "inserted", "seconds", "weights_version"}`` and the last
-        call's metric means.
+        ``{"steps", "train_calls", "inserted", "seconds", "weights_version"}`` and the metric
+        means of the last call that ran steps (none when no step ran).
 
     Raises:
         ConfigError: for out-of-range arguments.
@@ -160,8 +160,10 @@ def run(
             ran = 0
             if learner.rate_limiter is not None or learner.table.size > 0:
                 k = steps_per_call if max_steps is None else min(steps_per_call, max_steps - steps)
-                last = learner.train(k)
-                ran = int(last["steps"])
+                metrics = learner.train(k)
+                ran = int(metrics["steps"])
+                if ran:  # a call that ran no step has NaN means: keep the last real ones
+                    last = metrics
             if ran:
                 steps += ran
                 calls += 1
