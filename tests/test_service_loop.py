@@ -121,3 +121,18 @@ def test_run_reports_the_metrics_of_the_last_call_that_ran_steps():
     result = learner.run(10, max_seconds=0.5)  # one call runs it, then calls that run none
     assert result["steps"] == 1 and result["train_calls"] == 1
     assert result["loss"] == 1.0
+
+
+def test_serving_a_learner_twice_is_refused_and_starts_no_thread():
+    learner, _ = make_learner()
+
+    def committers():
+        return [t for t in threading.enumerate() if t.name == "replaygpu-committer"]
+
+    with rg.serve(learner):
+        before = committers()
+        with pytest.raises(rg.ConfigError, match="already being served"):
+            rg.serve(learner)
+        assert committers() == before
+    with rg.serve(learner):  # served again once the first server stopped
+        pass

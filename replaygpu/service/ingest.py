@@ -69,7 +69,8 @@ class Ingest:
         table: the replay table written to.
         ledger: the last committed seq per actor.
         queue: the staging queue the gRPC handlers fill.
-        background: run a committer thread that commits whenever nobody owns the ingest.
+        background: run a committer thread (from `start`) that commits whenever nobody owns
+            the ingest.
         buffers: the pool the staged arrays came from; they go back to it once committed.
     """
 
@@ -94,7 +95,11 @@ class Ingest:
         self._thread: threading.Thread | None = None
         # actor -> seq whose commit failed; later seqs of that actor wait for its resend
         self._blocked: dict[str, int] = {}
-        if background:
+        self._background = background
+
+    def start(self) -> None:
+        """Start the background committer (when asked for); `close` stops it."""
+        if self._background and self._thread is None:
             self._thread = threading.Thread(
                 target=self._commit_loop, name="replaygpu-committer", daemon=True
             )

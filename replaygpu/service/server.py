@@ -179,9 +179,10 @@ class ReplayServer:
         self._ingest = Ingest(
             self.table, self.ledger, self._queue, config.background_commit, self._buffers
         )
-        if self.learner is not None:
+        if self.learner is not None:  # refuses a learner served twice, before any thread starts
             service_loop.attach(self.learner, self._ingest)
         try:
+            self._ingest.start()
             self._grpc, self.address = self._start_grpc(address, token, tls)
         except BaseException:
             self._ingest.close(commit_remaining=False)
