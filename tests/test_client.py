@@ -238,3 +238,17 @@ def test_an_oversize_request_is_raised_to_the_caller_not_retried(empty_table):
         assert err.value.code.name == "RESOURCE_EXHAUSTED" and not err.value.retryable
         client.close()
     assert empty_table.size == 0
+
+
+def test_close_with_a_timeout_returns_in_time_when_the_server_is_gone(empty_table):
+    server = rg.serve(empty_table)
+    config = rg.ClientConfig(retry_deadline_s=60.0)
+    client = rg.ReplayClient(server.address, actor_id="gone", config=config)
+    server.stop(grace=0)
+    client.add_batch({"id": np.arange(3), "obs": np.zeros((3, 4), np.float32)})
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match="still unacknowledged"):
+        client.close(timeout=1.0)
+    assert time.monotonic() - started < 3.0  # not retry_deadline_s
+    alive = [t.name for t in threading.enumerate() if t.name.startswith("replaygpu-client")]
+    assert not alive

@@ -344,7 +344,10 @@ class ReplayClient:
                         type(error).__name__ if error.retryable else err.code().name,
                         delay,
                     )
-                    time.sleep(delay * (0.5 + random.random()))
+                    with self._cond:  # a backoff that `close` can cut short
+                        self._cond.wait_for(
+                            lambda: self._drop_unacked, delay * (0.5 + random.random())
+                        )
                     delay = min(2 * delay, self.config.retry_max_s)
                 else:
                     self._reject(error)
@@ -422,16 +425,22 @@ class ReplayClient:
     def close(self, flush: bool = True, timeout: float | None = None) -> None:
         """Flush (unless ``flush=False``), stop the threads and close the channel. Idempotent.
 
+        Returns within about ``timeout`` seconds: when the flush fails (or times out), what
+        is still unacknowledged is dropped and the stream cancelled rather than retried.
+
         Raises:
             whatever `flush` raises; the client is closed either way.
         """
+        flushed = False
         try:
             if flush and not self._closing:
                 self.flush(timeout)
+            flushed = True
         finally:
             with self._cond:
                 self._closing = True
-                self._drop_unacked = self._drop_unacked or not flush or bool(self._error)
+                drop = not (flush and flushed) or self._error is not None
+                self._drop_unacked = self._drop_unacked or drop
                 self._cond.notify_all()
             call = self._call
             if self._drop_unacked and call is not None:
