@@ -88,3 +88,20 @@ def _cartpole():
     import gymnasium as gym
 
     return gym.make("CartPole-v1")
+
+
+def test_serve_with_tls_ca_but_no_server_certificate_refuses_to_serve(tmp_path):
+    ca = tmp_path / "ca.pem"
+    ca.write_text("not read: the flags are checked first\n")
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "replaygpu.cli", "serve", "--env", "CartPole-v1"),
+            *("--address", f"127.0.0.1:{free_port()}", "--tls-ca", str(ca)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert "ConfigError" in result.stderr
+    assert "--tls-cert and --tls-key are missing" in result.stderr

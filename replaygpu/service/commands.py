@@ -37,7 +37,9 @@ def register(subparsers: Any) -> None:
     )
     serve.add_argument("--tls-cert", help="server certificate chain (PEM)")
     serve.add_argument("--tls-key", help="server private key (PEM)")
-    serve.add_argument("--tls-ca", help="CA of client certificates: require mTLS")
+    serve.add_argument(
+        "--tls-ca", help="CA of client certificates: require mTLS (with --tls-cert/--tls-key)"
+    )
     serve.add_argument("--checkpoint-dir", help="restore from and save to this folder")
     serve.add_argument("--checkpoint-every-s", type=float, default=300.0)
     serve.add_argument("--max-message-mb", type=int, default=64, help="largest append (MiB)")
@@ -68,7 +70,21 @@ def _load_spec(args: argparse.Namespace) -> Any:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    """Serve until SIGTERM/SIGINT; checkpoint periodically and on the way out."""
+    """Serve until SIGTERM/SIGINT; checkpoint periodically and on the way out.
+
+    Raises:
+        ConfigError: for TLS flags that do not go together (nothing is served).
+    """
+    missing = [flag for flag in ("tls_cert", "tls_key") if not getattr(args, flag)]
+    if args.tls_ca and missing:
+        from replaygpu.errors import ConfigError
+
+        flags = " and ".join(f"--{flag.replace('_', '-')}" for flag in missing)
+        raise ConfigError(
+            f"serve: --tls-ca={args.tls_ca!r} requires client certificates on a TLS server, "
+            f"but {flags} {'is' if len(missing) == 1 else 'are'} missing; pass the server's "
+            "--tls-cert and --tls-key too (or drop --tls-ca to serve without mTLS)"
+        )
     import replaygpu as rg
 
     tls = None
