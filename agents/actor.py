@@ -5,6 +5,11 @@ steps ``num_envs`` envs with one batched numpy policy call per vector step, send
 transitions in columnar batches with `ReplayClient.add_batch`, and pulls new weights with
 ``get_weights(newer_than=version)`` every ``weight_pull_interval`` env steps. Actor ``i`` of
 ``N`` explores with ``eps_i = epsilon_base ** (1 + epsilon_alpha * i / (N - 1))`` (Ape-X).
+
+When the table has a ``stream`` field (`STREAM_FIELD`), the actor fills it with a global env
+id (``actor_index * num_envs + env``) and sends each batch env-major, so each env's steps lie
+in consecutive rows: ``rg.NStepSampler(..., stream_field="stream")`` then computes n-step
+returns across interleaved actors.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ from agents.envs import EpisodeStats, TransitionChunk, make_vector_env
 from agents.policies import epsilon_greedy_actions, greedy_q_policy
 
 logger = logging.getLogger(__name__)
+
+#: The optional int64 table field naming the env (stream) that produced each row.
+STREAM_FIELD = "stream"
 
 #: ``report(kind, actor_index, payload)``: "episode" with (env_steps, return, length), or
 #: "done" with the actor's final stats dict.
@@ -153,12 +161,12 @@ def run_actor(
                 if report is not None:
                     report("episode", config.actor_index, (env_steps, episodic_return, length))
             if chunk.count == chunk.size:
-                client.add_batch(chunk.take())
+                client.add_batch(_streams(chunk.take(), config))
                 if config.insert_slack >= 0:
                     _wait_for_learner(client, config, stop)
             obs = next_obs
         if chunk.count:
-            client.add_batch(chunk.take())
+            client.add_batch(_streams(chunk.take(), config))
         client.close()
     except BaseException:
         client.close(flush=False)
@@ -185,6 +193,24 @@ def run_actor(
     if report is not None:
         report("done", config.actor_index, result)
     return result
+
+
+def _streams(batch: dict[str, np.ndarray], config: ActorConfig) -> dict[str, np.ndarray]:
+    """With a `STREAM_FIELD` in the table: fill it and reorder the rows env-major.
+
+    The chunk holds whole vector steps (row ``r`` is env ``r % num_envs``); env-major order puts
+    each env's steps in consecutive rows, in time order.
+    """
+    if STREAM_FIELD not in batch:
+        return batch
+    n = config.num_envs
+    rows = len(batch[STREAM_FIELD])
+    env = np.arange(rows) % n
+    batch[STREAM_FIELD] = (config.actor_index * n + env).astype(batch[STREAM_FIELD].dtype)
+    if n == 1:
+        return batch
+    order = np.arange(rows).reshape(-1, n).T.ravel()
+    return {k: v[order] for k, v in batch.items()}
 
 
 def _wait_for_learner(client, config: ActorConfig, stop: threading.Event | None) -> None:

@@ -1,12 +1,13 @@
 """Ape-X DQN: one learner serving its replay table over gRPC, N actor processes feeding it.
 
 Reads top to bottom: the config, then ``train``: build the table, the double-DQN agent (the
-update of `agents.dqn.DQN`, here with prioritized replay) and the learner; serve them with
+update of `agents.dqn.DQN` on 3-step returns of each actor env) and the learner; serve them with
 `rg.serve`; start the actor processes (`agents.actor`, no TensorFlow in them), which step
 vector envs with a numpy epsilon-greedy policy (actor i: eps_i = 0.4^(1 + 7 i/(N-1))) and pull
 weights every K env steps; train with ``learner.run`` under a samples-per-insert rate limiter
-until the actors delivered ``steps`` transitions and the learner used up its replay budget;
-then evaluate the greedy policy.
+until the actors delivered ``steps`` transitions and the learner used up its replay budget
+(a fixed number of SGD steps, whatever the machine load), decaying the learning rate over
+those steps; then evaluate the greedy policy.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 import replaygpu as rg
-from agents.actor import ActorConfig, run_actor_process
+from agents.actor import STREAM_FIELD, ActorConfig, run_actor_process
 from agents.checks import (
     require_positive,
     require_positive_ints,
@@ -40,12 +41,14 @@ def _help(text: str) -> dict:
 
 @dataclass(frozen=True)
 class ApexConfig:
-    """Ape-X DQN hyperparameters (network, batch and replay ratio as the rl-zoo3 CartPole DQN;
-    a lower learning rate, which kept the final greedy policy stable)."""
+    """Ape-X DQN hyperparameters: the rl-zoo3 CartPole DQN network and replay ratio, with the
+    Ape-X paper's 3-step returns, batch 128 and a learning rate decayed linearly to 0 (with a
+    constant one the greedy policy reached 500 and then fell again in some runs; see
+    benchmarks/README.md)."""
 
     env_id: str = field(default="CartPole-v1", metadata=_help("gymnasium env id (Discrete)"))
     seed: int = field(default=1, metadata=_help("seed of actors, networks and sampling"))
-    steps: int = field(default=60_000, metadata=_help("env steps collected by all actors"))
+    steps: int = field(default=80_000, metadata=_help("env steps collected by all actors"))
     num_actors: int = field(default=2, metadata=_help("actor processes"))
     actor_envs: int = field(
         default=1,
@@ -57,8 +60,15 @@ class ApexConfig:
     weight_pull_interval: int = field(
         default=512, metadata=_help("actor env steps between weight pulls (K)")
     )
-    learning_rate: float = field(default=1e-3, metadata=_help("Adam step size"))
-    batch_size: int = field(default=64, metadata=_help("minibatch size of each SGD step"))
+    learning_rate: float = field(default=2e-3, metadata=_help("Adam step size at the start"))
+    final_learning_rate: float = field(
+        default=0.0,
+        metadata=_help(
+            "Adam step size at the end: linear decay over the SGD steps that the replay "
+            "budget allows (steps x samples_per_insert / batch_size)"
+        ),
+    )
+    batch_size: int = field(default=128, metadata=_help("minibatch size of each SGD step"))
     buffer_size: int = field(default=100_000, metadata=_help("replay table capacity"))
     learning_starts: int = field(default=1000, metadata=_help("rows before the first SGD step"))
     samples_per_insert: float = field(
@@ -69,6 +79,13 @@ class ApexConfig:
         default=128, metadata=_help("SGD steps between target-network syncs")
     )
     gamma: float = field(default=0.99, metadata=_help("discount factor"))
+    n_step: int = field(
+        default=3,
+        metadata=_help(
+            "n-step returns (Ape-X: 3) by rg.NStepSampler over each actor env's own rows; "
+            "1: one-step targets"
+        ),
+    )
     hidden_sizes: tuple[int, ...] = field(default=(256, 256), metadata=_help("MLP widths"))
     max_grad_norm: float = field(default=10.0, metadata=_help("gradient clipping global norm"))
     double_q: bool = field(default=True, metadata=_help("double DQN targets"))
@@ -97,10 +114,16 @@ class ApexConfig:
             "learning_starts",
             "steps_per_call",
             "target_update_interval",
+            "n_step",
             "eval_episodes",
         ]
         require_positive_ints(self, *positive)
         require_positive(self, "learning_rate", "samples_per_insert")
+        if not 0.0 <= self.final_learning_rate <= self.learning_rate:
+            raise rg.ConfigError(
+                f"final_learning_rate: got {self.final_learning_rate}, expected in "
+                f"[0, learning_rate={self.learning_rate}]"
+            )
         require_unit_interval(self, "gamma")
         if self.learning_starts > self.steps:
             raise rg.ConfigError(
@@ -108,6 +131,17 @@ class ApexConfig:
                 "the learner would never start"
             )
         require_widths(self)
+
+    @property
+    def total_sgd_steps(self) -> int:
+        """SGD steps the rate limiter allows once all ``steps`` rows are inserted."""
+        budget = self.samples_per_insert * (self.steps - self.learning_starts)
+        return max(1, int((budget + self.batch_size * self.steps_per_call) // self.batch_size))
+
+    def learning_rate_at(self, sgd_steps: int) -> float:
+        """The linearly decayed Adam step size after ``sgd_steps`` SGD steps."""
+        progress = min(1.0, sgd_steps / self.total_sgd_steps)
+        return self.learning_rate + progress * (self.final_learning_rate - self.learning_rate)
 
     def actor_config(self, index: int) -> ActorConfig:
         """The config of actor ``index``: its share of the steps and its Ape-X epsilon."""
@@ -131,7 +165,8 @@ def train(config: ApexConfig, recorder: Recorder | None = None) -> TrainResult:
     """
     recorder = recorder or NullRecorder()
     probe = gym.make(config.env_id)
-    spec = rg.specs_from_env(probe)
+    spec = dict(rg.specs_from_env(probe))
+    spec[STREAM_FIELD] = tf.TensorSpec([], tf.int64, name=STREAM_FIELD)  # env of each row
     obs_dim = int(np.prod(probe.observation_space.shape))
     num_actions = int(probe.action_space.n)
     probe.close()
@@ -139,12 +174,19 @@ def train(config: ApexConfig, recorder: Recorder | None = None) -> TrainResult:
     table = rg.ReplayTable(spec, config.buffer_size, device=config.device or None)
     with tf.device(table.device):
         agent = DQN(obs_dim, num_actions, config)
+        # A variable, so the compiled loop reads the decayed step size set before each call.
+        learning_rate = tf.Variable(config.learning_rate, trainable=False, name="learning_rate")
+        agent.optimizer.learning_rate = learning_rate
     if config.prioritized:
         sampler = rg.PrioritizedSampler(
             table, alpha=config.priority_alpha, beta=config.priority_beta, seed=config.seed
         )
     else:
         sampler = rg.UniformSampler(table, seed=config.seed)
+    # Actors' batches interleave in the table; the stream field keeps each return in one env.
+    sampler = rg.NStepSampler(
+        sampler, n=config.n_step, gamma=config.gamma, stream_field=STREAM_FIELD
+    )
     limiter = rg.SampleToInsertRatio(
         config.samples_per_insert,
         min_size_to_sample=config.learning_starts,
@@ -185,6 +227,7 @@ def train(config: ApexConfig, recorder: Recorder | None = None) -> TrainResult:
             proc.start()
         while True:
             actors_done = all(p.exitcode == 0 for p in actors)  # before: data may still come
+            learning_rate.assign(config.learning_rate_at(sgd_steps))
             out = learner.run(
                 config.steps_per_call,
                 weights=agent.q.weights,

@@ -139,8 +139,11 @@ class DQN(tf.Module):
         chooser = self.q(next_obs) if self.config.double_q else next_q_target
         next_action = tf.one_hot(tf.argmax(chooser, axis=1), self.num_actions)
         next_value = tf.reduce_sum(next_q_target * next_action, axis=1)
-        not_terminal = 1.0 - tf.cast(batch["terminated"], tf.float32)  # bootstrap on truncation
-        target = batch["reward"] + gamma * not_terminal * next_value
+        if "discount" in batch:  # n-step rows (rg.NStepSampler): gamma^k, 0 where terminated
+            discount = batch["discount"]
+        else:  # one-step rows: bootstrap on truncation, not on termination
+            discount = gamma * (1.0 - tf.cast(batch["terminated"], tf.float32))
+        target = batch["reward"] + discount * next_value
         taken = tf.one_hot(batch["action"], self.num_actions)
         with tf.GradientTape() as tape:
             q_taken = tf.reduce_sum(self.q(obs) * taken, axis=1)

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 import replaygpu as rg
-from agents.actor import ActorConfig
+from agents.actor import ActorConfig, run_actor
 from agents.networks import MLP
 
 
@@ -102,3 +102,25 @@ def test_actor_command_reports_unreachable_server_clearly():
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=200)
     assert proc.returncode == 1
     assert "127.0.0.1:1" in proc.stdout
+
+
+def test_actor_fills_the_stream_field_and_sends_each_env_in_time_order():
+    spec = dict(rg.specs_from_env(gym.make("CartPole-v1")))
+    spec["stream"] = tf.TensorSpec([], tf.int64, name="stream")
+    table = rg.ReplayTable(spec, 1_000, name="replay")
+    learner = rg.Learner(table, rg.UniformSampler(table, 0), lambda b: {"x": tf.zeros([])})
+    server = rg.serve(learner, "127.0.0.1:0")
+    try:
+        config = ActorConfig(steps=192, num_envs=3, actor_index=1, num_actors=2, send_interval=16)
+        run_actor(config, server.address)
+        assert wait_for_rows(table, 192) == 192
+        rows = {k: v.numpy() for k, v in table.gather(tf.range(192, dtype=tf.int64)).items()}
+    finally:
+        server.stop()
+    assert sorted(np.unique(rows["stream"])) == [3, 4, 5]  # actor 1 of 3 envs: 1 * 3 + env
+    # Env-major batches of 16 steps: within a run of one stream, each row continues the last.
+    same = rows["stream"][1:] == rows["stream"][:-1]
+    ended = rows["terminated"][:-1] | rows["truncated"][:-1]
+    follows = np.all(np.isclose(rows["next_obs"][:-1], rows["obs"][1:]), axis=1)
+    assert same.sum() == 192 - 12  # 4 batches x 3 envs: 12 runs of 16 rows
+    assert np.all(follows[same & ~ended])
