@@ -8,8 +8,9 @@
         wall-clock <= 30 s per run (setup + XLA compilation + acting + training; the final
         evaluation and the Python/TensorFlow import are reported apart).
   sac   SAC on Pendulum-v1, 20k env steps. Target: greedy evaluation mean >= -200.
-  apex  Ape-X DQN on CartPole-v1 with 2 actor processes. Target: greedy evaluation >= 475;
-        reports actor env steps/s and learner SGD steps/s.
+  apex  Ape-X DQN on CartPole-v1 with 2 actor processes (ApexConfig defaults: 80k env steps,
+        3-step returns, batch 128, 32 samples per insert, lr 2e-3 decayed linearly to 0).
+        Target: greedy evaluation >= 475; reports actor env steps/s and learner SGD steps/s.
 
 Prints one line per run, then per-agent medians over runs. Run:
     python benchmarks/agents.py                      # dqn (3 seeds), sac (1 seed), apex (3)
