@@ -410,3 +410,23 @@ def test_a_loop_that_trains_inside_exclusive_does_not_starve_the_committer(empty
             stop.set()
             trainer.join()
         assert stored_ids(empty_table).tolist() == list(range(200))
+
+
+def test_the_ledger_forgets_the_actor_idle_longest_past_max_actors(empty_table, tmp_path, caplog):
+    ledger = rg.SequenceLedger(max_actors=2)
+    with rg.serve(empty_table, ledger=ledger) as server:
+        channel, stub = stub_for(server)
+        for k, actor in enumerate(["a", "b", "a", "c"]):
+            list(stub.Append(iter([append_request(k + 1, columns([k]), actor=actor)])))
+        channel.close()
+    assert ledger.snapshot() == {"a": 3, "c": 4}  # b committed least recently
+    assert "forgot actor 'b' (last seq 2)" in caplog.text
+    assert stored_ids(empty_table).tolist() == [0, 1, 2, 3]
+    rg.Checkpointer(tmp_path, ledger=ledger).save()
+    restored = rg.SequenceLedger(max_actors=2)
+    rg.Checkpointer(tmp_path, ledger=restored).restore()
+    restored.sync()  # (as serve does)
+    restored.advance("d", 1)  # the saved order is kept: a is now the one idle longest
+    assert restored.snapshot() == {"c": 4, "d": 1}
+    with pytest.raises(rg.ConfigError, match="max_actors: got 0"):
+        rg.SequenceLedger(max_actors=0)

@@ -4,32 +4,72 @@ Exactly-once appends rest on it: a batch whose seq is not above its actor's last
 was already written, so it is acknowledged and dropped. The ledger is a `tf.Module` holding one
 string variable (the map as JSON), so ``rg.Checkpointer(..., ledger=ledger)`` saves and
 restores it together with the table, all or nothing. Only the committing thread advances it.
+
+It remembers at most ``max_actors`` actors: past that, the actor that committed least recently
+is forgotten (logged). Exactly-once then no longer holds for that actor: should it come back
+and resend a batch that was already committed, the batch is inserted again (a new client under
+that id starts again at seq 1, which is safe). Keep ``max_actors`` above the number of actor ids
+in use; the map is rewritten once per commit round, so its size is the per-commit cost.
 """
 
 from __future__ import annotations
 
+import collections
 import json
+import logging
 import threading
 
 import tensorflow as tf
 
+from replaygpu.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+
+class _ActorSeqs(collections.OrderedDict[str, int]):
+    """``actor -> seq``, least recently committed first. A subclass, so that tf.Module keeps
+    it as it is (it would wrap a plain dict for checkpoint tracking)."""
+
 
 class SequenceLedger(tf.Module):
-    """``actor_id -> last committed seq`` (0 for an actor never seen; seqs start at 1)."""
+    """``actor_id -> last committed seq`` (0 for an actor never seen; seqs start at 1).
 
-    def __init__(self, name: str = "sequence_ledger") -> None:
+    Args:
+        name: the module name.
+        max_actors: actors remembered at most; the one idle longest is forgotten past it (see
+            the module docstring for what that means for exactly-once).
+    """
+
+    def __init__(self, name: str = "sequence_ledger", max_actors: int = 10_000) -> None:
         super().__init__(name=name)
+        if isinstance(max_actors, bool) or not isinstance(max_actors, int) or max_actors < 1:
+            raise ConfigError(f"SequenceLedger.max_actors: got {max_actors!r}, expected >= 1")
+        self.max_actors = max_actors
         with tf.device("/CPU:0"):
             self.state = tf.Variable(b"{}", dtype=tf.string, trainable=False, name="state")
         self._lock = threading.Lock()
         self._written = b"{}"
-        self._seqs: dict[str, int] = {}
+        self._seqs = _ActorSeqs()
 
     def _sync_from_variable(self) -> None:
         value = self.state.numpy()
         if value != self._written:  # restored from a checkpoint since we last wrote
-            self._seqs = {str(k): int(v) for k, v in json.loads(value.decode()).items()}
+            saved = json.loads(value.decode())  # in commit order, oldest first
+            self._seqs = _ActorSeqs((str(k), int(v)) for k, v in saved.items())
+            self._evict()
             self._written = value
+
+    def _evict(self) -> None:
+        while len(self._seqs) > self.max_actors:
+            actor, seq = self._seqs.popitem(last=False)
+            logger.warning(
+                "sequence ledger: forgot actor '%s' (last seq %d), the one idle longest, to stay "
+                "within max_actors=%d; a batch it resends from before is no longer recognised "
+                "as a duplicate",
+                actor,
+                seq,
+                self.max_actors,
+            )
 
     def last(self, actor_id: str, sync: bool = True) -> int:
         """The last committed seq of ``actor_id``.
@@ -48,7 +88,7 @@ class SequenceLedger(tf.Module):
             self._sync_from_variable()
 
     def snapshot(self) -> dict[str, int]:
-        """A copy of the whole map."""
+        """A copy of the whole map, least recently committed actor first."""
         with self._lock:
             self._sync_from_variable()
             return {str(k): int(v) for k, v in self._seqs.items()}
@@ -58,11 +98,13 @@ class SequenceLedger(tf.Module):
         with self._lock:
             if seq > self._seqs.get(actor_id, 0):
                 self._seqs[actor_id] = int(seq)
+                self._seqs.move_to_end(actor_id)
+                self._evict()
 
     def write(self) -> None:
         """Copy the map into the checkpointed variable (call after a group of commits)."""
         with self._lock:
-            value = json.dumps(dict(self._seqs), sort_keys=True).encode()
+            value = json.dumps(self._seqs).encode()
             if value != self._written:
                 self.state.assign(value)
                 self._written = value
