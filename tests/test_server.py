@@ -377,6 +377,33 @@ def test_a_failed_table_write_is_resent_by_the_client_and_lands_once():
     assert table.total_inserted == 3
 
 
+class _FlakyLedger(rg.SequenceLedger):
+    """A ledger whose first ``failing_writes`` checkpoint-variable writes fail."""
+
+    def __init__(self, failing_writes):
+        super().__init__()
+        self.failing_writes = failing_writes
+
+    def write(self):
+        if self.failing_writes:
+            self.failing_writes -= 1
+            raise tf.errors.InternalError(None, None, "ledger variable write failed")
+        super().write()
+
+
+def test_a_failed_ledger_write_answers_unavailable_and_the_resent_batch_lands_once(empty_table):
+    ledger = _FlakyLedger(failing_writes=1)
+    config = rg.ClientConfig(max_delay_s=10.0, retry_initial_s=0.02, retry_deadline_s=10.0)
+    with rg.serve(empty_table, ledger=ledger) as server:
+        with rg.ReplayClient(server.address, actor_id="l", config=config) as client:
+            client.add_batch(columns([1, 2]))
+            client.flush(timeout=30)  # hangs without an answer to the failed commit round
+            client.add_batch(columns([3]))
+            client.flush(timeout=30)
+        assert ledger.failing_writes == 0 and server.ledger.last("l") == 2
+    assert stored_ids(empty_table).tolist() == [1, 2, 3]
+
+
 def test_exclusive_holds_back_background_commits_until_it_is_released(empty_table):
     config = rg.ClientConfig(max_delay_s=0.01)
     with rg.serve(empty_table) as server, rg.ReplayClient(server.address, config=config) as client:

@@ -157,7 +157,12 @@ class Ingest:
         inserted = 0
         done: list[tuple[StagedBatch, bool]] = []
         if items:
-            self.ledger.sync()
+            try:
+                self.ledger.sync()
+            except Exception as err:
+                self._fail_unavailable(items, "ledger read", err)
+                self._release(items)
+                return 0
         for item in items:
             blocked = self._blocked.get(item.actor_id)
             if item.seq <= self.ledger.last(item.actor_id, sync=False):
@@ -197,7 +202,14 @@ class Ingest:
             inserted += item.transitions
             done.append((item, False))
         if done:
-            self.ledger.write()
+            try:
+                self.ledger.write()
+            except Exception as err:
+                # Rows are in the table and the in-memory ledger knows their seqs, so the
+                # resent batches are acknowledged as duplicates: nothing is lost or doubled.
+                self._fail_unavailable([item for item, _ in done], "ledger write", err)
+                done = []
+        if done:
             size = self.table.size
             for item, duplicate in done:
                 item.done(
@@ -209,12 +221,28 @@ class Ingest:
                         "duplicate": duplicate,
                     }
                 )
+        self._release(items)
+        return inserted
+
+    def _fail_unavailable(self, items: list[StagedBatch], what: str, err: Exception) -> None:
+        """Answer ``items`` UNAVAILABLE so their clients resend them (no stream is left waiting)."""
+        logger.exception("%s failed; %d staged batches answered UNAVAILABLE", what, len(items))
+        for item in items:
+            item.fail(
+                ServiceUnavailableError(
+                    f"{what} failed while committing seq {item.seq} of actor '{item.actor_id}' "
+                    f"({type(err).__name__}: {err}); resend it",
+                    seq=item.seq,
+                )
+            )
+
+    def _release(self, items: list[StagedBatch]) -> None:
+        """Give the batches' buffers back to the pool and wake waiters on the queue."""
         if self.buffers is not None:
             for item in items:
                 self.buffers.release(item.columns)
         if items:
             self.queue.notify()
-        return inserted
 
     def _commit_loop(self) -> None:
         while not self._stopping.is_set():
