@@ -14,6 +14,7 @@ import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 
+from replaygpu.batch_check import WireSpec, check_columns
 from replaygpu.errors import BatchError
 
 Spec = dict[str, tf.TensorSpec]
@@ -89,12 +90,6 @@ def normalize_spec(spec: Mapping[str, Any]) -> Spec:
     return out
 
 
-def _describe(value: Any) -> tuple[str, tuple[int, ...]]:
-    dtype = getattr(value, "dtype", None)
-    name = tf.as_dtype(dtype).name if dtype is not None else type(value).__name__
-    return name, tuple(int(d) for d in np.shape(value))
-
-
 def validate_batch(spec: Spec, batch: Mapping[str, Any]) -> dict[str, np.ndarray | tf.Tensor]:
     """Check a batch against a spec and return it with every leaf as an array of the spec dtype.
 
@@ -112,49 +107,19 @@ def validate_batch(spec: Spec, batch: Mapping[str, Any]) -> dict[str, np.ndarray
         raise BatchError(
             f"batch: got {type(batch).__name__}, expected a dict with fields {sorted(spec)}"
         )
-    missing = sorted(set(spec) - set(batch))
-    extra = sorted(set(batch) - set(spec))
-    if missing or extra:
-        field = (missing or extra)[0]
-        raise BatchError(
-            f"batch fields do not match the table: missing {missing}, unexpected {extra}; "
-            f"expected exactly {sorted(spec)}",
-            field=field,
-        )
-    out: dict[str, np.ndarray | tf.Tensor] = {}
-    n: int | None = None
-    first = None
-    for name, leaf in spec.items():
-        value = batch[name]
-        if not hasattr(value, "dtype"):
-            value = np.asarray(value, dtype=leaf.dtype.as_numpy_dtype)
-        got_dtype, got_shape = _describe(value)
-        want_shape = [None, *leaf.shape.as_list()]
-        if got_dtype != leaf.dtype.name:
-            raise BatchError(
-                f"field '{name}': expected dtype {leaf.dtype.name} with shape {want_shape}, "
-                f"got dtype {got_dtype} with shape {list(got_shape)}; convert it, e.g. "
-                f"np.asarray(x, np.{leaf.dtype.name})",
-                field=name,
-            )
-        if len(got_shape) != len(want_shape) or list(got_shape[1:]) != want_shape[1:]:
-            raise BatchError(
-                f"field '{name}': expected shape {want_shape} (n transitions first), "
-                f"got shape {list(got_shape)} (dtype {got_dtype})",
-                field=name,
-            )
-        if got_shape[0] == 0:
-            raise BatchError(f"field '{name}': the batch is empty (n = 0); append n >= 1", name)
-        if n is None:
-            n, first = got_shape[0], name
-        elif got_shape[0] != n:
-            raise BatchError(
-                f"field '{name}': leading dimension {got_shape[0]} differs from field "
-                f"'{first}' with {n}; every field needs the same number of transitions",
-                field=name,
-            )
-        out[name] = value
+    out = {
+        name: value
+        if hasattr(value, "dtype") or name not in spec
+        else np.asarray(value, dtype=spec[name].dtype.as_numpy_dtype)
+        for name, value in batch.items()
+    }
+    check_columns(wire_spec(spec), out)
     return out
+
+
+def wire_spec(spec: Spec) -> WireSpec:
+    """``{field: (dtype name, shape)}`` of a spec, as the TF-free batch check takes it."""
+    return {k: (v.dtype.name, tuple(v.shape.as_list())) for k, v in spec.items()}
 
 
 def batch_signature(spec: Spec) -> dict[str, tf.TensorSpec]:

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from replaygpu.batch_check import check_columns
 from replaygpu.errors import BatchError
 from replaygpu.service import codec
 from replaygpu.v1 import replay_pb2
@@ -64,17 +65,17 @@ def test_decode_rejects_unknown_dtype_names():
 def test_check_columns_names_field_expected_and_received():
     spec = {"obs": ("float32", (4,)), "action": ("int64", ())}
     good = {"obs": np.zeros((3, 4), np.float32), "action": np.zeros(3, np.int64)}
-    assert codec.check_columns(spec, good) == 3
+    assert check_columns(spec, good) == 3
     bad_dtype = {**good, "obs": np.zeros((3, 4), np.float64)}
     with pytest.raises(
         BatchError, match=r"field 'obs': expected dtype float32 .* got dtype float64"
     ):
-        codec.check_columns(spec, bad_dtype)
+        check_columns(spec, bad_dtype)
     bad_shape = {**good, "obs": np.zeros((3, 5), np.float32)}
     with pytest.raises(BatchError, match=r"expected shape \[None, 4\].* got shape \[3, 5\]"):
-        codec.check_columns(spec, bad_shape)
+        check_columns(spec, bad_shape)
     ragged = {**good, "action": np.zeros(2, np.int64)}
     with pytest.raises(BatchError, match="leading dimension 2 differs"):
-        codec.check_columns(spec, ragged)
+        check_columns(spec, ragged)
     with pytest.raises(BatchError, match=r"missing \['action'\]"):
-        codec.check_columns(spec, {"obs": good["obs"]})
+        check_columns(spec, {"obs": good["obs"]})

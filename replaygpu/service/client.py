@@ -25,6 +25,7 @@ from typing import Any
 import grpc
 import numpy as np
 
+from replaygpu.batch_check import WireSpec, check_columns
 from replaygpu.errors import BatchError, ConfigError
 from replaygpu.service import codec
 from replaygpu.service.allocator import keep_freed_memory
@@ -112,7 +113,7 @@ class ReplayClient:
         except BaseException:
             self._channel.close()
             raise
-        self.spec: codec.WireSpec = info[0]
+        self.spec: WireSpec = info[0]
         self._next_seq = info[1] + 1
         row = codec.row_nbytes(self.spec)
         self._rows = max(
@@ -130,7 +131,7 @@ class ReplayClient:
 
     # -- connecting -----------------------------------------------------------------------------
 
-    def _connect(self) -> tuple[codec.WireSpec, int]:
+    def _connect(self) -> tuple[WireSpec, int]:
         deadline = time.monotonic() + self.config.retry_deadline_s
         delay = self.config.retry_initial_s
         while True:
@@ -214,7 +215,7 @@ class ReplayClient:
             k: codec.as_field_array(v, self.spec[k][0], k, None) if k in self.spec else v
             for k, v in columns.items()
         }
-        n = codec.check_columns(self.spec, cols)
+        n = check_columns(self.spec, cols)
         with self._cond:
             self._raise_pending_error()
             self._seal_partial()  # keep the order of add() and add_batch() calls

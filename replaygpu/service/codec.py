@@ -5,7 +5,8 @@ is one ``tobytes`` per field and decoding one ``np.frombuffer`` (no copy, no per
 Python), so a batch of 16k transitions costs a handful of memcpys.
 
 A *wire spec* is ``{field: (dtype name, per-transition shape)}``, the TensorFlow-free twin of
-a table spec; `check_columns` validates a columnar batch against it on either side of the wire.
+a table spec (`replaygpu.batch_check` validates a columnar batch against it on either side of
+the wire).
 """
 
 from __future__ import annotations
@@ -15,10 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from replaygpu.batch_check import WireSpec, dtype_name
 from replaygpu.errors import BatchError
 from replaygpu.v1 import replay_pb2
-
-WireSpec = dict[str, tuple[str, tuple[int, ...]]]
 
 #: dtype names a table field may hold and the codec carries (bfloat16 needs ml_dtypes).
 DTYPE_NAMES = (
@@ -53,12 +53,6 @@ def numpy_dtype(name: str) -> np.dtype:
 
         return np.dtype(ml_dtypes.bfloat16)
     return np.dtype(name).newbyteorder("<")
-
-
-def dtype_name(dtype: Any) -> str:
-    """The wire name of a numpy (or TensorFlow) dtype."""
-    name = getattr(dtype, "name", None) or np.dtype(dtype).name
-    return "bool" if name == "bool_" else str(name)
 
 
 def encode_tensor(array: np.ndarray, out: replay_pb2.Tensor) -> int:
@@ -181,56 +175,6 @@ def as_field_array(value: Any, dtype: str, name: str, shape: tuple[int, ...] | N
         raise BatchError(
             f"field '{name}': cannot convert {value!r} to {dtype}: {err}", name
         ) from err
-
-
-def check_columns(spec: WireSpec, columns: Mapping[str, Any]) -> int:
-    """Validate columnar metadata against a wire spec; returns n, the number of transitions.
-
-    ``columns`` maps field -> anything with ``dtype`` and ``shape`` (arrays, or Tensor messages
-    whose dtype is a name and shape a list).
-
-    Raises:
-        BatchError: naming the field, the expected and the received dtype/shape.
-    """
-    missing = sorted(set(spec) - set(columns))
-    extra = sorted(set(columns) - set(spec))
-    if missing or extra:
-        raise BatchError(
-            f"batch fields do not match the table: missing {missing}, unexpected {extra}; "
-            f"expected exactly {sorted(spec)}",
-            field=(missing or extra)[0],
-        )
-    n: int | None = None
-    first = ""
-    for name, (want_dtype, want_shape) in spec.items():
-        value = columns[name]
-        got_dtype = value.dtype if isinstance(value.dtype, str) else dtype_name(value.dtype)
-        got_shape = tuple(int(d) for d in value.shape)
-        want = [None, *want_shape]
-        if got_dtype != want_dtype:
-            raise BatchError(
-                f"field '{name}': expected dtype {want_dtype} with shape {want}, got dtype "
-                f"{got_dtype} with shape {list(got_shape)}; convert it, e.g. "
-                f"np.asarray(x, np.{want_dtype})",
-                field=name,
-            )
-        if len(got_shape) != len(want) or got_shape[1:] != tuple(want_shape):
-            raise BatchError(
-                f"field '{name}': expected shape {want} (n transitions first), got shape "
-                f"{list(got_shape)} (dtype {got_dtype})",
-                field=name,
-            )
-        if got_shape[0] == 0:
-            raise BatchError(f"field '{name}': the batch is empty (n = 0); append n >= 1", name)
-        if n is None:
-            n, first = got_shape[0], name
-        elif got_shape[0] != n:
-            raise BatchError(
-                f"field '{name}': leading dimension {got_shape[0]} differs from field '{first}' "
-                f"with {n}; every field needs the same number of transitions",
-                field=name,
-            )
-    return int(n or 0)
 
 
 def wire_spec_from_proto(fields: Sequence[replay_pb2.FieldSpec]) -> WireSpec:

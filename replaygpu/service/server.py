@@ -25,6 +25,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 import replaygpu
+from replaygpu.batch_check import check_columns
 from replaygpu.errors import BatchError, ConfigError
 from replaygpu.learner import service_loop
 from replaygpu.learner.learner import Learner
@@ -277,7 +278,7 @@ class ReplayServer:
         try:
             if len(fields) != len(request.fields):
                 raise BatchError("the batch names a field twice")
-            n = codec.check_columns(self.spec, fields)
+            n = check_columns(self.spec, fields)
             columns = {name: codec.decode_tensor(t, name) for name, t in fields.items()}
         except BatchError as err:
             raise InvalidBatchError(f"table '{self.table.name}', seq {seq}: {err}", seq) from err
