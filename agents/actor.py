@@ -26,6 +26,7 @@ import numpy as np
 import replaygpu as rg
 from agents.checks import require_positive_ints, require_unit_interval
 from agents.envs import EpisodeStats, TransitionChunk, make_vector_env
+from agents.flags import helptext
 from agents.policies import epsilon_greedy_actions, greedy_q_policy
 
 logger = logging.getLogger(__name__)
@@ -38,41 +39,37 @@ STREAM_FIELD = "stream"
 Report = Callable[[str, int, object], None]
 
 
-def _help(text: str) -> dict:
-    return {"help": text}
-
-
 @dataclass(frozen=True)
 class ActorConfig:
     """How one actor collects experience."""
 
-    env_id: str = field(default="CartPole-v1", metadata=_help("gymnasium env id"))
-    actor_index: int = field(default=0, metadata=_help("this actor's index i in [0, N)"))
-    num_actors: int = field(default=1, metadata=_help("N, actors in the whole run"))
-    num_envs: int = field(default=8, metadata=_help("envs stepped together per actor"))
-    seed: int = field(default=1, metadata=_help("base seed (offset by the actor index)"))
-    steps: int = field(default=0, metadata=_help("env steps to collect; 0: until stopped"))
+    env_id: str = field(default="CartPole-v1", metadata=helptext("gymnasium env id"))
+    actor_index: int = field(default=0, metadata=helptext("this actor's index i in [0, N)"))
+    num_actors: int = field(default=1, metadata=helptext("N, actors in the whole run"))
+    num_envs: int = field(default=8, metadata=helptext("envs stepped together per actor"))
+    seed: int = field(default=1, metadata=helptext("base seed (offset by the actor index)"))
+    steps: int = field(default=0, metadata=helptext("env steps to collect; 0: until stopped"))
     weight_pull_interval: int = field(
-        default=400, metadata=_help("env steps between get_weights(newer_than=version) calls")
+        default=400, metadata=helptext("env steps between get_weights(newer_than=version) calls")
     )
     send_interval: int = field(
-        default=32, metadata=_help("vector steps buffered before one add_batch call")
+        default=32, metadata=helptext("vector steps buffered before one add_batch call")
     )
-    epsilon_base: float = field(default=0.4, metadata=_help("Ape-X epsilon base"))
-    epsilon_alpha: float = field(default=7.0, metadata=_help("Ape-X epsilon exponent spread"))
+    epsilon_base: float = field(default=0.4, metadata=helptext("Ape-X epsilon base"))
+    epsilon_alpha: float = field(default=7.0, metadata=helptext("Ape-X epsilon exponent spread"))
     insert_slack: int = field(
         default=2048,
-        metadata=_help(
+        metadata=helptext(
             "follow the server's samples-per-insert limit on the insert side: wait while the "
             "table is more than this many rows ahead of what the learner has sampled; "
             "-1: never wait"
         ),
     )
     retry_deadline_s: float = field(
-        default=60.0, metadata=_help("give up when the server is unreachable this long")
+        default=60.0, metadata=helptext("give up when the server is unreachable this long")
     )
-    table: str = field(default="replay", metadata=_help("table name on the server"))
-    token: str = field(default="", metadata=_help("bearer token, if the server needs one"))
+    table: str = field(default="replay", metadata=helptext("table name on the server"))
+    token: str = field(default="", metadata=helptext("bearer token, if the server needs one"))
 
     def __post_init__(self) -> None:
         require_positive_ints(

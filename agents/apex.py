@@ -31,12 +31,9 @@ from agents.checks import (
 )
 from agents.dqn import DQN
 from agents.envs import evaluate
+from agents.flags import helptext
 from agents.policies import greedy_q_policy
 from agents.progress import NullRecorder, Recorder, TrainResult
-
-
-def _help(text: str) -> dict:
-    return {"help": text}
 
 
 @dataclass(frozen=True)
@@ -46,62 +43,62 @@ class ApexConfig:
     constant one the greedy policy reached 500 and then fell again in some runs; see
     benchmarks/README.md)."""
 
-    env_id: str = field(default="CartPole-v1", metadata=_help("gymnasium env id (Discrete)"))
-    seed: int = field(default=1, metadata=_help("seed of actors, networks and sampling"))
-    steps: int = field(default=80_000, metadata=_help("env steps collected by all actors"))
-    num_actors: int = field(default=2, metadata=_help("actor processes"))
+    env_id: str = field(default="CartPole-v1", metadata=helptext("gymnasium env id (Discrete)"))
+    seed: int = field(default=1, metadata=helptext("seed of actors, networks and sampling"))
+    steps: int = field(default=80_000, metadata=helptext("env steps collected by all actors"))
+    num_actors: int = field(default=2, metadata=helptext("actor processes"))
     actor_envs: int = field(
         default=1,
-        metadata=_help(
+        metadata=helptext(
             "envs per actor, one batched policy call per vector step (on CartPole with this "
             "step budget, wider vector envs learned worse; see benchmarks/README.md)"
         ),
     )
     weight_pull_interval: int = field(
-        default=512, metadata=_help("actor env steps between weight pulls (K)")
+        default=512, metadata=helptext("actor env steps between weight pulls (K)")
     )
-    learning_rate: float = field(default=2e-3, metadata=_help("Adam step size at the start"))
+    learning_rate: float = field(default=2e-3, metadata=helptext("Adam step size at the start"))
     final_learning_rate: float = field(
         default=0.0,
-        metadata=_help(
+        metadata=helptext(
             "Adam step size at the end: linear decay over the SGD steps that the replay "
             "budget allows (steps x samples_per_insert / batch_size)"
         ),
     )
-    batch_size: int = field(default=128, metadata=_help("minibatch size of each SGD step"))
-    buffer_size: int = field(default=100_000, metadata=_help("replay table capacity"))
-    learning_starts: int = field(default=1000, metadata=_help("rows before the first SGD step"))
+    batch_size: int = field(default=128, metadata=helptext("minibatch size of each SGD step"))
+    buffer_size: int = field(default=100_000, metadata=helptext("replay table capacity"))
+    learning_starts: int = field(default=1000, metadata=helptext("rows before the first SGD step"))
     samples_per_insert: float = field(
-        default=32.0, metadata=_help("rate limit: sampled rows per inserted row")
+        default=32.0, metadata=helptext("rate limit: sampled rows per inserted row")
     )
-    steps_per_call: int = field(default=128, metadata=_help("SGD steps per Learner.train call"))
+    steps_per_call: int = field(default=128, metadata=helptext("SGD steps per Learner.train call"))
     target_update_interval: int = field(
-        default=128, metadata=_help("SGD steps between target-network syncs")
+        default=128, metadata=helptext("SGD steps between target-network syncs")
     )
-    gamma: float = field(default=0.99, metadata=_help("discount factor"))
+    gamma: float = field(default=0.99, metadata=helptext("discount factor"))
     n_step: int = field(
         default=3,
-        metadata=_help(
+        metadata=helptext(
             "n-step returns (Ape-X: 3) by rg.NStepSampler over each actor env's own rows; "
             "1: one-step targets"
         ),
     )
-    hidden_sizes: tuple[int, ...] = field(default=(256, 256), metadata=_help("MLP widths"))
-    max_grad_norm: float = field(default=10.0, metadata=_help("gradient clipping global norm"))
-    double_q: bool = field(default=True, metadata=_help("double DQN targets"))
+    hidden_sizes: tuple[int, ...] = field(default=(256, 256), metadata=helptext("MLP widths"))
+    max_grad_norm: float = field(default=10.0, metadata=helptext("gradient clipping global norm"))
+    double_q: bool = field(default=True, metadata=helptext("double DQN targets"))
     prioritized: bool = field(
         default=False,
-        metadata=_help(
+        metadata=helptext(
             "prioritized replay as in the Ape-X paper (off by default: with these "
             "hyperparameters it learned CartPole worse; see benchmarks/README.md)"
         ),
     )
-    priority_alpha: float = field(default=0.6, metadata=_help("priority exponent"))
-    priority_beta: float = field(default=0.4, metadata=_help("importance-weight exponent"))
-    eval_episodes: int = field(default=20, metadata=_help("greedy evaluation episodes"))
-    jit_compile: bool = field(default=True, metadata=_help("compile the SGD loop with XLA"))
-    address: str = field(default="127.0.0.1:0", metadata=_help("where the learner serves"))
-    device: str = field(default="", metadata=_help("TF device; empty: first GPU, else CPU"))
+    priority_alpha: float = field(default=0.6, metadata=helptext("priority exponent"))
+    priority_beta: float = field(default=0.4, metadata=helptext("importance-weight exponent"))
+    eval_episodes: int = field(default=20, metadata=helptext("greedy evaluation episodes"))
+    jit_compile: bool = field(default=True, metadata=helptext("compile the SGD loop with XLA"))
+    address: str = field(default="127.0.0.1:0", metadata=helptext("where the learner serves"))
+    device: str = field(default="", metadata=helptext("TF device; empty: first GPU, else CPU"))
 
     def __post_init__(self) -> None:
         positive = [

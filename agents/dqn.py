@@ -32,13 +32,10 @@ from agents.envs import (
     make_vector_env,
     numpy_spec,
 )
+from agents.flags import helptext
 from agents.networks import MLP, Adam, copy_weights
 from agents.policies import epsilon_greedy_actions, greedy_q_policy
 from agents.progress import NullRecorder, Recorder, TrainResult, TrainTimer
-
-
-def _help(text: str) -> dict:
-    return {"help": text}
 
 
 @dataclass(frozen=True)
@@ -46,36 +43,38 @@ class DQNConfig:
     """DQN hyperparameters; the defaults are rl-zoo3's tuned values for CartPole-v1."""
 
     env_id: str = field(
-        default="CartPole-v1", metadata=_help("gymnasium env id (Discrete actions)")
+        default="CartPole-v1", metadata=helptext("gymnasium env id (Discrete actions)")
     )
-    seed: int = field(default=1, metadata=_help("seed of envs, networks, sampling and exploration"))
-    steps: int = field(default=50_000, metadata=_help("env steps to train for"))
-    learning_rate: float = field(default=2.3e-3, metadata=_help("Adam step size"))
-    batch_size: int = field(default=64, metadata=_help("minibatch size of each SGD step"))
-    buffer_size: int = field(default=100_000, metadata=_help("replay table capacity"))
-    learning_starts: int = field(default=1000, metadata=_help("env steps before training"))
-    gamma: float = field(default=0.99, metadata=_help("discount factor"))
+    seed: int = field(
+        default=1, metadata=helptext("seed of envs, networks, sampling and exploration")
+    )
+    steps: int = field(default=50_000, metadata=helptext("env steps to train for"))
+    learning_rate: float = field(default=2.3e-3, metadata=helptext("Adam step size"))
+    batch_size: int = field(default=64, metadata=helptext("minibatch size of each SGD step"))
+    buffer_size: int = field(default=100_000, metadata=helptext("replay table capacity"))
+    learning_starts: int = field(default=1000, metadata=helptext("env steps before training"))
+    gamma: float = field(default=0.99, metadata=helptext("discount factor"))
     target_update_interval: int = field(
         default=10,
-        metadata=_help(
+        metadata=helptext(
             "env steps between target-network syncs, counted as in SB3/rl-zoo3; syncs happen "
             "after training calls, so an interval below train_freq syncs after every call"
         ),
     )
-    train_freq: int = field(default=256, metadata=_help("env steps between training calls"))
-    gradient_steps: int = field(default=128, metadata=_help("SGD steps per training call"))
+    train_freq: int = field(default=256, metadata=helptext("env steps between training calls"))
+    gradient_steps: int = field(default=128, metadata=helptext("SGD steps per training call"))
     exploration_fraction: float = field(
-        default=0.16, metadata=_help("fraction of the run over which epsilon decays")
+        default=0.16, metadata=helptext("fraction of the run over which epsilon decays")
     )
-    exploration_initial_eps: float = field(default=1.0, metadata=_help("epsilon at the start"))
-    exploration_final_eps: float = field(default=0.04, metadata=_help("epsilon after decay"))
-    hidden_sizes: tuple[int, ...] = field(default=(256, 256), metadata=_help("MLP widths"))
-    max_grad_norm: float = field(default=10.0, metadata=_help("gradient clipping global norm"))
-    double_q: bool = field(default=True, metadata=_help("double DQN targets"))
-    num_envs: int = field(default=1, metadata=_help("envs stepped together (one policy call)"))
-    eval_episodes: int = field(default=20, metadata=_help("greedy evaluation episodes"))
-    jit_compile: bool = field(default=True, metadata=_help("compile the SGD loop with XLA"))
-    device: str = field(default="", metadata=_help("TF device; empty: first GPU, else CPU"))
+    exploration_initial_eps: float = field(default=1.0, metadata=helptext("epsilon at the start"))
+    exploration_final_eps: float = field(default=0.04, metadata=helptext("epsilon after decay"))
+    hidden_sizes: tuple[int, ...] = field(default=(256, 256), metadata=helptext("MLP widths"))
+    max_grad_norm: float = field(default=10.0, metadata=helptext("gradient clipping global norm"))
+    double_q: bool = field(default=True, metadata=helptext("double DQN targets"))
+    num_envs: int = field(default=1, metadata=helptext("envs stepped together (one policy call)"))
+    eval_episodes: int = field(default=20, metadata=helptext("greedy evaluation episodes"))
+    jit_compile: bool = field(default=True, metadata=helptext("compile the SGD loop with XLA"))
+    device: str = field(default="", metadata=helptext("TF device; empty: first GPU, else CPU"))
 
     def __post_init__(self) -> None:
         positive = [

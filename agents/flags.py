@@ -14,6 +14,11 @@ from typing import Any, TypeVar
 C = TypeVar("C")
 
 
+def helptext(text: str) -> dict[str, str]:
+    """Field metadata carrying a flag's help: ``field(default=..., metadata=helptext("..."))``."""
+    return {"help": text}
+
+
 def _parse_int_tuple(text: str) -> tuple[int, ...]:
     try:
         values = tuple(int(x) for x in text.split(",") if x.strip())

@@ -31,41 +31,38 @@ from agents.envs import (
     make_vector_env,
     numpy_spec,
 )
+from agents.flags import helptext
 from agents.networks import MLP, Adam, polyak_update
 from agents.policies import LOG_STD_MAX, LOG_STD_MIN, squashed_gaussian_policy
 from agents.progress import NullRecorder, Recorder, TrainResult, TrainTimer
-
-
-def _help(text: str) -> dict:
-    return {"help": text}
 
 
 @dataclass(frozen=True)
 class SACConfig:
     """SAC hyperparameters; the defaults follow rl-zoo3's Pendulum-v1 values (updates batched)."""
 
-    env_id: str = field(default="Pendulum-v1", metadata=_help("gymnasium env id (Box actions)"))
-    seed: int = field(default=1, metadata=_help("seed of envs, networks, sampling and noise"))
-    steps: int = field(default=20_000, metadata=_help("env steps to train for"))
-    learning_rate: float = field(default=1e-3, metadata=_help("Adam step size (all nets)"))
-    batch_size: int = field(default=256, metadata=_help("minibatch size of each SGD step"))
-    buffer_size: int = field(default=100_000, metadata=_help("replay table capacity"))
+    env_id: str = field(default="Pendulum-v1", metadata=helptext("gymnasium env id (Box actions)"))
+    seed: int = field(default=1, metadata=helptext("seed of envs, networks, sampling and noise"))
+    steps: int = field(default=20_000, metadata=helptext("env steps to train for"))
+    learning_rate: float = field(default=1e-3, metadata=helptext("Adam step size (all nets)"))
+    batch_size: int = field(default=256, metadata=helptext("minibatch size of each SGD step"))
+    buffer_size: int = field(default=100_000, metadata=helptext("replay table capacity"))
     learning_starts: int = field(
-        default=100, metadata=_help("env steps of uniform random actions before training")
+        default=100, metadata=helptext("env steps of uniform random actions before training")
     )
-    gamma: float = field(default=0.99, metadata=_help("discount factor"))
-    tau: float = field(default=0.005, metadata=_help("target critic Polyak rate per SGD step"))
-    train_freq: int = field(default=64, metadata=_help("env steps between training calls"))
-    gradient_steps: int = field(default=64, metadata=_help("SGD steps per training call"))
-    hidden_sizes: tuple[int, ...] = field(default=(256, 256), metadata=_help("MLP widths"))
-    initial_alpha: float = field(default=1.0, metadata=_help("initial entropy coefficient"))
+    gamma: float = field(default=0.99, metadata=helptext("discount factor"))
+    tau: float = field(default=0.005, metadata=helptext("target critic Polyak rate per SGD step"))
+    train_freq: int = field(default=64, metadata=helptext("env steps between training calls"))
+    gradient_steps: int = field(default=64, metadata=helptext("SGD steps per training call"))
+    hidden_sizes: tuple[int, ...] = field(default=(256, 256), metadata=helptext("MLP widths"))
+    initial_alpha: float = field(default=1.0, metadata=helptext("initial entropy coefficient"))
     target_entropy_scale: float = field(
-        default=1.0, metadata=_help("target entropy = -scale * action dimensions")
+        default=1.0, metadata=helptext("target entropy = -scale * action dimensions")
     )
-    num_envs: int = field(default=1, metadata=_help("envs stepped together (one policy call)"))
-    eval_episodes: int = field(default=10, metadata=_help("greedy evaluation episodes"))
-    jit_compile: bool = field(default=True, metadata=_help("compile the SGD loop with XLA"))
-    device: str = field(default="", metadata=_help("TF device; empty: first GPU, else CPU"))
+    num_envs: int = field(default=1, metadata=helptext("envs stepped together (one policy call)"))
+    eval_episodes: int = field(default=10, metadata=helptext("greedy evaluation episodes"))
+    jit_compile: bool = field(default=True, metadata=helptext("compile the SGD loop with XLA"))
+    device: str = field(default="", metadata=helptext("TF device; empty: first GPU, else CPU"))
 
     def __post_init__(self) -> None:
         positive = [
