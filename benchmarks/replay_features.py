@@ -98,14 +98,19 @@ def prioritized_update(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
 def bench_prioritized(args: argparse.Namespace) -> None:
     capacities = [10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000]
     print(
-        f"prioritized vs uniform, batch {BATCH}, {args.steps} steps/call, median of "
-        f"{args.repeats}; microseconds per step (sample + gather [+ priority update])"
+        f"prioritized (sum tree fanout {args.fanout}) vs uniform, batch {BATCH}, {args.steps} "
+        f"steps/call, median of {args.repeats}; microseconds per step (sample + gather "
+        "[+ priority update])"
     )
     results: dict[tuple[str, bool, int], float] = {}
     for capacity in capacities:
         table = fill_vector_table(capacity, seed=capacity)
         prio = rg.PrioritizedSampler(
-            table, alpha=0.6, beta=rg.LinearSchedule(0.4, 1.0, 10**6), seed=1
+            table,
+            alpha=0.6,
+            beta=rg.LinearSchedule(0.4, 1.0, 10**6),
+            seed=1,
+            tree_fanout=args.fanout,
         )
         rng = np.random.default_rng(0)
         for start in range(0, capacity, 100_000):  # non-uniform priorities to begin with
@@ -215,6 +220,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=500, help="SGD steps per timed call")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--fanout", type=int, default=8, help="sum tree fanout (prioritized)")
     args = parser.parse_args()
     if args.section == "all":
         print(
@@ -231,6 +237,8 @@ def main() -> None:
                 str(args.steps),
                 "--repeats",
                 str(args.repeats),
+                "--fanout",
+                str(args.fanout),
             ] + (["--quick"] if args.quick else [])
             subprocess.run(cmd, check=True)
         print(f"# load after: {os.getloadavg()}")

@@ -117,6 +117,25 @@ def test_runs_inside_xla_learner_loop_and_writes_priorities():
     assert out["mean_id"] > 30
 
 
+@pytest.mark.parametrize("xla", [False, True])
+def test_learner_gives_rows_appended_between_calls_the_max_priority(xla):
+    table = make_table(10, capacity=20)
+    sampler = rg.PrioritizedSampler(table, alpha=1.0, seed=5)
+    learner = rg.Learner(table, sampler, td_update, batch_size=8, jit_compile=xla)
+    learner.train(30)  # priorities id + 1: the max becomes 10 (+ epsilon)
+    biggest = float(sampler.max_leaf.numpy())
+    assert biggest == pytest.approx(10.0 + sampler.epsilon)
+    table.append({"id": np.arange(100, 105), "reward": np.zeros(5, np.float32)})  # rows 10-14
+    assert learner.train(0)["steps"] == 0  # the once-per-call sync runs outside the loop
+    leaves = sampler.tree.leaves().numpy()
+    np.testing.assert_array_equal(leaves[10:15], biggest)
+    np.testing.assert_array_equal(leaves[15:], 0.0)
+    out = learner.train(40)  # the new rows are drawn and get their own priorities
+    assert out["mean_id"] > 20
+    leaves = sampler.tree.leaves().numpy()
+    assert np.any(leaves[10:15] > 100.0)
+
+
 def test_checkpoint_restores_tree_rng_and_schedule_for_exact_resume(tmp_path):
     rows = 64
     table = make_table(rows)

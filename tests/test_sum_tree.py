@@ -10,17 +10,20 @@ import replaygpu as rg
 
 
 def check_invariants(tree: rg.SumTree) -> None:
-    levels = [v.numpy() for v in tree.levels]
-    k = tree.fanout
-    for level in range(tree.depth):
-        parents = levels[level]
-        children = levels[level + 1].reshape(len(parents), k, 2)
+    sums = [v.numpy() for v in tree.sums]
+    mins = [v.numpy() for v in tree.mins]
+    leaves = sums[-1]
+    leaf_mins = np.where(leaves > 0, leaves, np.inf)
+    for level in range(tree.depth - 1, 0, -1):  # level d is sums[d - 1], its children sums[d]
+        below_mins = leaf_mins if level + 1 == tree.depth else mins[level]
+        nodes = len(sums[level])  # each row of the level below is one node of this level
+        parent_sums = sums[level - 1].reshape(-1)
+        parent_mins = mins[level - 1].reshape(-1)
         # Integer-valued leaves: every sum is exact, whatever the summation order.
-        np.testing.assert_array_equal(parents[:, 0], children[:, :, 0].sum(axis=1))
-        np.testing.assert_array_equal(parents[:, 1], children[:, :, 1].min(axis=1))
-    leaves = levels[tree.depth]
-    assert np.all(leaves[tree.capacity :, 0] == 0.0), "padding leaves must stay empty"
-    assert np.all(leaves[tree.capacity :, 1] == np.inf)
+        np.testing.assert_array_equal(parent_sums[:nodes], sums[level].sum(axis=1))
+        np.testing.assert_array_equal(parent_mins[:nodes], below_mins.min(axis=1))
+        assert np.all(parent_sums[nodes:] == 0.0) and np.all(parent_mins[nodes:] == np.inf)
+    assert np.all(leaves.reshape(-1)[tree.capacity :] == 0.0), "padding leaves must stay empty"
 
 
 updates = st.lists(
@@ -31,11 +34,17 @@ updates = st.lists(
 
 
 @settings(max_examples=40, deadline=None)
-@given(capacity=st.integers(1, 37), fanout=st.sampled_from([2, 3, 4, 16]), batches=updates)
-def test_tree_invariants_hold_after_random_updates_with_duplicates(capacity, fanout, batches):
-    tree = rg.SumTree(capacity, "/CPU:0", fanout=fanout)
+@given(
+    capacity=st.integers(1, 37),
+    fanout=st.sampled_from([2, 3, 4, 16]),
+    dense_children=st.sampled_from([0, 9, 4096]),  # node by node, mixed, and whole top levels
+    batches=updates,
+)
+def test_tree_invariants_hold_after_random_updates_with_duplicates(
+    capacity, fanout, dense_children, batches
+):
+    tree = rg.SumTree(capacity, "/CPU:0", fanout=fanout, dense_children=dense_children)
     expected = np.zeros(capacity)
-    written = np.zeros(capacity, bool)
     for batch in batches:
         idx = np.array([i % capacity for i, _ in batch], np.int64)
         val = np.array([v for _, v in batch], np.float64)
@@ -45,11 +54,12 @@ def test_tree_invariants_hold_after_random_updates_with_duplicates(capacity, fan
             # With duplicates one of the written values wins; it must be one of them.
             assert leaves[i] in val[idx == i]
             expected[i] = leaves[i]
-        written[idx] = True
         check_invariants(tree)
     np.testing.assert_array_equal(tree.leaves().numpy(), expected)
+    np.testing.assert_array_equal(tree.get(tf.range(capacity, dtype=tf.int64)).numpy(), expected)
     assert float(tree.total()) == expected.sum()
-    want_min = expected[written].min()
+    # A zero leaf is empty: the min is over positive leaves (+inf when there are none).
+    want_min = expected[expected > 0].min() if np.any(expected > 0) else np.inf
     assert float(tree.min_value()) == want_min
 
 
@@ -83,13 +93,18 @@ def test_target_at_or_above_total_lands_on_last_positive_leaf():
     np.testing.assert_array_equal(got, [3, 3, 3])
 
 
-def test_layout_is_one_variable_per_level():
+def test_layout_is_one_row_shaped_variable_per_level():
     tree = rg.SumTree(1_000_000, "/CPU:0")
-    assert tree.fanout == 32 and tree.depth == 4  # 32**4 = 1,048,576 leaves
-    assert [v.shape.as_list() for v in tree.levels] == [[32**d, 2] for d in range(5)]
-    assert all(v.dtype == tf.float64 for v in tree.levels)
-    assert rg.SumTree(10_000, "/CPU:0").depth == 3
+    assert tree.fanout == 8 and tree.depth == 7  # 8**7 >= 1e6 > 8**6
+    # Row j of a level holds the 8 children of node j above; no level is padded beyond a row.
+    rows = [1, 4, 31, 245, 1954, 15625, 125_000]
+    assert [v.shape.as_list() for v in tree.sums] == [[r, 8] for r in rows]
+    assert [v.shape.as_list() for v in tree.mins] == [[r, 8] for r in rows[:-1]]
+    assert all(v.dtype == tf.float64 for v in tree.sums + tree.mins)
+    assert tree.dense_top == 3  # levels 1-3 (<= 4096 children) are recomputed whole
+    assert rg.SumTree(10_000, "/CPU:0").depth == 5
     assert rg.SumTree(10_000, "/CPU:0", fanout=2).depth == 14
+    assert rg.SumTree(1, "/CPU:0").depth == 1
 
 
 def test_sums_stay_consistent_with_non_integer_values():
@@ -108,3 +123,5 @@ def test_rejects_bad_capacity():
         rg.SumTree(0)
     with pytest.raises(ValueError, match="fanout: got 1"):
         rg.SumTree(4, fanout=1)
+    with pytest.raises(ValueError, match="dense_children: got -1"):
+        rg.SumTree(4, dense_children=-1)

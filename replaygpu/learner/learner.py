@@ -9,6 +9,7 @@ a tensor, so the loop is traced once for every step count.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -188,12 +189,15 @@ class Learner(tf.Module):
             values = tf.stack([tf.cast(metrics[k], tf.float64) for k in names]) if names else sums
             return i + 1, sums + values
 
-        _, sums = tf.while_loop(
-            lambda i, _: i < n,
-            body,
-            (tf.constant(0, tf.int64), tf.zeros([len(names)], tf.float64)),
-            parallel_iterations=1,
-        )
+        # A sampler's loop_scope does once-per-call work (e.g. syncing new rows) outside the loop.
+        loop_scope = getattr(self.sampler, "loop_scope", contextlib.nullcontext)
+        with loop_scope():
+            _, sums = tf.while_loop(
+                lambda i, _: i < n,
+                body,
+                (tf.constant(0, tf.int64), tf.zeros([len(names)], tf.float64)),
+                parallel_iterations=1,
+            )
         self.steps.assign_add(n)
         if self.rate_limiter is not None:
             self.rate_limiter.record(n * self.batch_size)

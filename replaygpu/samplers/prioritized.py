@@ -12,16 +12,19 @@ Importance weights are ``w_i = (N * P(i))**-beta / max_j (N * P(j))**-beta`` wit
 New rows are found without any hook in the table: the sampler keeps ``synced``, the table's
 ``inserted`` counter when it last looked. At each sample it gives the rows appended since (the
 last ``min(inserted - synced, capacity)`` ring positions before the cursor) the max priority, in
-fixed-size chunks so the graph keeps static shapes under XLA. Inside one ``Learner.train`` call
-nothing is appended, so after the first step this costs two counter reads.
+fixed-size chunks so the graph keeps static shapes under XLA. The learner syncs once per
+``Learner.train`` call, before its loop (`PrioritizedSampler.loop_scope`): the loop's steps then
+skip it. A row appended while a call runs is synced at the next call; until then its slot keeps
+its old priority (0, never drawn, for a slot not filled before).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import tensorflow as tf
@@ -76,7 +79,8 @@ class PrioritizedSampler(tf.Module):
         seed: seed of the random stream; None for a nondeterministic one.
         epsilon: added to ``|priority|`` so no row gets probability zero.
         sync_chunk: rows given the max priority per chunk when new rows are found.
-        tree_fanout: children per node of the `SumTree` (32: 4 levels for 1e6 rows).
+        tree_fanout: children per node of the `SumTree` (8: 7 levels for 1e6 rows, the least
+            work per sample on CPU; see `SumTree`).
 
     The batch from ``sample`` holds the table's fields plus ``"importance_weights"`` ([B]
     float32). Non-finite priorities passed to ``update_priorities`` are replaced by the max
@@ -92,7 +96,7 @@ class PrioritizedSampler(tf.Module):
         seed: int | None = None,
         epsilon: float = 1e-6,
         sync_chunk: int = 4096,
-        tree_fanout: int = 32,
+        tree_fanout: int = 8,
     ) -> None:
         super().__init__(name="prioritized_sampler")
         if not (math.isfinite(alpha) and alpha >= 0):
@@ -124,6 +128,7 @@ class PrioritizedSampler(tf.Module):
             )
         # One tf.function, retraced per batch size (a Python argument); a dict of functions
         # keyed by int would be tracked by tf.Module and break checkpointing.
+        self._in_loop = False  # trace-time flag set by loop_scope
         self._sample_fn = tf.function(self._sample_indices)
         self._sync_fn = tf.function(self.sync)
         self._update_fn = tf.function(self._synced_update, reduce_retracing=True)
@@ -151,6 +156,20 @@ class PrioritizedSampler(tf.Module):
         tf.while_loop(lambda pos: pos < inserted, body, [start], parallel_iterations=1)
         self.synced.assign(inserted)
 
+    @contextlib.contextmanager
+    def loop_scope(self) -> Iterator[None]:
+        """Trace-time scope for a fused loop: sync new rows once here, not in every step.
+
+        `Learner` wraps its ``tf.while_loop`` in it. Inside, ``sample`` skips its own sync, which
+        would otherwise put a (nested) loop over new rows into every step.
+        """
+        self.sync()
+        self._in_loop = True
+        try:
+            yield
+        finally:
+            self._in_loop = False
+
     def sample_indices(self, batch_size: int) -> tuple[tf.Tensor, tf.Tensor]:
         """``(indices [B] int64, importance_weights [B] float32)``, usable inside graphs."""
         if tf.inside_function():
@@ -160,7 +179,8 @@ class PrioritizedSampler(tf.Module):
             return self._sample_fn(batch_size)
 
     def _sample_indices(self, batch_size: int) -> tuple[tf.Tensor, tf.Tensor]:
-        self.sync()
+        if not self._in_loop:
+            self.sync()
         beta = self.current_beta()
         root = self.tree.root()  # one read of (total, min), ordered before later updates
         total, min_leaf = root[0], root[1]
@@ -210,6 +230,7 @@ class PrioritizedSampler(tf.Module):
             tf.reduce_sum(tf.cast(tf.logical_not(finite), tf.int64))
         )
         leaf = tf.pow(tf.abs(tf.where(finite, priorities, 0.0)) + self.epsilon, self.alpha)
+        leaf = tf.maximum(leaf, np.finfo(np.float64).tiny)  # a filled row never reads as empty
         max_leaf = tf.maximum(self.max_leaf.read_value(), tf.reduce_max(leaf))
         self.max_leaf.assign(max_leaf)
         self.tree.set(indices, tf.where(finite, leaf, max_leaf))

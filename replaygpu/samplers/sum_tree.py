@@ -1,30 +1,32 @@
-"""A K-ary sum tree (with a min tree beside it) over row priorities, one `tf.Variable` a level.
+"""A K-ary sum tree (with a min tree beside it) over row priorities, in row-shaped variables.
 
-Layout: with fanout ``K`` and depth ``D`` (the smallest with ``K**D >= capacity``), level ``d``
-is its own float64 variable ``levels[d]`` of shape ``[K**d, 2]``: column 0 is the sum of the
-node's leaves, column 1 their minimum (``+inf`` for empty leaves). Node ``j`` of level ``d`` has
-children ``j*K .. j*K + K-1`` of level ``d + 1``; leaf ``i`` (row ``i``) is node ``i`` of level
-``D``. The root is ``levels[0][0]``.
+Layout: with fanout ``K`` and depth ``D`` (the smallest ``D >= 1`` with ``K**D >= capacity``),
+level ``D`` holds the ``capacity`` leaves and level ``d < D`` the ``n_d = ceil(n_{d+1} / K)``
+nodes above them (``n_0 = 1``, the root). Level ``d`` is a float64 variable of shape
+``[n_{d-1}, K]``: row ``j`` holds the ``K`` children of node ``j`` of level ``d - 1`` (the last
+row padded with empty nodes), so one row gather fetches all the children of a node as one
+contiguous slice and no level is larger than it needs to be. ``sums[d-1]`` holds the
+sums; the leaves (level ``D``, row ``i`` of the table is leaf ``i``) are ``sums[D-1]``, where 0
+means empty. ``mins[d-1]`` (levels ``1 .. D-1``) holds the smallest positive leaf under each node
+(``+inf`` when none); a leaf's own minimum is itself when positive, so leaves are stored once.
 
-Both sampling and updates are ``D`` vectorized steps over ``[B]`` int64 node indices: one
-gather of ``[B, K]`` children and (for updates) one row scatter per level, O(B K log_K N) work
-with no Python loop over items, every op with a GPU kernel, XLA-compilable. A wide tree (K=32
-by default) keeps the number of dependent gather/scatter steps small: 4 levels for 1e6 rows,
-3 for 1e4 rows (a binary tree needs 20 and 14, and on CPU each level costs a fixed per-op
-overhead that dwarfs its arithmetic).
+Sampling descends ``D`` levels, each one ``[B, K]`` row gather, a prefix sum and a count: O(B K
+log_K N) work in vectorized ops, every one with a GPU kernel, XLA-compilable. Why rows and a
+small fanout (8): on CPU the cost of a level is its elements, not its op count; gathering ``B``
+contiguous rows is far cheaper than ``B * K`` scattered elements, and ``K = 8`` (7 levels for
+1e6 rows) did less work per sample than 16 or 32 (measured in ``benchmarks/README.md``).
 
-Why one variable per level: an update reads the children of level ``d + 1`` and writes the
-parents of level ``d``. When both live in one variable, XLA sees a gather and a scatter on the
-same buffer and copies the whole tree (17 MB at 1e6 rows) to keep the read safe, every step;
-that made the fused loop 10x slower at 1e6 rows than at 1e4. With a variable per level, a
-scatter never writes the buffer its own update was gathered from, and the scatter stays in
-place.
+Updates write the leaves with one element scatter, then recompute every touched parent from
+its children as already written below (one row gather and one element scatter per level). The
+top levels, whose children number at most ``dense_children``, are recomputed whole instead:
+one dense reduction of a few thousand values is cheaper than a gather and a scatter.
 
 Why there is no drift and no periodic rebuild: an update never adds a delta to the ancestors.
-It writes the leaves, then for each level recomputes every touched parent from its children as
-already written below. Every stored parent therefore equals the (deterministically ordered)
-float64 sum of its stored children, whatever the history of updates; duplicate indices in one
-update are harmless for the same reason (each duplicate parent writes the same value).
+Every stored parent equals the (deterministically ordered) float64 sum of its stored children,
+whatever the history of updates; duplicate indices in one update are harmless for the same
+reason (each duplicate parent writes the same value). Why a variable per level: a scatter
+never writes the buffer its own update was gathered from, so XLA keeps scatters in place
+instead of copying the tree every step.
 """
 
 from __future__ import annotations
@@ -34,88 +36,129 @@ import tensorflow as tf
 
 
 class SumTree(tf.Module):
-    """Sums and minima of ``capacity`` non-negative float64 leaves, in device variables.
+    """Sums and positive minima of ``capacity`` non-negative float64 leaves, in device variables.
 
     Args:
         capacity: number of leaves (rows of the table), >= 1.
         device: where the variables live (the table's device).
         fanout: children per node K >= 2.
+        dense_children: levels whose children number at most this are recomputed whole on
+            every update (0: always node by node).
 
     Attributes:
-        levels: float64 variables, ``levels[d]`` of shape ``[K**d, 2]``: (sum, min) of the
-            leaves under each node of level ``d``; ``levels[depth]`` holds the leaves.
-        depth: number of levels below the root (D).
+        sums: ``sums[d-1]`` is level ``d``'s ``[n_{d-1}, K]`` float64 node sums; the last one
+            holds the leaves (0 = empty).
+        mins: ``mins[d-1]`` is level ``d``'s smallest positive leaf per node (``+inf`` when
+            none), for ``d < depth``.
+        depth: number of levels below the root (D >= 1).
     """
 
     def __init__(
-        self, capacity: int, device: str = "/CPU:0", fanout: int = 32, name: str = "sum_tree"
+        self,
+        capacity: int,
+        device: str = "/CPU:0",
+        fanout: int = 8,
+        dense_children: int = 4096,
+        name: str = "sum_tree",
     ) -> None:
         super().__init__(name=name)
         if not isinstance(capacity, (int, np.integer)) or capacity < 1:
             raise ValueError(f"capacity: got {capacity!r}, expected an integer >= 1")
         if not isinstance(fanout, (int, np.integer)) or fanout < 2:
             raise ValueError(f"fanout: got {fanout!r}, expected an integer >= 2")
+        if not isinstance(dense_children, (int, np.integer)) or dense_children < 0:
+            raise ValueError(f"dense_children: got {dense_children!r}, expected an integer >= 0")
         self.capacity = int(capacity)
-        self.fanout = int(fanout)
-        depth = 0
-        while self.fanout**depth < self.capacity:
+        self.fanout = k = int(fanout)
+        depth = 1
+        while k**depth < self.capacity:
             depth += 1
         self.depth = depth
+        nodes = [self.capacity]  # nodes of level D, D - 1, ..., 0 (the root)
+        while len(nodes) <= depth:
+            nodes.append(-(-nodes[-1] // k))
+        # rows[d - 1]: rows of level d's variable, one per node of level d - 1.
+        self.rows = tuple(nodes[:0:-1])
+        # Levels 1 .. dense_top (whose children number <= dense_children) are recomputed whole.
+        self.dense_top = max(
+            (d for d in range(1, depth) if nodes[depth - d - 1] <= dense_children), default=0
+        )
         with tf.device(device):
-            self.levels = [
-                tf.Variable(
-                    np.stack([np.zeros(self.fanout**d), np.full(self.fanout**d, np.inf)], 1),
-                    dtype=tf.float64,
-                    trainable=False,
-                    name=f"level_{d}",
-                )
-                for d in range(depth + 1)
+            self.sums = [
+                tf.Variable(tf.zeros([rows, k], tf.float64), trainable=False, name=f"sums_{d}")
+                for d, rows in enumerate(self.rows, start=1)
             ]
-        self._child = tf.range(self.fanout, dtype=tf.int64)
-        # sums [B, K] @ upper-triangular ones = inclusive prefix sums: one small matmul instead
-        # of tf.cumsum, which XLA on CPU lowers to a K^2 reduce-window (2x slower at K=32).
-        self._prefix = tf.constant(np.triu(np.ones([self.fanout, self.fanout])), tf.float64)
+            self.mins = [
+                tf.Variable(
+                    tf.fill([rows, k], tf.constant(np.inf, tf.float64)),
+                    trainable=False,
+                    name=f"mins_{d}",
+                )
+                for d, rows in enumerate(self.rows[:-1], start=1)
+            ]
+        self._child = tf.range(k, dtype=tf.int64)
+
+    @property
+    def leaf_rows(self) -> tf.Variable:
+        """The leaves, ``[ceil(capacity / K), K]`` float64 (leaf ``i`` is ``[i // K, i % K]``)."""
+        return self.sums[-1]
 
     def root(self) -> tf.Tensor:
-        """``[2]`` float64: (sum of all leaves, smallest leaf or ``+inf`` when none)."""
-        return self.levels[0].read_value()[0]
+        """``[2]`` float64: (sum of all leaves, smallest positive leaf or ``+inf`` when none)."""
+        top = self.sums[0].read_value()[0]
+        if self.depth == 1:
+            low = tf.reduce_min(_positive_or_inf(top))
+        else:
+            low = tf.reduce_min(self.mins[0].read_value()[0])
+        return tf.stack([tf.reduce_sum(top), low])
 
     def total(self) -> tf.Tensor:
         """The sum of all leaves (float64 scalar)."""
         return self.root()[0]
 
     def min_value(self) -> tf.Tensor:
-        """The smallest leaf set so far (``+inf`` when none)."""
+        """The smallest positive leaf (``+inf`` when none)."""
         return self.root()[1]
 
     def get(self, indices: tf.Tensor) -> tf.Tensor:
         """Leaf values at ``indices`` ([B] int64) as ``[B]`` float64."""
-        return tf.gather(self.levels[self.depth], tf.cast(indices, tf.int64))[:, 0]
+        indices = tf.cast(indices, tf.int64)
+        return tf.gather_nd(self.leaf_rows, self._split(indices))
 
     def leaves(self) -> tf.Tensor:
         """All ``capacity`` leaf values, ``[capacity]`` float64."""
-        return self.levels[self.depth].read_value()[: self.capacity, 0]
+        return tf.reshape(self.leaf_rows.read_value(), [-1])[: self.capacity]
 
     def set(self, indices: tf.Tensor, values: tf.Tensor) -> None:
         """Set leaves ``indices`` ([B] int64 in ``[0, capacity)``) to ``values`` ([B], >= 0).
 
-        Parents are recomputed level by level from their children: ``depth`` gathers of
-        ``[B, K]`` and row scatters of ``[B]``. With duplicate indices one of the values wins
-        and the tree stays consistent.
+        With duplicate indices one of the values wins and the tree stays consistent.
         """
+        k = self.fanout
         node = tf.reshape(tf.cast(indices, tf.int64), [-1])
         values = tf.reshape(tf.cast(values, tf.float64), [-1])
-        rows = tf.stack([values, values], axis=1)
-        self.levels[self.depth].scatter_update(tf.IndexedSlices(rows, node))
-        for level in range(self.depth - 1, -1, -1):
-            node = node // self.fanout
-            children = node[:, None] * self.fanout + self._child
-            pairs = tf.gather(self.levels[level + 1], children)  # [B, K, 2]
-            parent = tf.stack(
-                [tf.reduce_sum(pairs[:, :, 0], axis=1), tf.reduce_min(pairs[:, :, 1], axis=1)],
-                axis=1,
-            )
-            self.levels[level].scatter_update(tf.IndexedSlices(parent, node))
+        self.leaf_rows.scatter_nd_update(self._split(node), values)
+        node = node // k  # the touched nodes of level D - 1 = rows of the leaf level
+        for d in range(self.depth - 1, self.dense_top, -1):
+            below = self.sums[d]  # level d + 1
+            children = tf.gather(below, node)  # [B, K]
+            if d + 1 == self.depth:
+                low = tf.reduce_min(_positive_or_inf(children), axis=1)
+            else:
+                low = tf.reduce_min(tf.gather(self.mins[d], node), axis=1)
+            at = self._split(node)
+            self.sums[d - 1].scatter_nd_update(at, tf.reduce_sum(children, axis=1))
+            self.mins[d - 1].scatter_nd_update(at, low)
+            node = node // k
+        for d in range(self.dense_top, 0, -1):
+            below = self.sums[d].read_value()
+            if d + 1 == self.depth:
+                low = tf.reduce_min(_positive_or_inf(below), axis=1)
+            else:
+                low = tf.reduce_min(self.mins[d].read_value(), axis=1)
+            pad = [[0, self.rows[d - 1] * k - self.rows[d]]]
+            self.sums[d - 1].assign(tf.reshape(tf.pad(tf.reduce_sum(below, axis=1), pad), [-1, k]))
+            self.mins[d - 1].assign(tf.reshape(tf.pad(low, pad, constant_values=np.inf), [-1, k]))
 
     def find(self, targets: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Leaves whose prefix-sum interval holds each target, and their values.
@@ -128,21 +171,30 @@ class SumTree(tf.Module):
 
         Leaf ``i`` owns ``[sum of leaves < i, sum of leaves <= i)``; a target at or above the
         total lands on the last positive leaf. The descent never enters a subtree whose sum is
-        zero, so with a positive total it always returns a leaf with a positive value.
+        zero, so with a positive total it returns a leaf with a positive value (up to one ulp
+        of rounding in a prefix sum across a zero leaf between positive ones, which the
+        sampler never produces: its filled rows are a prefix of the table).
         """
         targets = tf.cast(tf.reshape(targets, [-1]), tf.float64)
         node = tf.zeros_like(targets, dtype=tf.int64)
-        value = tf.zeros_like(targets) + (self.total() if self.depth == 0 else 0.0)
-        for level in range(self.depth):
-            children = node[:, None] * self.fanout + self._child
-            sums = tf.gather(self.levels[level + 1], children)[:, :, 0]  # [B, K]
-            ends = tf.matmul(sums, self._prefix)
-            pos = tf.reduce_sum(tf.cast(ends <= targets[:, None], tf.int64), axis=1)
+        value = tf.zeros_like(targets)
+        child = self._child
+        for level in self.sums:
+            sums = tf.gather(level, node)  # [B, K]: the children of each sample's node
+            ends = tf.cumsum(sums, axis=1)
+            pos = tf.reduce_sum(tf.cast(ends[:, :-1] <= targets[:, None], tf.int64), axis=1)
             # Past the end (rounding, or a target >= total): the last child with a positive sum.
-            last_positive = tf.reduce_max(tf.where(sums > 0.0, self._child, 0), axis=1)
+            last_positive = tf.reduce_max(tf.where(sums > 0.0, child, 0), axis=1)
             pos = tf.minimum(pos, last_positive)
-            chosen = self._child[None, :] == pos[:, None]
-            targets = targets - tf.reduce_sum(tf.where(self._child < pos[:, None], sums, 0.0), 1)
-            value = tf.reduce_sum(tf.where(chosen, sums, 0.0), axis=1)
+            targets = targets - tf.reduce_sum(tf.where(child < pos[:, None], sums, 0.0), axis=1)
+            value = tf.reduce_sum(tf.where(child == pos[:, None], sums, 0.0), axis=1)
             node = node * self.fanout + pos
         return tf.clip_by_value(node, 0, self.capacity - 1), value
+
+    def _split(self, index: tf.Tensor) -> tf.Tensor:
+        """Node index ``[B]`` -> ``[B, 2]`` (row, column) in its level's ``[rows, K]`` variable."""
+        return tf.stack([index // self.fanout, index % self.fanout], axis=1)
+
+
+def _positive_or_inf(x: tf.Tensor) -> tf.Tensor:
+    return tf.where(x > 0.0, x, tf.constant(np.inf, tf.float64))
