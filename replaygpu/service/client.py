@@ -2,24 +2,20 @@
 
 Transitions collect in a columnar buffer and are sealed into one ``AppendRequest`` when it
 holds ``max_batch_transitions`` transitions or ``max_batch_bytes`` bytes, or when the oldest
-waited ``max_delay_s`` (a background flusher). A stream thread keeps one bidirectional
-``Append`` stream open and reads one ack per request. Unacknowledged requests stay in memory
-(bounded by ``max_buffer_bytes``: `add` blocks when full) and are resent in order after a
-reconnect, with exponential backoff on UNAVAILABLE, DEADLINE_EXCEEDED and a full staging queue
-on the server (RESOURCE_EXHAUSTED marked retryable; an oversize message is not); the server
-drops seqs it already committed, so nothing is duplicated or lost. `flush` waits for the acks.
+waited ``max_delay_s`` (a background flusher). Sealed requests go to the client's `Outbox`
+(``replaygpu/service/outbox.py``), which streams them, keeps them until acknowledged (bounded by
+``max_buffer_bytes``: `add` blocks when full) and resends them in order after a reconnect, with
+exponential backoff; nothing is duplicated or lost. `flush` waits for the acks.
 
 This module imports no TensorFlow: an actor process starts fast and stays small.
 """
 
 from __future__ import annotations
 
-import collections
 import logging
-import random
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import grpc
@@ -31,10 +27,10 @@ from replaygpu.service import codec
 from replaygpu.service.allocator import keep_freed_memory
 from replaygpu.service.auth import TLSConfig, make_channel, token_metadata
 from replaygpu.service.config import ClientConfig
+from replaygpu.service.outbox import Outbox
 from replaygpu.service.status import (
     RETRYABLE_CODES,
     ServiceError,
-    ServiceUnavailableError,
     TableNotFoundError,
     error_from_rpc,
 )
@@ -98,16 +94,6 @@ class ReplayClient:
             request_serializer=lambda b: b,  # requests are serialized once, resent as bytes
             response_deserializer=replay_pb2.AppendAck.FromString,
         )
-        self._cond = threading.Condition()
-        self._unacked: collections.OrderedDict[int, bytes] = collections.OrderedDict()
-        self._unacked_bytes = 0
-        self._error: BaseException | None = None
-        self._closing = False
-        self._drop_unacked = False
-        self._stream_id = 0
-        self._call: Any = None
-        self.acked_transitions = 0
-        self.last_table_size = 0
         try:
             info = self._connect()
         except BaseException:
@@ -122,12 +108,26 @@ class ReplayClient:
         self._partial: dict[str, np.ndarray] = {}
         self._partial_n = 0
         self._partial_since = 0.0
-        self._threads = [
-            threading.Thread(target=self._stream_loop, name="replaygpu-client-stream", daemon=True),
-            threading.Thread(target=self._flush_loop, name="replaygpu-client-flush", daemon=True),
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._outbox = Outbox(
+            lambda requests: self._append(requests, metadata=self._metadata),
+            address,
+            self.config,
+        )
+        self._cond = self._outbox.cond  # one lock for the partial buffer and the outbox
+        self._flusher = threading.Thread(
+            target=self._flush_loop, name="replaygpu-client-flush", daemon=True
+        )
+        self._flusher.start()
+
+    @property
+    def acked_transitions(self) -> int:
+        """Transitions the server acknowledged (committed to its table) so far."""
+        return self._outbox.acked_transitions
+
+    @property
+    def last_table_size(self) -> int:
+        """The table's size in the latest ack."""
+        return self._outbox.last_table_size
 
     # -- connecting -----------------------------------------------------------------------------
 
@@ -187,9 +187,9 @@ class ReplayClient:
             extra = sorted(set(transition) - set(self.spec))
             raise BatchError(f"transition has unexpected fields {extra}", field=extra[0])
         with self._cond:
-            self._raise_pending_error()
+            self._outbox.raise_pending_error()
             if self._partial_n == 0:
-                self._wait_for_room(self._rows * codec.row_nbytes(self.spec))
+                self._outbox.wait_for_room(self._rows * codec.row_nbytes(self.spec))
                 self._partial = {
                     k: np.empty((self._rows, *s), codec.numpy_dtype(d))
                     for k, (d, s) in self.spec.items()
@@ -217,7 +217,7 @@ class ReplayClient:
         }
         n = check_columns(self.spec, cols)
         with self._cond:
-            self._raise_pending_error()
+            self._outbox.raise_pending_error()
             self._seal_partial()  # keep the order of add() and add_batch() calls
             for start in range(0, n, self._rows):
                 chunk = {k: v[start : start + self._rows] for k, v in cols.items()}
@@ -234,19 +234,11 @@ class ReplayClient:
         seq = self._next_seq
         data = codec.encode_append_request(self.table, self.actor_id, seq, columns)
         if not reserved:
-            self._wait_for_room(len(data))
+            self._outbox.wait_for_room(len(data))
         self._next_seq += 1
-        self._unacked[seq] = data
-        self._unacked_bytes += len(data)
-        self._cond.notify_all()
+        self._outbox.put(seq, data)
 
-    def _wait_for_room(self, nbytes: int) -> None:
-        limit = self.config.max_buffer_bytes
-        while self._unacked and self._unacked_bytes + nbytes > limit:
-            self._raise_pending_error()
-            self._cond.wait(0.5)
-
-    # -- flushing and acks ----------------------------------------------------------------------
+    # -- flushing -------------------------------------------------------------------------------
 
     def flush(self, timeout: float | None = None) -> None:
         """Send what is buffered and wait until the server acknowledged all of it.
@@ -256,124 +248,17 @@ class ReplayClient:
             ServiceError: a batch failed for good (e.g. rejected, or no server for
                 ``retry_deadline_s``).
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             self._seal_partial()
-            while self._unacked:
-                self._raise_pending_error()
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise TimeoutError(
-                        f"flush: {len(self._unacked)} requests ({self._unacked_bytes} bytes) "
-                        f"still unacknowledged by {self.address} after {timeout} s"
-                    )
-                self._cond.wait(0.5 if left is None else min(left, 0.5))
-            self._raise_pending_error()
-
-    def _raise_pending_error(self) -> None:
-        if self._error is not None:
-            err, self._error = self._error, None
-            raise err
+            self._outbox.wait_until_acked(timeout)
 
     def _flush_loop(self) -> None:
         delay = self.config.max_delay_s
         with self._cond:
-            while not self._closing:
+            while not self._outbox.closing:
                 if self._partial_n and time.monotonic() - self._partial_since >= delay:
                     self._seal_partial()
                 self._cond.wait(delay / 2)
-
-    def _requests(self, stream_id: int) -> Iterator[bytes]:
-        next_seq = 0
-        while True:
-            with self._cond:
-                while True:
-                    if stream_id != self._stream_id or self._drop_unacked:
-                        return
-                    pending = [s for s in self._unacked if s >= next_seq]
-                    if pending:
-                        seq = pending[0]
-                        data = self._unacked[seq]
-                        break
-                    if self._closing and not self._unacked:
-                        return
-                    self._cond.wait(0.2)
-            next_seq = seq + 1
-            yield data
-
-    def _on_ack(self, ack: Any) -> None:
-        with self._cond:
-            data = self._unacked.pop(ack.seq, None)
-            if data is not None:
-                self._unacked_bytes -= len(data)
-                self.acked_transitions += ack.transitions
-            self.last_table_size = ack.table_size
-            self._cond.notify_all()
-
-    def _stream_loop(self) -> None:
-        delay = self.config.retry_initial_s
-        last_progress = time.monotonic()
-        while True:
-            with self._cond:
-                while not self._unacked and not self._closing:
-                    self._cond.wait(0.5)
-                if self._drop_unacked or (self._closing and not self._unacked):
-                    return
-                self._stream_id += 1
-                stream_id = self._stream_id
-            try:
-                self._call = self._append(self._requests(stream_id), metadata=self._metadata)
-                for ack in self._call:
-                    self._on_ack(ack)
-                    delay, last_progress = self.config.retry_initial_s, time.monotonic()
-            except grpc.RpcError as err:
-                if self._drop_unacked:
-                    return
-                error = error_from_rpc(err, self.address)
-                if err.code() in RETRYABLE_CODES or error.retryable:
-                    if time.monotonic() - last_progress > self.config.retry_deadline_s:
-                        self._fail(
-                            ServiceUnavailableError(
-                                f"no ack from {self.address} for {self.config.retry_deadline_s} s "
-                                f"(retry_deadline_s); last error: {error}"
-                            )
-                        )
-                        return
-                    logger.info(
-                        "append stream to %s: %s; retrying in %.2f s",
-                        self.address,
-                        type(error).__name__ if error.retryable else err.code().name,
-                        delay,
-                    )
-                    with self._cond:  # a backoff that `close` can cut short
-                        self._cond.wait_for(
-                            lambda: self._drop_unacked, delay * (0.5 + random.random())
-                        )
-                    delay = min(2 * delay, self.config.retry_max_s)
-                else:
-                    self._reject(error)
-            finally:
-                with self._cond:
-                    self._stream_id += 1  # ends this stream's request generator
-                    self._cond.notify_all()
-
-    def _reject(self, error: ServiceError) -> None:
-        """A non-retryable error: drop the batch it names (or everything), keep the error."""
-        with self._cond:
-            if error.seq is not None and error.seq in self._unacked:
-                self._unacked_bytes -= len(self._unacked.pop(error.seq))
-            else:
-                self._unacked.clear()
-                self._unacked_bytes = 0
-            logger.warning("append to %s rejected: %s", self.address, error)
-            self._error = self._error or error
-            self._cond.notify_all()
-
-    def _fail(self, error: ServiceError) -> None:
-        with self._cond:
-            self._error = self._error or error
-            self._drop_unacked = True
-            self._cond.notify_all()
 
     # -- weights and info -----------------------------------------------------------------------
 
@@ -434,20 +319,12 @@ class ReplayClient:
         """
         flushed = False
         try:
-            if flush and not self._closing:
+            if flush and not self._outbox.closing:
                 self.flush(timeout)
             flushed = True
         finally:
-            with self._cond:
-                self._closing = True
-                drop = not (flush and flushed) or self._error is not None
-                self._drop_unacked = self._drop_unacked or drop
-                self._cond.notify_all()
-            call = self._call
-            if self._drop_unacked and call is not None:
-                call.cancel()
-            for thread in self._threads:
-                thread.join()
+            self._outbox.close(drop=not (flush and flushed))
+            self._flusher.join()
             self._channel.close()
 
     def __enter__(self) -> ReplayClient:

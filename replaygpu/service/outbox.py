@@ -1,0 +1,213 @@
+"""The client's outbox: sealed ``AppendRequest``s awaiting their ack, and the thread streaming them.
+
+One `Outbox` per `ReplayClient`. Requests are kept, serialized, in seq order until the server
+acknowledges them (bounded by ``max_buffer_bytes``: `Outbox.wait_for_room` blocks when full).
+The stream thread keeps one bidirectional ``Append`` stream open, sends every request not yet
+sent on it and reads one ack per request. After a retryable error (UNAVAILABLE,
+DEADLINE_EXCEEDED, a full staging queue) it backs off exponentially, opens a new stream and
+resends everything unacknowledged, in order; the server drops seqs it already committed, so
+nothing is duplicated or lost. A non-retryable error drops the batch it names (or everything)
+and is kept for the client to raise once.
+
+All state is guarded by ``cond``, which the client also uses for its own partial buffer.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+
+from replaygpu.service.config import ClientConfig
+from replaygpu.service.status import (
+    RETRYABLE_CODES,
+    ServiceError,
+    ServiceUnavailableError,
+    error_from_rpc,
+)
+
+logger = logging.getLogger(__name__)
+
+#: Opens an Append stream: ``open_stream(request_iterator) -> call`` (iterable of acks).
+OpenStream = Callable[[Iterator[bytes]], Any]
+
+
+class Outbox:
+    """Unacknowledged requests in seq order, and the thread that streams them to the server.
+
+    Args:
+        open_stream: opens one ``Append`` stream over an iterator of serialized requests.
+        address: the server, for messages.
+        config: buffer limit and retry timing (`ClientConfig`).
+    """
+
+    def __init__(self, open_stream: OpenStream, address: str, config: ClientConfig) -> None:
+        self.cond = threading.Condition()
+        self.acked_transitions = 0
+        self.last_table_size = 0
+        self.closing = False
+        self._open_stream = open_stream
+        self._address = address
+        self._config = config
+        self._unacked: collections.OrderedDict[int, bytes] = collections.OrderedDict()
+        self._unacked_bytes = 0
+        self._error: BaseException | None = None
+        self._drop = False
+        self._stream_id = 0
+        self._call: Any = None
+        self._thread = threading.Thread(
+            target=self._stream_loop, name="replaygpu-client-stream", daemon=True
+        )
+        self._thread.start()
+
+    # -- used by the client, holding ``cond`` -----------------------------------------------------
+
+    def put(self, seq: int, data: bytes) -> None:
+        """Queue request ``seq`` (call `wait_for_room` first unless its room was reserved)."""
+        self._unacked[seq] = data
+        self._unacked_bytes += len(data)
+        self.cond.notify_all()
+
+    def wait_for_room(self, nbytes: int) -> None:
+        """Block until ``nbytes`` more fit under ``max_buffer_bytes`` (or nothing is queued)."""
+        while self._unacked and self._unacked_bytes + nbytes > self._config.max_buffer_bytes:
+            self.raise_pending_error()
+            self.cond.wait(0.5)
+
+    def wait_until_acked(self, timeout: float | None) -> None:
+        """Block until every queued request is acknowledged.
+
+        Raises:
+            TimeoutError: requests are still unacknowledged after ``timeout`` seconds.
+            ServiceError: a batch failed for good.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._unacked:
+            self.raise_pending_error()
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(
+                    f"flush: {len(self._unacked)} requests ({self._unacked_bytes} bytes) "
+                    f"still unacknowledged by {self._address} after {timeout} s"
+                )
+            self.cond.wait(0.5 if left is None else min(left, 0.5))
+        self.raise_pending_error()
+
+    def raise_pending_error(self) -> None:
+        """Raise (once) the error that ended a batch for good, if any."""
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
+
+    # -- closing ----------------------------------------------------------------------------------
+
+    def close(self, drop: bool) -> None:
+        """Stop the stream thread: after the last ack, or at once dropping what is left (``drop``
+        or an error pending)."""
+        with self.cond:
+            self.closing = True
+            self._drop = self._drop or drop or self._error is not None
+            self.cond.notify_all()
+        call = self._call
+        if self._drop and call is not None:
+            call.cancel()
+        self._thread.join()
+
+    # -- the stream thread ------------------------------------------------------------------------
+
+    def _requests(self, stream_id: int) -> Iterator[bytes]:
+        next_seq = 0
+        while True:
+            with self.cond:
+                while True:
+                    if stream_id != self._stream_id or self._drop:
+                        return
+                    pending = [s for s in self._unacked if s >= next_seq]
+                    if pending:
+                        seq = pending[0]
+                        data = self._unacked[seq]
+                        break
+                    if self.closing and not self._unacked:
+                        return
+                    self.cond.wait(0.2)
+            next_seq = seq + 1
+            yield data
+
+    def _on_ack(self, ack: Any) -> None:
+        with self.cond:
+            data = self._unacked.pop(ack.seq, None)
+            if data is not None:
+                self._unacked_bytes -= len(data)
+                self.acked_transitions += ack.transitions
+            self.last_table_size = ack.table_size
+            self.cond.notify_all()
+
+    def _stream_loop(self) -> None:
+        config = self._config
+        delay = config.retry_initial_s
+        last_progress = time.monotonic()
+        while True:
+            with self.cond:
+                while not self._unacked and not self.closing:
+                    self.cond.wait(0.5)
+                if self._drop or (self.closing and not self._unacked):
+                    return
+                self._stream_id += 1
+                stream_id = self._stream_id
+            try:
+                self._call = self._open_stream(self._requests(stream_id))
+                for ack in self._call:
+                    self._on_ack(ack)
+                    delay, last_progress = config.retry_initial_s, time.monotonic()
+            except grpc.RpcError as err:
+                if self._drop:
+                    return
+                error = error_from_rpc(err, self._address)
+                if err.code() in RETRYABLE_CODES or error.retryable:
+                    if time.monotonic() - last_progress > config.retry_deadline_s:
+                        self._fail(
+                            ServiceUnavailableError(
+                                f"no ack from {self._address} for {config.retry_deadline_s} s "
+                                f"(retry_deadline_s); last error: {error}"
+                            )
+                        )
+                        return
+                    logger.info(
+                        "append stream to %s: %s; retrying in %.2f s",
+                        self._address,
+                        type(error).__name__ if error.retryable else err.code().name,
+                        delay,
+                    )
+                    with self.cond:  # a backoff that `close` can cut short
+                        self.cond.wait_for(lambda: self._drop, delay * (0.5 + random.random()))
+                    delay = min(2 * delay, config.retry_max_s)
+                else:
+                    self._reject(error)
+            finally:
+                with self.cond:
+                    self._stream_id += 1  # ends this stream's request generator
+                    self.cond.notify_all()
+
+    def _reject(self, error: ServiceError) -> None:
+        """A non-retryable error: drop the batch it names (or everything), keep the error."""
+        with self.cond:
+            if error.seq is not None and error.seq in self._unacked:
+                self._unacked_bytes -= len(self._unacked.pop(error.seq))
+            else:
+                self._unacked.clear()
+                self._unacked_bytes = 0
+            logger.warning("append to %s rejected: %s", self._address, error)
+            self._error = self._error or error
+            self.cond.notify_all()
+
+    def _fail(self, error: ServiceError) -> None:
+        with self.cond:
+            self._error = self._error or error
+            self._drop = True
+            self.cond.notify_all()
