@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import queue
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,6 +35,7 @@ from replaygpu.service.auth import TLSConfig, TokenInterceptor, warn_if_exposed
 from replaygpu.service.config import ServerConfig
 from replaygpu.service.ingest import Ingest
 from replaygpu.service.ledger import SequenceLedger
+from replaygpu.service.servicer import SERVICE_NAME, Servicer, StreamEnd, handlers
 from replaygpu.service.staging import BufferPool, StagedBatch, StagingQueue
 from replaygpu.service.status import (
     InvalidBatchError,
@@ -43,87 +43,11 @@ from replaygpu.service.status import (
     ServiceError,
     ServiceUnavailableError,
     TableNotFoundError,
-    code_of,
-    trailing_metadata_of,
 )
 from replaygpu.storage import ReplayTable
-from replaygpu.v1 import replay_pb2, replay_pb2_grpc
+from replaygpu.v1 import replay_pb2
 
 logger = logging.getLogger(__name__)
-
-SERVICE_NAME = replay_pb2.DESCRIPTOR.services_by_name["ReplayService"].full_name
-
-
-class _End:
-    """End of an Append stream's requests: ``count`` requests were read."""
-
-    def __init__(self, count: int) -> None:
-        self.count = count
-
-
-class _Servicer(replay_pb2_grpc.ReplayServiceServicer):
-    def __init__(self, server: ReplayServer) -> None:
-        self._s = server
-
-    def Append(self, request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Any:
-        sink: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        reader = threading.Thread(
-            target=self._s._read_stream,
-            args=(request_iterator, sink),
-            name="replaygpu-append-reader",
-            daemon=True,
-        )
-        reader.start()
-        acked, expected = 0, None
-        while expected is None or acked < expected:
-            try:
-                item = sink.get(timeout=0.5)
-            except queue.Empty:
-                if not context.is_active():
-                    return
-                continue
-            if isinstance(item, _End):
-                expected = item.count
-            elif isinstance(item, BaseException):
-                context.set_trailing_metadata(trailing_metadata_of(item))
-                context.abort(code_of(item), str(item))
-            else:
-                acked += 1
-                yield item
-
-    def GetWeights(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return self._s._weights_message(request.newer_than)
-
-    def Info(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return self._s.info_message(request.actor_id)
-
-
-def _received_bytes(data: bytes) -> bytes:
-    """Append's request deserializer: none. gRPC's single polling thread calls deserializers
-    for every stream, so requests are parsed later, in each stream's reader thread."""
-    return data
-
-
-def _handlers(servicer: _Servicer) -> grpc.GenericRpcHandler:
-    """The generated service's handlers, but Append's requests carry their wire size."""
-    return grpc.method_handlers_generic_handler(
-        SERVICE_NAME,
-        {
-            "Append": grpc.stream_stream_rpc_method_handler(
-                servicer.Append, _received_bytes, replay_pb2.AppendAck.SerializeToString
-            ),
-            "GetWeights": grpc.unary_unary_rpc_method_handler(
-                servicer.GetWeights,
-                replay_pb2.GetWeightsRequest.FromString,
-                replay_pb2.Weights.SerializeToString,
-            ),
-            "Info": grpc.unary_unary_rpc_method_handler(
-                servicer.Info,
-                replay_pb2.InfoRequest.FromString,
-                replay_pb2.InfoResponse.SerializeToString,
-            ),
-        },
-    )
 
 
 class ReplayServer:
@@ -208,7 +132,7 @@ class ReplayServer:
                 ("grpc.max_send_message_length", self.config.max_message_bytes),
             ],
         )
-        server.add_generic_rpc_handlers((_handlers(_Servicer(self)),))
+        server.add_generic_rpc_handlers((handlers(Servicer(self)),))
         self._health = health.HealthServicer(experimental_non_blocking=True)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
@@ -228,7 +152,7 @@ class ReplayServer:
 
     # -- Append ---------------------------------------------------------------------------------
 
-    def _read_stream(self, requests: Iterator[Any], sink: queue.SimpleQueue[Any]) -> None:
+    def read_stream(self, requests: Iterator[Any], sink: queue.SimpleQueue[Any]) -> None:
         count = 0
         try:
             for data in requests:
@@ -241,7 +165,7 @@ class ReplayServer:
         except Exception as err:
             logger.exception("append reader failed")
             sink.put(err)
-        sink.put(_End(count))
+        sink.put(StreamEnd(count))
 
     def _admit(self, data: bytes, sink: queue.SimpleQueue[Any]) -> None:
         size = len(data)
@@ -305,7 +229,7 @@ class ReplayServer:
 
     # -- GetWeights / Info ----------------------------------------------------------------------
 
-    def _weights_message(self, newer_than: int) -> Any:
+    def weights_message(self, newer_than: int) -> Any:
         """The latest weights, or only the current version when the caller has them. A caller
         ahead of the current version got its version from an earlier run of the learner: it
         gets the latest weights, with a lower version (see `WeightStore.latest`)."""
