@@ -93,6 +93,35 @@ def test_target_at_or_above_total_lands_on_last_positive_leaf():
     np.testing.assert_array_equal(got, [3, 3, 3])
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    values=st.lists(
+        st.one_of(st.just(0.0), st.floats(1e-6, 1e3, allow_nan=False)), min_size=2, max_size=60
+    ),
+    fanout=st.sampled_from([2, 3, 8]),
+)
+def test_descent_never_returns_a_zero_leaf_even_at_prefix_boundaries(values, fanout):
+    values = np.array(values, np.float64)
+    values[len(values) // 2] = 0.5  # at least one positive leaf
+    tree = rg.SumTree(len(values), "/CPU:0", fanout=fanout)
+    tree.set(tf.range(len(values), dtype=tf.int64), tf.constant(values))
+    # Every prefix sum (where a run of zero leaves has an empty interval), its neighbours one
+    # ulp away, zero and the total: none may land on a zero leaf.
+    prefix = np.concatenate([[0.0], np.cumsum(values)])
+    targets = np.concatenate([prefix, np.nextafter(prefix, np.inf), np.nextafter(prefix, -np.inf)])
+    targets = targets[targets >= 0.0]
+    got, got_values = tree.find(tf.constant(targets))
+    assert np.all(values[got.numpy()] > 0), values[got.numpy()]
+    np.testing.assert_array_equal(got_values.numpy(), values[got.numpy()])
+
+
+def test_descent_over_an_empty_tree_lands_on_leaf_zero():
+    tree = rg.SumTree(100, "/CPU:0")
+    got, got_values = tree.find(tf.constant([0.0, 1.0, 5.0], tf.float64))
+    np.testing.assert_array_equal(got.numpy(), [0, 0, 0])
+    np.testing.assert_array_equal(got_values.numpy(), [0.0, 0.0, 0.0])
+
+
 def test_layout_is_one_row_shaped_variable_per_level():
     tree = rg.SumTree(1_000_000, "/CPU:0")
     assert tree.fanout == 8 and tree.depth == 7  # 8**7 >= 1e6 > 8**6

@@ -96,7 +96,6 @@ class SumTree(tf.Module):
                 )
                 for d, rows in enumerate(self.rows[:-1], start=1)
             ]
-        self._child = tf.range(k, dtype=tf.int64)
 
     @property
     def leaf_rows(self) -> tf.Variable:
@@ -169,31 +168,36 @@ class SumTree(tf.Module):
         Returns:
             ``(leaves [B] int64, values [B] float64)``.
 
-        Leaf ``i`` owns ``[sum of leaves < i, sum of leaves <= i)``; a target at or above the
-        total lands on the last positive leaf. The descent never enters a subtree whose sum is
-        zero, so with a positive total it returns a leaf with a positive value (up to one ulp
-        of rounding in a prefix sum across a zero leaf between positive ones, which the
-        sampler never produces: its filled rows are a prefix of the table).
+        Leaf ``i`` owns ``[sum of leaves < i, sum of leaves <= i)``, so a leaf with value 0 is
+        never returned while the total is positive; a target at or above the total (or past a
+        node's sum by rounding) lands on the last positive leaf. With a zero total every
+        target lands on leaf 0.
         """
-        targets = tf.cast(tf.reshape(targets, [-1]), tf.float64)
-        node = tf.zeros_like(targets, dtype=tf.int64)
-        value = tf.zeros_like(targets)
-        child = self._child
-        for level in self.sums:
+        t = tf.reshape(tf.cast(targets, tf.float64), [-1, 1])
+        node = tf.zeros_like(t[:, 0], dtype=tf.int64)
+        child = tf.range(self.fanout, dtype=tf.int64)
+        for depth, level in enumerate(self.sums):
             sums = tf.gather(level, node)  # [B, K]: the children of each sample's node
             ends = tf.cumsum(sums, axis=1)
-            pos = tf.reduce_sum(tf.cast(ends[:, :-1] <= targets[:, None], tf.int64), axis=1)
-            # Past the end (rounding, or a target >= total): the last child with a positive sum.
-            last_positive = tf.reduce_max(tf.where(sums > 0.0, child, 0), axis=1)
-            pos = tf.minimum(pos, last_positive)
-            targets = targets - tf.reduce_sum(tf.where(child < pos[:, None], sums, 0.0), axis=1)
-            value = tf.reduce_sum(tf.where(child == pos[:, None], sums, 0.0), axis=1)
-            node = node * self.fanout + pos
-        return tf.clip_by_value(node, 0, self.capacity - 1), value
+            # Keep the target strictly below the row's sum, so that the count below stops at
+            # the last positive child (the children after it end at the same sum).
+            below = ends[:, -1:] * _JUST_BELOW_ONE
+            if depth == 0:  # a zero total: -1 walks the first child of every node
+                below = tf.where(below > 0.0, below, -1.0)
+            t = tf.minimum(t, below)
+            pos = tf.reduce_sum(tf.cast(ends[:, :-1] <= t, tf.int64), axis=1, keepdims=True)
+            t = t - tf.reduce_sum(tf.where(child < pos, sums, 0.0), axis=1, keepdims=True)
+            node = node * self.fanout + pos[:, 0]
+        value = tf.reduce_sum(tf.where(child == pos, sums, 0.0), axis=1)
+        return tf.minimum(node, self.capacity - 1), value
 
     def _split(self, index: tf.Tensor) -> tf.Tensor:
         """Node index ``[B]`` -> ``[B, 2]`` (row, column) in its level's ``[rows, K]`` variable."""
         return tf.stack([index // self.fanout, index % self.fanout], axis=1)
+
+
+#: The largest float64 below 1: ``x * _JUST_BELOW_ONE < x`` for every positive normal ``x``.
+_JUST_BELOW_ONE = 1.0 - 2.0**-53
 
 
 def _positive_or_inf(x: tf.Tensor) -> tf.Tensor:
