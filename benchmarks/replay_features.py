@@ -6,6 +6,10 @@ Sections (each runs in its own subprocess so big tables are freed before the nex
                transitions (obs dim 8), capacity 1e4 / 1e5 / 1e6, inside the fused Learner loop
                (a tf.while_loop of --steps steps per call), with and without XLA. The update_fn
                only reduces the batch, so the figures are the replay cost per step.
+  tree         where the prioritized step's time goes: the `SumTree` descent (``find``) and
+               priority write (``set``) timed alone in a bare tf.while_loop beside the uniform
+               Learner step, capacity 1e4 / 1e6, with and without XLA. Prints the floor that
+               the tree alone puts under prioritized / uniform (see benchmarks/README.md).
   frames       resident memory (RSS delta) of a 1e6-row 84x84 uint8 frame table, then
                frame-stacked (k=4) sampling from it: obs and next_obs [256, 4, 84, 84] rebuilt
                in the graph and max-reduced by update_fn, in the fused loop, with and without XLA.
@@ -144,6 +148,76 @@ def bench_prioritized(args: argparse.Namespace) -> None:
         )
 
 
+def time_loop(body, xla: bool, steps: int, repeats: int) -> float:
+    """Median seconds per iteration of a ``steps``-long tf.while_loop running ``body()``."""
+
+    @tf.function(jit_compile=xla)
+    def loop(n: tf.Tensor) -> tf.Tensor:
+        def step(i: tf.Tensor, acc: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            return i + 1, acc + body()
+
+        zero = (tf.constant(0, tf.int64), tf.constant(0.0, tf.float64))
+        return tf.while_loop(lambda i, _: i < n, step, zero)[1]
+
+    loop(tf.constant(10, tf.int64))  # trace and compile
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        loop(tf.constant(steps, tf.int64)).numpy()
+        times.append((time.perf_counter() - start) / steps)
+    return statistics.median(times)
+
+
+def bench_tree(args: argparse.Namespace) -> None:
+    capacities = [10_000, 100_000] if args.quick else [10_000, 1_000_000]
+    print(
+        f"sum tree parts (fanout {args.fanout}), batch {BATCH}, {args.steps}-step loops, median "
+        f"of {args.repeats}; microseconds per step"
+    )
+    for capacity in capacities:
+        measure_tree(capacity, args)
+
+
+def measure_tree(capacity: int, args: argparse.Namespace) -> None:
+    """Time ``find`` and ``set`` of a filled `SumTree` alone, beside the uniform Learner step."""
+    tree = rg.SumTree(capacity, fanout=args.fanout)
+    rng = np.random.default_rng(0)
+    for start in range(0, capacity, 100_000):
+        rows = tf.range(start, min(start + 100_000, capacity), dtype=tf.int64)
+        tree.set(rows, tf.constant(rng.exponential(size=len(rows))))
+    total = float(tree.total().numpy())
+    gen = tf.random.Generator.from_seed(0)
+
+    def draw() -> tf.Tensor:  # the loop and the random draw every body below also pays
+        return tf.cast(tf.reduce_sum(gen.uniform([BATCH], 0, capacity, tf.int64)), tf.float64)
+
+    def find() -> tf.Tensor:
+        leaves, _ = tree.find(gen.uniform([BATCH], 0.0, total, tf.float64))
+        return tf.cast(tf.reduce_sum(leaves), tf.float64)
+
+    def write() -> tf.Tensor:
+        rows = gen.uniform([BATCH], 0, capacity, tf.int64)
+        tree.set(rows, gen.uniform([BATCH], 0.5, 1.5, tf.float64))
+        return tf.cast(tf.reduce_sum(rows), tf.float64)
+
+    table = fill_vector_table(capacity, seed=capacity)
+    uni = rg.UniformSampler(table, seed=1)
+    for xla in (False, True):
+        learner = rg.Learner(table, uni, uniform_update, batch_size=BATCH, jit_compile=xla)
+        uniform = time_calls(learner, args.steps, args.repeats)
+        base = time_loop(draw, xla, args.steps, args.repeats)
+        t_find = time_loop(find, xla, args.steps, args.repeats) - base
+        t_set = time_loop(write, xla, args.steps, args.repeats) - base
+        print(
+            f"  capacity {capacity:>9,d} (depth {tree.depth}) xla={xla!s:5}  uniform Learner "
+            f"step {uniform * 1e6:6.1f}  |  find {t_find * 1e6:6.1f} "
+            f"({t_find / tree.depth * 1e6:4.1f}/level)  set {t_set * 1e6:6.1f}  |  floor of "
+            f"prioritized / uniform, (uniform + find + set) / uniform: "
+            f"{(uniform + t_find + t_set) / uniform:.2f}x",
+            flush=True,
+        )
+
+
 def fill_frame_table(table: rg.ReplayTable, rows: int, episode: int) -> int:
     """Append ``rows`` rows of episodes of ``episode`` steps (+1 final row each)."""
     rng = np.random.default_rng(0)
@@ -216,7 +290,8 @@ def bench_frames(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--section", choices=["prioritized", "frames", "all"], default="all")
+    sections = ["prioritized", "tree", "frames", "all"]
+    parser.add_argument("--section", choices=sections, default="all")
     parser.add_argument("--steps", type=int, default=500, help="SGD steps per timed call")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true")
@@ -227,7 +302,7 @@ def main() -> None:
             f"# {time.strftime('%Y-%m-%d')} {platform.node()} {platform.processor() or ''} "
             f"{os.cpu_count()} cores, tensorflow {tf.__version__}, load {os.getloadavg()}"
         )
-        for section in ("prioritized", "frames"):
+        for section in ("prioritized", "tree", "frames"):
             cmd = [
                 sys.executable,
                 __file__,
@@ -243,7 +318,8 @@ def main() -> None:
             subprocess.run(cmd, check=True)
         print(f"# load after: {os.getloadavg()}")
         return
-    {"prioritized": bench_prioritized, "frames": bench_frames}[args.section](args)
+    sections = {"prioritized": bench_prioritized, "tree": bench_tree, "frames": bench_frames}
+    sections[args.section](args)
 
 
 if __name__ == "__main__":
