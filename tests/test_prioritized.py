@@ -22,10 +22,11 @@ def draw_counts(sampler: rg.PrioritizedSampler, rows: int, calls: int = 40) -> n
     return np.bincount(draws, minlength=rows)
 
 
-def test_frequencies_match_priorities_before_and_after_updates():
+@pytest.mark.parametrize("xla", [True, False], ids=["xla-clusters", "plain-ops"])
+def test_frequencies_match_priorities_before_and_after_updates(xla):
     rows, alpha = 40, 0.7
     table = make_table(rows, capacity=64)
-    sampler = rg.PrioritizedSampler(table, alpha=alpha, beta=0.5, seed=1)
+    sampler = rg.PrioritizedSampler(table, alpha=alpha, beta=0.5, seed=1, xla=xla)
     counts = draw_counts(sampler, 64)
     assert counts[rows:].sum() == 0, "unfilled rows were drawn"
     _, p_before = stats.chisquare(counts[:rows])  # all new rows share the max priority
@@ -44,11 +45,12 @@ def test_frequencies_match_priorities_before_and_after_updates():
     assert p_uniform < 1e-6, "after updates the draws should no longer be uniform"
 
 
-def test_importance_weights_equal_the_formula_with_annealed_beta():
+@pytest.mark.parametrize("xla", [True, False], ids=["xla-clusters", "plain-ops"])
+def test_importance_weights_equal_the_formula_with_annealed_beta(xla):
     rows = 30
     table = make_table(rows)
     schedule = rg.LinearSchedule(start=0.4, end=1.0, steps=10)
-    sampler = rg.PrioritizedSampler(table, alpha=0.6, beta=schedule, seed=2)
+    sampler = rg.PrioritizedSampler(table, alpha=0.6, beta=schedule, seed=2, xla=xla)
     priorities = np.linspace(0.5, 8.0, rows)
     sampler.update_priorities(tf.range(rows, dtype=tf.int64), tf.constant(priorities))
     probs = sampler.probabilities()
@@ -99,11 +101,16 @@ def td_update(batch):
     }
 
 
-def test_runs_inside_xla_learner_loop_and_writes_priorities():
+@pytest.mark.parametrize(
+    ("jit_compile", "sampler_xla"),
+    [(True, True), (False, True), (False, False)],
+    ids=["xla-loop", "plain-loop-xla-clusters", "plain-loop-plain-ops"],
+)
+def test_runs_inside_the_learner_loop_and_writes_priorities(jit_compile, sampler_xla):
     rows = 50
     table = make_table(rows)
-    sampler = rg.PrioritizedSampler(table, alpha=1.0, beta=1.0, seed=4)
-    learner = rg.Learner(table, sampler, td_update, batch_size=32, jit_compile=True)
+    sampler = rg.PrioritizedSampler(table, alpha=1.0, beta=1.0, seed=4, xla=sampler_xla)
+    learner = rg.Learner(table, sampler, td_update, batch_size=32, jit_compile=jit_compile)
     out = learner.train(200)
     assert out["steps"] == 200
     leaves = sampler.tree.leaves().numpy()
