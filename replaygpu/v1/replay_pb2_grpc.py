@@ -56,6 +56,8 @@ class ReplayServiceServicer:
 
     def Append(self, request_iterator, context):
         """Bidirectional: the client streams AppendRequests and reads one AppendAck per request.
+        Acks may come out of request order: a resent seq that is already committed is acked
+        at once, possibly before the ack of the request that committed it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
