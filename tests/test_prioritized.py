@@ -91,6 +91,17 @@ def test_nonfinite_priorities_get_the_max_and_are_counted():
     assert int(sampler.nonfinite_priorities.numpy()) == 1
 
 
+def test_huge_priorities_keep_the_total_finite_and_draws_in_filled_rows():
+    table = make_table(50, capacity=1000)
+    sampler = rg.PrioritizedSampler(table, alpha=1.0, seed=0)
+    huge = tf.constant([1e308, 1e308], tf.float64)  # finite, but their sum overflows
+    sampler.update_priorities(tf.constant([3, 4], tf.int64), huge)
+    assert np.isfinite(float(sampler.tree.total()))
+    assert int(sampler.nonfinite_priorities.numpy()) == 0
+    indices = sampler.sample_indices(64)[0].numpy()
+    assert indices.max() < 50 and set(indices) <= {3, 4}
+
+
 def td_update(batch):
     """A stand-in for a TD update: priority = id + 1, metric = the mean id drawn."""
     ids = tf.cast(batch["id"], tf.float32)

@@ -107,12 +107,44 @@ def test_descent_never_returns_a_zero_leaf_even_at_prefix_boundaries(values, fan
     tree.set(tf.range(len(values), dtype=tf.int64), tf.constant(values))
     # Every prefix sum (where a run of zero leaves has an empty interval), its neighbours one
     # ulp away, zero and the total: none may land on a zero leaf.
-    prefix = np.concatenate([[0.0], np.cumsum(values)])
+    prefix = np.concatenate([[0.0], np.cumsum(values), np.cumsum(tree.sums[0].numpy()[0])])
     targets = np.concatenate([prefix, np.nextafter(prefix, np.inf), np.nextafter(prefix, -np.inf)])
     targets = targets[targets >= 0.0]
     got, got_values = tree.find(tf.constant(targets))
     assert np.all(values[got.numpy()] > 0), values[got.numpy()]
     np.testing.assert_array_equal(got_values.numpy(), values[got.numpy()])
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["graph-ops", "xla"])
+def test_descent_never_returns_a_zero_leaf_when_prefix_sums_round(compiled):
+    # The root row is [1, e, e, e, e, e, e, 1] with e = 2**-53: its running sum rounds every e
+    # away, other summation orders do not. A target at that prefix (1.0) must reach leaf 57,
+    # not the empty leaf 56 before it.
+    e = 2.0**-53
+    leaves = np.zeros(64)
+    leaves[[0, 8, 16, 24, 32, 40, 48]] = [1.0, e, e, e, e, e, e]
+    leaves[57] = 1.0
+    tree = rg.SumTree(64, "/CPU:0", fanout=8)
+    tree.set(tf.range(64, dtype=tf.int64), tf.constant(leaves))
+    find = tf.function(tree.find, jit_compile=True) if compiled else tree.find
+    got, got_values = find(tf.constant([1.0, np.nextafter(1.0, 0.0), np.nextafter(1.0, 2.0)]))
+    assert np.all(leaves[got.numpy()] > 0), got.numpy()
+    np.testing.assert_array_equal(got_values.numpy(), leaves[got.numpy()])
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["graph-ops", "xla"])
+def test_descent_handles_a_tiny_or_an_infinite_total(compiled):
+    tiny = np.finfo(np.float64).tiny
+    for leaves, targets in (
+        ([0.0, tiny, 0.0, 0.0], [0.0, tiny / 2, tiny, 1.0]),
+        ([1.0, np.inf, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.5, 2.0, 1e308, np.inf]),
+    ):
+        leaves = np.array(leaves)
+        tree = rg.SumTree(len(leaves), "/CPU:0", fanout=4)
+        tree.set(tf.range(len(leaves), dtype=tf.int64), tf.constant(leaves))
+        find = tf.function(tree.find, jit_compile=True) if compiled else tree.find
+        got = find(tf.constant(targets, tf.float64))[0].numpy()
+        assert np.all(leaves[got] > 0), (leaves, got)
 
 
 def test_descent_over_an_empty_tree_lands_on_leaf_zero():

@@ -170,23 +170,27 @@ class SumTree(tf.Module):
 
         Leaf ``i`` owns ``[sum of leaves < i, sum of leaves <= i)``, so a leaf with value 0 is
         never returned while the total is positive; a target at or above the total (or past a
-        node's sum by rounding) lands on the last positive leaf. With a zero total every
-        target lands on leaf 0.
+        node's sum by rounding, or an infinite total) lands on the last positive leaf, a
+        negative one on the first. With a zero total every target lands on leaf 0.
         """
-        t = tf.reshape(tf.cast(targets, tf.float64), [-1, 1])
+        t = tf.maximum(tf.reshape(tf.cast(targets, tf.float64), [-1, 1]), 0.0)
         node = tf.zeros_like(t[:, 0], dtype=tf.int64)
         child = tf.range(self.fanout, dtype=tf.int64)
         for depth, level in enumerate(self.sums):
             sums = tf.gather(level, node)  # [B, K]: the children of each sample's node
             ends = tf.cumsum(sums, axis=1)
-            # Keep the target strictly below the row's sum, so that the count below stops at
-            # the last positive child (the children after it end at the same sum).
-            below = ends[:, -1:] * _JUST_BELOW_ONE
+            # Keep 0 <= t < the row's sum (the largest float below it; below an infinite sum,
+            # the largest finite one), so that the count stops at the last positive child: the
+            # children after it end at the same sum.
+            total = ends[:, -1:]
+            below = tf.math.nextafter(total, tf.zeros_like(total))
             if depth == 0:  # a zero total: -1 walks the first child of every node
-                below = tf.where(below > 0.0, below, -1.0)
+                below = tf.where(total > 0.0, below, -1.0)
             t = tf.minimum(t, below)
             pos = tf.reduce_sum(tf.cast(ends[:, :-1] <= t, tf.int64), axis=1, keepdims=True)
-            t = t - tf.reduce_sum(tf.where(child < pos, sums, 0.0), axis=1, keepdims=True)
+            # Subtract the very prefix the count compared (ends[pos - 1] <= t), not a sum of the
+            # children in another order: t stays >= 0 whatever the rounding.
+            t = t - tf.reduce_max(tf.where(child < pos, ends, 0.0), axis=1, keepdims=True)
             node = node * self.fanout + pos[:, 0]
         value = tf.reduce_sum(tf.where(child == pos, sums, 0.0), axis=1)
         return tf.minimum(node, self.capacity - 1), value
@@ -194,10 +198,6 @@ class SumTree(tf.Module):
     def _split(self, index: tf.Tensor) -> tf.Tensor:
         """Node index ``[B]`` -> ``[B, 2]`` (row, column) in its level's ``[rows, K]`` variable."""
         return tf.stack([index // self.fanout, index % self.fanout], axis=1)
-
-
-#: The largest float64 below 1: ``x * _JUST_BELOW_ONE < x`` for every positive normal ``x``.
-_JUST_BELOW_ONE = 1.0 - 2.0**-53
 
 
 def _positive_or_inf(x: tf.Tensor) -> tf.Tensor:
