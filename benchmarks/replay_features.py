@@ -85,6 +85,15 @@ def fill_vector_table(capacity: int, seed: int) -> rg.ReplayTable:
     return table
 
 
+def write_exponential_priorities(write, capacity: int) -> None:
+    """Give rows ``0 .. capacity - 1`` exponential(1) priorities (seed 0) with ``write(rows, p)``,
+    in chunks of 100,000: non-uniform priorities to begin with."""
+    rng = np.random.default_rng(0)
+    for start in range(0, capacity, 100_000):
+        rows = tf.range(start, min(start + 100_000, capacity), dtype=tf.int64)
+        write(rows, tf.constant(rng.exponential(size=len(rows))))
+
+
 def uniform_update(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
     value = tf.reduce_mean(batch["obs"], axis=1) + batch["reward"]
     return {"value": tf.reduce_mean(value + tf.reduce_mean(batch["next_obs"], axis=1))}
@@ -121,10 +130,7 @@ def bench_prioritized(args: argparse.Namespace) -> None:
                 tree_fanout=args.fanout,
                 xla=xla_clusters,
             )
-            rng = np.random.default_rng(0)
-            for start in range(0, capacity, 100_000):  # non-uniform priorities to begin with
-                rows = tf.range(start, min(start + 100_000, capacity), dtype=tf.int64)
-                prio.update_priorities(rows, tf.constant(rng.exponential(size=len(rows))))
+            write_exponential_priorities(prio.update_priorities, capacity)
             samplers[kind] = (prio, prioritized_update)
         for xla in (False, True):
             for kind, (sampler, fn) in samplers.items():
@@ -182,10 +188,7 @@ def bench_tree(args: argparse.Namespace) -> None:
 def measure_tree(capacity: int, args: argparse.Namespace) -> None:
     """Time ``find`` and ``set`` of a filled `SumTree` alone, beside the uniform Learner step."""
     tree = rg.SumTree(capacity, fanout=args.fanout)
-    rng = np.random.default_rng(0)
-    for start in range(0, capacity, 100_000):
-        rows = tf.range(start, min(start + 100_000, capacity), dtype=tf.int64)
-        tree.set(rows, tf.constant(rng.exponential(size=len(rows))))
+    write_exponential_priorities(tree.set, capacity)
     total = float(tree.total().numpy())
     gen = tf.random.Generator.from_seed(0)
 

@@ -143,12 +143,12 @@ class PrioritizedSampler(tf.Module):
             self.nonfinite_priorities = tf.Variable(
                 0, dtype=tf.int64, trainable=False, name="nonfinite_priorities"
             )
-        # One tf.function, retraced per batch size (a Python argument); a dict of functions
-        # keyed by int would be tracked by tf.Module and break checkpointing.
         self._in_loop = False  # trace-time flag set by loop_scope
         self.xla = bool(xla)
         self._draw_xla = tf.function(self._draw, jit_compile=True)
         self._write_xla = tf.function(self._write, jit_compile=True, reduce_retracing=True)
+        # One tf.function, retraced per batch size (a Python argument); a dict of functions
+        # keyed by int would be tracked by tf.Module and break checkpointing.
         self._sample_fn = tf.function(self._sample_indices)
         self._sync_fn = tf.function(self.sync)
         self._update_fn = tf.function(self._synced_update, reduce_retracing=True)

@@ -171,7 +171,7 @@ class SumTree(tf.Module):
         Leaf ``i`` owns ``[sum of leaves < i, sum of leaves <= i)``, so a leaf with value 0 is
         never returned while the total is positive; a target at or above the total (or past a
         node's sum by rounding, or an infinite total) lands on the last positive leaf, a
-        negative one on the first. With a zero total every target lands on leaf 0.
+        negative one on the first positive leaf. With a zero total every target lands on leaf 0.
         """
         t = tf.maximum(tf.reshape(tf.cast(targets, tf.float64), [-1, 1]), 0.0)
         node = tf.zeros_like(t[:, 0], dtype=tf.int64)
