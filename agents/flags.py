@@ -1,17 +1,32 @@
 """Command-line flags generated from frozen config dataclasses.
 
 Each dataclass field becomes ``--field-name`` with the field's type, its default, and the help
-text from ``field(metadata={"help": ...})``. Tuples of ints are written ``256,256``.
+text from ``field(metadata={"help": ...})``. Supported field types:
+
+- ``bool``: ``--flag`` / ``--no-flag``;
+- ``int``, ``float``, ``str``;
+- ``tuple[int, ...]``, written ``256,256``;
+- ``Literal[...]`` of str, int or float values: the flag accepts exactly those values;
+- any of these but ``bool`` as ``X | None`` (or ``Optional[X]``): the flag also accepts
+  ``none`` (any case) for None.
+
+Any other type raises TypeError when the flags are built, naming the field.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import types
 import typing
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
 
 C = TypeVar("C")
+
+# What a parse error says each scalar type expected.
+_SCALARS: dict[type, str] = {int: "an integer", float: "a number", str: "a string"}
+_INT_TUPLE = "comma-separated integers such as 256,256"
 
 
 def helptext(text: str) -> dict[str, str]:
@@ -23,10 +38,100 @@ def _parse_int_tuple(text: str) -> tuple[int, ...]:
     try:
         values = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"got {text!r}, expected comma-separated integers such as 256,256"
-        ) from None
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected {_INT_TUPLE}") from None
     return values
+
+
+def _or_none(
+    parse: Callable[[str], Any], expected: str, choices: tuple[Any, ...] | None = None
+) -> Callable[[str], Any]:
+    """Wrap ``parse`` so that ``none`` (any case) reads as None; other values must be in
+    ``choices`` if given (argparse's own ``choices`` check would list None as ``None``)."""
+
+    def parse_or_none(text: str) -> Any:
+        if text.strip().lower() == "none":
+            return None
+        try:
+            value = parse(text)
+        except (ValueError, argparse.ArgumentTypeError):
+            raise argparse.ArgumentTypeError(f"got {text!r}, expected {expected} or none") from None
+        if choices is not None and value not in choices:
+            shown = ", ".join(map(repr, (*choices, "none")))
+            raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from {shown})")
+        return value
+
+    return parse_or_none
+
+
+def _split_optional(kind: Any) -> tuple[Any, bool]:
+    """``X | None`` or ``Optional[X]`` -> ``(X, True)``; any other type -> ``(kind, False)``."""
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        args = typing.get_args(kind)
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1 and len(rest) < len(args):
+            return rest[0], True
+    return kind, False
+
+
+def _literal_values(kind: Any) -> tuple[Any, ...] | None:
+    """The values of a ``Literal`` whose values all share one type of int, float or str."""
+    if typing.get_origin(kind) is not Literal:
+        return None
+    values = typing.get_args(kind)
+    if len({type(v) for v in values}) != 1 or type(values[0]) not in _SCALARS:
+        return None  # bool, enum, None or mixed types: no one conversion from text
+    return values
+
+
+def _type_name(kind: Any) -> str:
+    return kind.__name__ if isinstance(kind, type) and not typing.get_args(kind) else repr(kind)
+
+
+def _flag_kwargs(where: str, kind: Any, metavar: str) -> dict[str, Any]:
+    """argparse keyword arguments (type, choices, metavar or action) for a field typed ``kind``.
+
+    Raises:
+      TypeError: ``kind`` is not one of the supported types listed in the module docstring.
+    """
+    inner, optional = _split_optional(kind)
+    values = _literal_values(inner)
+    if inner is bool and not optional:
+        return {"action": argparse.BooleanOptionalAction}
+    if inner in _SCALARS:
+        kwargs: dict[str, Any] = {"type": inner, "metavar": metavar}
+        expected = _SCALARS[inner]
+    elif typing.get_origin(inner) is tuple and typing.get_args(inner) == (int, ...):
+        kwargs = {"type": _parse_int_tuple, "metavar": "N,N"}
+        expected = _INT_TUPLE
+    elif values is not None:
+        kwargs = {"type": type(values[0]), "choices": values}
+        kwargs["metavar"] = "{" + ",".join(map(str, values)) + "}"
+        expected = _SCALARS[type(values[0])]
+    else:
+        raise TypeError(
+            f"{where}: cannot make a command-line flag for type {_type_name(kind)}; supported "
+            "types are bool, int, float, str, tuple[int, ...] and Literal[...] of str, int or "
+            "float values, and any of these but bool with `| None`. Change the field's type, or "
+            "pass the field in `skip` and set it yourself."
+        )
+    if optional:
+        choices = kwargs.pop("choices", None)
+        kwargs["type"] = _or_none(kwargs["type"], expected, choices)
+        kwargs["metavar"] = (
+            kwargs["metavar"][:-1] + ",none}" if choices else kwargs["metavar"] + "|none"
+        )
+    return kwargs
+
+
+def _shown(default: Any) -> str:
+    """A default as the user would type it, escaped for argparse's %-formatting of help."""
+    if default is None:
+        text = "none"
+    elif isinstance(default, tuple):
+        text = ",".join(map(str, default))
+    else:
+        text = str(default)
+    return text.replace("%", "%%")
 
 
 def add_config_flags(
@@ -36,36 +141,21 @@ def add_config_flags(
     skip: tuple[str, ...] = (),
 ) -> None:
     """Add one flag per field of ``config_cls`` but ``skip``; ``defaults`` (an instance)
-    overrides the fields' defaults."""
-    hints = typing.get_type_hints(config_cls)
+    overrides the fields' defaults.
+
+    Raises:
+      TypeError: a field's type has no flag form (see the module docstring).
+    """
+    hints = typing.get_type_hints(config_cls)  # resolves `from __future__ import annotations`
     for f in dataclasses.fields(config_cls):
         if f.name in skip:
             continue
         default = getattr(defaults, f.name) if defaults is not None else f.default
-        kind = hints[f.name]
-        help_text = f.metadata.get("help", "")
+        where = f"{config_cls.__name__}.{f.name}"
+        kwargs = _flag_kwargs(where, hints[f.name], metavar=f.name.upper())
+        help_text = f"{f.metadata.get('help', '')} (default: {_shown(default)})".lstrip()
         flag = "--" + f.name.replace("_", "-")
-        shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
-        help_text = f"{help_text} (default: {shown})"
-        if kind is bool:
-            parser.add_argument(
-                flag,
-                dest=f.name,
-                action=argparse.BooleanOptionalAction,
-                default=default,
-                help=help_text,
-            )
-        elif typing.get_origin(kind) is tuple:
-            parser.add_argument(
-                flag,
-                dest=f.name,
-                type=_parse_int_tuple,
-                default=default,
-                metavar="N,N",
-                help=help_text,
-            )
-        else:
-            parser.add_argument(flag, dest=f.name, type=kind, default=default, help=help_text)
+        parser.add_argument(flag, dest=f.name, default=default, help=help_text, **kwargs)
 
 
 def config_from_args(config_cls: type[C], args: argparse.Namespace) -> C:
