@@ -5,7 +5,9 @@ Sections (each runs in its own subprocess so big tables are freed before the nex
   prioritized  prioritized sample + priority update vs uniform sample, batch 256, vector
                transitions (obs dim 8), capacity 1e4 / 1e5 / 1e6, inside the fused Learner loop
                (a tf.while_loop of --steps steps per call), with and without XLA. The update_fn
-               only reduces the batch, so the figures are the replay cost per step.
+               only reduces the batch, so the figures are the replay cost per step. Also n-step
+               (n=3) returns over the prioritized sampler (`NStepSampler` wrapping it), whose
+               new-row sync runs once per call as for the prioritized sampler alone.
   tree         where the prioritized step's time goes: the `SumTree` descent (``find``) and
                priority write (``set``) timed alone in a bare tf.while_loop beside the uniform
                Learner step, capacity 1e4 / 1e6, with and without XLA. Prints the floor that
@@ -35,9 +37,12 @@ import numpy as np
 import tensorflow as tf
 
 import replaygpu as rg
+from replaygpu.samplers.sum_tree import SumTree
 
 BATCH = 256
 OBS_DIM = 8
+NSTEP_N = 3
+NSTEP_PRIO = "n-step over prioritized"
 SPEC = {
     "obs": tf.TensorSpec([OBS_DIM], tf.float32),
     "action": tf.TensorSpec([], tf.int64),
@@ -115,7 +120,8 @@ def bench_prioritized(args: argparse.Namespace) -> None:
         f"steps/call, median of {args.repeats}; microseconds per step (sample + gather "
         "[+ priority update]); 'prioritized' is the default sampler (its draw and write are XLA "
         "clusters), 'plain ops' the same with xla=False (without an XLA loop only: in one the "
-        "two are the same)"
+        f"two are the same), '{NSTEP_PRIO}' an NStepSampler (n={NSTEP_N}) wrapping a default "
+        "prioritized sampler"
     )
     results: dict[tuple[str, bool, int], float] = {}
     for capacity in capacities:
@@ -132,6 +138,16 @@ def bench_prioritized(args: argparse.Namespace) -> None:
             )
             write_exponential_priorities(prio.update_priorities, capacity)
             samplers[kind] = (prio, prioritized_update)
+        wrapped = rg.PrioritizedSampler(
+            table,
+            alpha=0.6,
+            beta=rg.LinearSchedule(0.4, 1.0, 10**6),
+            seed=1,
+            tree_fanout=args.fanout,
+        )
+        write_exponential_priorities(wrapped.update_priorities, capacity)
+        nstep = rg.NStepSampler(wrapped, n=NSTEP_N, gamma=0.99)
+        samplers[NSTEP_PRIO] = (nstep, prioritized_update)
         for xla in (False, True):
             for kind, (sampler, fn) in samplers.items():
                 if xla and kind == "plain ops":
@@ -140,7 +156,7 @@ def bench_prioritized(args: argparse.Namespace) -> None:
                 sec = time_calls(learner, args.steps, args.repeats)
                 results[(kind, xla, capacity)] = sec
                 print(
-                    f"  capacity {capacity:>9,d}  xla={xla!s:5}  {kind:11}  "
+                    f"  capacity {capacity:>9,d}  xla={xla!s:5}  {kind:23}  "
                     f"{sec * 1e6:8.1f} us/step  {BATCH / sec / 1e6:6.2f} M transitions/s",
                     flush=True,
                 )
@@ -153,6 +169,9 @@ def bench_prioritized(args: argparse.Namespace) -> None:
             f"  xla={xla!s:5} {kind:11} cost {big:,d} / {small:,d}: {p_big / p_small:.2f}x "
             f"(target <= 1.5x); / uniform at {big:,d}: {p_big / u_big:.2f}x (target <= 3x)"
         )
+    for xla in (False, True):
+        n_big, p_big = results[(NSTEP_PRIO, xla, big)], results[("prioritized", xla, big)]
+        print(f"  xla={xla!s:5} {NSTEP_PRIO} / prioritized at {big:,d}: {n_big / p_big:.2f}x")
 
 
 def time_loop(body, xla: bool, steps: int, repeats: int) -> float:
@@ -187,7 +206,7 @@ def bench_tree(args: argparse.Namespace) -> None:
 
 def measure_tree(capacity: int, args: argparse.Namespace) -> None:
     """Time ``find`` and ``set`` of a filled `SumTree` alone, beside the uniform Learner step."""
-    tree = rg.SumTree(capacity, fanout=args.fanout)
+    tree = SumTree(capacity, fanout=args.fanout)
     write_exponential_priorities(tree.set, capacity)
     total = float(tree.total().numpy())
     gen = tf.random.Generator.from_seed(0)

@@ -144,3 +144,56 @@ def test_rejects_tables_without_the_fields_and_bad_parameters():
         rg.NStepSampler(table, gamma=1.5)
     with pytest.raises(rg.ConfigError, match="keeps no priorities"):
         rg.NStepSampler(table).update_priorities(tf.constant([0], tf.int64), tf.constant([1.0]))
+
+
+class CountingPrioritizedSampler(rg.PrioritizedSampler):
+    """A real `PrioritizedSampler` that counts how many times its ``sync`` runs in a graph."""
+
+    def __init__(self, table: rg.ReplayTable, **kwargs) -> None:
+        super().__init__(table, **kwargs)
+        self.sync_runs = tf.Variable(0, dtype=tf.int64, trainable=False, name="sync_runs")
+
+    def sync(self) -> None:
+        self.sync_runs.assign_add(1)
+        super().sync()
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_wrapped_prioritized_sampler_syncs_once_per_train_call_not_per_step(jit_compile):
+    table = rg.ReplayTable(SPEC, capacity=256, device="CPU")
+    table.append(rows_from_episodes([([1.0, -2.0, 0.5, 3.0, -1.0], "term")] * 8))
+    base = CountingPrioritizedSampler(table, alpha=0.6, beta=0.4, seed=1)
+    sampler = rg.NStepSampler(base, n=3, gamma=0.9)
+    assert sampler.keeps_priorities
+
+    def update(batch):
+        return {"reward": tf.reduce_mean(batch["reward"]), "priorities": tf.abs(batch["reward"])}
+
+    learner = rg.Learner(table, sampler, update, batch_size=16, jit_compile=jit_compile)
+    for call in range(1, 4):
+        before = int(base.sync_runs.numpy())
+        out = learner.train(50)
+        assert out["steps"] == 50 and np.isfinite(out["reward"])
+        assert int(base.sync_runs.numpy()) - before == 1, f"train call {call}"
+        # The one sync per call gave every row appended before it a priority.
+        assert int(base.synced.numpy()) == int(table.inserted_var.numpy())
+        table.append(rows_from_episodes([([2.0, 1.0], "trunc")]))
+    assert int(base.sample_count.numpy()) == 150
+
+
+def test_priorities_without_a_prioritized_sampler_raise_config_error():
+    table = rg.ReplayTable(SPEC, capacity=16, device="CPU")
+    table.append(rows_from_episodes([([1.0, 2.0, 3.0], "term")]))
+    uniform = rg.UniformSampler(table, seed=0)
+    nstep = rg.NStepSampler(uniform, n=2)
+    assert not uniform.keeps_priorities and not nstep.keeps_priorities
+    with pytest.raises(rg.ConfigError, match="UniformSampler keeps no priorities"):
+        nstep.update_priorities(tf.constant([0], tf.int64), tf.constant([1.0]))
+
+    def update(batch):
+        return {"reward": tf.reduce_mean(batch["reward"]), "priorities": tf.abs(batch["reward"])}
+
+    for sampler in (uniform, nstep):
+        learner = rg.Learner(table, sampler, update, batch_size=4)
+        with pytest.raises(rg.ConfigError, match="priorities"):
+            learner.train(5)

@@ -34,7 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 from replaygpu.errors import BatchError, ConfigError
-from replaygpu.samplers.base import check_not_empty
+from replaygpu.samplers.base import Sampler, check_not_empty
 from replaygpu.samplers.uniform import make_generator
 from replaygpu.specs import Spec
 from replaygpu.storage import ReplayTable
@@ -131,7 +131,7 @@ def frame_rows(
     return rows
 
 
-class FrameStackSampler(tf.Module):
+class FrameStackSampler(Sampler):
     """Draws transition rows uniformly and rebuilds their ``[k, H, W]`` obs/next_obs stacks.
 
     Args:

@@ -22,12 +22,14 @@ bootstraps from the last row of the same stream (a shorter, still correct, retur
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
 import tensorflow as tf
 
 from replaygpu.errors import ConfigError
+from replaygpu.keys import DISCOUNT, NSTEP
 from replaygpu.samplers.base import Sampler
 from replaygpu.samplers.uniform import UniformSampler
 from replaygpu.storage import ReplayTable
@@ -35,7 +37,7 @@ from replaygpu.storage import ReplayTable
 _REQUIRED = ("reward", "next_obs", "terminated", "truncated")
 
 
-class NStepSampler(tf.Module):
+class NStepSampler(Sampler):
     """Wraps a sampler (uniform or prioritized) and turns its rows into n-step transitions.
 
     Args:
@@ -46,8 +48,9 @@ class NStepSampler(tf.Module):
         seed: seed of the `UniformSampler` made when ``base`` is a table.
         stream_field: optional integer field naming the stream (actor) of each row.
 
-    ``update_priorities`` is forwarded to the base sampler, so prioritized n-step replay works
-    in the learner loop.
+    The base sampler's abilities are the wrapper's: ``keeps_priorities``, ``update_priorities``
+    and ``loop_scope`` are forwarded to it, so prioritized n-step replay gets its priorities
+    in the learner loop and syncs new rows once per ``Learner.train`` call, not in every step.
     """
 
     def __init__(
@@ -61,12 +64,12 @@ class NStepSampler(tf.Module):
         super().__init__(name="nstep_sampler")
         if isinstance(base, ReplayTable):
             base = UniformSampler(base, seed=seed)
-        table = getattr(base, "table", None)
-        if not isinstance(table, ReplayTable):
+        if not isinstance(base, Sampler):
             raise ConfigError(
-                f"base: got {type(base).__name__}, expected a ReplayTable or a sampler with a "
-                "`table` (UniformSampler, PrioritizedSampler)"
+                f"base: got {type(base).__name__}, expected a ReplayTable or an rg.Sampler "
+                "(UniformSampler, PrioritizedSampler); pass the table or a sampler made on it"
             )
+        table = base.table
         if not isinstance(n, (int, np.integer)) or n < 1:
             raise ConfigError(f"n: got {n!r}, expected an integer >= 1")
         if not (math.isfinite(gamma) and 0.0 <= gamma <= 1.0):
@@ -79,7 +82,7 @@ class NStepSampler(tf.Module):
                 f"table '{table.name}' lacks field(s) {missing} that n-step returns need; it has "
                 f"{sorted(table.spec)} (build the spec with replaygpu.specs_from_env)"
             )
-        clash = sorted({"discount", "nstep"} & set(table.spec))
+        clash = sorted({DISCOUNT, NSTEP} & set(table.spec))
         if clash:
             raise ConfigError(
                 f"table '{table.name}' has field(s) {clash}, keys this sampler adds to each "
@@ -129,16 +132,23 @@ class NStepSampler(tf.Module):
         out["terminated"] = last_terminated
         out["truncated"] = tf.gather(truncated, last, batch_dims=1)
         gamma_k = tf.pow(tf.constant(self.gamma, tf.float32), tf.cast(last + 1, tf.float32))
-        out["discount"] = gamma_k * (1.0 - tf.cast(last_terminated, tf.float32))
-        out["nstep"] = last + 1
+        out[DISCOUNT] = gamma_k * (1.0 - tf.cast(last_terminated, tf.float32))
+        out[NSTEP] = last + 1
         return out
 
+    @property
+    def keeps_priorities(self) -> bool:
+        """The base sampler's: True when it is a `PrioritizedSampler`."""
+        return self.base.keeps_priorities
+
+    def loop_scope(self) -> contextlib.AbstractContextManager[None]:
+        """The base sampler's scope (a prioritized one syncs new rows there, once per call)."""
+        return self.base.loop_scope()
+
     def update_priorities(self, indices: tf.Tensor, priorities: tf.Tensor) -> None:
-        """Forward to the base sampler's ``update_priorities``."""
-        update = getattr(self.base, "update_priorities", None)
-        if update is None:
-            raise ConfigError(
-                f"update_priorities: the base sampler {type(self.base).__name__} keeps no "
-                "priorities; wrap a PrioritizedSampler or drop 'priorities' from update_fn"
-            )
-        update(indices, priorities)
+        """Forward to the base sampler (rows ``indices`` are the base's draws).
+
+        Raises:
+            ConfigError: when the base sampler keeps no priorities.
+        """
+        self.base.update_priorities(indices, priorities)

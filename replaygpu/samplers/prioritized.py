@@ -36,15 +36,14 @@ import numpy as np
 import tensorflow as tf
 
 from replaygpu.errors import ConfigError
-from replaygpu.samplers.base import check_not_empty
+from replaygpu.keys import IMPORTANCE_WEIGHTS
+from replaygpu.samplers.base import Sampler, check_not_empty
 from replaygpu.samplers.sum_tree import SumTree
 from replaygpu.samplers.uniform import make_generator
 from replaygpu.storage import ReplayTable
 
 logger = logging.getLogger(__name__)
 
-#: Batch key of the importance weights ([B] float32) that `PrioritizedSampler` adds.
-WEIGHTS_KEY = "importance_weights"
 
 BetaSchedule = Callable[[tf.Tensor], tf.Tensor]
 
@@ -75,7 +74,7 @@ class LinearSchedule:
         return self.start + frac * (self.end - self.start)
 
 
-class PrioritizedSampler(tf.Module):
+class PrioritizedSampler(Sampler):
     """Draws rows in proportion to their priority; ``update_priorities`` sets new ones.
 
     Args:
@@ -124,10 +123,10 @@ class PrioritizedSampler(tf.Module):
             raise ConfigError(f"epsilon: got {epsilon}, expected > 0")
         if not isinstance(sync_chunk, (int, np.integer)) or sync_chunk < 1:
             raise ConfigError(f"sync_chunk: got {sync_chunk!r}, expected an integer >= 1")
-        if WEIGHTS_KEY in table.spec:
+        if IMPORTANCE_WEIGHTS in table.spec:
             raise ConfigError(
-                f"table '{table.name}' has a field '{WEIGHTS_KEY}', the key this sampler adds to "
-                "each batch; rename the field"
+                f"table '{table.name}' has a field '{IMPORTANCE_WEIGHTS}', the key this sampler "
+                "adds to each batch; rename the field"
             )
         self.table = table
         self.alpha = float(alpha)
@@ -152,6 +151,11 @@ class PrioritizedSampler(tf.Module):
         self._sample_fn = tf.function(self._sample_indices)
         self._sync_fn = tf.function(self.sync)
         self._update_fn = tf.function(self._synced_update, reduce_retracing=True)
+
+    @property
+    def keeps_priorities(self) -> bool:
+        """True: ``update_priorities`` stores the priorities that ``update_fn`` returns."""
+        return True
 
     def current_beta(self) -> tf.Tensor:
         """Beta for the next minibatch (float64 scalar)."""
@@ -223,7 +227,7 @@ class PrioritizedSampler(tf.Module):
         """
         indices, weights = self.sample_indices(batch_size)
         batch = self.table.gather(indices)
-        batch[WEIGHTS_KEY] = weights
+        batch[IMPORTANCE_WEIGHTS] = weights
         return indices, batch
 
     def update_priorities(self, indices: tf.Tensor, priorities: tf.Tensor) -> None:

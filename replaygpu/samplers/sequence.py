@@ -23,15 +23,13 @@ import numpy as np
 import tensorflow as tf
 
 from replaygpu.errors import ConfigError
-from replaygpu.samplers.base import check_not_empty
+from replaygpu.keys import MASK
+from replaygpu.samplers.base import Sampler, check_not_empty
 from replaygpu.samplers.uniform import make_generator
 from replaygpu.storage import ReplayTable
 
-#: Batch key of the ``[B, T]`` float32 mask (1 for real steps, 0 for padding).
-MASK_KEY = "mask"
 
-
-class SequenceSampler(tf.Module):
+class SequenceSampler(Sampler):
     """Draws ``[B, T]`` windows of consecutive rows that stay within one episode.
 
     Args:
@@ -72,10 +70,9 @@ class SequenceSampler(tf.Module):
                 f"start_field '{start_field}': got dtype {table.spec[start_field].dtype.name}, "
                 "expected bool"
             )
-        if MASK_KEY in table.spec:
+        if MASK in table.spec:
             raise ConfigError(
-                f"table '{table.name}' has a field '{MASK_KEY}', the key this "
-                "sampler adds; rename it"
+                f"table '{table.name}' has a field '{MASK}', the key this sampler adds; rename it"
             )
         self.table = table
         self.length = int(length)
@@ -145,5 +142,5 @@ class SequenceSampler(tf.Module):
             values = tf.gather(var, rows)
             keep = tf.reshape(mask, [batch_size, self.length] + [1] * (values.shape.rank - 2))
             batch[name] = tf.where(keep, values, tf.zeros_like(values))
-        batch[MASK_KEY] = tf.cast(mask, tf.float32)
+        batch[MASK] = tf.cast(mask, tf.float32)
         return starts, batch

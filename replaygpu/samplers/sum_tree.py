@@ -34,6 +34,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from replaygpu.errors import ConfigError
+
 
 class SumTree(tf.Module):
     """Sums and positive minima of ``capacity`` non-negative float64 leaves, in device variables.
@@ -63,11 +65,11 @@ class SumTree(tf.Module):
     ) -> None:
         super().__init__(name=name)
         if not isinstance(capacity, (int, np.integer)) or capacity < 1:
-            raise ValueError(f"capacity: got {capacity!r}, expected an integer >= 1")
+            raise ConfigError(f"capacity: got {capacity!r}, expected an integer >= 1")
         if not isinstance(fanout, (int, np.integer)) or fanout < 2:
-            raise ValueError(f"fanout: got {fanout!r}, expected an integer >= 2")
+            raise ConfigError(f"fanout: got {fanout!r}, expected an integer >= 2")
         if not isinstance(dense_children, (int, np.integer)) or dense_children < 0:
-            raise ValueError(f"dense_children: got {dense_children!r}, expected an integer >= 0")
+            raise ConfigError(f"dense_children: got {dense_children!r}, expected an integer >= 0")
         self.capacity = int(capacity)
         self.fanout = k = int(fanout)
         depth = 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from replaygpu.samplers.base import check_not_empty
+from replaygpu.samplers.base import Sampler, check_not_empty
 from replaygpu.storage import ReplayTable
 
 
@@ -16,7 +16,7 @@ def make_generator(seed: int | None, device: str) -> tf.random.Generator:
         return tf.random.Generator.from_seed(seed)
 
 
-class UniformSampler(tf.Module):
+class UniformSampler(Sampler):
     """Draws rows uniformly from ``[0, table.size)``.
 
     The random stream comes from a `tf.random.Generator` this sampler owns, so checkpointing the
