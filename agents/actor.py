@@ -125,8 +125,7 @@ def run_actor(
         token=config.token or None,
         config=rg.ClientConfig(retry_deadline_s=config.retry_deadline_s),
     )
-    spec = {k: (shape, np.dtype(dtype)) for k, (dtype, shape) in client.spec.items()}
-    chunk = TransitionChunk(spec, config.send_interval * n)
+    chunk = TransitionChunk(client.spec, config.send_interval * n)
     stats = EpisodeStats(n)
     rng = np.random.default_rng(config.seed + 1000 * config.actor_index)
     version, policy = 0, None
@@ -160,7 +159,7 @@ def run_actor(
             if chunk.count == chunk.size:
                 client.add_batch(_streams(chunk.take(), config))
                 if config.insert_slack >= 0:
-                    _wait_for_learner(client, config, stop)
+                    client.wait_for_insert_room(config.insert_slack, stop)
             obs = next_obs
         if chunk.count:
             client.add_batch(_streams(chunk.take(), config))
@@ -208,30 +207,6 @@ def _streams(batch: dict[str, np.ndarray], config: ActorConfig) -> dict[str, np.
         return batch
     order = np.arange(rows).reshape(-1, n).T.ravel()
     return {k: v[order] for k, v in batch.items()}
-
-
-def _wait_for_learner(client, config: ActorConfig, stop: threading.Event | None) -> None:
-    """The insert side of a samples-per-insert rate limit (as Reverb's blocks inserters).
-
-    The server's limiter only holds back sampling; an actor that could outrun the learner
-    waits here while ``inserted > min_size + (sampled + error_buffer) / spi + insert_slack``,
-    so the learner trains on data from recent policies instead of a backlog.
-    """
-    delay = 0.002
-    while not (stop is not None and stop.is_set()):
-        table = next((t for t in client.info().tables if t.name == config.table), None)
-        limiter = table.rate_limiter if table is not None else None
-        if limiter is None or not limiter.kind or limiter.samples_per_insert <= 0:
-            return
-        allowed = (
-            limiter.min_size_to_sample
-            + (limiter.sampled + limiter.error_buffer) / limiter.samples_per_insert
-            + config.insert_slack
-        )
-        if table.inserted <= allowed:
-            return
-        time.sleep(delay)
-        delay = min(2 * delay, 0.05)
 
 
 def run_actor_process(config: ActorConfig, address: str, stop=None, reports=None) -> None:

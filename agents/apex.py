@@ -4,7 +4,7 @@ Reads top to bottom: the config, then ``train``: build the table, the double-DQN
 update of `agents.dqn.DQN` on 3-step returns of each actor env) and the learner; serve them with
 `rg.serve`; start the actor processes (`agents.actor`, no TensorFlow in them), which step
 vector envs with a numpy epsilon-greedy policy (actor i: eps_i = 0.4^(1 + 7 i/(N-1))) and pull
-weights every K env steps; train with ``learner.run`` under a samples-per-insert rate limiter
+weights every K env steps; train with `rg.learner_step` under a samples-per-insert rate limiter
 until the actors delivered ``steps`` transitions and the learner used up its replay budget
 (a fixed number of SGD steps, whatever the machine load), decaying the learning rate over
 those steps; then evaluate the greedy policy.
@@ -135,10 +135,11 @@ class ApexConfig:
         budget = self.samples_per_insert * (self.steps - self.learning_starts)
         return max(1, int((budget + self.batch_size * self.steps_per_call) // self.batch_size))
 
-    def learning_rate_at(self, sgd_steps: int) -> float:
-        """The linearly decayed Adam step size after ``sgd_steps`` SGD steps."""
-        progress = min(1.0, sgd_steps / self.total_sgd_steps)
-        return self.learning_rate + progress * (self.final_learning_rate - self.learning_rate)
+    @property
+    def learning_rate_schedule(self) -> rg.LinearSchedule:
+        """Adam's step size: linear from ``learning_rate`` to ``final_learning_rate`` over the
+        SGD steps of the replay budget (evaluated in the graph at every step)."""
+        return rg.LinearSchedule(self.learning_rate, self.final_learning_rate, self.total_sgd_steps)
 
     def actor_config(self, index: int) -> ActorConfig:
         """The config of actor ``index``: its share of the steps and its Ape-X epsilon."""
@@ -170,10 +171,7 @@ def train(config: ApexConfig, recorder: Recorder | None = None) -> TrainResult:
 
     table = rg.ReplayTable(spec, config.buffer_size, device=config.device or None)
     with tf.device(table.device):
-        agent = DQN(obs_dim, num_actions, config)
-        # A variable, so the compiled loop reads the decayed step size set before each call.
-        learning_rate = tf.Variable(config.learning_rate, trainable=False, name="learning_rate")
-        agent.optimizer.learning_rate = learning_rate
+        agent = DQN(obs_dim, num_actions, config, learning_rate=config.learning_rate_schedule)
     if config.prioritized:
         sampler = rg.PrioritizedSampler(
             table, alpha=config.priority_alpha, beta=config.priority_beta, seed=config.seed
@@ -199,7 +197,7 @@ def train(config: ApexConfig, recorder: Recorder | None = None) -> TrainResult:
     )
     learner.train(0)  # trace and compile the fused loop before the actors start
     server = rg.serve(learner, config.address)
-    learner.publish_weights(agent.q.weights)
+    learner.publish_weights(agent.q)
 
     ctx = mp.get_context("spawn")  # actors import no TensorFlow and share nothing with us
     stop = ctx.Event()
@@ -224,23 +222,19 @@ def train(config: ApexConfig, recorder: Recorder | None = None) -> TrainResult:
             proc.start()
         while True:
             actors_done = all(p.exitcode == 0 for p in actors)  # before: data may still come
-            learning_rate.assign(config.learning_rate_at(sgd_steps))
-            out = learner.run(
-                config.steps_per_call,
-                weights=agent.q.weights,
-                max_steps=config.steps_per_call,
-                max_seconds=0.5,
-            )
+            began = time.perf_counter()
+            out = rg.learner_step(server, learner, config.steps_per_call, idle_wait_s=0.5)
             ran = int(out["steps"])
             if ran:
                 if not first_steps:
-                    compile_seconds, first_steps = out["seconds"], ran
+                    compile_seconds, first_steps = time.perf_counter() - began, ran
                 else:
-                    sgd_seconds += out["seconds"]
+                    sgd_seconds += time.perf_counter() - began
                 sgd_steps += ran
                 if sgd_steps - last_sync >= config.target_update_interval:
                     agent.sync_target()
                     last_sync = sgd_steps
+                learner.publish_weights(agent.q)
                 recorder.metrics(
                     table.total_inserted, {k: v for k, v in out.items() if k.startswith("losses/")}
                 )

@@ -30,10 +30,9 @@ from agents.envs import (
     TransitionChunk,
     evaluate,
     make_vector_env,
-    numpy_spec,
 )
 from agents.flags import helptext
-from agents.networks import MLP, Adam, copy_weights
+from agents.networks import MLP, Adam, Schedule, copy_weights
 from agents.policies import epsilon_greedy_actions, greedy_q_policy
 from agents.progress import NullRecorder, Recorder, TrainResult, TrainTimer
 
@@ -116,16 +115,25 @@ class DQN(tf.Module):
         obs_dim: flat observation size.
         num_actions: number of discrete actions.
         config: hyperparameters.
+        learning_rate: Adam's step size or schedule (`agents.networks.Schedule`); None:
+            ``config.learning_rate``.
     """
 
-    def __init__(self, obs_dim: int, num_actions: int, config: DQNConfig) -> None:
+    def __init__(
+        self,
+        obs_dim: int,
+        num_actions: int,
+        config: DQNConfig,
+        learning_rate: float | Schedule | None = None,
+    ) -> None:
         super().__init__(name="dqn")
         sizes = [obs_dim, *config.hidden_sizes, num_actions]
         self.config = config
         self.num_actions = num_actions
         self.q = MLP(sizes, seed=config.seed, name="q")
         self.target = MLP(sizes, seed=config.seed, name="q_target")
-        self.optimizer = Adam(self.q.weights, config.learning_rate, config.max_grad_norm)
+        lr = config.learning_rate if learning_rate is None else learning_rate
+        self.optimizer = Adam(self.q.weights, lr, config.max_grad_norm)
         copy_weights(self.q.weights, self.target.weights)
         self._sync = tf.function(lambda: copy_weights(self.q.weights, self.target.weights))
 
@@ -138,8 +146,8 @@ class DQN(tf.Module):
         chooser = self.q(next_obs) if self.config.double_q else next_q_target
         next_action = tf.one_hot(tf.argmax(chooser, axis=1), self.num_actions)
         next_value = tf.reduce_sum(next_q_target * next_action, axis=1)
-        if "discount" in batch:  # n-step rows (rg.NStepSampler): gamma^k, 0 where terminated
-            discount = batch["discount"]
+        if rg.DISCOUNT in batch:  # n-step rows (rg.NStepSampler): gamma^k, 0 where terminated
+            discount = batch[rg.DISCOUNT]
         else:  # one-step rows: bootstrap on truncation, not on termination
             discount = gamma * (1.0 - tf.cast(batch["terminated"], tf.float32))
         target = batch["reward"] + discount * next_value
@@ -149,12 +157,12 @@ class DQN(tf.Module):
             error = target - q_taken
             abs_error = tf.abs(error)
             huber = tf.where(abs_error <= 1.0, 0.5 * tf.square(error), abs_error - 0.5)
-            weights = batch.get("importance_weights")  # present with a PrioritizedSampler
+            weights = batch.get(rg.IMPORTANCE_WEIGHTS)  # present with a PrioritizedSampler
             loss = tf.reduce_mean(huber if weights is None else weights * huber)
         self.optimizer.apply(tape.gradient(loss, self.q.weights))
         out = {"losses/td_loss": loss, "losses/q_values": tf.reduce_mean(q_taken)}
         if weights is not None:
-            out["priorities"] = abs_error  # the sampler's new priorities for these rows
+            out[rg.PRIORITIES] = abs_error  # the sampler's new priorities for these rows
         return out
 
     def sync_target(self) -> None:
@@ -189,7 +197,7 @@ def train(config: DQNConfig, recorder: Recorder | None = None) -> TrainResult:
         batch_size=config.batch_size,
         jit_compile=config.jit_compile,
     )
-    chunk = TransitionChunk(numpy_spec(spec), config.train_freq)
+    chunk = TransitionChunk(rg.host_spec(spec), config.train_freq)
     stats = EpisodeStats(n)
     rng = np.random.default_rng(config.seed)
     act_greedy = greedy_q_policy(agent.q.numpy_weights())

@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 import gymnasium as gym
 import numpy as np
 
+import replaygpu as rg
+
 #: policy for evaluation and acting: ``[B, *obs_shape] observations -> [B, ...] actions``.
 Policy = Callable[[np.ndarray], np.ndarray]
 
@@ -23,12 +25,12 @@ def make_vector_env(env_id: str, num_envs: int, seed: int) -> gym.vector.VectorE
     """``num_envs`` copies of ``env_id`` stepped in-process, reset with seeds ``seed + i``.
 
     Raises:
-        ValueError: when num_envs < 1 or the id is not a registered gymnasium env.
+        ConfigError: when num_envs < 1 or the id is not a registered gymnasium env.
     """
     if num_envs < 1:
-        raise ValueError(f"num_envs: got {num_envs}, expected >= 1")
+        raise rg.ConfigError(f"num_envs: got {num_envs}, expected >= 1")
     if env_id not in gym.registry:
-        raise ValueError(
+        raise rg.ConfigError(
             f"env id: got {env_id!r}, which gymnasium does not know; expected a registered id "
             "such as 'CartPole-v1' (see gymnasium.pprint_registry())"
         )
@@ -83,12 +85,13 @@ class TransitionChunk:
     """Preallocated numpy columns for up to ``size`` transitions of one spec.
 
     Args:
-        spec: ``{field: (shape, numpy dtype)}`` of one transition.
+        spec: ``{field: rg.FieldSpec}`` of one transition (``rg.host_spec(table.spec)``, or a
+            client's ``spec``).
         size: rows held before `take` must be called.
     """
 
-    def __init__(self, spec: Mapping[str, tuple[tuple[int, ...], np.dtype]], size: int) -> None:
-        self.columns = {k: np.zeros((size, *shape), dtype) for k, (shape, dtype) in spec.items()}
+    def __init__(self, spec: rg.HostSpec, size: int) -> None:
+        self.columns = {k: np.zeros((size, *f.shape), f.numpy_dtype) for k, f in spec.items()}
         self.size = size
         self.count = 0
 
@@ -128,11 +131,6 @@ class TransitionChunk:
         batch = {k: v[: self.count].copy() for k, v in self.columns.items()}
         self.count = 0
         return batch
-
-
-def numpy_spec(table_spec: Mapping) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """``{field: (shape, numpy dtype)}`` from a ``{field: tf.TensorSpec}`` spec."""
-    return {k: (tuple(v.shape.as_list()), v.dtype.as_numpy_dtype) for k, v in table_spec.items()}
 
 
 def evaluate(policy: Policy, env_id: str, episodes: int, seed: int) -> np.ndarray:

@@ -8,7 +8,7 @@ numpy copy of their policy weights (refreshed after each training call) and act 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -68,12 +68,18 @@ def polyak_update(source: Sequence[tf.Variable], target: Sequence[tf.Variable], 
         t.assign(tau * s + (1.0 - tau) * t)
 
 
+#: A learning-rate schedule: ``f(step) -> step size``, called inside the graph with the number
+#: of steps taken before this one (e.g. ``rg.LinearSchedule(2e-3, 0.0, steps)``).
+Schedule = Callable[[tf.Tensor], tf.Tensor]
+
+
 class Adam(tf.Module):
     """Adam over a fixed list of variables, written out so it compiles under XLA anywhere.
 
     Args:
         variables: the variables it updates.
-        learning_rate: step size.
+        learning_rate: step size: a float, or a schedule evaluated in the graph at each step
+            (so a decay needs no host-side update between train calls).
         max_grad_norm: clip gradients to this global norm first (None: no clipping).
         beta1, beta2, epsilon: the usual Adam constants.
     """
@@ -81,7 +87,7 @@ class Adam(tf.Module):
     def __init__(
         self,
         variables: Sequence[tf.Variable],
-        learning_rate: float,
+        learning_rate: float | Schedule,
         max_grad_norm: float | None = None,
         beta1: float = 0.9,
         beta2: float = 0.999,
@@ -90,7 +96,7 @@ class Adam(tf.Module):
     ) -> None:
         super().__init__(name=name)
         self.params = list(variables)
-        self.learning_rate = float(learning_rate)
+        self.learning_rate = learning_rate if callable(learning_rate) else float(learning_rate)
         self.max_grad_norm = max_grad_norm
         self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
         self.m = [tf.Variable(tf.zeros_like(v), trainable=False) for v in self.params]
@@ -102,8 +108,11 @@ class Adam(tf.Module):
         grads = list(grads)
         if self.max_grad_norm is not None:
             grads, _ = tf.clip_by_global_norm(grads, self.max_grad_norm)
+        lr = self.learning_rate
+        if callable(lr):
+            lr = tf.cast(lr(self.t.read_value()), tf.float32)
         t = self.t.assign_add(1.0)
-        scale = self.learning_rate * tf.sqrt(1.0 - self.beta2**t) / (1.0 - self.beta1**t)
+        scale = lr * tf.sqrt(1.0 - self.beta2**t) / (1.0 - self.beta1**t)
         for var, g, m, v in zip(self.params, grads, self.m, self.v, strict=True):
             m.assign(self.beta1 * m + (1.0 - self.beta1) * g)
             v.assign(self.beta2 * v + (1.0 - self.beta2) * tf.square(g))

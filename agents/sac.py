@@ -29,7 +29,6 @@ from agents.envs import (
     TransitionChunk,
     evaluate,
     make_vector_env,
-    numpy_spec,
 )
 from agents.flags import helptext
 from agents.networks import MLP, Adam, polyak_update
@@ -209,7 +208,7 @@ def train(config: SACConfig, recorder: Recorder | None = None) -> TrainResult:
         batch_size=config.batch_size,
         jit_compile=config.jit_compile,
     )
-    chunk = TransitionChunk(numpy_spec(spec), config.train_freq)
+    chunk = TransitionChunk(rg.host_spec(spec), config.train_freq)
     stats = EpisodeStats(n)
     rng = np.random.default_rng(config.seed)
     act = squashed_gaussian_policy(agent.actor.numpy_weights(), agent.scale, agent.bias, rng)

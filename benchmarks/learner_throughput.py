@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 import replaygpu as rg
+from replaygpu.device import resolve_device
 
 OBS_DIM, NUM_ACTIONS, BATCH = 8, 4, 256
 SPEC = {
@@ -219,7 +220,7 @@ def main() -> None:
 
     print(
         f"# learner_throughput  {time.strftime('%Y-%m-%d')}  {platform.node()}  "
-        f"{os.cpu_count()} CPUs  TF {tf.__version__}  device {rg.resolve_device()}"
+        f"{os.cpu_count()} CPUs  TF {tf.__version__}  device {resolve_device()}"
     )
     print(
         f"# batch {BATCH}, obs dim {OBS_DIM}, {NUM_ACTIONS} actions, double DQN + Adam; "

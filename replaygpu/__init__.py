@@ -1,121 +1,26 @@
 """replaygpu: device-resident replay buffers and fused multi-step learners for TensorFlow 2.
 
-The public API, re-exported here; agents and users import only these names.
+The public API, re-exported here; agents and users import only these names. Internals stay
+importable from their modules (``replaygpu.samplers.sum_tree.SumTree``, ...).
 
 Names are imported lazily on first use (PEP 562), so ``import replaygpu.service.client`` (the
 actor side) does not import TensorFlow; ``replaygpu.ReplayTable`` and friends import it when
-first touched.
+first touched. The import block under ``if TYPE_CHECKING:`` below is the one list of exported
+names: static analysers read it as it stands, and ``_EXPORTS`` is read off it at import time.
+To export a name, add it there.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from replaygpu._version import __version__
 
-#: public name -> module that defines it. Add a line here and to ``__all__`` to export a name.
-_EXPORTS = {
-    "Checkpointer": "replaygpu.checkpoint",
-    "resolve_device": "replaygpu.device",
-    "BatchError": "replaygpu.errors",
-    "CheckpointMismatchError": "replaygpu.errors",
-    "ConfigError": "replaygpu.errors",
-    "EmptyTableError": "replaygpu.errors",
-    "ReplayError": "replaygpu.errors",
-    "Learner": "replaygpu.learner",
-    "SampleToInsertRatio": "replaygpu.learner",
-    "Sampler": "replaygpu.samplers",
-    "UniformSampler": "replaygpu.samplers",
-    "FrameStackSampler": "replaygpu.samplers",
-    "LinearSchedule": "replaygpu.samplers",
-    "NStepSampler": "replaygpu.samplers",
-    "PrioritizedSampler": "replaygpu.samplers",
-    "SequenceSampler": "replaygpu.samplers",
-    "SumTree": "replaygpu.samplers",
-    "frame_rows": "replaygpu.samplers",
-    "make_frame_spec": "replaygpu.samplers",
-    "make_frame_table": "replaygpu.samplers",
-    "TRANSITION_FIELDS": "replaygpu.specs",
-    "Spec": "replaygpu.specs",
-    "batch_signature": "replaygpu.specs",
-    "spec_from_json": "replaygpu.specs",
-    "spec_to_json": "replaygpu.specs",
-    "specs_from_env": "replaygpu.specs",
-    "validate_batch": "replaygpu.specs",
-    "ReplayTable": "replaygpu.storage",
-    # service (the client side imports no TensorFlow)
-    "ReplayClient": "replaygpu.service.client",
-    "ClientConfig": "replaygpu.service.config",
-    "TLSConfig": "replaygpu.service.auth",
-    "ServerConfig": "replaygpu.service.config",
-    "ReplayServer": "replaygpu.service.server",
-    "SequenceLedger": "replaygpu.service.ledger",
-    "serve": "replaygpu.service.server",
-    "ServiceError": "replaygpu.service.status",
-    "ServiceUnavailableError": "replaygpu.service.status",
-    "TableNotFoundError": "replaygpu.service.status",
-}
-
-__all__ = [
-    "TRANSITION_FIELDS",
-    "BatchError",
-    "CheckpointMismatchError",
-    "Checkpointer",
-    "ClientConfig",
-    "ConfigError",
-    "EmptyTableError",
-    "FrameStackSampler",
-    "Learner",
-    "LinearSchedule",
-    "NStepSampler",
-    "PrioritizedSampler",
-    "ReplayClient",
-    "ReplayError",
-    "ReplayServer",
-    "ReplayTable",
-    "SampleToInsertRatio",
-    "Sampler",
-    "SequenceLedger",
-    "SequenceSampler",
-    "ServerConfig",
-    "ServiceError",
-    "ServiceUnavailableError",
-    "Spec",
-    "SumTree",
-    "TLSConfig",
-    "TableNotFoundError",
-    "UniformSampler",
-    "__version__",
-    "batch_signature",
-    "frame_rows",
-    "make_frame_spec",
-    "make_frame_table",
-    "resolve_device",
-    "serve",
-    "spec_from_json",
-    "spec_to_json",
-    "specs_from_env",
-    "validate_batch",
-]
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'replaygpu' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
-
-
-if TYPE_CHECKING:  # static analysers and IDEs see the real imports
+if TYPE_CHECKING:
     from replaygpu.checkpoint import Checkpointer
-    from replaygpu.device import resolve_device
     from replaygpu.errors import (
         BatchError,
         CheckpointMismatchError,
@@ -123,7 +28,11 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real imports
         EmptyTableError,
         ReplayError,
     )
-    from replaygpu.learner import Learner, SampleToInsertRatio
+    from replaygpu.fields import FieldSpec, HostSpec
+    from replaygpu.keys import DISCOUNT, IMPORTANCE_WEIGHTS, MASK, NSTEP, PRIORITIES
+    from replaygpu.learner.learner import Learner
+    from replaygpu.learner.rate_limiter import SampleToInsertRatio
+    from replaygpu.learner.ratio import SampleToInsertRule
     from replaygpu.samplers import (
         FrameStackSampler,
         LinearSchedule,
@@ -131,7 +40,6 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real imports
         PrioritizedSampler,
         Sampler,
         SequenceSampler,
-        SumTree,
         UniformSampler,
         frame_rows,
         make_frame_spec,
@@ -141,19 +49,59 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real imports
     from replaygpu.service.client import ReplayClient
     from replaygpu.service.config import ClientConfig, ServerConfig
     from replaygpu.service.ledger import SequenceLedger
-    from replaygpu.service.server import ReplayServer, serve
+    from replaygpu.service.loop import run as run_learner
+    from replaygpu.service.loop import step as learner_step
+    from replaygpu.service.server import serve
     from replaygpu.service.status import (
+        AuthenticationError,
+        InvalidBatchError,
+        ResourceExhaustedError,
         ServiceError,
         ServiceUnavailableError,
+        StagingFullError,
         TableNotFoundError,
     )
     from replaygpu.specs import (
         TRANSITION_FIELDS,
         Spec,
-        batch_signature,
+        host_spec,
         spec_from_json,
         spec_to_json,
         specs_from_env,
-        validate_batch,
     )
     from replaygpu.storage import ReplayTable
+
+
+def _read_exports() -> dict[str, tuple[str, str]]:
+    """``{public name: (module, name in the module)}`` from the ``TYPE_CHECKING`` block above."""
+    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+    block = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING"
+    )
+    return {
+        alias.asname or alias.name: (node.module, alias.name)
+        for node in block.body
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    }
+
+
+_EXPORTS = _read_exports()
+
+__all__ = sorted([*_EXPORTS, "__version__"])
+
+
+def __getattr__(name: str) -> Any:
+    found = _EXPORTS.get(name)
+    if found is None:
+        raise AttributeError(f"module 'replaygpu' has no attribute {name!r}")
+    module, attribute = found
+    value = getattr(importlib.import_module(module), attribute)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

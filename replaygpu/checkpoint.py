@@ -17,7 +17,7 @@ from typing import Any
 import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
-from replaygpu.errors import CheckpointMismatchError
+from replaygpu.errors import CheckpointMismatchError, ConfigError
 from replaygpu.storage import ReplayTable
 
 logger = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ class Checkpointer:
         named = {"table": table, "sampler": sampler, "learner": learner, **extra}
         self.objects = {k: v for k, v in named.items() if v is not None}
         if not self.objects:
-            raise ValueError("Checkpointer: nothing to save; pass table=, learner= or others")
+            raise ConfigError("Checkpointer: nothing to save; pass table=, learner= or others")
         self.directory = os.fspath(directory)
         self.table = table if table is not None else getattr(learner, "table", None)
         self._table_prefix = "table/" if table is not None else "learner/table/"

@@ -30,11 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    registered = set()
     for module_name in dict.fromkeys(COMMANDS.values()):
-        module = importlib.import_module(module_name)
-        module.register(sub)
-        registered.add(module_name)
+        importlib.import_module(module_name).register(sub)
     return parser
 
 

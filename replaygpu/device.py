@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from replaygpu.errors import ConfigError
+
 
 def resolve_device(device: str | None = None) -> str:
     """The device string to place variables and the learner loop on.
@@ -26,7 +28,7 @@ def resolve_device(device: str | None = None) -> str:
         have = tf.DeviceSpec.from_string(name)
         if have.device_type == spec.device_type and have.device_index == (spec.device_index or 0):
             return name
-    raise ValueError(
+    raise ConfigError(
         f"device: got {device!r}, expected one of {names}; pass device=None to pick the first "
         "GPU, else the CPU"
     )

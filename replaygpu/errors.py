@@ -30,5 +30,8 @@ class CheckpointMismatchError(ReplayError, ValueError):
     """A checkpoint does not fit the objects it is restored into. Nothing was restored."""
 
 
-class ConfigError(ReplayError, ValueError):
-    """A configuration value is out of range."""
+class ConfigError(ReplayError, ValueError, TypeError):
+    """An argument or configuration value is wrong: out of range, or of the wrong type.
+
+    Both a `ValueError` and a `TypeError`, so callers that catch either keep working.
+    """

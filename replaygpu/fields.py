@@ -1,20 +1,87 @@
-"""Checking a columnar batch against a table spec, without TensorFlow.
+"""Host-side field specs and the columnar batch check, without TensorFlow.
+
+A `HostSpec` is ``{field: FieldSpec(dtype name, per-transition shape)}``: the one spec
+vocabulary of everything that handles transitions outside TensorFlow (the server, the client,
+actors, the agents' chunk buffers). `replaygpu.specs.host_spec` makes one from a table's
+``{field: tf.TensorSpec}``; ``Info`` carries it over the wire.
 
 One check serves every entry point: `ReplayTable.append` (through `specs.validate_batch`), the
-gRPC server on each received request, and the client before it sends (which must not import
-TensorFlow). A spec here is a `WireSpec`: ``{field: (dtype name, per-transition shape)}``.
+gRPC server on each received request, and the client before it sends.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from replaygpu.errors import BatchError
 
-WireSpec = dict[str, tuple[str, tuple[int, ...]]]
+#: dtype names a table field may hold and the wire carries (bfloat16 needs ml_dtypes).
+DTYPE_NAMES = (
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+)
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """The little-endian numpy dtype of a dtype name.
+
+    Raises:
+        BatchError: for a name outside `DTYPE_NAMES`.
+    """
+    if name not in DTYPE_NAMES:
+        raise BatchError(f"dtype: got {name!r}, expected one of {list(DTYPE_NAMES)}")
+    if name == "bfloat16":
+        import ml_dtypes  # optional, only for bfloat16 fields
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name).newbyteorder("<")
+
+
+class FieldSpec(NamedTuple):
+    """One field of a transition on the host: a dtype name and the per-transition shape.
+
+    Attributes:
+        dtype: a name in `DTYPE_NAMES` (numpy's, e.g. ``"float32"``, ``"uint8"``, ``"bool"``).
+        shape: the shape of one transition's value (no batch dimension).
+    """
+
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        """The numpy dtype (little-endian)."""
+        return numpy_dtype(self.dtype)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of one transition's value."""
+        return self.numpy_dtype.itemsize * int(np.prod(self.shape, dtype=np.int64))
+
+
+#: ``{field: FieldSpec}`` of one transition.
+HostSpec = dict[str, FieldSpec]
+
+
+def row_nbytes(spec: HostSpec) -> int:
+    """Bytes of one transition under ``spec``."""
+    return sum(field.nbytes for field in spec.values())
 
 
 def dtype_name(dtype: Any) -> str:
@@ -23,8 +90,8 @@ def dtype_name(dtype: Any) -> str:
     return "bool" if name == "bool_" else str(name)
 
 
-def check_columns(spec: WireSpec, columns: Mapping[str, Any]) -> int:
-    """Validate columnar metadata against a wire spec; returns n, the number of transitions.
+def check_columns(spec: HostSpec, columns: Mapping[str, Any]) -> int:
+    """Validate columnar metadata against a host spec; returns n, the number of transitions.
 
     ``columns`` maps field -> anything with ``dtype`` and ``shape`` (arrays, or Tensor messages
     whose dtype is a name and shape a list).

@@ -14,8 +14,8 @@ import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 
-from replaygpu.batch_check import WireSpec, check_columns
-from replaygpu.errors import BatchError
+from replaygpu.errors import BatchError, ConfigError
+from replaygpu.fields import FieldSpec, HostSpec, check_columns
 
 Spec = dict[str, tf.TensorSpec]
 
@@ -40,7 +40,7 @@ def space_to_spec(space: gym.Space, name: str) -> tf.TensorSpec:
         return tf.TensorSpec(space.shape, tf.int64, name=name)
     if isinstance(space, gym.spaces.MultiBinary):
         return tf.TensorSpec(space.shape, tf.int8, name=name)
-    raise TypeError(
+    raise ConfigError(
         f"space for '{name}': got {type(space).__name__}, expected Box, Discrete, MultiDiscrete "
         "or MultiBinary; flatten other spaces (gymnasium.wrappers.FlattenObservation) first"
     )
@@ -69,20 +69,20 @@ def specs_from_env(env: gym.Env | Any) -> Spec:
 def normalize_spec(spec: Mapping[str, Any]) -> Spec:
     """Check and copy a user spec: string keys, `tf.TensorSpec` leaves with fully known shapes."""
     if not isinstance(spec, Mapping) or not spec:
-        raise TypeError(
+        raise ConfigError(
             f"spec: got {type(spec).__name__}, expected a non-empty dict of tf.TensorSpec; "
             "build one with replaygpu.specs_from_env(env)"
         )
     out: Spec = {}
     for name, leaf in spec.items():
         if not isinstance(name, str) or not name:
-            raise TypeError(f"spec keys must be non-empty strings, got {name!r}")
+            raise ConfigError(f"spec keys must be non-empty strings, got {name!r}")
         if not isinstance(leaf, tf.TensorSpec):
-            raise TypeError(
+            raise ConfigError(
                 f"spec field '{name}': got {type(leaf).__name__}, expected tf.TensorSpec"
             )
         if not leaf.shape.is_fully_defined():
-            raise ValueError(
+            raise ConfigError(
                 f"spec field '{name}': shape {leaf.shape} has unknown dimensions; a table needs "
                 "the full per-transition shape"
             )
@@ -113,13 +113,14 @@ def validate_batch(spec: Spec, batch: Mapping[str, Any]) -> dict[str, np.ndarray
         else np.asarray(value, dtype=spec[name].dtype.as_numpy_dtype)
         for name, value in batch.items()
     }
-    check_columns(wire_spec(spec), out)
+    check_columns(host_spec(spec), out)
     return out
 
 
-def wire_spec(spec: Spec) -> WireSpec:
-    """``{field: (dtype name, shape)}`` of a spec, as the TF-free batch check takes it."""
-    return {k: (v.dtype.name, tuple(v.shape.as_list())) for k, v in spec.items()}
+def host_spec(spec: Spec) -> HostSpec:
+    """The host-side twin of a table spec: ``{field: FieldSpec(dtype name, shape)}``, what the
+    server, the client, actors and chunk buffers use."""
+    return {k: FieldSpec(v.dtype.name, tuple(v.shape.as_list())) for k, v in spec.items()}
 
 
 def batch_signature(spec: Spec) -> dict[str, tf.TensorSpec]:

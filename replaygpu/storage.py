@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from replaygpu.device import resolve_device
+from replaygpu.errors import ConfigError
 from replaygpu.specs import Spec, batch_signature, normalize_spec, validate_batch
 
 logger = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ class ReplayTable(tf.Module):
     ) -> None:
         super().__init__(name=name)
         if not isinstance(capacity, (int, np.integer)) or capacity < 1:
-            raise ValueError(f"capacity: got {capacity!r}, expected an integer >= 1")
+            raise ConfigError(f"capacity: got {capacity!r}, expected an integer >= 1")
         self.spec: Spec = normalize_spec(spec)
         self.capacity = int(capacity)
         self.device = resolve_device(device)
@@ -59,6 +60,8 @@ class ReplayTable(tf.Module):
         self._append_fn = tf.function(
             self._append_graph, input_signature=[batch_signature(self.spec)]
         )
+        #: address of the server that writes appends into this table, or None (set by serve)
+        self.served_at: str | None = None
         logger.info(
             "table %s: capacity %d on %s, %.1f MiB",
             name,
@@ -121,14 +124,3 @@ class ReplayTable(tf.Module):
     def gather(self, indices: tf.Tensor) -> dict[str, tf.Tensor]:
         """Rows at ``indices`` ([B] int64) as ``{field: [B] + shape}``; usable inside graphs."""
         return {k: tf.gather(v, indices) for k, v in self.storage.items()}
-
-    def describe(self) -> dict[str, Any]:
-        """Name, capacity, size, inserted count, device and spec, as plain Python values."""
-        return {
-            "name": self.name,
-            "capacity": self.capacity,
-            "size": self.size,
-            "inserted": self.total_inserted,
-            "device": self.device,
-            "spec": {k: (v.dtype.name, v.shape.as_list()) for k, v in self.spec.items()},
-        }

@@ -1,8 +1,10 @@
 """Ape-X actors against a real replay server on loopback: the `replaygpu actor` command, weight
 pulls, the epsilon ladder, and no TensorFlow in the actor process."""
 
+import contextlib
 import subprocess
 import sys
+import threading
 import time
 
 import gymnasium as gym
@@ -17,14 +19,29 @@ from agents.networks import MLP
 
 @pytest.fixture()
 def served_learner():
-    """A CartPole table served by a learner that published one set of Q-network weights."""
+    """A CartPole table served by a learner that published one set of Q-network weights, with
+    its training loop (which commits the actors' appends) running in a thread."""
     table = rg.ReplayTable(rg.specs_from_env(gym.make("CartPole-v1")), 5_000, name="replay")
     q = MLP([4, 16, 2], seed=0)
     learner = rg.Learner(table, rg.UniformSampler(table, 0), lambda b: {"x": tf.zeros([])})
-    server = rg.serve(learner, "127.0.0.1:0")
-    learner.publish_weights(q.weights)
-    yield server, table
-    server.stop()
+    learner.publish_weights(q)
+    with rg.serve(learner, "127.0.0.1:0") as server, training(server, learner):
+        yield server, table
+
+
+@contextlib.contextmanager
+def training(server, learner):
+    """The learner's training loop (which commits the actors' appends) in a thread."""
+    stop = threading.Event()
+    loop = threading.Thread(
+        target=rg.run_learner, args=(server, learner, 10), kwargs={"stop": stop}
+    )
+    loop.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        loop.join(60)
 
 
 def wait_for_rows(table, rows, timeout=30.0):
@@ -109,14 +126,11 @@ def test_actor_fills_the_stream_field_and_sends_each_env_in_time_order():
     spec["stream"] = tf.TensorSpec([], tf.int64, name="stream")
     table = rg.ReplayTable(spec, 1_000, name="replay")
     learner = rg.Learner(table, rg.UniformSampler(table, 0), lambda b: {"x": tf.zeros([])})
-    server = rg.serve(learner, "127.0.0.1:0")
-    try:
+    with rg.serve(learner, "127.0.0.1:0") as server, training(server, learner):
         config = ActorConfig(steps=192, num_envs=3, actor_index=1, num_actors=2, send_interval=16)
         run_actor(config, server.address)
         assert wait_for_rows(table, 192) == 192
         rows = {k: v.numpy() for k, v in table.gather(tf.range(192, dtype=tf.int64)).items()}
-    finally:
-        server.stop()
     assert sorted(np.unique(rows["stream"])) == [3, 4, 5]  # actor 1 of 3 envs: 1 * 3 + env
     # Env-major batches of 16 steps: within a run of one stream, each row continues the last.
     same = rows["stream"][1:] == rows["stream"][:-1]

@@ -10,9 +10,9 @@ import pytest
 import tensorflow as tf
 
 import replaygpu as rg
-from replaygpu.service import codec
+from replaygpu.fields import DTYPE_NAMES, numpy_dtype
 
-ALL_DTYPES = [d for d in codec.DTYPE_NAMES]
+ALL_DTYPES = [d for d in DTYPE_NAMES]
 
 
 def test_importing_the_client_does_not_import_tensorflow():
@@ -28,7 +28,7 @@ def test_importing_the_client_does_not_import_tensorflow():
 
 
 def _values(name, n):
-    dtype = codec.numpy_dtype(name)
+    dtype = numpy_dtype(name)
     rng = np.random.default_rng(1)
     shape = (n, 2, 3)
     if name == "bool":
@@ -103,10 +103,15 @@ def test_buffer_is_sealed_after_max_delay_without_flush(empty_table):
         assert ids_of(empty_table) == [7]
 
 
+def learner_over(table):
+    """A learner over ``table``: serving it, nothing commits until its training loop (the test,
+    calling ``server.commit_pending()``) does."""
+    return rg.Learner(table, rg.UniformSampler(table, seed=0), lambda batch: {}, batch_size=1)
+
+
 def test_add_blocks_while_the_buffer_is_full_and_resumes_after_commits(empty_table):
-    server_config = rg.ServerConfig(background_commit=False)
     config = rg.ClientConfig(max_batch_transitions=10, max_buffer_bytes=600)  # ~5 requests
-    with rg.serve(empty_table, config=server_config) as server:
+    with rg.serve(learner_over(empty_table)) as server:
         client = rg.ReplayClient(server.address, config=config)
         done = threading.Event()
 
@@ -210,11 +215,9 @@ def test_an_actor_ahead_of_a_restarted_learner_gets_its_weights_with_the_lower_v
 
 
 def test_a_full_staging_queue_delays_batches_but_loses_none(empty_table):
-    server_config = rg.ServerConfig(
-        background_commit=False, staging_max_batches=1, staging_timeout_s=0.1
-    )
+    server_config = rg.ServerConfig(staging_max_batches=1, staging_timeout_s=0.1)
     config = rg.ClientConfig(max_batch_transitions=5, retry_initial_s=0.02, retry_max_s=0.1)
-    with rg.serve(empty_table, config=server_config) as server:
+    with rg.serve(learner_over(empty_table), config=server_config) as server:
         with rg.ReplayClient(server.address, actor_id="slow", config=config) as client:
             client.add_batch({"id": np.arange(20), "obs": np.zeros((20, 4), np.float32)})
             time.sleep(1.0)  # nothing commits: the later requests time out in staging
@@ -252,3 +255,77 @@ def test_close_with_a_timeout_returns_in_time_when_the_server_is_gone(empty_tabl
     assert time.monotonic() - started < 3.0  # not retry_deadline_s
     alive = [t.name for t in threading.enumerate() if t.name.startswith("replaygpu-client")]
     assert not alive
+
+
+def test_publishing_reads_the_model_when_it_runs_and_refuses_an_empty_source(empty_table):
+    learner = learner_over(empty_table)
+    model = tf.keras.Sequential([tf.keras.layers.Dense(2)])
+    with pytest.raises(rg.ConfigError, match="holds no variables"):
+        learner.publish_weights(model)  # not built yet: no variables
+    with pytest.raises(rg.ConfigError, match="holds no variables"):
+        learner.publish_weights(model.variables)  # the README's old snippet published nothing
+    model(np.zeros((1, 3), np.float32))  # built on its first call
+    with rg.serve(learner) as server, rg.ReplayClient(server.address) as client:
+        assert learner.publish_weights(model) == 1
+        version, weights = client.get_weights()
+        assert version == 1 and [w.shape for w in weights] == [(3, 2), (2,)]
+        model.layers[0].kernel.assign(tf.ones([3, 2]))
+        assert learner.publish_weights(lambda: {"kernel": model.layers[0].kernel}) == 2
+        version, weights = client.get_weights(newer_than=1)
+        assert version == 2 and weights["kernel"].tolist() == [[1.0, 1.0]] * 3
+    with pytest.raises(rg.ConfigError, match="expected a Keras model"):
+        learner.publish_weights(42)
+
+
+def test_wait_for_insert_room_follows_the_learners_rate_limit_from_the_acks(empty_table):
+    def update_fn(batch):
+        return {"loss": tf.reduce_mean(batch["obs"])}
+
+    # 1 sample per insert, sampling from 10 rows, 4 transitions of slack: with nothing sampled
+    # the table may hold 10 + 4 rows before actors wait
+    limiter = rg.SampleToInsertRatio(1.0, min_size_to_sample=10, error_buffer=4)
+    sampler = rg.UniformSampler(empty_table, seed=0)
+    learner = rg.Learner(empty_table, sampler, update_fn, batch_size=2, rate_limiter=limiter)
+    learner.train(0)
+
+    def commit(rows):  # the training loop's commits, without training
+        deadline = time.monotonic() + 30
+        while client.acked_transitions < rows:
+            assert time.monotonic() < deadline
+            rg.learner_step(server, learner, 0)
+            time.sleep(0.01)
+
+    with rg.serve(learner) as server, rg.ReplayClient(server.address) as client:
+        assert client.rate_limit == rg.SampleToInsertRule(1.0, 10, 4.0)
+        client.add_batch({"id": np.arange(14), "obs": np.zeros((14, 4), np.float32)})
+        assert client.wait_for_insert_room() is False  # no ack yet: counters at 0
+        commit(14)  # the acks carry inserted=14, sampled=0
+        assert client.wait_for_insert_room() is False  # 14 <= 10 + 4: room for 0 more rows
+        client.add_batch({"id": np.arange(14, 20), "obs": np.zeros((6, 4), np.float32)})
+        commit(20)  # 6 rows over the ceiling
+        stop = threading.Event()
+        waited = []
+        waiter = threading.Thread(target=lambda: waited.append(client.wait_for_insert_room()))
+        waiter.start()
+        time.sleep(0.3)
+        assert waiter.is_alive()  # the learner sampled nothing yet: the actor waits
+        out = rg.learner_step(server, learner, 100)  # the limiter allows (20-10+4)/2 = 7 steps
+        assert out["steps"] == 7
+        waiter.join(10)
+        assert not waiter.is_alive() and waited == [True]
+        stop.set()
+        assert client.wait_for_insert_room(slack=-100, stop=stop) is True  # returns on stop
+
+
+def test_sampling_and_inserting_share_one_rule():
+    rule = rg.SampleToInsertRule(samples_per_insert=4.0, min_size_to_sample=100, error_buffer=64)
+    limiter = rg.SampleToInsertRatio(4.0, min_size_to_sample=100, error_buffer=64)
+    for inserted, sampled in [(100, 0), (150, 200), (150, 263), (300, 900), (120, 0)]:
+        limiter.sampled.assign(sampled)
+        steps = limiter.allowed_steps(tf.constant(inserted, tf.int64), inserted, 8).numpy()
+        assert steps == max(0, int(np.floor(rule.sample_room(inserted, sampled) / 8)))
+        # the insert side: the band's ceiling is 64 transitions above the floor at 100 rows
+        room = rule.insert_room(inserted, sampled)
+        assert room == pytest.approx(100 + (64 + sampled) / 4.0 - inserted)
+    with pytest.raises(rg.ConfigError, match="samples_per_insert"):
+        rg.SampleToInsertRule(0.0, 1, 0.0)

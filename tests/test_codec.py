@@ -1,16 +1,16 @@
-"""The wire codec: numpy <-> Tensor messages, one-copy request encoding, column checks."""
+"""The wire codec: numpy <-> Tensor messages, and the column checks."""
 
 import numpy as np
 import pytest
 
-from replaygpu.batch_check import check_columns
 from replaygpu.errors import BatchError
+from replaygpu.fields import DTYPE_NAMES, check_columns, numpy_dtype
 from replaygpu.service import codec
 from replaygpu.v1 import replay_pb2
 
 
 def _example(dtype_name: str, shape: tuple[int, ...]) -> np.ndarray:
-    dtype = codec.numpy_dtype(dtype_name)
+    dtype = numpy_dtype(dtype_name)
     rng = np.random.default_rng(0)
     if dtype_name == "bool":
         return rng.integers(0, 2, shape).astype(bool)
@@ -22,7 +22,7 @@ def _example(dtype_name: str, shape: tuple[int, ...]) -> np.ndarray:
     return rng.standard_normal(shape).astype(dtype)
 
 
-@pytest.mark.parametrize("name", codec.DTYPE_NAMES)
+@pytest.mark.parametrize("name", DTYPE_NAMES)
 def test_tensor_round_trip_is_exact_for_every_dtype(name):
     array = _example(name, (5, 3, 2))
     message = replay_pb2.Tensor()
@@ -31,24 +31,6 @@ def test_tensor_round_trip_is_exact_for_every_dtype(name):
     back = codec.decode_tensor(wire, "x")
     assert back.dtype == array.dtype and back.shape == array.shape
     assert back.tobytes() == array.tobytes()
-
-
-def test_append_request_encoding_matches_protobuf_byte_for_byte():
-    columns = {
-        "obs": _example("uint8", (7, 84, 84)),
-        "strided": _example("float32", (7, 6))[:, ::2],  # not C-contiguous
-        "big_endian": np.arange(7, dtype=">i8"),
-        "done": np.ones(7, bool),
-    }
-    fast = codec.encode_append_request("replay", "actor-1", 42, columns)
-    message = replay_pb2.AppendRequest(table="replay", actor_id="actor-1", seq=42)
-    little = {k: v.astype(v.dtype.newbyteorder("<")) for k, v in columns.items()}
-    codec.encode_batch(little, message.batch)
-    assert fast == message.SerializeToString()
-    parsed = replay_pb2.AppendRequest.FromString(fast)
-    decoded = codec.decode_named(parsed.batch.fields)
-    for name, array in columns.items():
-        np.testing.assert_array_equal(decoded[name], array)
 
 
 def test_decode_rejects_a_byte_length_that_does_not_fit_the_shape():

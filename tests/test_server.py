@@ -12,7 +12,7 @@ import tensorflow as tf
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import replaygpu as rg
-from replaygpu.service import codec
+from replaygpu.service import wire
 from replaygpu.service.status import AuthenticationError
 from replaygpu.v1 import replay_pb2, replay_pb2_grpc
 
@@ -51,7 +51,13 @@ def stored_ids(table):
 
 
 def append_request(seq, cols, actor="raw", table="replay"):
-    return replay_pb2.AppendRequest.FromString(codec.encode_append_request(table, actor, seq, cols))
+    return replay_pb2.AppendRequest.FromString(wire.encode_append_request(table, actor, seq, cols))
+
+
+def learner_over(table):
+    """A learner over ``table``: serving it, nothing commits until its training loop (the test,
+    calling ``server.commit_pending()``) does."""
+    return rg.Learner(table, rg.UniformSampler(table, seed=0), lambda batch: {}, batch_size=1)
 
 
 def stub_for(server):
@@ -83,7 +89,7 @@ def test_bytes_that_are_not_an_append_request_are_invalid_and_write_nothing(empt
         append = channel.stream_stream(
             "/replaygpu.v1.ReplayService/Append", request_serializer=lambda b: b
         )
-        good = codec.encode_append_request("replay", "raw", 1, columns([1, 2]))
+        good = wire.encode_append_request("replay", "raw", 1, columns([1, 2]))
         with pytest.raises(grpc.RpcError) as err:
             list(append(iter([good[:-3]])))  # truncated inside the last tensor
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -131,8 +137,9 @@ def test_an_oversize_message_is_resource_exhausted_naming_the_limit(empty_table)
 
 
 def test_a_full_staging_queue_answers_resource_exhausted_naming_the_limit(empty_table):
-    config = rg.ServerConfig(background_commit=False, staging_max_batches=1, staging_timeout_s=0.2)
-    with rg.serve(empty_table, config=config) as server:
+    config = rg.ServerConfig(staging_max_batches=1, staging_timeout_s=0.2)
+    # a served learner's table is committed by its training loop only: here, by the test
+    with rg.serve(learner_over(empty_table), config=config) as server:
         channel, stub = stub_for(server)
         requests = [append_request(s, columns([s])) for s in (1, 2)]
         with pytest.raises(grpc.RpcError) as err:
@@ -406,39 +413,33 @@ def test_a_failed_ledger_write_answers_unavailable_and_the_resent_batch_lands_on
     assert stored_ids(empty_table).tolist() == [1, 2, 3]
 
 
-def test_exclusive_holds_back_background_commits_until_it_is_released(empty_table):
+class _SaveWatcher(rg.Checkpointer):
+    """A real checkpointer that waits a while inside each save, and records the table size
+    before and after the wait (a commit in between would change it)."""
+
+    def __init__(self, directory, table, **objects):
+        super().__init__(directory, table=table, **objects)
+        self.sizes = []
+
+    def save(self, step=None):
+        before = self.table.size
+        time.sleep(0.5)
+        self.sizes.append((before, self.table.size))
+        return super().save(step)
+
+
+def test_save_holds_back_background_commits_until_the_checkpoint_is_written(empty_table, tmp_path):
     config = rg.ClientConfig(max_delay_s=0.01)
     with rg.serve(empty_table) as server, rg.ReplayClient(server.address, config=config) as client:
-        with server.exclusive():
-            client.add_batch(columns([1, 2, 3]))
-            time.sleep(0.5)  # the batch is staged; the committer waits for the block to end
-            assert empty_table.size == 0
-            with server.exclusive():  # nested blocks (e.g. server.save inside) are fine
-                pass
+        ckpt = _SaveWatcher(tmp_path, empty_table, ledger=server.ledger)
+        saver = threading.Thread(target=server.save, args=(ckpt,))
+        saver.start()
+        time.sleep(0.1)  # the save holds the commit lock now
+        client.add_batch(columns([1, 2, 3]))
+        saver.join(30)
+        assert ckpt.sizes == [(0, 0)]  # the batch was staged, but not committed mid-save
         client.flush(timeout=30)
         assert stored_ids(empty_table).tolist() == [1, 2, 3]
-
-
-def test_a_loop_that_trains_inside_exclusive_does_not_starve_the_committer(empty_table):
-    stop = threading.Event()
-
-    def training_loop():  # holds the block almost all the time, like back-to-back train calls
-        while not stop.is_set():
-            with server.exclusive():
-                time.sleep(0.005)
-
-    with rg.serve(empty_table) as server:
-        trainer = threading.Thread(target=training_loop)
-        trainer.start()
-        try:
-            config = rg.ClientConfig(max_batch_transitions=10)
-            with rg.ReplayClient(server.address, config=config) as client:
-                client.add_batch(columns(np.arange(200)))
-                client.flush(timeout=20)
-        finally:
-            stop.set()
-            trainer.join()
-        assert stored_ids(empty_table).tolist() == list(range(200))
 
 
 def test_the_ledger_forgets_the_actor_idle_longest_past_max_actors(empty_table, tmp_path, caplog):

@@ -1,6 +1,8 @@
-"""Learner.run as a service loop: commits streamed appends, trains, publishes, checkpoints."""
+"""A served learner's training loop (rg.run_learner, rg.learner_step): commits streamed appends
+on the training thread, trains, publishes, checkpoints."""
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -34,7 +36,9 @@ def test_run_commits_streamed_appends_trains_and_publishes_weights(tmp_path):
     out = {}
     loop = threading.Thread(
         target=lambda: out.update(
-            learner.run(20, weights={"w": w}, stop=stop, checkpointer=ckpt, max_seconds=60)
+            rg.run_learner(
+                server, learner, 20, weights={"w": w}, stop=stop, checkpointer=ckpt, max_seconds=60
+            )
         )
     )
     loop.start()
@@ -68,13 +72,13 @@ def test_run_commits_streamed_appends_trains_and_publishes_weights(tmp_path):
 def test_run_without_a_stop_condition_is_refused():
     learner, _ = make_learner()
     with pytest.raises(rg.ConfigError, match="nothing would ever stop it"):
-        learner.run(10)
+        rg.run_learner(None, learner, 10)
 
 
 def test_run_without_a_server_just_trains_for_max_steps():
     learner, _ = make_learner()
     learner.table.append({"id": np.arange(16), "x": np.ones((16, 2), np.float32)})
-    result = learner.run(10, max_steps=30)
+    result = rg.run_learner(None, learner, 10, max_steps=30)
     assert result["steps"] == 30 and result["inserted"] == 0
 
 
@@ -101,7 +105,7 @@ def test_run_saves_checkpoints_holding_the_commit_lock(tmp_path):
     learner.table.append({"id": np.arange(16), "x": np.ones((16, 2), np.float32)})
     with rg.serve(learner) as server:
         ckpt = _SaveWatcher(tmp_path, server, learner=learner, ledger=server.ledger)
-        learner.run(5, max_steps=10, checkpointer=ckpt, checkpoint_every_s=0.0)
+        rg.run_learner(server, learner, 5, max_steps=10, checkpointer=ckpt, checkpoint_every_s=0.0)
         for committer in ckpt.committers:
             committer.join(30)
     assert ckpt.commit_ran_during_save and not any(ckpt.commit_ran_during_save)
@@ -118,21 +122,58 @@ def test_run_reports_the_metrics_of_the_last_call_that_ran_steps():
     learner = rg.Learner(table, sampler, update_fn, batch_size=8, rate_limiter=limiter)
     table.append({"id": np.arange(16), "x": np.ones((16, 2), np.float32)})
     assert learner.train(1)["steps"] == 1  # traced; the limiter allows one more step
-    result = learner.run(10, max_seconds=0.5)  # one call runs it, then calls that run none
+    result = rg.run_learner(None, learner, 10, max_seconds=0.5)  # one call runs it, then none
     assert result["steps"] == 1 and result["train_calls"] == 1
     assert result["loss"] == 1.0
 
 
+def _threads(name):
+    return [t for t in threading.enumerate() if t.name == name]
+
+
 def test_serving_a_learner_twice_is_refused_and_starts_no_thread():
     learner, _ = make_learner()
-
-    def committers():
-        return [t for t in threading.enumerate() if t.name == "replaygpu-committer"]
-
     with rg.serve(learner):
-        before = committers()
+        before = threading.enumerate()
         with pytest.raises(rg.ConfigError, match="already being served"):
             rg.serve(learner)
-        assert committers() == before
+        with pytest.raises(rg.ConfigError, match="already being served"):
+            rg.serve(learner.table)  # nor its table alone
+        assert threading.enumerate() == before
     with rg.serve(learner):  # served again once the first server stopped
         pass
+
+
+def test_a_served_learner_has_no_committer_thread_and_a_bare_table_has_one():
+    learner, _ = make_learner()
+    with rg.serve(learner):
+        assert _threads("replaygpu-committer") == []
+    with rg.serve(learner.table):
+        assert len(_threads("replaygpu-committer")) == 1
+    assert _threads("replaygpu-committer") == []
+
+
+def test_a_served_learners_appends_land_only_when_its_training_loop_steps():
+    learner, _ = make_learner()
+    with rg.serve(learner) as server, rg.ReplayClient(server.address, actor_id="a") as client:
+        client.add_batch({"id": np.arange(40), "x": np.ones((40, 2), np.float32)})
+        deadline = time.monotonic() + 30
+        while client.info().staged_batches == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.3)  # staged and acknowledged by nobody: no thread writes the table
+        assert learner.table.size == 0 and client.acked_transitions == 0
+        out = rg.learner_step(server, learner, 5)  # commits on this thread, then trains
+        assert out["inserted"] == 40 and out["steps"] == 5 and learner.table.size == 40
+        client.flush(timeout=30)
+        assert client.acked_transitions == 40
+
+
+def test_step_refuses_a_server_that_serves_something_else():
+    learner, _ = make_learner()
+    other, _ = make_learner()
+    with rg.serve(other) as server:
+        with pytest.raises(rg.ConfigError, match="serves another learner"):
+            rg.learner_step(server, learner, 1)
+        with pytest.raises(rg.ConfigError, match="serves another learner"):
+            rg.run_learner(server, learner, 1, max_steps=1)

@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 import replaygpu as rg
+from replaygpu.specs import validate_batch
 
 
 class _SpaceEnv(gym.Env):
@@ -50,5 +51,5 @@ def test_specs_from_env_rejects_unsupported_space_with_advice():
 
 def test_validate_batch_converts_python_lists_to_spec_dtype():
     spec = {"r": tf.TensorSpec([], tf.float32)}
-    out = rg.validate_batch(spec, {"r": [1.0, 2.0]})
+    out = validate_batch(spec, {"r": [1.0, 2.0]})
     assert out["r"].dtype == np.float32 and out["r"].shape == (2,)

@@ -6,10 +6,10 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import replaygpu as rg
+from replaygpu.samplers.sum_tree import SumTree
 
 
-def check_invariants(tree: rg.SumTree) -> None:
+def check_invariants(tree: SumTree) -> None:
     sums = [v.numpy() for v in tree.sums]
     mins = [v.numpy() for v in tree.mins]
     leaves = sums[-1]
@@ -43,7 +43,7 @@ updates = st.lists(
 def test_tree_invariants_hold_after_random_updates_with_duplicates(
     capacity, fanout, dense_children, batches
 ):
-    tree = rg.SumTree(capacity, "/CPU:0", fanout=fanout, dense_children=dense_children)
+    tree = SumTree(capacity, "/CPU:0", fanout=fanout, dense_children=dense_children)
     expected = np.zeros(capacity)
     for batch in batches:
         idx = np.array([i % capacity for i, _ in batch], np.int64)
@@ -73,7 +73,7 @@ def test_descent_finds_the_leaf_whose_prefix_interval_holds_the_target(values, f
     values = np.array(values, np.float64)
     if values.sum() == 0:
         values[-1] = 1.0
-    tree = rg.SumTree(len(values), "/CPU:0", fanout=fanout)
+    tree = SumTree(len(values), "/CPU:0", fanout=fanout)
     tree.set(tf.range(len(values), dtype=tf.int64), tf.constant(values))
     total = values.sum()
     ks = data.draw(st.lists(st.integers(0, int(total) - 1), min_size=1, max_size=16))
@@ -87,7 +87,7 @@ def test_descent_finds_the_leaf_whose_prefix_interval_holds_the_target(values, f
 
 
 def test_target_at_or_above_total_lands_on_last_positive_leaf():
-    tree = rg.SumTree(6, "/CPU:0")
+    tree = SumTree(6, "/CPU:0")
     tree.set(tf.constant([0, 2, 3], tf.int64), tf.constant([1.0, 2.0, 0.5], tf.float64))
     got = tree.find(tf.constant([3.5, 3.5 + 1e-12, 100.0], tf.float64))[0].numpy()
     np.testing.assert_array_equal(got, [3, 3, 3])
@@ -103,7 +103,7 @@ def test_target_at_or_above_total_lands_on_last_positive_leaf():
 def test_descent_never_returns_a_zero_leaf_even_at_prefix_boundaries(values, fanout):
     values = np.array(values, np.float64)
     values[len(values) // 2] = 0.5  # at least one positive leaf
-    tree = rg.SumTree(len(values), "/CPU:0", fanout=fanout)
+    tree = SumTree(len(values), "/CPU:0", fanout=fanout)
     tree.set(tf.range(len(values), dtype=tf.int64), tf.constant(values))
     # Every prefix sum (where a run of zero leaves has an empty interval), its neighbours one
     # ulp away, zero and the total: none may land on a zero leaf.
@@ -124,7 +124,7 @@ def test_descent_never_returns_a_zero_leaf_when_prefix_sums_round(compiled):
     leaves = np.zeros(64)
     leaves[[0, 8, 16, 24, 32, 40, 48]] = [1.0, e, e, e, e, e, e]
     leaves[57] = 1.0
-    tree = rg.SumTree(64, "/CPU:0", fanout=8)
+    tree = SumTree(64, "/CPU:0", fanout=8)
     tree.set(tf.range(64, dtype=tf.int64), tf.constant(leaves))
     find = tf.function(tree.find, jit_compile=True) if compiled else tree.find
     got, got_values = find(tf.constant([1.0, np.nextafter(1.0, 0.0), np.nextafter(1.0, 2.0)]))
@@ -140,7 +140,7 @@ def test_descent_handles_a_tiny_or_an_infinite_total(compiled):
         ([1.0, np.inf, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.5, 2.0, 1e308, np.inf]),
     ):
         leaves = np.array(leaves)
-        tree = rg.SumTree(len(leaves), "/CPU:0", fanout=4)
+        tree = SumTree(len(leaves), "/CPU:0", fanout=4)
         tree.set(tf.range(len(leaves), dtype=tf.int64), tf.constant(leaves))
         find = tf.function(tree.find, jit_compile=True) if compiled else tree.find
         got = find(tf.constant(targets, tf.float64))[0].numpy()
@@ -148,14 +148,14 @@ def test_descent_handles_a_tiny_or_an_infinite_total(compiled):
 
 
 def test_descent_over_an_empty_tree_lands_on_leaf_zero():
-    tree = rg.SumTree(100, "/CPU:0")
+    tree = SumTree(100, "/CPU:0")
     got, got_values = tree.find(tf.constant([0.0, 1.0, 5.0], tf.float64))
     np.testing.assert_array_equal(got.numpy(), [0, 0, 0])
     np.testing.assert_array_equal(got_values.numpy(), [0.0, 0.0, 0.0])
 
 
 def test_layout_is_one_row_shaped_variable_per_level():
-    tree = rg.SumTree(1_000_000, "/CPU:0")
+    tree = SumTree(1_000_000, "/CPU:0")
     assert tree.fanout == 8 and tree.depth == 7  # 8**7 >= 1e6 > 8**6
     # Row j of a level holds the 8 children of node j above; no level is padded beyond a row.
     rows = [1, 4, 31, 245, 1954, 15625, 125_000]
@@ -163,14 +163,14 @@ def test_layout_is_one_row_shaped_variable_per_level():
     assert [v.shape.as_list() for v in tree.mins] == [[r, 8] for r in rows[:-1]]
     assert all(v.dtype == tf.float64 for v in tree.sums + tree.mins)
     assert tree.dense_top == 3  # levels 1-3 (<= 4096 children) are recomputed whole
-    assert rg.SumTree(10_000, "/CPU:0").depth == 5
-    assert rg.SumTree(10_000, "/CPU:0", fanout=2).depth == 14
-    assert rg.SumTree(1, "/CPU:0").depth == 1
+    assert SumTree(10_000, "/CPU:0").depth == 5
+    assert SumTree(10_000, "/CPU:0", fanout=2).depth == 14
+    assert SumTree(1, "/CPU:0").depth == 1
 
 
 def test_sums_stay_consistent_with_non_integer_values():
     rng = np.random.default_rng(0)
-    tree = rg.SumTree(300, "/CPU:0", fanout=4)
+    tree = SumTree(300, "/CPU:0", fanout=4)
     for _ in range(20):
         idx = rng.integers(0, 300, 64)
         tree.set(tf.constant(idx), tf.constant(rng.exponential(size=64) ** 0.6))
@@ -181,8 +181,8 @@ def test_sums_stay_consistent_with_non_integer_values():
 
 def test_rejects_bad_capacity():
     with pytest.raises(ValueError, match="capacity: got 0"):
-        rg.SumTree(0)
+        SumTree(0)
     with pytest.raises(ValueError, match="fanout: got 1"):
-        rg.SumTree(4, fanout=1)
+        SumTree(4, fanout=1)
     with pytest.raises(ValueError, match="dense_children: got -1"):
-        rg.SumTree(4, dense_children=-1)
+        SumTree(4, dense_children=-1)

@@ -1,6 +1,6 @@
-"""The learner: the fused multi-step training loop and its rate limiter."""
+"""The learner: the fused multi-step loop (`learner`), its rate limiter (`rate_limiter`, with
+the TF-free rule in `ratio`) and the published weights (`weights`).
 
-from replaygpu.learner.learner import Learner
-from replaygpu.learner.rate_limiter import SampleToInsertRatio
-
-__all__ = ["Learner", "SampleToInsertRatio"]
+Re-exports nothing: import from the modules, or use ``replaygpu.Learner`` and friends, so that
+the TF-free modules (`ratio`, `weights`) can be imported by actors without TensorFlow.
+"""

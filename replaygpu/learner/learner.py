@@ -9,7 +9,6 @@ a tensor, so the loop is traced once for every step count.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -18,17 +17,15 @@ import numpy as np
 import tensorflow as tf
 
 from replaygpu.errors import ConfigError
-from replaygpu.learner import service_loop
+from replaygpu.keys import PRIORITIES
 from replaygpu.learner.rate_limiter import SampleToInsertRatio
+from replaygpu.learner.weights import WeightStore
 from replaygpu.samplers.base import Sampler, check_not_empty
 from replaygpu.storage import ReplayTable
 
 logger = logging.getLogger(__name__)
 
 UpdateFn = Callable[[dict[str, tf.Tensor]], Mapping[str, tf.Tensor]]
-
-#: update_fn output key whose value ([B] float) goes to the sampler's ``update_priorities``.
-PRIORITIES_KEY = "priorities"
 
 
 class Learner(tf.Module):
@@ -38,8 +35,8 @@ class Learner(tf.Module):
         table: the replay table.
         sampler: draws ``(indices, batch)`` inside the graph (e.g. `UniformSampler`).
         update_fn: ``update_fn(batch) -> {name: scalar tensor}``; gets ``{field: [B, ...]}`` and
-            applies its own optimizer step. A ``"priorities"`` output of shape ``[B]`` is handed
-            to ``sampler.update_priorities(indices, priorities)``.
+            applies its own optimizer step. A `rg.PRIORITIES` (``"priorities"``) output of shape
+            ``[B]`` is handed to ``sampler.update_priorities(indices, priorities)``.
         batch_size: minibatch size B.
         rate_limiter: optional `SampleToInsertRatio`; without one every requested step runs.
         jit_compile: compile the whole loop with XLA (the largest CPU win for small networks).
@@ -48,6 +45,11 @@ class Learner(tf.Module):
         steps: total SGD steps run (int64 variable, checkpointed).
         weights_version: version of the last `publish_weights` (int64 variable on the CPU,
             checkpointed, so versions keep growing across restarts).
+        weight_store: the published weights that a server hands to actors.
+
+    Raises:
+        ConfigError: for a batch size below 1, a sampler that is not an `rg.Sampler` or that
+            samples another table.
     """
 
     def __init__(
@@ -62,7 +64,12 @@ class Learner(tf.Module):
         super().__init__(name="learner")
         if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ConfigError(f"batch_size: got {batch_size!r}, expected an integer >= 1")
-        if getattr(sampler, "table", table) is not table:
+        if not isinstance(sampler, Sampler):
+            raise ConfigError(
+                f"sampler: got {type(sampler).__name__}, expected an rg.Sampler (UniformSampler, "
+                "PrioritizedSampler, ...); a sampler of your own subclasses rg.Sampler"
+            )
+        if sampler.table is not table:
             raise ConfigError(
                 "sampler: it samples another table than the learner's; pass one "
                 "made with this table"
@@ -79,6 +86,7 @@ class Learner(tf.Module):
             self.weights_version = tf.Variable(
                 0, dtype=tf.int64, trainable=False, name="weights_version"
             )
+        self.weight_store = WeightStore(self.weights_version)
         self._metric_names: list[str] | None = None
         self._train_fn = tf.function(
             self._train_graph,
@@ -106,10 +114,10 @@ class Learner(tf.Module):
 
         Raises:
             EmptyTableError: without a rate limiter, when the table is empty.
-            ValueError: when num_steps is negative.
+            ConfigError: when num_steps is negative.
         """
         if num_steps < 0:
-            raise ValueError(f"num_steps: got {num_steps}, expected >= 0")
+            raise ConfigError(f"num_steps: got {num_steps}, expected >= 0")
         if self.rate_limiter is None:
             check_not_empty(self.table)
         if self._metric_names is None:
@@ -119,23 +127,25 @@ class Learner(tf.Module):
         names = ["steps", *self.metric_names]
         return {k: float(v) for k, v in zip(names, values, strict=True)}
 
-    def run(self, steps_per_call: int = 100, **kwargs: Any) -> dict[str, float]:
-        """Serve loop: commit staged appends, ``train(steps_per_call)``, publish weights; repeat.
+    def publish_weights(self, source: Any) -> int:
+        """Snapshot the variables of ``source`` for actors' ``get_weights``; returns the version.
 
-        See `replaygpu.learner.service_loop.run` for the keyword arguments (weights=,
-        max_steps=, max_seconds=, stop=, checkpointer=, ...).
+        Args:
+            source: read now: a Keras model, a `tf.Module`, a dict or list of variables, or a
+                callable returning one (see `WeightStore.publish`). Pass the model itself.
+
+        Raises:
+            ConfigError: when ``source`` holds no variables (e.g. an unbuilt Keras model).
         """
-        return service_loop.run(self, steps_per_call, **kwargs)
-
-    def publish_weights(self, variables: Any) -> int:
-        """Snapshot ``variables`` for actors' ``get_weights``; returns the new version (+1)."""
-        return service_loop.publish_weights(self, variables)
+        version = self.weight_store.publish(source)
+        logger.debug("published weights version %d", version)
+        return version
 
     def _step(self) -> dict[str, tf.Tensor]:
         """One sample -> update_fn -> priority update; returns update_fn's scalar metrics."""
         indices, batch = self.sampler.sample(self.batch_size)
         out = dict(self._update_fn(batch))
-        priorities = out.pop(PRIORITIES_KEY, None)
+        priorities = out.pop(PRIORITIES, None)
         if priorities is not None:
             self.sampler.update_priorities(indices, priorities)
         return out
@@ -157,19 +167,19 @@ class Learner(tf.Module):
             raise ConfigError(
                 f"update_fn must return a dict of scalar tensors, got {type(out).__name__}"
             )
-        if PRIORITIES_KEY in out and not hasattr(sampler, "update_priorities"):
+        if PRIORITIES in out and not sampler.keeps_priorities:
             raise ConfigError(
-                f"update_fn returned '{PRIORITIES_KEY}' but {type(sampler).__name__} has no "
-                "update_priorities; use PrioritizedSampler or drop the key"
+                f"update_fn returned '{PRIORITIES}' but {type(sampler).__name__} keeps no "
+                "priorities; use a PrioritizedSampler (or wrap one) or drop the key"
             )
         for name, value in out.items():
-            if name != PRIORITIES_KEY and getattr(value, "shape", None) != ():
+            if name != PRIORITIES and getattr(value, "shape", None) != ():
                 raise ConfigError(
                     f"update_fn output '{name}': got shape {getattr(value, 'shape', value)}, "
-                    f"expected a scalar metric (only '{PRIORITIES_KEY}' may be [B]); reduce it "
+                    f"expected a scalar metric (only '{PRIORITIES}' may be [B]); reduce it "
                     "with tf.reduce_mean"
                 )
-        return sorted(k for k in out if k != PRIORITIES_KEY)
+        return sorted(k for k in out if k != PRIORITIES)
 
     def _train_graph(self, num_steps: tf.Tensor) -> tf.Tensor:
         table = self.table
@@ -190,8 +200,7 @@ class Learner(tf.Module):
             return i + 1, sums + values
 
         # A sampler's loop_scope does once-per-call work (e.g. syncing new rows) outside the loop.
-        loop_scope = getattr(self.sampler, "loop_scope", contextlib.nullcontext)
-        with loop_scope():
+        with self.sampler.loop_scope():
             _, sums = tf.while_loop(
                 lambda i, _: i < n,
                 body,

@@ -2,16 +2,15 @@
 
 They never block and never busy-wait: the learner asks for k steps and runs
 ``min(k, allowed_steps)``. Callers that get fewer steps than asked simply insert more data
-(or do other work) and call again.
+(or do other work) and call again. The rule itself is `SampleToInsertRule`, shared with the
+actors' insert side.
 """
 
 from __future__ import annotations
 
-import math
-
 import tensorflow as tf
 
-from replaygpu.errors import ConfigError
+from replaygpu.learner.ratio import SampleToInsertRule
 
 
 class SampleToInsertRatio(tf.Module):
@@ -22,29 +21,25 @@ class SampleToInsertRatio(tf.Module):
 
         sampled + B <= samples_per_insert * (inserted - min_size_to_sample) + error_buffer
 
-    so that ``allowed_steps = floor((spi * (inserted - min_size) + error_buffer - sampled) / B)``.
-    This is Reverb's SampleToInsertRatio seen from the sampling side.
+    so that ``allowed_steps = floor(rule.sample_room(inserted, sampled) / B)``
+    (`SampleToInsertRule`). This is Reverb's SampleToInsertRatio seen from the sampling side;
+    actors apply the same rule on the insert side (`ReplayClient.wait_for_insert_room`).
 
     Args:
         samples_per_insert: the target replay ratio (e.g. 8: each transition is sampled 8 times
             on average).
         min_size_to_sample: no step runs before the table holds this many rows.
         error_buffer: slack in transitions; it must allow at least one minibatch.
+
+    Raises:
+        ConfigError: for out-of-range values.
     """
 
     def __init__(
         self, samples_per_insert: float, min_size_to_sample: int, error_buffer: float
     ) -> None:
         super().__init__(name="sample_to_insert_ratio")
-        if not (samples_per_insert > 0 and math.isfinite(samples_per_insert)):
-            raise ConfigError(f"samples_per_insert: got {samples_per_insert}, expected > 0")
-        if min_size_to_sample < 1:
-            raise ConfigError(
-                f"min_size_to_sample: got {min_size_to_sample}, expected >= 1 (a table needs a "
-                "row before it can be sampled)"
-            )
-        if error_buffer < 0:
-            raise ConfigError(f"error_buffer: got {error_buffer}, expected >= 0")
+        self.rule = SampleToInsertRule(samples_per_insert, min_size_to_sample, error_buffer)
         self.samples_per_insert = float(samples_per_insert)
         self.min_size_to_sample = int(min_size_to_sample)
         self.error_buffer = float(error_buffer)
@@ -52,13 +47,10 @@ class SampleToInsertRatio(tf.Module):
 
     def allowed_steps(self, inserted: tf.Tensor, size: tf.Tensor, batch_size: int) -> tf.Tensor:
         """Steps of ``batch_size`` allowed now, as an int64 scalar >= 0 (a graph function)."""
-        budget = (
-            self.samples_per_insert * tf.cast(inserted - self.min_size_to_sample, tf.float64)
-            + self.error_buffer
-            - tf.cast(self.sampled, tf.float64)
+        room = self.rule.sample_room(
+            tf.cast(inserted, tf.float64), tf.cast(self.sampled, tf.float64)
         )
-        steps = tf.cast(tf.math.floor(budget / batch_size), tf.int64)
-        steps = tf.maximum(steps, 0)
+        steps = tf.maximum(tf.cast(tf.math.floor(room / batch_size), tf.int64), 0)
         return tf.where(size >= self.min_size_to_sample, steps, tf.zeros_like(steps))
 
     def record(self, num_samples: tf.Tensor) -> None:

@@ -1,10 +1,11 @@
 """Published weights: versioned host snapshots that the service hands to actors.
 
-`Learner.publish_weights` copies the variables to numpy on the learner thread and bumps the
-version; gRPC threads read the latest snapshot without touching TensorFlow. The version counter
-can live in a checkpointed variable (``Learner.weights_version``), so a restarted learner
-continues numbering where its checkpoint left off instead of starting again at 1. This module
-imports no TensorFlow; the counter is any object with ``numpy()`` and ``assign(int)``.
+`Learner.publish_weights` reads the variables of its source (a model, a module, a callable)
+when it runs, copies them to numpy on the learner thread and bumps the version; gRPC threads
+read the latest snapshot without touching TensorFlow. The version counter can live in a
+checkpointed variable (``Learner.weights_version``), so a restarted learner continues numbering
+where its checkpoint left off instead of starting again at 1. This module imports no
+TensorFlow; the counter is any object with ``numpy()`` and ``assign(int)``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+
+from replaygpu.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,24 @@ class WeightSnapshot:
         if self.names is None:
             return list(self.arrays)
         return dict(zip(self.names, self.arrays, strict=True))
+
+
+def _read(source: Any) -> tuple[tuple[str, ...] | None, list[Any]]:
+    """``(names or None, values)`` of a publication source, read now."""
+    if callable(source) and not hasattr(source, "weights") and not hasattr(source, "variables"):
+        source = source()
+    if isinstance(source, Mapping):
+        return tuple(str(k) for k in source), list(source.values())
+    if isinstance(source, Sequence) and not isinstance(source, (str, bytes)):
+        return None, list(source)
+    for attribute in ("weights", "variables"):  # Keras model, then tf.Module
+        found = getattr(source, attribute, None)
+        if found is not None and not callable(found):
+            return None, list(found)
+    raise ConfigError(
+        f"publish_weights: got {type(source).__name__}, expected a Keras model, a tf.Module, "
+        "a dict or list of variables or arrays, or a callable returning one"
+    )
 
 
 def _as_array(value: Any) -> np.ndarray:
@@ -81,35 +102,28 @@ class WeightStore:
         if self._counter is not None:
             self._version = int(self._counter.numpy())
 
-    def publish(self, variables: Any) -> int:
-        """Snapshot ``variables`` and make them the latest version.
+    def publish(self, source: Any) -> int:
+        """Snapshot the variables ``source`` holds now and make them the latest version.
 
         Args:
-            variables: a mapping ``{name: variable or array}``, a sequence of them, or an
-                object with a ``variables`` (tf.Module) or ``weights`` (Keras) list.
+            source: read when this runs: a Keras model (its ``weights``), a `tf.Module` (its
+                ``variables``), a mapping ``{name: variable or array}``, a sequence of them,
+                or a callable returning one of those. Pass the model itself, not
+                ``model.variables``: a Keras model has no variables before its first call.
 
         Returns:
             the new version.
 
         Raises:
-            TypeError: for anything else.
+            ConfigError: for anything else, or when ``source`` holds no variables.
         """
-        names: tuple[str, ...] | None = None
-        if isinstance(variables, Mapping):
-            names = tuple(str(k) for k in variables)
-            values = list(variables.values())
-        elif isinstance(variables, Sequence) and not isinstance(variables, (str, bytes)):
-            values = list(variables)
-        else:
-            found = getattr(variables, "weights", None)
-            if found is None:
-                found = getattr(variables, "variables", None)
-            if found is None:
-                raise TypeError(
-                    f"publish_weights: got {type(variables).__name__}, expected a dict or list "
-                    "of variables/arrays, a tf.Module or a Keras model"
-                )
-            values = list(found)
+        names, values = _read(source)
+        if not values:
+            raise ConfigError(
+                f"publish_weights: {type(source).__name__} holds no variables, so actors "
+                "would get nothing; a Keras model has none before it is first called (call it "
+                "once, or model.build(input_shape)), then publish the model itself"
+            )
         arrays = tuple(_as_array(v) for v in values)
         with self._lock:
             self.sync()

@@ -1,12 +1,19 @@
-"""The actor-to-learner gRPC service: wire codec, server, client, auth, health.
+"""The actor-to-learner gRPC service.
 
 Modules, by side of the wire:
 
-- actor side (imports no TensorFlow): `client` (`ReplayClient`), `codec`, `auth`, `status`,
-  and the generated ``replaygpu.v1`` protos;
-- learner side: `server` (`serve`, `ReplayServer`), `staging` (the bounded queue between gRPC
-  threads and the learner thread), `ledger` (last committed seq per actor, checkpointed),
-  `commands` (``replaygpu serve`` / ``replaygpu info``).
+- both sides (no TensorFlow): `wire` (the AppendRequest format: one-copy encoder, zero-copy
+  parser), `codec` (numpy arrays <-> Tensor messages), `status` (library errors <-> gRPC status
+  codes), `auth` (tokens, TLS), `config` (`ClientConfig`, `ServerConfig`), `allocator`
+  (glibc tuning for large buffers), `generate_protos` (regenerates ``replaygpu.v1``);
+- actor side (no TensorFlow): `client` (`ReplayClient`) and its `outbox` (unacknowledged
+  requests and the stream thread);
+- learner side: `server` (`serve`, `ReplayServer`: lifecycle, health, checkpoints),
+  `servicer` (the RPCs: Append's parse -> validate -> stage -> ack, GetWeights, Info),
+  `staging` (the bounded queue and buffer pool between gRPC threads and the committer),
+  `ingest` (commits staged batches exactly once), `ledger` (last committed seq per actor,
+  checkpointed), `loop` (a served learner's training loop: `rg.run_learner`,
+  `rg.learner_step`), `commands` (``replaygpu serve`` / ``replaygpu info``).
 
 This package re-exports nothing, so importing the client never pulls in the server.
 """

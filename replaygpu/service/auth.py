@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 
 from replaygpu.errors import ConfigError
+from replaygpu.service.status import AuthenticationError, abort
 
 logger = logging.getLogger(__name__)
 
@@ -137,25 +138,27 @@ class TokenInterceptor(grpc.ServerInterceptor):
 
 
 def _deny(handler: Any, message: str) -> grpc.RpcMethodHandler:
-    def abort(request: Any, context: grpc.ServicerContext) -> Any:
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+    error = AuthenticationError(message)
+
+    def refuse(request: Any, context: grpc.ServicerContext) -> Any:
+        abort(context, error)
 
     if handler is None:
-        return grpc.unary_unary_rpc_method_handler(abort)
+        return grpc.unary_unary_rpc_method_handler(refuse)
     if handler.request_streaming and handler.response_streaming:
         return grpc.stream_stream_rpc_method_handler(
-            abort, handler.request_deserializer, handler.response_serializer
+            refuse, handler.request_deserializer, handler.response_serializer
         )
     if handler.request_streaming:
         return grpc.stream_unary_rpc_method_handler(
-            abort, handler.request_deserializer, handler.response_serializer
+            refuse, handler.request_deserializer, handler.response_serializer
         )
     if handler.response_streaming:
         return grpc.unary_stream_rpc_method_handler(
-            abort, handler.request_deserializer, handler.response_serializer
+            refuse, handler.request_deserializer, handler.response_serializer
         )
     return grpc.unary_unary_rpc_method_handler(
-        abort, handler.request_deserializer, handler.response_serializer
+        refuse, handler.request_deserializer, handler.response_serializer
     )
 
 

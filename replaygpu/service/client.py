@@ -21,16 +21,16 @@ from typing import Any
 import grpc
 import numpy as np
 
-from replaygpu.batch_check import WireSpec, check_columns
 from replaygpu.errors import BatchError, ConfigError
-from replaygpu.service import codec
+from replaygpu.fields import HostSpec, check_columns, row_nbytes
+from replaygpu.learner.ratio import SampleToInsertRule
+from replaygpu.service import codec, wire
 from replaygpu.service.allocator import keep_freed_memory
 from replaygpu.service.auth import TLSConfig, make_channel, token_metadata
 from replaygpu.service.config import ClientConfig
 from replaygpu.service.outbox import Outbox
 from replaygpu.service.status import (
     RETRYABLE_CODES,
-    ServiceError,
     TableNotFoundError,
     error_from_rpc,
 )
@@ -99,9 +99,12 @@ class ReplayClient:
         except BaseException:
             self._channel.close()
             raise
-        self.spec: WireSpec = info[0]
+        #: ``{field: FieldSpec}`` of the server's table
+        self.spec: HostSpec = info[0]
+        #: the rule of the learner's rate limiter (None without one), see `wait_for_insert_room`
+        self.rate_limit: SampleToInsertRule | None = info[2]
         self._next_seq = info[1] + 1
-        row = codec.row_nbytes(self.spec)
+        row = row_nbytes(self.spec)
         self._rows = max(
             1, min(self.config.max_batch_transitions, self.config.max_batch_bytes // row)
         )
@@ -131,7 +134,7 @@ class ReplayClient:
 
     # -- connecting -----------------------------------------------------------------------------
 
-    def _connect(self) -> tuple[WireSpec, int]:
+    def _connect(self) -> tuple[HostSpec, int, SampleToInsertRule | None]:
         deadline = time.monotonic() + self.config.retry_deadline_s
         delay = self.config.retry_initial_s
         while True:
@@ -154,7 +157,12 @@ class ReplayClient:
                 f"server at {self.address} has no table named {self.table!r}. "
                 f"Found: {', '.join(sorted(tables))}"
             )
-        return codec.wire_spec_from_proto(tables[self.table].spec), int(info.actor_last_seq)
+        table = tables[self.table]
+        return (
+            codec.host_spec_from_proto(table.spec),
+            int(info.actor_last_seq),
+            _rate_limit(table),
+        )
 
     # -- adding ---------------------------------------------------------------------------------
 
@@ -189,10 +197,9 @@ class ReplayClient:
         with self._cond:
             self._outbox.raise_pending_error()
             if self._partial_n == 0:
-                self._outbox.wait_for_room(self._rows * codec.row_nbytes(self.spec))
+                self._outbox.wait_for_room(self._rows * row_nbytes(self.spec))
                 self._partial = {
-                    k: np.empty((self._rows, *s), codec.numpy_dtype(d))
-                    for k, (d, s) in self.spec.items()
+                    k: np.empty((self._rows, *f.shape), f.numpy_dtype) for k, f in self.spec.items()
                 }
                 self._partial_since = time.monotonic()
             i = self._partial_n
@@ -232,7 +239,7 @@ class ReplayClient:
 
     def _seal(self, columns: Mapping[str, np.ndarray], reserved: bool = False) -> None:
         seq = self._next_seq
-        data = codec.encode_append_request(self.table, self.actor_id, seq, columns)
+        data = wire.encode_append_request(self.table, self.actor_id, seq, columns)
         if not reserved:
             self._outbox.wait_for_room(len(data))
         self._next_seq += 1
@@ -259,6 +266,46 @@ class ReplayClient:
                 if self._partial_n and time.monotonic() - self._partial_since >= delay:
                     self._seal_partial()
                 self._cond.wait(delay / 2)
+
+    # -- the server's rate limit ----------------------------------------------------------------
+
+    def wait_for_insert_room(self, slack: float = 0.0, stop: threading.Event | None = None) -> bool:
+        """Wait while the table is ahead of what the learner has sampled: the insert side of the
+        server's samples-per-insert limit (as Reverb's limiter blocks inserters).
+
+        The learner's `SampleToInsertRatio` only holds back sampling; an actor that could
+        outrun the learner calls this after each batch, so the learner trains on data from
+        recent policies instead of a backlog. The rule is the limiter's own
+        (`SampleToInsertRule.insert_room`), fed by the counters of the latest ack; only while
+        they say wait does it ask the server (``Info``) for fresh ones, backing off up to 50 ms.
+
+        Args:
+            slack: rows the table may run ahead beyond the limiter's ``error_buffer``.
+            stop: return early when this event is set.
+
+        Returns:
+            whether it waited (False at once when the server's learner has no rate limiter).
+
+        Raises:
+            ServiceError: when an ``Info`` call fails.
+        """
+        rule = self.rate_limit
+        if rule is None:
+            return False
+        inserted, sampled = self._outbox.counters
+        if rule.insert_room(inserted, sampled) + slack >= 0:
+            return False
+        delay = 0.002
+        while not (stop is not None and stop.is_set()):
+            table = next(t for t in self.info().tables if t.name == self.table)
+            if rule.insert_room(table.inserted, table.rate_limiter.sampled) + slack >= 0:
+                break
+            if stop is not None:
+                stop.wait(delay)
+            else:
+                time.sleep(delay)
+            delay = min(2 * delay, 0.05)
+        return True
 
     # -- weights and info -----------------------------------------------------------------------
 
@@ -334,4 +381,11 @@ class ReplayClient:
         self.close(flush=exc_type is None)
 
 
-__all__ = ["ClientConfig", "ReplayClient", "ServiceError", "TLSConfig"]
+def _rate_limit(table: Any) -> SampleToInsertRule | None:
+    """The samples-per-insert rule a ``TableInfo`` describes, or None."""
+    limiter = table.rate_limiter
+    if limiter.kind != "SampleToInsertRatio" or limiter.samples_per_insert <= 0:
+        return None
+    return SampleToInsertRule(
+        limiter.samples_per_insert, int(limiter.min_size_to_sample), limiter.error_buffer
+    )

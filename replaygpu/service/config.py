@@ -73,8 +73,6 @@ class ServerConfig:
         staging_max_bytes: staged bytes, at most (one batch is always admitted).
         staging_timeout_s: how long an append waits for room in a full staging queue before
             RESOURCE_EXHAUSTED.
-        background_commit: commit staged batches in a server thread whenever ``learner.run``
-            is not running; False leaves commits to ``learner.run`` or `commit_pending`.
         max_workers: gRPC handler threads; each open Append stream holds one.
         shutdown_grace_s: on `stop`, how long to wait for staged batches to be committed and
             in-flight RPCs to finish.
@@ -87,7 +85,6 @@ class ServerConfig:
     staging_max_batches: int = 64
     staging_max_bytes: int = 512 * MiB
     staging_timeout_s: float = 30.0
-    background_commit: bool = True
     max_workers: int = 32
     shutdown_grace_s: float = 5.0
     keep_freed_memory: bool = True

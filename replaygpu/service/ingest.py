@@ -1,29 +1,29 @@
 """Committing staged appends to the table, exactly once per (actor, seq).
 
-The `Ingest` sits between the gRPC handlers (which validate, decode and stage batches) and the
-table. Commits happen in one thread at a time, under one lock, in staging order:
+The `Ingest` sits between the Append handlers (which parse, validate and stage batches) and the
+table. One rule decides who commits:
 
-- inside ``learner.run()``, on the learner thread, between train calls (the loop claims the
-  ingest with `owned_by_caller`, which pauses the background committer);
-- otherwise in the server's background committer thread (a server with no training loop, or a
-  user loop that calls ``learner.train`` itself, holding `exclusive` around each call so that
-  sampling never sees a half-written table), or by hand with `commit_pending`.
+- a served `Learner`'s table is written by its training loop (`replaygpu.service.loop`), which
+  calls `commit_pending` between train calls, on the training thread, so sampling never sees
+  a half-written table (n-step and frame-stack validity depend on the cursor and size);
+- a bare served `ReplayTable` has a background committer thread (`start`).
+
+Every commit holds `lock`, so checkpoints taken under it (`ReplayServer.save`, the training
+loop) always see the table and the ledger agree.
 
 A batch whose seq is not above its actor's last committed seq is acknowledged and dropped. A
 batch the table refuses (`BatchError`) is answered INVALID_ARGUMENT and its actor's later seqs
 go on; any other failed write is answered UNAVAILABLE, and that actor's later seqs wait until
-the client resends the failed one, so its batches still land in order. The
-ledger advances together with the table write, and checkpoints taken through
-``ReplayServer.save`` (or by ``learner.run``) hold the commit lock, so the saved table and
-ledger always agree.
+the client resends the failed one, so its batches still land in order. Each ack carries the
+table's counters and the learner's sampled count, which actors use to follow the
+samples-per-insert rule on the insert side.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -68,10 +68,11 @@ class Ingest:
     Args:
         table: the replay table written to.
         ledger: the last committed seq per actor.
-        queue: the staging queue the gRPC handlers fill.
-        background: run a committer thread (from `start`) that commits whenever nobody owns
-            the ingest.
+        queue: the staging queue the Append handlers fill.
+        background: run a committer thread (from `start`); True for a bare table, False for a
+            learner's table (its training loop commits).
         buffers: the pool the staged arrays came from; they go back to it once committed.
+        sampled: returns the learner's sampled-transitions count for the acks (0 without one).
     """
 
     def __init__(
@@ -81,31 +82,28 @@ class Ingest:
         queue: StagingQueue,
         background: bool,
         buffers: BufferPool | None = None,
+        sampled: Callable[[], int] = lambda: 0,
     ) -> None:
         self.table = table
         self.buffers = buffers
         self.ledger = ledger
         self.queue = queue
+        self.background = background
+        #: held by every commit; hold it to keep commits out (a checkpoint, a train call)
         self.lock = threading.RLock()
-        self._owners = 0
-        self._owner_cond = threading.Condition()
-        self._committer_waiting = False  # the background committer waits for the lock
-        self._held = threading.local()  # .depth: `exclusive` blocks the calling thread holds
+        self._sampled = sampled
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         # actor -> seq whose commit failed; later seqs of that actor wait for its resend
         self._blocked: dict[str, int] = {}
-        self._background = background
 
     def start(self) -> None:
         """Start the background committer (when asked for); `close` stops it."""
-        if self._background and self._thread is None:
+        if self.background and self._thread is None:
             self._thread = threading.Thread(
                 target=self._commit_loop, name="replaygpu-committer", daemon=True
             )
             self._thread.start()
-
-    # -- the Ingest protocol of replaygpu.learner.service_loop ---------------------------------
 
     def commit_pending(self) -> int:
         """Commit every staged batch now, in order; returns the transitions inserted."""
@@ -116,40 +114,13 @@ class Ingest:
         """Block up to ``timeout`` seconds until a batch is staged."""
         return self.queue.wait_nonempty(timeout)
 
-    @contextlib.contextmanager
-    def owned_by_caller(self) -> Iterator[None]:
-        """While held, the background committer pauses and the caller commits."""
-        with self._owner_cond:
-            self._owners += 1
-        try:
-            yield
-        finally:
-            with self._owner_cond:
-                self._owners -= 1
-                self._owner_cond.notify_all()
-
-    @contextlib.contextmanager
-    def exclusive(self) -> Iterator[None]:
-        """While held, no staged batch is committed (by any thread).
-
-        Lets a waiting background commit go first, so a caller that holds this around every
-        train call in a tight loop does not starve the committer (Python locks are not fair).
-        """
-        depth = getattr(self._held, "depth", 0)
-        if not depth:  # (nested, the committer cannot get the lock anyway)
-            with self._owner_cond:
-                self._owner_cond.wait_for(lambda: not self._committer_waiting, timeout=1.0)
-        with self.lock:
-            self._held.depth = depth + 1
-            try:
-                yield
-            finally:
-                self._held.depth = depth
-
-    @property
-    def owned(self) -> bool:
-        """Whether a caller (``learner.run``) currently commits."""
-        return self._owners > 0
+    def counters(self) -> dict[str, int]:
+        """The ack fields that describe the table and the learner now."""
+        return {
+            "table_size": self.table.size,
+            "table_inserted": self.table.total_inserted,
+            "sampled": int(self._sampled()),
+        }
 
     # -- committing ----------------------------------------------------------------------------
 
@@ -210,15 +181,15 @@ class Ingest:
                 self._fail_unavailable([item for item, _ in done], "ledger write", err)
                 done = []
         if done:
-            size = self.table.size
+            counters = self.counters()
             for item, duplicate in done:
                 item.done(
                     {
                         "seq": item.seq,
                         "committed_seq": self.ledger.last(item.actor_id, sync=False),
-                        "table_size": size,
                         "transitions": 0 if duplicate else item.transitions,
                         "duplicate": duplicate,
+                        **counters,
                     }
                 )
         self._release(items)
@@ -246,25 +217,11 @@ class Ingest:
 
     def _commit_loop(self) -> None:
         while not self._stopping.is_set():
-            with self._owner_cond:
-                if self._owners:
-                    self._owner_cond.wait(0.1)
-                    continue
-            if self.queue.wait_nonempty(0.1) and not self.owned:
-                with self._owner_cond:
-                    self._committer_waiting = True
+            if self.queue.wait_nonempty(0.1):
                 try:
-                    with self.lock:
-                        with self._owner_cond:
-                            self._committer_waiting = False
-                            self._owner_cond.notify_all()
-                        self.commit_pending()
+                    self.commit_pending()
                 except Exception:  # a bug: keep serving, make it loud
                     logger.exception("background commit failed")
-                finally:
-                    with self._owner_cond:
-                        self._committer_waiting = False
-                        self._owner_cond.notify_all()
 
     def close(self, commit_remaining: bool) -> None:
         """Stop the committer; commit (or fail, with UNAVAILABLE) what is still staged."""
@@ -278,11 +235,3 @@ class Ingest:
             else:
                 for item in leftover:
                     item.fail(ServiceUnavailableError("server stopped; resend", seq=item.seq))
-
-    def stats(self) -> dict[str, Any]:
-        """Staged batches and bytes, and the number of actors the ledger knows."""
-        return {
-            "staged_batches": len(self.queue),
-            "staged_bytes": self.queue.nbytes,
-            "actors": len(self.ledger.snapshot()),
-        }

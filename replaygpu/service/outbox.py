@@ -51,6 +51,8 @@ class Outbox:
         self.cond = threading.Condition()
         self.acked_transitions = 0
         self.last_table_size = 0
+        #: the largest (table inserted, learner sampled) counts any ack carried
+        self.counters = (0, 0)
         self.closing = False
         self._open_stream = open_stream
         self._address = address
@@ -146,6 +148,8 @@ class Outbox:
                 self._unacked_bytes -= len(data)
                 self.acked_transitions += ack.transitions
             self.last_table_size = ack.table_size
+            inserted, sampled = self.counters
+            self.counters = (max(inserted, ack.table_inserted), max(sampled, ack.sampled))
             self.cond.notify_all()
 
     def _stream_loop(self) -> None:

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -37,7 +37,6 @@ class StagedBatch:
     nbytes: int
     done: Callable[[dict[str, Any]], None]
     fail: Callable[[BaseException], None]
-    staged_at: float = field(default_factory=time.monotonic)
 
 
 class StagingQueue:
@@ -87,7 +86,8 @@ class StagingQueue:
                         f"{len(self._items)} batches / {self._bytes} bytes staged, limits "
                         f"staging_max_batches={self.max_batches}, "
                         f"staging_max_bytes={self.max_bytes}; the learner is not draining "
-                        "appends (is learner.run() or the background committer running?)",
+                        "appends (a served learner commits them in its training loop: call "
+                        "rg.run_learner or rg.learner_step, not learner.train alone)",
                         seq=item.seq,
                     )
                 self._cond.wait(left)

@@ -1,6 +1,7 @@
 """The one place where library errors and gRPC status codes meet, in both directions.
 
-Server side, `code_of` picks the status code of an exception raised while serving an RPC;
+Server side, `code_of` picks the status code of an exception raised while serving an RPC and
+`abort` ends the RPC with it (the handlers and the token check both go through it);
 client side, `error_from_rpc` turns a failed RPC back into a library exception that says
 what happened and how to fix it. Imports no TensorFlow.
 """
@@ -110,6 +111,16 @@ def trailing_metadata_of(err: BaseException) -> tuple[tuple[str, str], ...]:
     if getattr(err, "retryable", False):
         out.append((RETRYABLE_METADATA_KEY, "1"))
     return tuple(out)
+
+
+def abort(context: grpc.ServicerContext, err: BaseException) -> None:
+    """End the RPC served with ``context`` with ``err``'s status code, message and metadata.
+
+    Raises:
+        the exception gRPC uses to end the handler (``context.abort`` never returns).
+    """
+    context.set_trailing_metadata(trailing_metadata_of(err))
+    context.abort(code_of(err), str(err))
 
 
 def error_from_rpc(err: grpc.RpcError, address: str = "") -> ServiceError:

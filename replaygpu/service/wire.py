@@ -1,4 +1,7 @@
-"""A zero-copy reader of serialized ``AppendRequest`` messages, without TensorFlow.
+"""The ``AppendRequest`` wire format, both ways, without TensorFlow.
+
+`encode_append_request` (the client) writes a request with one copy of the array data;
+`parse_append_request` (the server) reads one without copying the data.
 
 The server receives each AppendRequest as the raw bytes gRPC read off the socket and parses
 them here, in the stream's reader thread: the header fields and tensor metadata are decoded in
@@ -17,10 +20,13 @@ protobuf's parser instead, so every message protobuf accepts is accepted.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from replaygpu.fields import dtype_name
 from replaygpu.v1 import replay_pb2
 
 _VARINT, _FIXED64, _LEN, _FIXED32 = 0, 1, 2, 5
@@ -170,3 +176,57 @@ def parse_append_request(data: bytes) -> AppendView:
         return _parse(buf)
     except _Fallback:
         return _from_protobuf(bytes(buf))
+
+
+# -- encoding ----------------------------------------------------------------------------------
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _len_field(number: int, size: int) -> bytes:
+    """Tag and length prefix of a length-delimited field (wire type 2)."""
+    return _encode_varint(number << 3 | 2) + _encode_varint(size)
+
+
+def encode_append_request(
+    table: str, actor_id: str, seq: int, columns: Mapping[str, np.ndarray]
+) -> bytes:
+    """A serialized ``AppendRequest``, built with one copy of the array data.
+
+    Equivalent to filling the message and calling ``SerializeToString()`` (a test checks it),
+    but the data bytes go straight from the arrays into the output: protobuf's serializer
+    copies nested multi-megabyte bytes fields several times (10 ms for a 7 MB frame batch).
+    """
+    parts: list[Any] = []
+    batch_size = 0
+    for name, array in columns.items():
+        arr = np.ascontiguousarray(array)
+        if arr.dtype.byteorder == ">":
+            arr = arr.astype(arr.dtype.newbyteorder("<"))
+        meta = replay_pb2.Tensor(dtype=dtype_name(arr.dtype), shape=arr.shape).SerializeToString()
+        data_head = _len_field(3, arr.nbytes)
+        tensor_size = len(meta) + len(data_head) + arr.nbytes
+        name_bytes = name.encode()
+        named_head = _len_field(1, len(name_bytes)) + name_bytes + _len_field(2, tensor_size)
+        named_size = len(named_head) + tensor_size
+        field_head = _len_field(1, named_size)
+        parts += [
+            field_head,
+            named_head,
+            meta,
+            data_head,
+            memoryview(arr.reshape(-1).view(np.uint8)),
+        ]
+        batch_size += len(field_head) + named_size
+    head = replay_pb2.AppendRequest(table=table, actor_id=actor_id, seq=seq).SerializeToString()
+    return b"".join([head, _len_field(4, batch_size), *parts])

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19replaygpu/v1/replay.proto\x12\x0creplaygpu.v1\"4\n\x06Tensor\x12\r\n\x05\x64type\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"A\n\x0bNamedTensor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12$\n\x06tensor\x18\x02 \x01(\x0b\x32\x14.replaygpu.v1.Tensor\"2\n\x05\x42\x61tch\x12)\n\x06\x66ields\x18\x01 \x03(\x0b\x32\x19.replaygpu.v1.NamedTensor\"a\n\rAppendRequest\x12\r\n\x05table\x18\x01 \x01(\t\x12\x10\n\x08\x61\x63tor_id\x18\x02 \x01(\t\x12\x0b\n\x03seq\x18\x03 \x01(\x03\x12\"\n\x05\x62\x61tch\x18\x04 \x01(\x0b\x32\x13.replaygpu.v1.Batch\"k\n\tAppendAck\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x15\n\rcommitted_seq\x18\x02 \x01(\x03\x12\x12\n\ntable_size\x18\x03 \x01(\x03\x12\x13\n\x0btransitions\x18\x04 \x01(\x03\x12\x11\n\tduplicate\x18\x05 \x01(\x08\"\'\n\x11GetWeightsRequest\x12\x12\n\nnewer_than\x18\x01 \x01(\x03\"U\n\x07Weights\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12*\n\x07tensors\x18\x02 \x03(\x0b\x32\x19.replaygpu.v1.NamedTensor\x12\r\n\x05named\x18\x03 \x01(\x08\"\x1f\n\x0bInfoRequest\x12\x10\n\x08\x61\x63tor_id\x18\x01 \x01(\t\"7\n\tFieldSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\"~\n\x0fRateLimiterInfo\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x1a\n\x12samples_per_insert\x18\x02 \x01(\x01\x12\x1a\n\x12min_size_to_sample\x18\x03 \x01(\x03\x12\x14\n\x0c\x65rror_buffer\x18\x04 \x01(\x01\x12\x0f\n\x07sampled\x18\x05 \x01(\x03\"\xc8\x01\n\tTableInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x04spec\x18\x02 \x03(\x0b\x32\x17.replaygpu.v1.FieldSpec\x12\x10\n\x08\x63\x61pacity\x18\x03 \x01(\x03\x12\x0c\n\x04size\x18\x04 \x01(\x03\x12\x10\n\x08inserted\x18\x05 \x01(\x03\x12\x0f\n\x07sampled\x18\x06 \x01(\x03\x12\x0e\n\x06\x64\x65vice\x18\x07 \x01(\t\x12\x33\n\x0crate_limiter\x18\x08 \x01(\x0b\x32\x1d.replaygpu.v1.RateLimiterInfo\"\xf0\x01\n\x0cInfoResponse\x12\'\n\x06tables\x18\x01 \x03(\x0b\x32\x17.replaygpu.v1.TableInfo\x12\x17\n\x0fweights_version\x18\x02 \x01(\x03\x12\x15\n\rlearner_steps\x18\x03 \x01(\x03\x12\x16\n\x0estaged_batches\x18\x04 \x01(\x03\x12\x14\n\x0cstaged_bytes\x18\x05 \x01(\x03\x12\x19\n\x11max_message_bytes\x18\x06 \x01(\x03\x12\x16\n\x0eserver_version\x18\x07 \x01(\t\x12\x0e\n\x06\x61\x63tors\x18\x08 \x01(\x03\x12\x16\n\x0e\x61\x63tor_last_seq\x18\t \x01(\x03\x32\xd8\x01\n\rReplayService\x12\x42\n\x06\x41ppend\x12\x1b.replaygpu.v1.AppendRequest\x1a\x17.replaygpu.v1.AppendAck(\x01\x30\x01\x12\x44\n\nGetWeights\x12\x1f.replaygpu.v1.GetWeightsRequest\x1a\x15.replaygpu.v1.Weights\x12=\n\x04Info\x12\x19.replaygpu.v1.InfoRequest\x1a\x1a.replaygpu.v1.InfoResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19replaygpu/v1/replay.proto\x12\x0creplaygpu.v1\"4\n\x06Tensor\x12\r\n\x05\x64type\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"A\n\x0bNamedTensor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12$\n\x06tensor\x18\x02 \x01(\x0b\x32\x14.replaygpu.v1.Tensor\"2\n\x05\x42\x61tch\x12)\n\x06\x66ields\x18\x01 \x03(\x0b\x32\x19.replaygpu.v1.NamedTensor\"a\n\rAppendRequest\x12\r\n\x05table\x18\x01 \x01(\t\x12\x10\n\x08\x61\x63tor_id\x18\x02 \x01(\t\x12\x0b\n\x03seq\x18\x03 \x01(\x03\x12\"\n\x05\x62\x61tch\x18\x04 \x01(\x0b\x32\x13.replaygpu.v1.Batch\"\x94\x01\n\tAppendAck\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x15\n\rcommitted_seq\x18\x02 \x01(\x03\x12\x12\n\ntable_size\x18\x03 \x01(\x03\x12\x13\n\x0btransitions\x18\x04 \x01(\x03\x12\x11\n\tduplicate\x18\x05 \x01(\x08\x12\x16\n\x0etable_inserted\x18\x06 \x01(\x03\x12\x0f\n\x07sampled\x18\x07 \x01(\x03\"\'\n\x11GetWeightsRequest\x12\x12\n\nnewer_than\x18\x01 \x01(\x03\"U\n\x07Weights\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12*\n\x07tensors\x18\x02 \x03(\x0b\x32\x19.replaygpu.v1.NamedTensor\x12\r\n\x05named\x18\x03 \x01(\x08\"\x1f\n\x0bInfoRequest\x12\x10\n\x08\x61\x63tor_id\x18\x01 \x01(\t\"7\n\tFieldSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\"~\n\x0fRateLimiterInfo\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x1a\n\x12samples_per_insert\x18\x02 \x01(\x01\x12\x1a\n\x12min_size_to_sample\x18\x03 \x01(\x03\x12\x14\n\x0c\x65rror_buffer\x18\x04 \x01(\x01\x12\x0f\n\x07sampled\x18\x05 \x01(\x03\"\xc8\x01\n\tTableInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x04spec\x18\x02 \x03(\x0b\x32\x17.replaygpu.v1.FieldSpec\x12\x10\n\x08\x63\x61pacity\x18\x03 \x01(\x03\x12\x0c\n\x04size\x18\x04 \x01(\x03\x12\x10\n\x08inserted\x18\x05 \x01(\x03\x12\x0f\n\x07sampled\x18\x06 \x01(\x03\x12\x0e\n\x06\x64\x65vice\x18\x07 \x01(\t\x12\x33\n\x0crate_limiter\x18\x08 \x01(\x0b\x32\x1d.replaygpu.v1.RateLimiterInfo\"\xf0\x01\n\x0cInfoResponse\x12\'\n\x06tables\x18\x01 \x03(\x0b\x32\x17.replaygpu.v1.TableInfo\x12\x17\n\x0fweights_version\x18\x02 \x01(\x03\x12\x15\n\rlearner_steps\x18\x03 \x01(\x03\x12\x16\n\x0estaged_batches\x18\x04 \x01(\x03\x12\x14\n\x0cstaged_bytes\x18\x05 \x01(\x03\x12\x19\n\x11max_message_bytes\x18\x06 \x01(\x03\x12\x16\n\x0eserver_version\x18\x07 \x01(\t\x12\x0e\n\x06\x61\x63tors\x18\x08 \x01(\x03\x12\x16\n\x0e\x61\x63tor_last_seq\x18\t \x01(\x03\x32\xd8\x01\n\rReplayService\x12\x42\n\x06\x41ppend\x12\x1b.replaygpu.v1.AppendRequest\x1a\x17.replaygpu.v1.AppendAck(\x01\x30\x01\x12\x44\n\nGetWeights\x12\x1f.replaygpu.v1.GetWeightsRequest\x1a\x15.replaygpu.v1.Weights\x12=\n\x04Info\x12\x19.replaygpu.v1.InfoRequest\x1a\x1a.replaygpu.v1.InfoResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,22 +39,22 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_BATCH']._serialized_end=214
   _globals['_APPENDREQUEST']._serialized_start=216
   _globals['_APPENDREQUEST']._serialized_end=313
-  _globals['_APPENDACK']._serialized_start=315
-  _globals['_APPENDACK']._serialized_end=422
-  _globals['_GETWEIGHTSREQUEST']._serialized_start=424
-  _globals['_GETWEIGHTSREQUEST']._serialized_end=463
-  _globals['_WEIGHTS']._serialized_start=465
-  _globals['_WEIGHTS']._serialized_end=550
-  _globals['_INFOREQUEST']._serialized_start=552
-  _globals['_INFOREQUEST']._serialized_end=583
-  _globals['_FIELDSPEC']._serialized_start=585
-  _globals['_FIELDSPEC']._serialized_end=640
-  _globals['_RATELIMITERINFO']._serialized_start=642
-  _globals['_RATELIMITERINFO']._serialized_end=768
-  _globals['_TABLEINFO']._serialized_start=771
-  _globals['_TABLEINFO']._serialized_end=971
-  _globals['_INFORESPONSE']._serialized_start=974
-  _globals['_INFORESPONSE']._serialized_end=1214
-  _globals['_REPLAYSERVICE']._serialized_start=1217
-  _globals['_REPLAYSERVICE']._serialized_end=1433
+  _globals['_APPENDACK']._serialized_start=316
+  _globals['_APPENDACK']._serialized_end=464
+  _globals['_GETWEIGHTSREQUEST']._serialized_start=466
+  _globals['_GETWEIGHTSREQUEST']._serialized_end=505
+  _globals['_WEIGHTS']._serialized_start=507
+  _globals['_WEIGHTS']._serialized_end=592
+  _globals['_INFOREQUEST']._serialized_start=594
+  _globals['_INFOREQUEST']._serialized_end=625
+  _globals['_FIELDSPEC']._serialized_start=627
+  _globals['_FIELDSPEC']._serialized_end=682
+  _globals['_RATELIMITERINFO']._serialized_start=684
+  _globals['_RATELIMITERINFO']._serialized_end=810
+  _globals['_TABLEINFO']._serialized_start=813
+  _globals['_TABLEINFO']._serialized_end=1013
+  _globals['_INFORESPONSE']._serialized_start=1016
+  _globals['_INFORESPONSE']._serialized_end=1256
+  _globals['_REPLAYSERVICE']._serialized_start=1259
+  _globals['_REPLAYSERVICE']._serialized_end=1475
 # @@protoc_insertion_point(module_scope)

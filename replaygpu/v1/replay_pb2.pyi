@@ -43,18 +43,22 @@ class AppendRequest(_message.Message):
     def __init__(self, table: _Optional[str] = ..., actor_id: _Optional[str] = ..., seq: _Optional[int] = ..., batch: _Optional[_Union[Batch, _Mapping]] = ...) -> None: ...
 
 class AppendAck(_message.Message):
-    __slots__ = ("seq", "committed_seq", "table_size", "transitions", "duplicate")
+    __slots__ = ("seq", "committed_seq", "table_size", "transitions", "duplicate", "table_inserted", "sampled")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_SEQ_FIELD_NUMBER: _ClassVar[int]
     TABLE_SIZE_FIELD_NUMBER: _ClassVar[int]
     TRANSITIONS_FIELD_NUMBER: _ClassVar[int]
     DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    TABLE_INSERTED_FIELD_NUMBER: _ClassVar[int]
+    SAMPLED_FIELD_NUMBER: _ClassVar[int]
     seq: int
     committed_seq: int
     table_size: int
     transitions: int
     duplicate: bool
-    def __init__(self, seq: _Optional[int] = ..., committed_seq: _Optional[int] = ..., table_size: _Optional[int] = ..., transitions: _Optional[int] = ..., duplicate: _Optional[bool] = ...) -> None: ...
+    table_inserted: int
+    sampled: int
+    def __init__(self, seq: _Optional[int] = ..., committed_seq: _Optional[int] = ..., table_size: _Optional[int] = ..., transitions: _Optional[int] = ..., duplicate: _Optional[bool] = ..., table_inserted: _Optional[int] = ..., sampled: _Optional[int] = ...) -> None: ...
 
 class GetWeightsRequest(_message.Message):
     __slots__ = ("newer_than",)

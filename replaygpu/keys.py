@@ -1,0 +1,28 @@
+"""Batch keys that samplers add and ``update_fn`` outputs the learner reads.
+
+Use these constants instead of string literals in an ``update_fn``::
+
+    weights = batch.get(rg.IMPORTANCE_WEIGHTS)        # present with a PrioritizedSampler
+    return {"loss": loss, rg.PRIORITIES: abs_td_error}
+
+Imports nothing, so the actor side can use them without TensorFlow.
+"""
+
+from __future__ import annotations
+
+#: ``update_fn`` output ([B] float): new priorities of the sampled rows, handed to
+#: ``sampler.update_priorities`` in the same loop step.
+PRIORITIES = "priorities"
+
+#: Batch key ([B] float32) added by `PrioritizedSampler`: ``(p_i / p_min) ** -beta``.
+IMPORTANCE_WEIGHTS = "importance_weights"
+
+#: Batch key ([B, T] float32) added by `SequenceSampler`: 1 where a window step is real.
+MASK = "mask"
+
+#: Batch key ([B] float32) added by `NStepSampler`: ``gamma**k * (1 - terminated)``, the
+#: multiplier of the bootstrap value.
+DISCOUNT = "discount"
+
+#: Batch key ([B] int64) added by `NStepSampler`: the number of rewards summed.
+NSTEP = "nstep"
