@@ -48,13 +48,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the actors until they collected their steps, are stopped, or the server is gone."""
+    import replaygpu as rg
     from agents.actor import ActorConfig, run_actor, run_actor_process
     from agents.flags import config_from_args
 
     try:
         config = config_from_args(ActorConfig, args)
         if args.processes < 1 or config.actor_index + args.processes > config.num_actors:
-            raise ValueError(
+            raise rg.ConfigError(
                 f"--processes {args.processes} from --actor-index {config.actor_index}: "
                 f"expected 1 <= processes and actor_index + processes <= num_actors "
                 f"({config.num_actors})"
@@ -63,8 +64,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"replaygpu actor: error: {err}")
         return 2
     if args.processes == 1:
-        import replaygpu as rg
-
         stop = threading.Event()
         previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
         try:

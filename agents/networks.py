@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
+import replaygpu as rg
+
 
 class MLP(tf.Module):
     """A ReLU multi-layer perceptron with a linear output layer.
@@ -29,7 +31,7 @@ class MLP(tf.Module):
     def __init__(self, sizes: Sequence[int], seed: int, name: str = "mlp") -> None:
         super().__init__(name=name)
         if len(sizes) < 2 or any(int(s) < 1 for s in sizes):
-            raise ValueError(f"sizes: got {list(sizes)}, expected >= 2 positive layer widths")
+            raise rg.ConfigError(f"sizes: got {list(sizes)}, expected >= 2 positive layer widths")
         rng = tf.random.Generator.from_seed(seed)
         self.layers: list[tuple[tf.Variable, tf.Variable]] = []
         for i, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes)):

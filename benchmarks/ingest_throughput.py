@@ -4,7 +4,9 @@ For vector transitions (obs dim 8, float32) and 84x84 uint8 frame transitions, w
 actor processes, measures:
 
 - ingest: ``ReplayClient.add_batch`` -> server (validate, np.frombuffer, staging) -> committed
-  to a `ReplayTable` by the server's committer; transitions/s and MB/s until the last ack;
+  to a `ReplayTable` by the server's committer (``--target table``, the default) or by a served
+  learner's training loop between its train calls (``--target learner``); transitions/s and
+  MB/s until the last ack;
 - raw: the same serialized AppendRequest bytes streamed with a bare gRPC client-streaming call
   to a server that only counts bytes (no decode, no table); the gRPC ceiling on this machine.
 
@@ -13,6 +15,7 @@ ratio ingest/raw compares runs under the same machine load. Run::
 
     python benchmarks/ingest_throughput.py            # full table (a few minutes)
     python benchmarks/ingest_throughput.py --quick    # 1 repeat, short runs
+    python benchmarks/ingest_throughput.py --target learner   # commits on the training thread
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ def make_columns(kind: str, n: int, seed: int) -> dict[str, np.ndarray]:
 # -- the learner process --------------------------------------------------------------------------
 
 
-def learner_main(kind: str, capacity: int, address_q: Any, stop: Any) -> None:
+def learner_main(kind: str, capacity: int, target: str, address_q: Any, stop: Any) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
@@ -79,9 +82,19 @@ def learner_main(kind: str, capacity: int, address_q: Any, stop: Any) -> None:
     }
     table = rg.ReplayTable(spec, capacity, device="/CPU:0")
     table.append(make_columns(kind, batch, 0))  # trace the append graph before timing
-    server = rg.serve(table, "127.0.0.1:0")
-    address_q.put(server.address)
-    stop.wait()
+    if target == "table":  # the server's background committer writes the table
+        server = rg.serve(table, "127.0.0.1:0")
+        address_q.put(server.address)
+        stop.wait()
+    else:  # a served learner: its training loop commits, between cheap train calls
+        sampler = rg.UniformSampler(table, seed=0)
+        learner = rg.Learner(
+            table, sampler, lambda b: {"r": tf.reduce_mean(b["reward"])}, batch_size=32
+        )
+        learner.train(1)
+        server = rg.serve(learner, "127.0.0.1:0")
+        address_q.put(server.address)
+        rg.run_learner(server, learner, 10, stop=stop, idle_wait_s=0.01)
     server.stop(grace=1.0)
 
 
@@ -187,12 +200,22 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="per run")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="1 repeat of 1.5 s")
+    parser.add_argument(
+        "--target",
+        choices=("table", "learner"),
+        default="table",
+        help="serve a bare table (background committer) or a learner whose training loop "
+        "(rg.run_learner, 10 cheap SGD steps per call) commits",
+    )
     args = parser.parse_args()
     if args.quick:
         args.repeats, args.seconds = 1, 1.5
     ctx = mp.get_context("spawn")
     print(f"# {date.today()} {platform.node()} {os.cpu_count()} CPUs, load {os.getloadavg()}")
-    print(f"# medians of {args.repeats} runs of {args.seconds} s; ingest = ReplayClient -> table")
+    print(
+        f"# medians of {args.repeats} runs of {args.seconds} s; ingest = ReplayClient -> "
+        f"{args.target}"
+    )
     print(
         f"{'kind':7} {'actors':>6} {'ingest tr/s':>12} {'ingest MB/s':>12} {'raw MB/s':>9} "
         f"{'ingest/raw':>10}"
@@ -200,7 +223,7 @@ def main() -> None:
     for kind in args.kinds:
         stop, q = ctx.Event(), ctx.Queue()
         capacity = 2**20 if kind == "vector" else 20_000
-        servers = [ctx.Process(target=learner_main, args=(kind, capacity, q, stop))]
+        servers = [ctx.Process(target=learner_main, args=(kind, capacity, args.target, q, stop))]
         servers[0].start()
         address = q.get(timeout=300)
         servers.append(ctx.Process(target=raw_server_main, args=(q, stop)))

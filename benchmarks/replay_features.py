@@ -108,8 +108,8 @@ def prioritized_update(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
     value = tf.reduce_mean(batch["obs"], axis=1) + batch["reward"]
     td = value + tf.reduce_mean(batch["next_obs"], axis=1)
     return {
-        "value": tf.reduce_mean(batch["importance_weights"] * td),
-        "priorities": tf.abs(td),
+        "value": tf.reduce_mean(batch[rg.IMPORTANCE_WEIGHTS] * td),
+        rg.PRIORITIES: tf.abs(td),
     }
 
 

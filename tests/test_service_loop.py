@@ -177,3 +177,60 @@ def test_step_refuses_a_server_that_serves_something_else():
             rg.learner_step(server, learner, 1)
         with pytest.raises(rg.ConfigError, match="serves another learner"):
             rg.run_learner(server, learner, 1, max_steps=1)
+
+
+def test_a_save_from_another_thread_gets_its_turn_while_the_loop_trains(tmp_path):
+    learner, _ = make_learner()
+    learner.table.append({"id": np.arange(16), "x": np.ones((16, 2), np.float32)})
+    stop = threading.Event()
+    with rg.serve(learner) as server:
+        loop = threading.Thread(
+            target=rg.run_learner, args=(server, learner, 1), kwargs={"stop": stop}
+        )
+        loop.start()  # back-to-back one-step train calls, each holding the commit lock
+        try:
+            time.sleep(0.5)
+            ckpt = rg.Checkpointer(tmp_path, learner=learner, ledger=server.ledger)
+            began = time.monotonic()
+            saver = threading.Thread(target=server.save, args=(ckpt,))
+            saver.start()
+            saver.join(20)
+            assert not saver.is_alive() and ckpt.latest is not None
+            assert time.monotonic() - began < 20
+        finally:
+            stop.set()
+            loop.join(30)
+
+
+def test_stopping_a_served_learner_leaves_late_batches_to_be_resent_not_acked_unsaved(tmp_path):
+    learner, _ = make_learner()
+    config = rg.ClientConfig(retry_initial_s=0.05, retry_max_s=0.2)
+    server = rg.serve(learner, "127.0.0.1:0")
+    ckpt = rg.Checkpointer(tmp_path, learner=learner, ledger=server.ledger)
+    client = rg.ReplayClient(server.address, actor_id="late", config=config)
+    rg.run_learner(server, learner, 5, max_steps=0, checkpointer=ckpt)  # final checkpoint
+    client.add_batch({"id": np.arange(8), "x": np.ones((8, 2), np.float32)})
+    deadline = time.monotonic() + 30
+    while client.info().staged_batches == 0:  # staged after the final checkpoint
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    address = server.address
+    server.stop()
+    assert learner.table.size == 0 and client.acked_transitions == 0  # not acked, not written
+    # the learner restarts from its checkpoint on the same address; the client resends
+    learner2, _ = make_learner()
+    ledger2 = rg.SequenceLedger()
+    rg.Checkpointer(tmp_path, learner=learner2, ledger=ledger2).restore()
+    with rg.serve(learner2, address, ledger=ledger2) as server2:
+        stop = threading.Event()
+        loop = threading.Thread(
+            target=rg.run_learner, args=(server2, learner2, 5), kwargs={"stop": stop}
+        )
+        loop.start()
+        try:
+            client.flush(timeout=30)
+        finally:
+            stop.set()
+            loop.join(30)
+            client.close()
+    assert client.acked_transitions == 8 and learner2.table.size == 8

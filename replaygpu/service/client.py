@@ -297,7 +297,11 @@ class ReplayClient:
             return False
         delay = 0.002
         while not (stop is not None and stop.is_set()):
-            table = next(t for t in self.info().tables if t.name == self.table)
+            table = next((t for t in self.info().tables if t.name == self.table), None)
+            if table is None:
+                raise TableNotFoundError(
+                    f"server at {self.address} no longer has table {self.table!r}"
+                )
             if rule.insert_room(table.inserted, table.rate_limiter.sampled) + slack >= 0:
                 break
             if stop is not None:

@@ -74,8 +74,7 @@ class ServerConfig:
         staging_timeout_s: how long an append waits for room in a full staging queue before
             RESOURCE_EXHAUSTED.
         max_workers: gRPC handler threads; each open Append stream holds one.
-        shutdown_grace_s: on `stop`, how long to wait for staged batches to be committed and
-            in-flight RPCs to finish.
+        shutdown_grace_s: on `stop`, how long in-flight RPCs get to finish.
         keep_freed_memory: tune glibc so freed batch buffers are reused rather than unmapped
             (3x faster commits of large batches; process-wide; see
             `replaygpu.service.allocator.keep_freed_memory`).

@@ -21,9 +21,11 @@ samples-per-insert rule on the insert side.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -89,8 +91,10 @@ class Ingest:
         self.ledger = ledger
         self.queue = queue
         self.background = background
-        #: held by every commit; hold it to keep commits out (a checkpoint, a train call)
+        #: held by every commit; hold it (`exclusive`, `training_turn`) to keep commits out
         self.lock = threading.RLock()
+        self._turns = threading.Condition()
+        self._waiting = 0  # threads in `exclusive` waiting for the lock
         self._sampled = sampled
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -111,15 +115,50 @@ class Ingest:
             return self._commit(self.queue.take_all(timeout=0.0))
 
     def wait_for_data(self, timeout: float) -> bool:
-        """Block up to ``timeout`` seconds until a batch is staged."""
+        """Block up to ``timeout`` seconds until a batch is staged (once closed: sleep, False)."""
+        if self.queue.closed:
+            time.sleep(timeout)
+            return False
         return self.queue.wait_nonempty(timeout)
 
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold the commit lock, ahead of the training loop's next turn (`training_turn`)."""
+        with self._turns:
+            self._waiting += 1
+        try:
+            self.lock.acquire()
+        finally:
+            with self._turns:
+                self._waiting -= 1
+                self._turns.notify_all()
+        try:
+            yield
+        finally:
+            self.lock.release()
+
+    @contextlib.contextmanager
+    def training_turn(self) -> Iterator[None]:
+        """Hold the commit lock for one commit + train call, after any thread waiting in
+        `exclusive` (Python locks are not fair: a loop re-taking the lock at once would starve
+        a checkpoint asked for from another thread)."""
+        with self._turns:
+            self._turns.wait_for(lambda: not self._waiting, timeout=5.0)
+        with self.lock:
+            yield
+
     def counters(self) -> dict[str, int]:
-        """The ack fields that describe the table and the learner now."""
+        """The ack fields that describe the table and the learner now (zeros for the learner's
+        count when it cannot be read: an ack must never fail for it)."""
+        try:
+            sampled = int(self._sampled())
+        except Exception:
+            logger.exception("reading the learner's sampled count for the acks failed")
+            sampled = 0
         return {
             "table_size": self.table.size,
             "table_inserted": self.table.total_inserted,
-            "sampled": int(self._sampled()),
+            "sampled": sampled,
         }
 
     # -- committing ----------------------------------------------------------------------------
@@ -229,9 +268,10 @@ class Ingest:
         if self._thread is not None:
             self._thread.join()
         leftover = self.queue.close()
-        with self.lock:
-            if commit_remaining:
+        if commit_remaining:
+            with self.lock:
                 self._commit(leftover)
-            else:
-                for item in leftover:
-                    item.fail(ServiceUnavailableError("server stopped; resend", seq=item.seq))
+        else:
+            for item in leftover:
+                item.fail(ServiceUnavailableError("server stopped; resend", seq=item.seq))
+            self._release(leftover)

@@ -44,7 +44,7 @@ def step(
     """One iteration: commit what the server staged, then ``learner.train(num_steps)``.
 
     The commit and the train call hold the server's commit lock together, so no other thread
-    (a checkpoint, `ReplayServer.stop`) writes the table while this call samples it.
+    commits or checkpoints while this call samples the table.
 
     Args:
         server: the server serving ``learner``, or None (then this only trains).
@@ -54,14 +54,15 @@ def step(
             batch to be staged before returning (so a caller's loop does not spin).
 
     Returns:
-        ``{"steps", "inserted"}`` and, when the train call ran, the means of ``update_fn``'s
-        metrics (NaN when it ran no step).
+        ``{"steps", "inserted"}`` and, when a train call was made, the means of
+        ``update_fn``'s metrics (NaN when it ran no step). No train call is made while the
+        table is empty and the learner has no rate limiter.
 
     Raises:
         ConfigError: when ``server`` does not serve ``learner``.
     """
     _check(server, learner)
-    lock = server.committing() if server is not None else contextlib.nullcontext()
+    lock = server.training_turn() if server is not None else contextlib.nullcontext()
     with lock:
         inserted = server.commit_pending() if server is not None else 0
         if learner.rate_limiter is not None or learner.table.size > 0:
@@ -181,7 +182,7 @@ def run(
         if weights is not None and unpublished:
             learner.publish_weights(weights)
         if server is not None:  # what was acknowledged is in the final checkpoint
-            with server.committing():
+            with server.training_turn():
                 inserted += server.commit_pending()
                 save()
         else:

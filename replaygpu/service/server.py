@@ -8,12 +8,13 @@ The RPCs themselves (Append's parse -> validate -> stage -> ack, GetWeights, Inf
 Who writes the table:
 
 - a served `Learner`: its training loop (`rg.run_learner`, `rg.learner_step`), between train
-  calls, on the training thread; nothing else does while the server runs;
+  calls, on the training thread; nothing else does, not even `stop`;
 - a bare `ReplayTable` (``replaygpu serve``): a background committer thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from concurrent import futures
 from typing import Any
@@ -170,27 +171,26 @@ class ReplayServer:
         """Block up to ``timeout`` seconds until a batch is staged; returns whether one is."""
         return self._ingest.wait_for_data(timeout)
 
-    def committing(self) -> Any:
-        """A ``with`` block during which no staged batch is committed by another thread.
-
-        The training loop holds it around each commit + train call, and `save` around a
-        checkpoint, so the saved table and ledger agree.
-        """
-        return self._ingest.lock
+    def training_turn(self) -> contextlib.AbstractContextManager[None]:
+        """A ``with`` block for one commit + train call of the training loop: no other thread
+        commits meanwhile, and a checkpoint asked for from another thread (`save`) goes first."""
+        return self._ingest.training_turn()
 
     def save(self, checkpointer: Any) -> str:
         """``checkpointer.save()`` while no commit runs, so table and ledger agree."""
-        with self._ingest.lock:
+        with self._ingest.exclusive():
             return checkpointer.save()
 
     # -- stopping -------------------------------------------------------------------------------
 
     def stop(self, grace: float | None = None) -> None:
-        """Shut down: NOT_SERVING, refuse new appends (UNAVAILABLE, clients retry), commit what
+        """Shut down: NOT_SERVING, refuse new appends (UNAVAILABLE, clients retry), settle what
         is staged, finish in-flight RPCs within ``grace`` seconds, and stop. Idempotent.
 
-        With a served learner, what is staged is committed between train calls (waiting for
-        one in progress), so it lands in the table the training loop checkpoints at its end.
+        What is staged: a bare table commits it (checkpoint after `stop`, as ``replaygpu
+        serve`` does); a served learner answers it UNAVAILABLE instead, because its training
+        loop took its final checkpoint already: a batch acknowledged now would be in no
+        checkpoint, so its client keeps it and resends it to the restarted learner.
         """
         if self._stopped:
             return
@@ -198,9 +198,11 @@ class ReplayServer:
         grace = self.config.shutdown_grace_s if grace is None else grace
         self._health.enter_graceful_shutdown()
         self._servicer.closing = True
-        self._ingest.close(commit_remaining=True)
-        self._grpc.stop(grace).wait()
-        self.table.served_at = None
+        try:
+            self._ingest.close(commit_remaining=self.learner is None)
+        finally:
+            self._grpc.stop(grace).wait()
+            self.table.served_at = None
         logger.info("stopped serving at %s", self.address)
 
     def __enter__(self) -> ReplayServer:

@@ -108,11 +108,6 @@ class StagingQueue:
             self._cond.notify_all()
             return items
 
-    def wait_empty(self, timeout: float) -> bool:
-        """Wait until nothing is staged; returns whether that happened within ``timeout``."""
-        with self._cond:
-            return self._cond.wait_for(lambda: not self._items, timeout)
-
     def wait_nonempty(self, timeout: float) -> bool:
         """Wait until something is staged (or the queue is closed)."""
         with self._cond:
@@ -122,6 +117,11 @@ class StagingQueue:
         """Wake waiters (after a batch was taken and committed)."""
         with self._cond:
             self._cond.notify_all()
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called (puts are refused)."""
+        return self._closed
 
     def close(self) -> list[StagedBatch]:
         """Refuse further puts; returns what was still staged (to be failed or committed)."""
