@@ -99,6 +99,22 @@ def write_exponential_priorities(write, capacity: int) -> None:
         write(rows, tf.constant(rng.exponential(size=len(rows))))
 
 
+def filled_prioritized(
+    table: rg.ReplayTable, capacity: int, fanout: int, xla: bool
+) -> rg.PrioritizedSampler:
+    """The benchmarked `PrioritizedSampler` over ``table``, its priorities already written."""
+    sampler = rg.PrioritizedSampler(
+        table,
+        alpha=0.6,
+        beta=rg.LinearSchedule(0.4, 1.0, 10**6),
+        seed=1,
+        tree_fanout=fanout,
+        xla=xla,
+    )
+    write_exponential_priorities(sampler.update_priorities, capacity)
+    return sampler
+
+
 def uniform_update(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
     value = tf.reduce_mean(batch["obs"], axis=1) + batch["reward"]
     return {"value": tf.reduce_mean(value + tf.reduce_mean(batch["next_obs"], axis=1))}
@@ -128,24 +144,11 @@ def bench_prioritized(args: argparse.Namespace) -> None:
         table = fill_vector_table(capacity, seed=capacity)
         samplers = {"uniform": (rg.UniformSampler(table, seed=1), uniform_update)}
         for kind, xla_clusters in (("prioritized", True), ("plain ops", False)):
-            prio = rg.PrioritizedSampler(
-                table,
-                alpha=0.6,
-                beta=rg.LinearSchedule(0.4, 1.0, 10**6),
-                seed=1,
-                tree_fanout=args.fanout,
-                xla=xla_clusters,
+            samplers[kind] = (
+                filled_prioritized(table, capacity, args.fanout, xla_clusters),
+                prioritized_update,
             )
-            write_exponential_priorities(prio.update_priorities, capacity)
-            samplers[kind] = (prio, prioritized_update)
-        wrapped = rg.PrioritizedSampler(
-            table,
-            alpha=0.6,
-            beta=rg.LinearSchedule(0.4, 1.0, 10**6),
-            seed=1,
-            tree_fanout=args.fanout,
-        )
-        write_exponential_priorities(wrapped.update_priorities, capacity)
+        wrapped = filled_prioritized(table, capacity, args.fanout, xla=True)
         nstep = rg.NStepSampler(wrapped, n=NSTEP_N, gamma=0.99)
         samplers[NSTEP_PRIO] = (nstep, prioritized_update)
         for xla in (False, True):
