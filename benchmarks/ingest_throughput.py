@@ -25,6 +25,7 @@ import multiprocessing as mp
 import os
 import platform
 import statistics
+import threading
 import time
 from concurrent import futures
 from datetime import date
@@ -130,8 +131,21 @@ def raw_server_main(address_q: Any, stop: Any) -> None:
 # -- actor processes ------------------------------------------------------------------------------
 
 
-def actor_main(mode: str, kind: str, address: str, actor: str, seconds: float, go: Any, out: Any):
-    batch = KINDS[kind][2]
+def actor_main(
+    mode: str,
+    kind: str,
+    address: str,
+    actor: str,
+    seconds: float,
+    go: Any,
+    out: Any,
+    call: str = "add_batch",
+    rows: int = 0,
+    streams: int = 1,
+):
+    """One actor process: ``streams`` clients (one thread each) call ``add_batch`` with ``rows``
+    rows (the kind's request size when 0) or ``add`` one transition at a time."""
+    batch = rows or KINDS[kind][2]
     cols = make_columns(kind, batch, hash(actor) % 1000)
     request = replay_pb2.AppendRequest(table="replay", actor_id=actor, seq=1)
     for name, array in cols.items():
@@ -140,23 +154,42 @@ def actor_main(mode: str, kind: str, address: str, actor: str, seconds: float, g
         field.tensor.shape[:] = array.shape
     payload = request.SerializeToString()
     if mode == "ingest":
-        config = ClientConfig(max_batch_transitions=batch, max_batch_bytes=32 * 2**20)
-        client = ReplayClient(address, actor_id=actor, config=config)
+        config = ClientConfig(max_batch_transitions=KINDS[kind][2], max_batch_bytes=32 * 2**20)
+        clients = [
+            ReplayClient(address, actor_id=f"{actor}-{i}", config=config) for i in range(streams)
+        ]
+        rows_of = [{k: v[i] for k, v in cols.items()} for i in range(min(batch, 1024))]
+        sent = [0] * streams
         go.wait()
         start = time.perf_counter()
-        sent = 0
-        while time.perf_counter() - start < seconds:
-            client.add_batch(cols)
-            sent += batch
-        client.flush()
+
+        def feed(i: int) -> None:
+            client = clients[i]
+            while time.perf_counter() - start < seconds:
+                if call == "add":
+                    for row in rows_of:
+                        client.add(row)
+                    sent[i] += len(rows_of)
+                else:
+                    client.add_batch(cols)
+                    sent[i] += batch
+            client.flush()
+
+        threads = [threading.Thread(target=feed, args=(i,)) for i in range(streams)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
         end = time.perf_counter()
-        client.close()
-        out.put((sent, sent * len(payload) / batch, start, end))
+        for client in clients:
+            client.close()
+        total = sum(sent)
+        out.put((total, total * len(payload) / batch, start, end))
         return
     channel = grpc.insecure_channel(
         address, options=[("grpc.max_send_message_length", 128 * 2**20)]
     )
-    call = channel.stream_unary(RAW_METHOD, request_serializer=lambda b: b)
+    call_raw = channel.stream_unary(RAW_METHOD, request_serializer=lambda b: b)
     go.wait()
     start = time.perf_counter()
     sent = 0
@@ -167,30 +200,93 @@ def actor_main(mode: str, kind: str, address: str, actor: str, seconds: float, g
             sent += batch
             yield payload
 
-    received = int.from_bytes(call(requests()), "little")
+    received = int.from_bytes(call_raw(requests()), "little")
     end = time.perf_counter()
     channel.close()
     out.put((sent, received, start, end))
 
 
-def trial(ctx: Any, mode: str, kind: str, address: str, actors: int, seconds: float) -> tuple:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def trial(
+    ctx: Any,
+    mode: str,
+    kind: str,
+    address: str,
+    actors: int,
+    seconds: float,
+    call: str = "add_batch",
+    rows: int = 0,
+    streams: int = 1,
+    server_pid: int | None = None,
+) -> tuple:
+    """One timed run; returns (transitions/s, MB/s, server CPU s per 1e6 transitions)."""
     go, out = ctx.Event(), ctx.Queue()
     procs = [
         ctx.Process(
             target=actor_main,
             args=(mode, kind, address, f"{mode}-{i}-{time.time_ns()}", seconds, go, out),
+            kwargs={"call": call, "rows": rows, "streams": streams},
         )
         for i in range(actors)
     ]
     for p in procs:
         p.start()
-    time.sleep(1.5)  # let actors import and connect
+    time.sleep(1.5 + 0.05 * actors * streams)  # let actors import and connect
+    cpu_before = cpu_seconds(server_pid) if server_pid else 0.0
     go.set()
-    results = [out.get(timeout=seconds + 120) for _ in procs]
+    results = [out.get(timeout=seconds + 300) for _ in procs]
+    cpu = cpu_seconds(server_pid) - cpu_before if server_pid else float("nan")
     for p in procs:
         p.join()
     wall = max(r[3] for r in results) - min(r[2] for r in results)
-    return sum(r[0] for r in results) / wall, sum(r[1] for r in results) / wall / MB
+    total = sum(r[0] for r in results)
+    return total / wall, sum(r[1] for r in results) / wall / MB, cpu / total * 1e6
+
+
+#: the small-request cases of issue 11: (label, processes, streams each, call, rows per call)
+SMALL_CASES = [
+    ("add() x 1 actor", 1, 1, "add", 1),
+    ("add_batch(256) x 8 procs", 8, 1, "add_batch", 256),
+    ("add_batch(256) x 64 streams", 8, 8, "add_batch", 256),
+]
+
+
+def run_small(ctx: Any, args: argparse.Namespace) -> None:
+    """Small requests: vector transitions from many streams, to the last ack."""
+    stop, q = ctx.Event(), ctx.Queue()
+    server = ctx.Process(target=learner_main, args=("vector", 2**20, args.target, q, stop))
+    server.start()
+    address = q.get(timeout=300)
+    print(f"{'case':30} {'ingest tr/s':>12} {'server CPU s/1e6 tr':>20}")
+    try:
+        for label, procs, streams, call, rows in SMALL_CASES:
+            runs = [
+                trial(
+                    ctx,
+                    "ingest",
+                    "vector",
+                    address,
+                    procs,
+                    args.seconds,
+                    call,
+                    rows,
+                    streams,
+                    server.pid,
+                )
+                for _ in range(args.repeats)
+            ]
+            tps = statistics.median(r[0] for r in runs)
+            cpu = statistics.median(r[2] for r in runs)
+            print(f"{label:30} {tps:12.3g} {cpu:20.2f}", flush=True)
+    finally:
+        stop.set()
+        server.join(timeout=30)
 
 
 def main() -> None:
@@ -207,6 +303,12 @@ def main() -> None:
         help="serve a bare table (background committer) or a learner whose training loop "
         "(rg.run_learner, 10 cheap SGD steps per call) commits",
     )
+    parser.add_argument(
+        "--cases",
+        choices=("large", "small", "all"),
+        default="all",
+        help="large requests (vs raw gRPC), small requests from many streams, or both",
+    )
     args = parser.parse_args()
     if args.quick:
         args.repeats, args.seconds = 1, 1.5
@@ -216,6 +318,11 @@ def main() -> None:
         f"# medians of {args.repeats} runs of {args.seconds} s; ingest = ReplayClient -> "
         f"{args.target}"
     )
+    if args.cases in ("small", "all"):
+        run_small(ctx, args)
+    if args.cases == "small":
+        print(f"# load after: {os.getloadavg()}")
+        return
     print(
         f"{'kind':7} {'actors':>6} {'ingest tr/s':>12} {'ingest MB/s':>12} {'raw MB/s':>9} "
         f"{'ingest/raw':>10}"

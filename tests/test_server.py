@@ -356,26 +356,36 @@ class _CheckedTable(rg.ReplayTable):
         return super().append(batch)
 
 
-def test_a_batch_the_table_refuses_is_raised_once_and_later_batches_still_land():
+def test_a_request_the_table_refuses_is_raised_once_and_later_requests_still_land():
+    # consecutive add_batch calls are packed into requests of max_batch_transitions rows; a
+    # request is what the server accepts or refuses, so both rows of seq 2 are dropped
     table = _CheckedTable()
-    config = rg.ClientConfig(max_delay_s=10.0, retry_initial_s=0.02, retry_deadline_s=5.0)
+    config = rg.ClientConfig(
+        max_batch_transitions=2, max_delay_s=10.0, retry_initial_s=0.02, retry_deadline_s=5.0
+    )
     with rg.serve(table) as server:
         client = rg.ReplayClient(server.address, actor_id="c", config=config)
-        client.add_batch(columns([1, 2]))
-        client.add_batch(columns([-3]))  # seq 2: refused by the table
-        client.add_batch(columns([4]))
-        with pytest.raises(rg.BatchError, match="seq 2: field 'id': negative ids are refused"):
+        client.add_batch(columns([1, 2]))  # seq 1
+        client.add_batch(columns([-3]))  # seq 2, refused by the table ...
+        client.add_batch(columns([4]))  # ... with this row packed into it
+        client.add_batch(columns([5, 6]))  # seq 3
+        with pytest.raises(
+            rg.BatchError,
+            match="seq 2: field 'id': negative ids are refused; its 2 transitions were dropped",
+        ):
             client.flush(timeout=30)
         client.flush(timeout=30)  # seq 3 is not held back behind the refused seq 2
-        client.add_batch(columns([5]))
+        client.add_batch(columns([7]))
         client.close()
         assert server.ledger.last("c") == 4
-    assert stored_ids(table).tolist() == [1, 2, 4, 5]
+    assert stored_ids(table).tolist() == [1, 2, 5, 6, 7]
 
 
 def test_a_failed_table_write_is_resent_by_the_client_and_lands_once():
     table = _CheckedTable(failing_writes=2)
-    config = rg.ClientConfig(max_delay_s=10.0, retry_initial_s=0.02, retry_deadline_s=10.0)
+    config = rg.ClientConfig(
+        max_batch_transitions=2, max_delay_s=10.0, retry_initial_s=0.02, retry_deadline_s=10.0
+    )
     with rg.serve(table) as server:
         with rg.ReplayClient(server.address, actor_id="f", config=config) as client:
             client.add_batch(columns([1, 2]))

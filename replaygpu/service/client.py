@@ -27,7 +27,7 @@ from replaygpu.learner.ratio import SampleToInsertRule
 from replaygpu.service import codec, wire
 from replaygpu.service.allocator import keep_freed_memory
 from replaygpu.service.auth import TLSConfig, make_channel, token_metadata
-from replaygpu.service.config import ClientConfig
+from replaygpu.service.config import MAX_ACTOR_ID_BYTES, ClientConfig, actor_id_problem
 from replaygpu.service.outbox import Outbox
 from replaygpu.service.status import (
     RETRYABLE_CODES,
@@ -39,6 +39,10 @@ from replaygpu.v1 import replay_pb2, replay_pb2_grpc
 logger = logging.getLogger(__name__)
 
 _APPEND_METHOD = "/replaygpu.v1.ReplayService/Append"
+
+
+class _NotPlain(Exception):
+    """A transition `ReplayClient.add` checks field by field instead (not a plain row)."""
 
 
 class ReplayClient:
@@ -78,8 +82,12 @@ class ReplayClient:
         tls: TLSConfig | None = None,
         config: ClientConfig | None = None,
     ) -> None:
-        if not actor_id:
-            raise ConfigError("actor_id: got an empty string; name each actor uniquely")
+        problem = actor_id_problem(actor_id)
+        if problem is not None:
+            raise ConfigError(
+                f"actor_id {actor_id[:40]!r}: {problem}; expected 1 to {MAX_ACTOR_ID_BYTES} "
+                "printable ASCII characters, unique per actor"
+            )
         self.address = address
         self.actor_id = actor_id
         self.table = table
@@ -110,6 +118,9 @@ class ReplayClient:
         )
         self._partial: dict[str, np.ndarray] = {}
         self._partial_n = 0
+        #: ``(name, column being filled, dtype, shape)`` per field in spec order (for `add`);
+        #: native dtype objects, so that most checks are identity checks
+        self._layout: list[tuple[str, np.ndarray, np.dtype, tuple[int, ...]]] = []
         self._partial_since = 0.0
         self._outbox = Outbox(
             lambda requests: self._append(requests, metadata=self._metadata),
@@ -170,13 +181,53 @@ class ReplayClient:
         """Buffer one transition ``{field: value of the field's shape}``.
 
         Plain Python numbers and lists are converted to the field dtype; arrays must have it.
-        Blocks while the buffer is full.
+        Blocks while the buffer is full. Consecutive `add` and `add_batch` calls fill the same
+        request, sealed at the size and delay bounds of `ClientConfig`.
 
         Raises:
             BatchError: naming the field, expected and received dtype/shape (nothing is added).
             ServiceError: an earlier batch failed for good (raised once).
         """
-        row = {}
+        with self._cond:
+            self._outbox.raise_pending_error()
+            if self._partial_n == 0:
+                self._new_partial()
+            i = self._partial_n
+            try:  # the fast path: arrays of the field's dtype and shape, plain numbers
+                if len(transition) != len(self._layout):
+                    raise _NotPlain
+                for name, column, dtype, shape in self._layout:
+                    value = transition[name]
+                    kind = type(value)
+                    if kind is np.ndarray:
+                        if value.shape != shape or (
+                            value.dtype is not dtype and value.dtype != dtype
+                        ):
+                            raise _NotPlain
+                    elif kind is float or kind is int or kind is bool:
+                        if shape:
+                            raise _NotPlain
+                    elif shape or not isinstance(value, np.generic) or value.dtype != dtype:
+                        raise _NotPlain
+                    column[i] = value
+            except (_NotPlain, KeyError, ValueError, TypeError, OverflowError):
+                # check and convert field by field, raising the error that names the field;
+                # row i is only kept once `_partial_n` counts it
+                for (_, column, _, _), value in zip(
+                    self._layout, self._checked_row(transition), strict=True
+                ):
+                    column[i] = value
+            self._partial_n = i + 1
+            if self._partial_n >= self._rows:
+                self._seal_partial()
+
+    def _checked_row(self, transition: Mapping[str, Any]) -> list[np.ndarray]:
+        """The row's values in field order, converted and checked.
+
+        Raises:
+            BatchError: naming the field.
+        """
+        row = []
         for name, (dtype, shape) in self.spec.items():
             if name not in transition:
                 raise BatchError(
@@ -184,36 +235,25 @@ class ReplayClient:
                     f"exactly {sorted(self.spec)}, got {sorted(transition)}",
                     field=name,
                 )
-            row[name] = value = codec.as_field_array(transition[name], dtype, name, shape)
+            value = codec.as_field_array(transition[name], dtype, name, shape)
             if value.shape != shape:
                 raise BatchError(
                     f"field '{name}': expected shape {list(shape)}, got {list(value.shape)} "
                     f"(dtype {dtype})",
                     field=name,
                 )
+            row.append(value)
         if len(transition) != len(self.spec):
             extra = sorted(set(transition) - set(self.spec))
             raise BatchError(f"transition has unexpected fields {extra}", field=extra[0])
-        with self._cond:
-            self._outbox.raise_pending_error()
-            if self._partial_n == 0:
-                self._outbox.wait_for_room(self._rows * row_nbytes(self.spec))
-                self._partial = {
-                    k: np.empty((self._rows, *f.shape), f.numpy_dtype) for k, f in self.spec.items()
-                }
-                self._partial_since = time.monotonic()
-            i = self._partial_n
-            for name, value in row.items():
-                self._partial[name][i] = value
-            self._partial_n += 1
-            if self._partial_n >= self._rows:
-                self._seal_partial()
+        return row
 
     def add_batch(self, columns: Mapping[str, Any]) -> None:
         """Buffer ``n`` transitions given as columns ``{field: [n, ...] array}``.
 
-        The batch is split into requests of at most ``max_batch_transitions`` /
-        ``max_batch_bytes``. Blocks while the buffer is full.
+        Small batches are packed together (and with `add` calls) into one request; large ones
+        are split into requests of at most ``max_batch_transitions`` / ``max_batch_bytes``.
+        Blocks while the buffer is full.
 
         Raises:
             BatchError: naming the field, expected and received dtype/shape (nothing is added).
@@ -225,10 +265,39 @@ class ReplayClient:
         n = check_columns(self.spec, cols)
         with self._cond:
             self._outbox.raise_pending_error()
-            self._seal_partial()  # keep the order of add() and add_batch() calls
-            for start in range(0, n, self._rows):
-                chunk = {k: v[start : start + self._rows] for k, v in cols.items()}
-                self._seal(chunk)
+            start = 0
+            if self._partial_n:  # top up the request being filled, keeping the call order
+                start = self._fill_partial(cols, 0, n)
+            while n - start >= self._rows:  # whole requests straight from the caller's arrays
+                self._seal({k: v[start : start + self._rows] for k, v in cols.items()})
+                start += self._rows
+            if start < n:
+                self._new_partial()
+                self._fill_partial(cols, start, n)
+
+    def _new_partial(self) -> None:
+        """Start filling a new request buffer (room for it reserved in the outbox)."""
+        self._outbox.wait_for_room(self._rows * row_nbytes(self.spec))
+        self._partial = {
+            k: np.empty((self._rows, *f.shape), f.numpy_dtype) for k, f in self.spec.items()
+        }
+        self._layout = [
+            (k, self._partial[k], np.dtype(f.numpy_dtype.type), f.shape)
+            for k, f in self.spec.items()
+        ]
+        self._partial_since = time.monotonic()
+
+    def _fill_partial(self, cols: Mapping[str, np.ndarray], start: int, n: int) -> int:
+        """Copy rows ``start:`` of ``cols`` into the request being filled, sealing it when
+        full; returns the first row not copied."""
+        take = min(n - start, self._rows - self._partial_n)
+        i = self._partial_n
+        for name, column in self._partial.items():
+            column[i : i + take] = cols[name][start : start + take]
+        self._partial_n = i + take
+        if self._partial_n >= self._rows:
+            self._seal_partial()
+        return start + take
 
     def _seal_partial(self) -> None:
         if self._partial_n:
@@ -243,7 +312,7 @@ class ReplayClient:
         if not reserved:
             self._outbox.wait_for_room(len(data))
         self._next_seq += 1
-        self._outbox.put(seq, data)
+        self._outbox.put(seq, data, len(next(iter(columns.values()))))
 
     # -- flushing -------------------------------------------------------------------------------
 

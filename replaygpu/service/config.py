@@ -11,6 +11,20 @@ from replaygpu.errors import ConfigError
 
 MiB = 2**20
 
+#: longest actor_id accepted, in bytes (it is kept per actor in the ledger and every checkpoint)
+MAX_ACTOR_ID_BYTES = 128
+
+
+def actor_id_problem(actor_id: str) -> str | None:
+    """What is wrong with ``actor_id`` (None when it is fine): 1..128 printable ASCII bytes."""
+    if not actor_id:
+        return "it is empty"
+    if len(actor_id) > MAX_ACTOR_ID_BYTES:
+        return f"it is {len(actor_id)} characters long, over {MAX_ACTOR_ID_BYTES}"
+    if not (actor_id.isascii() and actor_id.isprintable()):
+        return "it has characters other than printable ASCII"
+    return None
+
 
 @dataclass(frozen=True)
 class ClientConfig:
@@ -29,7 +43,9 @@ class ClientConfig:
         retry_initial_s: first backoff after UNAVAILABLE / DEADLINE_EXCEEDED / a full staging
             queue on the server; doubles up to ``retry_max_s``.
         retry_max_s: longest backoff.
-        retry_deadline_s: give up (raise on the next call) after this long without an ack.
+        retry_deadline_s: give up after this long without an ack (None: never). Then the next
+            call raises, saying how many transitions were not acknowledged. The default (10
+            minutes) outlasts a learner restart from its checkpoint.
         rpc_timeout_s: deadline of unary calls (Info, GetWeights).
         keep_freed_memory: tune glibc so freed request buffers are reused rather than
             unmapped (no page faults per request; process-wide, keeps up to
@@ -44,7 +60,7 @@ class ClientConfig:
     max_message_bytes: int = 64 * MiB
     retry_initial_s: float = 0.05
     retry_max_s: float = 2.0
-    retry_deadline_s: float = 60.0
+    retry_deadline_s: float | None = 600.0
     rpc_timeout_s: float = 30.0
     keep_freed_memory: bool = True
 
@@ -58,6 +74,8 @@ class ClientConfig:
                 f"max_message_bytes={self.max_message_bytes}; lower it"
             )
         for name in ("max_delay_s", "retry_initial_s", "retry_max_s", "retry_deadline_s"):
+            if name == "retry_deadline_s" and self.retry_deadline_s is None:
+                continue
             if not getattr(self, name) > 0:
                 raise ConfigError(f"ClientConfig.{name}: got {getattr(self, name)}, expected > 0")
 
@@ -73,7 +91,11 @@ class ServerConfig:
         staging_max_bytes: staged bytes, at most (one batch is always admitted).
         staging_timeout_s: how long an append waits for room in a full staging queue before
             RESOURCE_EXHAUSTED.
-        max_workers: gRPC handler threads; each open Append stream holds one.
+        max_actors: concurrent Append streams (one per connected actor) at most; one more is
+            answered RESOURCE_EXHAUSTED at once, naming this limit. Streams are coroutines
+            on the server's event loop, not threads, so this bounds memory, not threads.
+        admit_threads: threads that parse and copy large requests (1 MiB and over) off the
+            event loop, so health checks and Info never wait behind them.
         shutdown_grace_s: on `stop`, how long in-flight RPCs get to finish.
         keep_freed_memory: tune glibc so freed batch buffers are reused rather than unmapped
             (3x faster commits of large batches; process-wide; see
@@ -84,7 +106,8 @@ class ServerConfig:
     staging_max_batches: int = 64
     staging_max_bytes: int = 512 * MiB
     staging_timeout_s: float = 30.0
-    max_workers: int = 32
+    max_actors: int = 1024
+    admit_threads: int = 2
     shutdown_grace_s: float = 5.0
     keep_freed_memory: bool = True
 
@@ -92,8 +115,9 @@ class ServerConfig:
         for name in ("max_message_bytes", "staging_max_batches", "staging_max_bytes"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"ServerConfig.{name}: got {getattr(self, name)}, expected >= 1")
-        if self.max_workers < 2:
-            raise ConfigError(f"ServerConfig.max_workers: got {self.max_workers}, expected >= 2")
+        for name in ("max_actors", "admit_threads"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"ServerConfig.{name}: got {getattr(self, name)}, expected >= 1")
         if self.staging_timeout_s <= 0 or self.shutdown_grace_s < 0:
             raise ConfigError(
                 f"ServerConfig: staging_timeout_s={self.staging_timeout_s} must be > 0 and "

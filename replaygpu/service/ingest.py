@@ -39,6 +39,9 @@ from replaygpu.storage import ReplayTable
 
 logger = logging.getLogger(__name__)
 
+#: staged batches are joined into one table write up to this many bytes
+GROUP_BYTES = 64 * 2**20
+
 try:  # wraps a 64-byte aligned numpy array without copying it; tf.constant always copies
     from tensorflow.python.eager import context as _tf_context
     from tensorflow.python.framework.ops import EagerTensor as _EagerTensor
@@ -164,53 +167,53 @@ class Ingest:
     # -- committing ----------------------------------------------------------------------------
 
     def _commit(self, items: list[StagedBatch]) -> int:
+        """Commit one round of staged batches: consecutive batches go to the table as one
+        append (one scatter per field, up to ``GROUP_BYTES``), the ledger is written once, and
+        then every batch is acknowledged. Returns the transitions inserted."""
+        if not items:
+            return 0
+        try:
+            self.ledger.sync()
+        except Exception as err:
+            self._fail_unavailable(items, "ledger read", err)
+            self._release(items)
+            return 0
         inserted = 0
         done: list[tuple[StagedBatch, bool]] = []
-        if items:
-            try:
-                self.ledger.sync()
-            except Exception as err:
-                self._fail_unavailable(items, "ledger read", err)
-                self._release(items)
-                return 0
+        later: list[StagedBatch] = []  # repeats of a seq staged earlier in this round
+        run: list[StagedBatch] = []
+        run_bytes = 0
+        planned: dict[str, int] = {}  # actor -> highest seq in this round's runs
         for item in items:
-            blocked = self._blocked.get(item.actor_id)
-            if item.seq <= self.ledger.last(item.actor_id, sync=False):
+            actor = item.actor_id
+            if item.seq <= self.ledger.last(actor, sync=False):
                 done.append((item, True))
                 continue
+            if item.seq <= planned.get(actor, 0):
+                later.append(item)
+                continue
+            blocked = self._blocked.get(actor)
             if blocked is not None and item.seq > blocked:
+                item.fail(self._waits_for(item, blocked))
+                continue
+            if run and run_bytes + item.nbytes > GROUP_BYTES:
+                inserted += self._commit_run(run, done)
+                run, run_bytes = [], 0
+            run.append(item)
+            run_bytes += item.nbytes
+            planned[actor] = item.seq
+        inserted += self._commit_run(run, done)
+        for item in later:  # acked as duplicates once the first copy is committed
+            if item.seq <= self.ledger.last(item.actor_id, sync=False):
+                done.append((item, True))
+            else:
                 item.fail(
                     ServiceUnavailableError(
-                        f"seq {item.seq} of actor '{item.actor_id}' waits for seq {blocked}, "
-                        "whose commit failed; resend from there",
+                        f"seq {item.seq} of actor '{item.actor_id}' was staged twice and the "
+                        "first copy failed; resend it",
                         seq=item.seq,
                     )
                 )
-                continue
-            try:
-                self.table.append(as_tensors(item.columns))
-            except BatchError as err:  # the batch itself is refused: the client drops it
-                logger.warning("seq %d from %s refused: %s", item.seq, item.actor_id, err)
-                self._blocked.pop(item.actor_id, None)
-                item.fail(
-                    InvalidBatchError(f"table '{self.table.name}', seq {item.seq}: {err}", item.seq)
-                )
-                continue
-            except Exception as err:  # e.g. a failed device write: the client resends it
-                logger.exception("commit of seq %d from %s failed", item.seq, item.actor_id)
-                self._blocked[item.actor_id] = item.seq
-                item.fail(
-                    ServiceUnavailableError(
-                        f"commit of seq {item.seq} of actor '{item.actor_id}' failed "
-                        f"({type(err).__name__}: {err}); resend it",
-                        seq=item.seq,
-                    )
-                )
-                continue
-            self._blocked.pop(item.actor_id, None)
-            self.ledger.advance(item.actor_id, item.seq)
-            inserted += item.transitions
-            done.append((item, False))
         if done:
             try:
                 self.ledger.write()
@@ -233,6 +236,78 @@ class Ingest:
                 )
         self._release(items)
         return inserted
+
+    def _commit_run(self, run: list[StagedBatch], done: list[tuple[StagedBatch, bool]]) -> int:
+        """Append ``run`` (batches of distinct (actor, seq), in order) as one table write; if
+        that fails, batch by batch, so a bad batch only fails itself."""
+        if len(run) > 1:
+            joined = self._concatenate(run)
+            try:
+                self.table.append(as_tensors(joined))
+            except Exception:
+                logger.debug("grouped commit failed; committing batch by batch", exc_info=True)
+            else:
+                for item in run:
+                    self._blocked.pop(item.actor_id, None)
+                    self.ledger.advance(item.actor_id, item.seq)
+                    done.append((item, False))
+                return sum(item.transitions for item in run)
+            finally:
+                if self.buffers is not None:
+                    self.buffers.release(joined)
+        return sum(self._commit_one(item, done) for item in run)
+
+    def _concatenate(self, run: list[StagedBatch]) -> dict[str, np.ndarray]:
+        """The columns of ``run`` joined, in pooled aligned buffers (when there is a pool)."""
+        out = {}
+        for name, first in run[0].columns.items():
+            parts = [item.columns[name] for item in run]
+            shape = (sum(len(p) for p in parts), *first.shape[1:])
+            target = (
+                self.buffers.empty(shape, first.dtype)
+                if self.buffers is not None
+                else np.empty(shape, first.dtype)
+            )
+            out[name] = np.concatenate(parts, out=target)
+        return out
+
+    def _commit_one(self, item: StagedBatch, done: list[tuple[StagedBatch, bool]]) -> int:
+        blocked = self._blocked.get(item.actor_id)
+        if blocked is not None and item.seq > blocked:
+            item.fail(self._waits_for(item, blocked))
+            return 0
+        try:
+            self.table.append(as_tensors(item.columns))
+        except BatchError as err:  # the batch itself is refused: the client drops it
+            logger.warning("seq %d from %s refused: %s", item.seq, item.actor_id, err)
+            self._blocked.pop(item.actor_id, None)
+            item.fail(
+                InvalidBatchError(f"table '{self.table.name}', seq {item.seq}: {err}", item.seq)
+            )
+            return 0
+        except Exception as err:  # e.g. a failed device write: the client resends it
+            logger.exception("commit of seq %d from %s failed", item.seq, item.actor_id)
+            self._blocked[item.actor_id] = item.seq
+            item.fail(
+                ServiceUnavailableError(
+                    f"commit of seq {item.seq} of actor '{item.actor_id}' failed "
+                    f"({type(err).__name__}: {err}); resend it",
+                    seq=item.seq,
+                )
+            )
+            return 0
+        self._blocked.pop(item.actor_id, None)
+        self.ledger.advance(item.actor_id, item.seq)
+        done.append((item, False))
+        return item.transitions
+
+    @staticmethod
+    def _waits_for(item: StagedBatch, blocked: int) -> ServiceUnavailableError:
+        return ServiceUnavailableError(
+            f"seq {item.seq} of actor '{item.actor_id}' waits for seq {blocked}, whose commit "
+            "failed; resend from there",
+            seq=item.seq,
+        )
 
     def _fail_unavailable(self, items: list[StagedBatch], what: str, err: Exception) -> None:
         """Answer ``items`` UNAVAILABLE so their clients resend them (no stream is left waiting)."""

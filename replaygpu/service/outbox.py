@@ -26,7 +26,6 @@ import grpc
 
 from replaygpu.service.config import ClientConfig
 from replaygpu.service.status import (
-    RETRYABLE_CODES,
     ServiceError,
     ServiceUnavailableError,
     error_from_rpc,
@@ -59,6 +58,7 @@ class Outbox:
         self._config = config
         self._unacked: collections.OrderedDict[int, bytes] = collections.OrderedDict()
         self._unacked_bytes = 0
+        self._transitions: dict[int, int] = {}  # seq -> transitions in it
         self._error: BaseException | None = None
         self._drop = False
         self._stream_id = 0
@@ -70,11 +70,39 @@ class Outbox:
 
     # -- used by the client, holding ``cond`` -----------------------------------------------------
 
-    def put(self, seq: int, data: bytes) -> None:
-        """Queue request ``seq`` (call `wait_for_room` first unless its room was reserved)."""
+    def put(self, seq: int, data: bytes, transitions: int) -> None:
+        """Queue request ``seq`` of ``transitions`` (call `wait_for_room` first unless its room
+        was reserved)."""
         self._unacked[seq] = data
         self._unacked_bytes += len(data)
+        self._transitions[seq] = transitions
         self.cond.notify_all()
+
+    @property
+    def unacked_transitions(self) -> int:
+        """Transitions sent or queued but not acknowledged yet."""
+        return sum(self._transitions.values())
+
+    def _pop(self, seq: int) -> bytes | None:
+        data = self._unacked.pop(seq, None)
+        if data is not None:
+            self._unacked_bytes -= len(data)
+            self._transitions.pop(seq, None)
+        return data
+
+    def _drop_all(self) -> str:
+        """Forget every unacknowledged request; returns what was dropped, for the error."""
+        seqs = list(self._unacked)
+        what = (
+            f"{self.unacked_transitions} transitions in {len(seqs)} requests (seqs {seqs[0]}.."
+            f"{seqs[-1]}) were not acknowledged and are dropped"
+            if seqs
+            else "nothing was left unacknowledged"
+        )
+        self._unacked.clear()
+        self._transitions.clear()
+        self._unacked_bytes = 0
+        return what
 
     def wait_for_room(self, nbytes: int) -> None:
         """Block until ``nbytes`` more fit under ``max_buffer_bytes`` (or nothing is queued)."""
@@ -143,9 +171,7 @@ class Outbox:
 
     def _on_ack(self, ack: Any) -> None:
         with self.cond:
-            data = self._unacked.pop(ack.seq, None)
-            if data is not None:
-                self._unacked_bytes -= len(data)
+            if self._pop(ack.seq) is not None:
                 self.acked_transitions += ack.transitions
             self.last_table_size = ack.table_size
             inserted, sampled = self.counters
@@ -173,13 +199,13 @@ class Outbox:
                 if self._drop:
                     return
                 error = error_from_rpc(err, self._address)
-                if err.code() in RETRYABLE_CODES or error.retryable:
-                    if time.monotonic() - last_progress > config.retry_deadline_s:
+                if error.retryable:
+                    deadline = config.retry_deadline_s
+                    if deadline is not None and time.monotonic() - last_progress > deadline:
                         self._fail(
-                            ServiceUnavailableError(
-                                f"no ack from {self._address} for {config.retry_deadline_s} s "
-                                f"(retry_deadline_s); last error: {error}"
-                            )
+                            f"no ack from {self._address} for {deadline} s "
+                            f"(ClientConfig.retry_deadline_s; None retries forever); last "
+                            f"error: {error}"
                         )
                         return
                     logger.info(
@@ -202,16 +228,28 @@ class Outbox:
         """A non-retryable error: drop the batch it names (or everything), keep the error."""
         with self.cond:
             if error.seq is not None and error.seq in self._unacked:
-                self._unacked_bytes -= len(self._unacked.pop(error.seq))
+                n = self._transitions.get(error.seq, 0)
+                self._pop(error.seq)
+                error = _with_note(error, f"its {n} transitions were dropped")
             else:
-                self._unacked.clear()
-                self._unacked_bytes = 0
+                error = _with_note(error, self._drop_all())
             logger.warning("append to %s rejected: %s", self._address, error)
             self._error = self._error or error
             self.cond.notify_all()
 
-    def _fail(self, error: ServiceError) -> None:
+    def _fail(self, message: str) -> None:
+        """Give up for good: drop everything unacknowledged, saying how much in the error."""
         with self.cond:
+            what = self._drop_all()
+            error = ServiceUnavailableError(f"{message}; {what}")
+            logger.error("append stream: %s", error)
             self._error = self._error or error
             self._drop = True
             self.cond.notify_all()
+
+
+def _with_note(error: ServiceError, note: str) -> ServiceError:
+    """``error`` with ``note`` added to its message (same class, code and seq)."""
+    out = type(error)(f"{error}; {note}", seq=error.seq)
+    out.code = error.code
+    return out

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from concurrent import futures
 from typing import Any
 
 import grpc
@@ -27,9 +26,11 @@ from replaygpu.errors import ConfigError
 from replaygpu.fields import DTYPE_NAMES
 from replaygpu.learner.learner import Learner
 from replaygpu.learner.weights import WeightStore
+from replaygpu.service._aio_auth import AsyncTokenInterceptor
 from replaygpu.service.allocator import keep_freed_memory
-from replaygpu.service.auth import TLSConfig, TokenInterceptor, warn_if_exposed
+from replaygpu.service.auth import TLSConfig, warn_if_exposed
 from replaygpu.service.config import ServerConfig
+from replaygpu.service.eventloop import EventLoopThread
 from replaygpu.service.ingest import Ingest
 from replaygpu.service.ledger import SequenceLedger
 from replaygpu.service.servicer import SERVICE_NAME, Servicer, handlers
@@ -106,11 +107,14 @@ class ReplayServer:
             self.table, spec, self.learner, self._ingest, buffers, weights, config
         )
         self.table.served_at = address
+        self._loop = EventLoopThread("replaygpu-grpc")
         try:
             self._ingest.start()
-            self._grpc, self.address = self._start_grpc(address, token, tls)
+            self._grpc, self.address = self._loop.run(self._start_grpc(address, token, tls))
         except BaseException:
             self._ingest.close(commit_remaining=False)
+            self._loop.close()
+            self._servicer.close()
             self.table.served_at = None
             raise
         self.table.served_at = self._servicer.address = self.address
@@ -126,21 +130,24 @@ class ReplayServer:
             return int(learner.rate_limiter.sampled.numpy())
         return int(learner.steps.numpy()) * learner.batch_size
 
-    def _start_grpc(
+    async def _start_grpc(
         self, address: str, token: str | None, tls: TLSConfig | None
-    ) -> tuple[grpc.Server, str]:
-        interceptors = [TokenInterceptor(token)] if token is not None else []
-        server = grpc.server(
-            futures.ThreadPoolExecutor(self.config.max_workers, "replaygpu-grpc"),
+    ) -> tuple[grpc.aio.Server, str]:
+        """Build, bind and start the asyncio gRPC server (on the event loop thread)."""
+        interceptors = [AsyncTokenInterceptor(token)] if token is not None else []
+        server = grpc.aio.server(
             interceptors=interceptors,
             options=[
                 # 2x so that our own check answers with the configured limit by name
                 ("grpc.max_receive_message_length", 2 * self.config.max_message_bytes),
                 ("grpc.max_send_message_length", self.config.max_message_bytes),
+                # actors' keepalive pings (every 20 s) are welcome, even on idle streams
+                ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+                ("grpc.keepalive_permit_without_calls", 1),
             ],
         )
         server.add_generic_rpc_handlers((handlers(self._servicer),))
-        self._health = health.HealthServicer(experimental_non_blocking=True)
+        self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
@@ -152,10 +159,15 @@ class ReplayServer:
                 port = server.add_secure_port(address, tls.server_credentials())
         except RuntimeError as err:
             raise ConfigError(f"serve: cannot bind {address!r}: {err}") from err
-        server.start()
+        await server.start()
         for name in ("", SERVICE_NAME):
-            self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         return server, f"{address.rsplit(':', 1)[0]}:{port}"
+
+    @property
+    def open_streams(self) -> int:
+        """Append streams open now (at most ``config.max_actors``)."""
+        return self._servicer.streams
 
     # -- committing and checkpoints -------------------------------------------------------------
 
@@ -196,13 +208,17 @@ class ReplayServer:
             return
         self._stopped = True
         grace = self.config.shutdown_grace_s if grace is None else grace
-        self._health.enter_graceful_shutdown()
+        self._loop.run(self._health.enter_graceful_shutdown())
         self._servicer.closing = True
         try:
             self._ingest.close(commit_remaining=self.learner is None)
         finally:
-            self._grpc.stop(grace).wait()
-            self.table.served_at = None
+            try:
+                self._loop.run(self._grpc.stop(grace))
+            finally:
+                self._loop.close()
+                self._servicer.close()
+                self.table.served_at = None
         logger.info("stopped serving at %s", self.address)
 
     def __enter__(self) -> ReplayServer:

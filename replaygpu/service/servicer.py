@@ -1,26 +1,32 @@
-"""The ReplayService RPCs: Append's admission path, GetWeights and Info.
+"""The ReplayService RPCs: Append's admission path, GetWeights and Info, on an event loop.
 
-An ``Append`` stream reads top to bottom here:
+Every handler is a coroutine on the server's one asyncio loop (`eventloop.EventLoopThread`):
+an open Append stream costs a coroutine, not a thread, and health checks and Info never wait
+for a free worker. An ``Append`` stream reads top to bottom here:
 
-1. gRPC hands each request over as the received bytes (no deserializer: gRPC runs those in
-   its one polling thread, shared by every stream); a reader thread per stream takes them;
+1. gRPC hands each request over as the received bytes (no deserializer);
 2. **parse** (`wire.parse_append_request`: tensor data stay views of the received bytes);
 3. **validate** the header (table, actor, seq, size) and every field's dtype and shape against
    the table's host spec before decoding anything;
 4. a replay of an already committed seq is acknowledged at once and dropped; otherwise
 5. **stage**: each array is copied once into an aligned pooled buffer and the whole batch put
-   on the bounded staging queue (`staging`);
-6. **ack**: the committer (`ingest`) writes the batch and hands the ack back to the stream's
-   handler, which streams the acks out; an error ends the stream with its status code and
-   the failing seq in the trailing metadata (`status.abort`).
+   on the bounded staging queue (`staging`); steps 2-5 run on the loop for small requests and
+   on one of ``admit_threads`` threads for large ones (1 MiB and over), and a full queue is
+   waited for without blocking the loop;
+6. **ack**: the committer (`ingest`) writes the batch and posts the ack back to the stream's
+   coroutine, which streams the acks out; an error ends the stream with its status code and
+   the failing seq in the trailing metadata.
+
+At most ``max_actors`` Append streams are open at once; one more is refused at once with
+RESOURCE_EXHAUSTED naming the limit.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import queue
-import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -30,7 +36,7 @@ from replaygpu.errors import BatchError
 from replaygpu.fields import HostSpec, check_columns
 from replaygpu.learner.weights import WeightSnapshot, WeightStore
 from replaygpu.service import codec, wire
-from replaygpu.service.config import ServerConfig
+from replaygpu.service.config import ServerConfig, actor_id_problem
 from replaygpu.service.ingest import Ingest
 from replaygpu.service.staging import BufferPool, StagedBatch, StagingQueue
 from replaygpu.service.status import (
@@ -39,7 +45,8 @@ from replaygpu.service.status import (
     ServiceError,
     ServiceUnavailableError,
     TableNotFoundError,
-    abort,
+    code_of,
+    trailing_metadata_of,
 )
 from replaygpu.v1 import replay_pb2, replay_pb2_grpc
 
@@ -51,12 +58,24 @@ logger = logging.getLogger(__name__)
 
 SERVICE_NAME = replay_pb2.DESCRIPTOR.services_by_name["ReplayService"].full_name
 
+#: requests this large are parsed and copied on an admit thread, smaller ones on the loop
+OFF_LOOP_BYTES = 2**20
+
 
 class StreamEnd:
     """End of an Append stream's requests: ``count`` requests were read."""
 
     def __init__(self, count: int) -> None:
         self.count = count
+
+
+async def abort(context: grpc.aio.ServicerContext, err: BaseException) -> None:
+    """End the RPC with ``err``'s status code, message and trailing metadata (seq, retryable).
+
+    Raises:
+        the exception gRPC uses to end the handler (``context.abort`` never returns).
+    """
+    await context.abort(code_of(err), str(err), trailing_metadata_of(err))
 
 
 class Servicer(replay_pb2_grpc.ReplayServiceServicer):
@@ -74,6 +93,8 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
     Attributes:
         address: where the server listens (for messages; set once bound).
         closing: set when the server begins to stop: new appends get UNAVAILABLE.
+        streams: Append streams open now.
+        refused_streams: Append streams refused for ``max_actors`` so far.
     """
 
     def __init__(
@@ -95,57 +116,112 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         self.config = config
         self.address = ""
         self.closing = False
+        self.streams = 0
+        self.refused_streams = 0
+        self._admit_pool = ThreadPoolExecutor(config.admit_threads, "replaygpu-admit")
         self._weights_cache: tuple[WeightSnapshot | None, Any] = (None, None)
 
     @property
     def _queue(self) -> StagingQueue:
         return self.ingest.queue
 
+    def close(self) -> None:
+        """Stop the admit threads (after the server stopped)."""
+        self._admit_pool.shutdown(wait=True, cancel_futures=True)
+
     # -- Append ---------------------------------------------------------------------------------
 
-    def Append(self, request_iterator: Iterator[bytes], context: grpc.ServicerContext) -> Any:
-        sink: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        reader = threading.Thread(
-            target=self._read_stream,
-            args=(request_iterator, sink),
-            name="replaygpu-append-reader",
-            daemon=True,
-        )
-        reader.start()
-        acked, expected = 0, None
-        while expected is None or acked < expected:
-            try:
-                item = sink.get(timeout=0.5)
-            except queue.Empty:
-                if not context.is_active():
-                    return
-                continue
-            if isinstance(item, StreamEnd):
-                expected = item.count
-            elif isinstance(item, BaseException):
-                abort(context, item)
-            else:
-                acked += 1
-                yield item
+    async def Append(
+        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[Any]:
+        if self.streams >= self.config.max_actors:
+            self.refused_streams += 1
+            if self.refused_streams in (1, 10, 100) or self.refused_streams % 1000 == 0:
+                logger.warning(
+                    "refused an Append stream from %s: max_actors=%d streams are open "
+                    "(%d refused so far)",
+                    context.peer(),
+                    self.config.max_actors,
+                    self.refused_streams,
+                )
+            await abort(
+                context,
+                ResourceExhaustedError(
+                    f"server at {self.address} has max_actors={self.config.max_actors} Append "
+                    "streams open already; run fewer actors or raise the limit (replaygpu "
+                    "serve --max-actors, rg.ServerConfig(max_actors=...))"
+                ),
+            )
+        self.streams += 1
+        loop = asyncio.get_running_loop()
+        outbox: asyncio.Queue[Any] = asyncio.Queue()
 
-    def _read_stream(self, requests: Iterator[bytes], sink: queue.SimpleQueue[Any]) -> None:
-        """The stream's reader thread: admit each request; errors and the end go to ``sink``."""
+        def post(item: Any) -> None:  # from the committer thread
+            loop.call_soon_threadsafe(outbox.put_nowait, item)
+
+        reader = asyncio.ensure_future(self._read_stream(requests, outbox, post))
+        try:
+            acked, expected = 0, None
+            while expected is None or acked < expected:
+                item = await outbox.get()
+                if isinstance(item, StreamEnd):
+                    expected = item.count
+                elif isinstance(item, BaseException):
+                    await abort(context, item)
+                else:
+                    acked += 1
+                    yield item
+        finally:
+            reader.cancel()
+            self.streams -= 1
+
+    async def _read_stream(
+        self,
+        requests: AsyncIterator[bytes],
+        outbox: asyncio.Queue[Any],
+        post: Callable[[Any], None],
+    ) -> None:
+        """Admit each request of one stream; errors and the end go to ``outbox``."""
         count = 0
         try:
-            for data in requests:
+            async for data in requests:
                 count += 1
-                self._admit(data, sink)
+                await self._admit(data, outbox, post)
         except (ServiceError, BatchError) as err:
-            sink.put(err)
-        except grpc.RpcError:
-            pass  # the client went away; staged batches still commit
-        except Exception as err:
-            logger.exception("append reader failed")
-            sink.put(err)
-        sink.put(StreamEnd(count))
+            outbox.put_nowait(err)
+        except (asyncio.CancelledError, grpc.aio.AbortError, grpc.RpcError):
+            return  # the stream ended (aborted, or the client went away)
+        except Exception as err:  # a bug: one line, not a traceback per hostile request
+            logger.error("append stream failed: %s: %s", type(err).__name__, err)
+            logger.debug("append stream failure", exc_info=True)
+            outbox.put_nowait(err)
+        outbox.put_nowait(StreamEnd(count))
 
-    def _admit(self, data: bytes, sink: queue.SimpleQueue[Any]) -> None:
-        """Parse, validate and stage one request (or ack a replay at once)."""
+    async def _admit(
+        self, data: bytes, outbox: asyncio.Queue[Any], post: Callable[[Any], None]
+    ) -> None:
+        """Parse, validate, copy and stage one request (or ack a replay at once)."""
+        if len(data) >= OFF_LOOP_BYTES:
+            loop = asyncio.get_running_loop()
+            item = await loop.run_in_executor(self._admit_pool, self._prepare, data, post)
+        else:
+            item = self._prepare(data, post)
+        if item is None:  # a replay, acknowledged already
+            return
+        if self._queue.try_put(item):
+            return
+        deadline = asyncio.get_running_loop().time() + self._queue.put_timeout_s
+        delay = 0.001
+        while not self._queue.try_put(item):
+            if asyncio.get_running_loop().time() > deadline:
+                self.buffers.release(item.columns)
+                raise self._queue.full_error(item.seq)
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 0.02)
+
+    def _prepare(self, data: bytes, post: Callable[[Any], None]) -> StagedBatch | None:
+        """Parse and validate one request and copy its arrays into pooled buffers; a replay of
+        a committed seq is acknowledged (``post``) and gives None."""
         size = len(data)
         try:
             request = wire.parse_append_request(data)
@@ -159,7 +235,7 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
             raise ServiceUnavailableError(f"server at {self.address} is shutting down", seq=seq)
         if request.table != self.table.name:
             raise TableNotFoundError(
-                f"server at {self.address} has no table named {request.table!r}. "
+                f"server at {self.address} has no table named {request.table[:200]!r}. "
                 f"Found: {self.table.name}",
                 seq=seq,
             )
@@ -170,16 +246,26 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
                 "them at ClientConfig.max_batch_bytes)",
                 seq=seq,
             )
-        if not request.actor_id or seq < 1:
+        problem = actor_id_problem(request.actor_id)
+        if problem is not None:
             raise InvalidBatchError(
-                f"AppendRequest: actor_id={request.actor_id!r}, seq={seq}; expected a non-empty "
-                "actor_id and seq >= 1",
+                f"AppendRequest field 'actor_id' ({request.actor_id[:40]!r}...): {problem}; "
+                "expected 1 to 128 printable ASCII characters",
                 seq=seq,
             )
-        fields = dict(request.fields)
+        if seq < 1:
+            raise InvalidBatchError(
+                f"AppendRequest field 'seq': got {seq}, expected >= 1 (seqs count from 1)", seq=seq
+            )
+        fields: dict[str, Any] = {}
         try:
-            if len(fields) != len(request.fields):
-                raise BatchError("the batch names a field twice")
+            for name, tensor in request.fields:
+                if name in fields:
+                    raise BatchError(
+                        f"field {name[:200]!r} appears twice in the batch; send each field once",
+                        field=name,
+                    )
+                fields[name] = tensor
             n = check_columns(self.spec, fields)
             columns = {name: codec.decode_tensor(t, name) for name, t in fields.items()}
         except BatchError as err:
@@ -187,7 +273,7 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         actor = request.actor_id
 
         def done(ack: dict[str, Any]) -> None:
-            sink.put(replay_pb2.AppendAck(**ack))
+            post(replay_pb2.AppendAck(**ack))
 
         last = self.ingest.ledger.last(actor, sync=False)  # a hint; the committer decides
         if seq <= last:  # a replay of a committed batch: ack, insert nothing
@@ -200,14 +286,14 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
                     **self.ingest.counters(),
                 }
             )
-            return
+            return None
         columns = {name: self.buffers.copy(array) for name, array in columns.items()}
         nbytes = sum(c.nbytes for c in columns.values())
-        self._queue.put(StagedBatch(actor, seq, columns, n, nbytes, done, sink.put))
+        return StagedBatch(actor, seq, columns, n, nbytes, done, post)
 
     # -- GetWeights / Info ----------------------------------------------------------------------
 
-    def GetWeights(self, request: Any, context: grpc.ServicerContext) -> Any:
+    async def GetWeights(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         """The latest weights, or only the current version when the caller holds them. A
         caller ahead of the current version got it from an earlier run of the learner: it gets
         the latest weights, with a lower version (see `WeightStore.latest`)."""
@@ -225,7 +311,7 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
             self._weights_cache = (snapshot, message)
         return message
 
-    def Info(self, request: Any, context: grpc.ServicerContext) -> Any:
+    async def Info(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         """The table's spec and counters, the rate limiter, and the caller's last seq."""
         table = replay_pb2.TableInfo(
             name=self.table.name,
@@ -262,19 +348,14 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         )
 
 
-def _received_bytes(data: bytes) -> bytes:
-    """Append's request deserializer: none. gRPC's single polling thread calls deserializers
-    for every stream, so requests are parsed later, in each stream's reader thread."""
-    return data
-
-
 def handlers(servicer: Servicer) -> grpc.GenericRpcHandler:
-    """The generated service's handlers, but Append's requests arrive as their bytes."""
+    """The generated service's handlers, but Append's requests arrive as their bytes (parsed
+    by `wire`, zero-copy)."""
     return grpc.method_handlers_generic_handler(
         SERVICE_NAME,
         {
             "Append": grpc.stream_stream_rpc_method_handler(
-                servicer.Append, _received_bytes, replay_pb2.AppendAck.SerializeToString
+                servicer.Append, None, replay_pb2.AppendAck.SerializeToString
             ),
             "GetWeights": grpc.unary_unary_rpc_method_handler(
                 servicer.GetWeights,

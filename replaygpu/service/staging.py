@@ -68,6 +68,22 @@ class StagingQueue:
             return True
         return len(self._items) < self.max_batches and self._bytes + nbytes <= self.max_bytes
 
+    def try_put(self, item: StagedBatch) -> bool:
+        """Stage a batch if there is room now; returns whether it was staged.
+
+        Raises:
+            ServiceUnavailableError: the queue was closed (server shutting down).
+        """
+        with self._cond:
+            if self._closed:
+                raise ServiceUnavailableError("server shutting down; retry", seq=item.seq)
+            if not self._fits(item.nbytes):
+                return False
+            self._items.append(item)
+            self._bytes += item.nbytes
+            self._cond.notify_all()
+            return True
+
     def put(self, item: StagedBatch) -> None:
         """Stage a batch, waiting up to ``put_timeout_s`` for room.
 
@@ -78,24 +94,22 @@ class StagingQueue:
         """
         deadline = time.monotonic() + self.put_timeout_s
         with self._cond:
-            while not self._closed and not self._fits(item.nbytes):
+            while not self.try_put(item):
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise StagingFullError(
-                        f"staging queue full for staging_timeout_s={self.put_timeout_s:g}: "
-                        f"{len(self._items)} batches / {self._bytes} bytes staged, limits "
-                        f"staging_max_batches={self.max_batches}, "
-                        f"staging_max_bytes={self.max_bytes}; the learner is not draining "
-                        "appends (a served learner commits them in its training loop: call "
-                        "rg.run_learner or rg.learner_step, not learner.train alone)",
-                        seq=item.seq,
-                    )
+                    raise self.full_error(item.seq)
                 self._cond.wait(left)
-            if self._closed:
-                raise ServiceUnavailableError("server shutting down; retry", seq=item.seq)
-            self._items.append(item)
-            self._bytes += item.nbytes
-            self._cond.notify_all()
+
+    def full_error(self, seq: int) -> StagingFullError:
+        """The error for a batch that found the queue full for ``put_timeout_s``."""
+        return StagingFullError(
+            f"staging queue full for staging_timeout_s={self.put_timeout_s:g}: "
+            f"{len(self._items)} batches / {self._bytes} bytes staged, limits "
+            f"staging_max_batches={self.max_batches}, staging_max_bytes={self.max_bytes}; the "
+            "learner is not draining appends (a served learner commits them in its training "
+            "loop: call rg.run_learner or rg.learner_step, not learner.train alone)",
+            seq=seq,
+        )
 
     def take_all(self, timeout: float | None = 0.0) -> list[StagedBatch]:
         """Remove and return every staged batch, waiting up to ``timeout`` for the first."""
@@ -160,7 +174,15 @@ class BufferPool:
 
     def copy(self, array: np.ndarray) -> np.ndarray:
         """A C-contiguous, aligned copy of ``array`` in a pooled buffer."""
-        size = self._size_class(max(1, array.nbytes))
+        out = self.empty(array.shape, array.dtype)
+        np.copyto(out, array)
+        return out
+
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """An uninitialised C-contiguous, aligned array in a pooled buffer."""
+        dtype = np.dtype(dtype)
+        nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+        size = self._size_class(max(1, nbytes))
         with self._lock:
             free = self._free.get(size)
             raw = free.pop() if free else None
@@ -169,9 +191,7 @@ class BufferPool:
         if raw is None:
             raw = np.empty(size + self.alignment, np.uint8)
         start = -raw.ctypes.data % self.alignment
-        out = raw[start : start + array.nbytes].view(array.dtype).reshape(array.shape)
-        np.copyto(out, array)
-        return out
+        return raw[start : start + nbytes].view(dtype).reshape(shape)
 
     def release(self, columns: dict[str, np.ndarray]) -> None:
         """Empty ``columns`` (arrays made by `copy`) and keep their buffers for reuse.
