@@ -42,7 +42,8 @@ class ClientConfig:
         max_message_bytes: largest message sent or received (weights included).
         retry_initial_s: first backoff after UNAVAILABLE / DEADLINE_EXCEEDED / a full staging
             queue on the server; doubles up to ``retry_max_s``.
-        retry_max_s: longest backoff.
+        retry_max_s: longest backoff (with the channel's own reconnect backoff capped at 1 s,
+            a client is back within about 2.5 s of its server, however long it was away).
         retry_deadline_s: give up after this long without an ack (None: never). Then the next
             call raises, saying how many transitions were not acknowledged. The default (10
             minutes) outlasts a learner restart from its checkpoint.
@@ -59,7 +60,7 @@ class ClientConfig:
     max_buffer_bytes: int = 64 * MiB
     max_message_bytes: int = 64 * MiB
     retry_initial_s: float = 0.05
-    retry_max_s: float = 2.0
+    retry_max_s: float = 1.0
     retry_deadline_s: float | None = 600.0
     rpc_timeout_s: float = 30.0
     keep_freed_memory: bool = True
