@@ -214,6 +214,7 @@ class ReplayServer:
             self._ingest.close(commit_remaining=self.learner is None)
         finally:
             try:
+                self._loop.loop.call_soon_threadsafe(self._servicer.end_streams)
                 self._loop.run(self._grpc.stop(grace))
             finally:
                 self._loop.close()

@@ -118,12 +118,22 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         self.closing = False
         self.streams = 0
         self.refused_streams = 0
+        self._outboxes: set[asyncio.Queue[Any]] = set()  # of the open Append streams
         self._admit_pool = ThreadPoolExecutor(config.admit_threads, "replaygpu-admit")
         self._weights_cache: tuple[WeightSnapshot | None, Any] = (None, None)
 
     @property
     def _queue(self) -> StagingQueue:
         return self.ingest.queue
+
+    def end_streams(self) -> None:
+        """End every open Append stream with UNAVAILABLE once the acks already posted to it
+        are sent (call on the loop, after the last commit): idle streams need not wait out the
+        shutdown grace, and their clients reconnect to the next server."""
+        for outbox in self._outboxes:
+            outbox.put_nowait(
+                ServiceUnavailableError(f"server at {self.address} stopped; reconnect")
+            )
 
     def close(self) -> None:
         """Stop the admit threads (after the server stopped)."""
@@ -155,6 +165,7 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         self.streams += 1
         loop = asyncio.get_running_loop()
         outbox: asyncio.Queue[Any] = asyncio.Queue()
+        self._outboxes.add(outbox)
 
         def post(item: Any) -> None:  # from the committer thread
             loop.call_soon_threadsafe(outbox.put_nowait, item)
@@ -173,6 +184,7 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
                     yield item
         finally:
             reader.cancel()
+            self._outboxes.discard(outbox)
             self.streams -= 1
 
     async def _read_stream(
