@@ -11,6 +11,7 @@ gRPC server on each received request, and the client before it sends.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -90,6 +91,31 @@ def dtype_name(dtype: Any) -> str:
     return "bool" if name == "bool_" else str(name)
 
 
+#: The most bytes a numpy array can hold (its sizes are int64).
+_MAX_NBYTES = 2**63 - 1
+
+
+def _itemsize(name: str) -> int:
+    """Bytes per element of a dtype name, without importing ml_dtypes for bfloat16."""
+    return 2 if name == "bfloat16" else np.dtype(name).itemsize
+
+
+def _shape(name: str, shape: Any) -> tuple[int, ...]:
+    """``shape`` as a tuple of Python ints; a BatchError naming the field when it is not one
+    (unknown dimensions, non-integers)."""
+    try:
+        dims = list(shape)
+        if all(isinstance(d, int | np.integer) for d in dims):
+            return tuple(int(d) for d in dims)
+    except TypeError:  # an unknown rank, or not a sequence at all
+        pass
+    raise BatchError(
+        f"field '{name}': got shape {shape!r}, expected a sequence of integer dimensions "
+        "(a fully known shape)",
+        field=name,
+    )
+
+
 def check_columns(spec: HostSpec, columns: Mapping[str, Any]) -> int:
     """Validate columnar metadata against a host spec; returns n, the number of transitions.
 
@@ -112,7 +138,7 @@ def check_columns(spec: HostSpec, columns: Mapping[str, Any]) -> int:
     for name, (want_dtype, want_shape) in spec.items():
         value = columns[name]
         got_dtype = value.dtype if isinstance(value.dtype, str) else dtype_name(value.dtype)
-        got_shape = tuple(int(d) for d in value.shape)
+        got_shape = _shape(name, value.shape)
         want = [None, *want_shape]
         if got_dtype != want_dtype:
             raise BatchError(
@@ -129,6 +155,20 @@ def check_columns(spec: HostSpec, columns: Mapping[str, Any]) -> int:
             )
         if got_shape[0] == 0:
             raise BatchError(f"field '{name}': the batch is empty (n = 0); append n >= 1", name)
+        if got_shape[0] < 0:
+            raise BatchError(
+                f"field '{name}': leading dimension {got_shape[0]} is negative (shape "
+                f"{list(got_shape)}); expected n >= 1 transitions first",
+                field=name,
+            )
+        row_bytes = _itemsize(want_dtype) * math.prod(d for d in want_shape if d)
+        if got_shape[0] * row_bytes > _MAX_NBYTES:
+            raise BatchError(
+                f"field '{name}': leading dimension {got_shape[0]} would make {got_shape[0]} "
+                f"transitions of {row_bytes} bytes, more than any array can hold "
+                f"({_MAX_NBYTES} bytes); expected the number of transitions in the batch",
+                field=name,
+            )
         if n is None:
             n, first = got_shape[0], name
         elif got_shape[0] != n:

@@ -92,10 +92,12 @@ def test_unusual_but_valid_encodings_follow_protobuf_merge_rules():
     assert _protobuf_tuple(data)[3][0] == ("obs", "uint8", [2, 3], b"abcdef")
 
 
-def test_groups_are_left_to_protobuf_and_parse_the_same():
-    group = _tag(12, 3) + _tag(1, 0) + wire._encode_varint(4) + _tag(12, 4)
+def test_unknown_groups_are_skipped_like_protobuf_skips_them():
+    inner = _tag(13, 3) + _tag(0, 0) + wire._encode_varint(1) + _tag(13, 4)  # field 0 allowed
+    group = _tag(12, 3) + _tag(1, 0) + wire._encode_varint(4) + inner + _tag(12, 4)
     data = _len(1, b"replay") + group + _tag(3, 0) + wire._encode_varint(9)
     assert _as_tuple(wire.parse_append_request(data)) == _protobuf_tuple(data)
+    assert _protobuf_tuple(data)[:3] == ("replay", "", 9)
 
 
 @pytest.mark.parametrize(
@@ -114,6 +116,57 @@ def test_malformed_bytes_are_rejected_like_protobuf_rejects_them(data):
     with pytest.raises(Exception):  # noqa: B017 (protobuf's DecodeError)
         replay_pb2.AppendRequest.FromString(data)
     with pytest.raises(wire.WireFormatError):
+        wire.parse_append_request(data)
+
+
+def _in_field(index: int, tensor: bytes) -> bytes:
+    """A request whose batch has ``index`` empty fields, then one holding ``tensor``."""
+    fields = [_len(1, b"")] * index + [_len(1, _len(1, b"obs") + _len(2, tensor))]
+    return _len(4, b"".join(fields))
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            _in_field(2, _len(2, b"\x80" * 10 + b"\x01")),
+            r"^AppendRequest\.batch\.fields\[2\]\.tensor\.shape: varint longer than 10 bytes",
+        ),
+        (
+            _in_field(0, _len(1, b"\xff")),
+            r"^AppendRequest\.batch\.fields\[0\]\.tensor\.dtype: string is not valid UTF-8",
+        ),
+        (
+            _len(4, _len(1, _len(1, b"ob\xc0\x80"))),
+            r"^AppendRequest\.batch\.fields\[0\]\.name: string is not valid UTF-8 .* \(at byte 8\)",
+        ),
+        (_len(2, b"\xed\xa0\x80"), r"^AppendRequest\.actor_id: string is not valid UTF-8"),
+        (_tag(3, 0) + b"\x80" * 11, r"^AppendRequest\.seq: varint longer than 10 bytes"),
+        (b"\x98\x80\x80\x80\x80\x00", r"^AppendRequest: tag varint longer than 5 bytes"),
+        (_tag(2**29 - 1, 0)[:-1] + b"\x1f" + b"\x00", r"^AppendRequest: tag 8589934584 does not"),
+        (_tag(1, 2) + b"\x83\x80\x80\x80\x80\x00abc", r"^AppendRequest\.table: length varint"),
+        (_len(4, _tag(1, 2) + b"\x05ab"), r"^AppendRequest\.batch\.fields: length 5 runs past"),
+        (
+            _in_field(1, _tag(3, 2) + b"\x01"),
+            r"^AppendRequest\.batch\.fields\[1\]\.tensor\.data: len",
+        ),
+        (_len(4, _tag(0, 0) + b"\x00"), r"^AppendRequest\.batch: field number 0 is invalid"),
+        (
+            _in_field(0, _tag(9, 7)),
+            r"^AppendRequest.*tensor \(unknown field 9\): invalid wire type 7",
+        ),
+        (
+            _tag(9, 3) + _tag(10, 4),
+            r"^AppendRequest \(unknown field 9\): end-group tag of field 10",
+        ),
+        (_tag(9, 3) * 101 + _tag(9, 4) * 101, r"groups nested deeper than 100 levels"),
+        (_in_field(0, _tag(5, 4)), r"tensor \(unknown field 5\): end-group tag without a start"),
+    ],
+)
+def test_malformed_bytes_are_reported_with_the_field_and_the_problem(data, message):
+    with pytest.raises(Exception):  # noqa: B017 (protobuf's DecodeError)
+        replay_pb2.AppendRequest.FromString(data)
+    with pytest.raises(wire.WireFormatError, match=message):
         wire.parse_append_request(data)
 
 

@@ -10,6 +10,7 @@ The AppendRequest format itself (its one-copy encoder and zero-copy parser) is i
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,23 +32,64 @@ def encode_tensor(array: np.ndarray, out: replay_pb2.Tensor) -> int:
     return arr.nbytes
 
 
-def decode_tensor(tensor: replay_pb2.Tensor, field: str = "tensor") -> np.ndarray:
-    """A read-only array view of a Tensor message's bytes.
+#: numpy's limits: at most 64 dimensions, sizes (zero dimensions left out) within its intp.
+_MAX_NDIM = 64
+_MAX_NBYTES = 2**63 - 1
+
+
+def decode_tensor(tensor: Any, field: str = "tensor") -> np.ndarray:
+    """A read-only array view of a Tensor message's bytes (or a `wire.TensorView`'s).
+
+    Every size is computed with Python integers (no wrap-around) and checked before the array
+    is made: the shape must have at most 64 non-negative dimensions, and the data exactly
+    ``prod(shape) * itemsize`` bytes. A ``bool`` tensor's bytes must each be 0 or 1 (numpy
+    would read any other byte as an invalid bool).
 
     Raises:
-        BatchError: naming ``field`` for an unknown dtype or a byte length that does not match
-            the shape.
+        BatchError: naming ``field``, for an unknown dtype, a negative or oversized shape, a
+            byte length that does not match the shape, or a bool byte other than 0 and 1.
     """
-    dtype = numpy_dtype(tensor.dtype)
-    shape = tuple(int(d) for d in tensor.shape)
+    try:
+        dtype = numpy_dtype(tensor.dtype)
+    except BatchError as err:
+        raise BatchError(f"field '{field}': {err}", field=field) from None
+    shape = [int(d) for d in tensor.shape]
     data = tensor.data
-    want = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if len(data) != want or any(d < 0 for d in shape):
+    if len(shape) > _MAX_NDIM:
         raise BatchError(
-            f"field '{field}': {len(data)} data bytes do not fit dtype {tensor.dtype} with shape "
-            f"{list(shape)} (expected {want} bytes); encode arrays with replaygpu's codec",
+            f"field '{field}': shape has {len(shape)} dimensions, expected at most {_MAX_NDIM}",
             field=field,
         )
+    negative = [d for d in shape if d < 0]
+    if negative:
+        raise BatchError(
+            f"field '{field}': shape {shape} has a negative dimension {negative[0]}; every "
+            "dimension must be >= 0",
+            field=field,
+        )
+    nonzero = math.prod(d for d in shape if d) * dtype.itemsize
+    if nonzero > _MAX_NBYTES:
+        raise BatchError(
+            f"field '{field}': shape {shape} of dtype {tensor.dtype} would hold {nonzero} bytes, "
+            f"more than any array can ({_MAX_NBYTES}); send a real shape",
+            field=field,
+        )
+    want = math.prod(shape) * dtype.itemsize
+    if len(data) != want:
+        raise BatchError(
+            f"field '{field}': {len(data)} data bytes do not fit dtype {tensor.dtype} with shape "
+            f"{shape} (expected {want} bytes); encode arrays with replaygpu's codec",
+            field=field,
+        )
+    if dtype.kind == "b" and want:
+        raw = np.frombuffer(data, np.uint8)
+        if raw.max() > 1:
+            index = int(np.argmax(raw > 1))
+            raise BatchError(
+                f"field '{field}': bool data hold byte {raw[index]:#04x} at element {index}; "
+                "expected only bytes 0 (False) and 1 (True); send np.asarray(x, bool)",
+                field=field,
+            )
     return np.frombuffer(data, dtype=dtype).reshape(shape)
 
 

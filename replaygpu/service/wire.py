@@ -11,11 +11,23 @@ parser would copy each multi-megabyte data field twice (into its arena, then int
 ``bytes`` on attribute access), and as a gRPC request deserializer it would run in gRPC's one
 polling thread, which every stream shares.
 
-The reader follows protobuf's wire format and merge rules: fields in any order, the last value
-of a repeated scalar wins, repeated sub-messages of a singular field merge, packed and unpacked
-``shape``, unknown fields (and known ones with an unexpected wire type, as protobuf
-does) skipped. Anything it does not handle (group wire types) is handed to
-protobuf's parser instead, so every message protobuf accepts is accepted.
+The reader accepts exactly the bytes protobuf's parser (upb, the Python default) accepts and
+reads the same values from them; ``tests/test_wire_fuzz.py`` checks this against
+``replay_pb2.AppendRequest.FromString``. Protobuf's rules, as measured there:
+
+- a tag is a varint of at most 5 bytes whose value fits 32 bits (so field numbers are below
+  2**29); field number 0 is invalid in a message, wire types 6 and 7 everywhere;
+- a length is a varint of at most 5 bytes, at most 2**31 - 1, and must fit in what is left of
+  the enclosing message;
+- any other varint has at most 10 bytes (bits above 64 are dropped); fixed-width values must fit;
+- fields come in any order; the last value of a singular scalar wins; repeated occurrences of a
+  singular sub-message merge; ``shape`` may be packed, unpacked or both;
+- ``string`` fields (``table``, ``actor_id``, ``NamedTensor.name``, ``Tensor.dtype``) must be
+  valid UTF-8, at every occurrence;
+- unknown fields, and known ones with an unexpected wire type, are skipped: their contents are
+  not checked, except that groups (wire types 3 and 4) must nest properly, with matching field
+  numbers, and inside a group field number 0 is allowed;
+- sub-messages and groups nest at most 100 deep (the top-level message is depth 0).
 """
 
 from __future__ import annotations
@@ -29,11 +41,14 @@ import numpy as np
 from replaygpu.fields import dtype_name
 from replaygpu.v1 import replay_pb2
 
-_VARINT, _FIXED64, _LEN, _FIXED32 = 0, 1, 2, 5
+_VARINT, _FIXED64, _LEN, _START_GROUP, _END_GROUP, _FIXED32 = 0, 1, 2, 3, 4, 5
+_MAX_DEPTH = 100  # protobuf's recursion limit; each sub-message and group is one level
+_MAX_SIZE = 2**31 - 1  # the largest length protobuf accepts
+_UINT64 = (1 << 64) - 1
 
 
 class WireFormatError(ValueError):
-    """The bytes are not a valid serialized message."""
+    """The bytes are not a valid serialized message; the message names where."""
 
 
 @dataclass
@@ -55,68 +70,148 @@ class AppendView:
     fields: list[tuple[str, TensorView]] = field(default_factory=list)
 
 
-class _Fallback(Exception):
-    """A valid encoding this reader leaves to protobuf (groups)."""
+_TENSOR = {1: "dtype", 2: "shape", 3: "data"}
+_NAMED = {1: "name", 2: "tensor"}
+_BATCH = {1: "fields"}
+_REQUEST = {1: "table", 2: "actor_id", 3: "seq", 4: "batch"}
 
 
-def _varint(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= end or shift > 63:
-            raise WireFormatError("truncated or overlong varint")
+def _error(path: str, problem: str, pos: int) -> WireFormatError:
+    return WireFormatError(f"{path}: {problem} (at byte {pos})")
+
+
+def _varint(
+    buf: memoryview, pos: int, end: int, path: str, max_bytes: int = 10, what: str = "varint"
+) -> tuple[int, int]:
+    """A varint of at most ``max_bytes`` bytes in ``buf[pos:end]``; the value modulo 2**64."""
+    byte = buf[pos] if pos < end else 0x80
+    if byte < 0x80:
+        return byte, pos + 1
+    start, result, shift = pos, 0, 0
+    stop = min(end, pos + max_bytes)
+    while pos < stop:
         byte = buf[pos]
         pos += 1
         result |= (byte & 0x7F) << shift
         if byte < 0x80:
-            return result & 0xFFFFFFFFFFFFFFFF, pos
+            return result & _UINT64, pos
         shift += 7
+    if pos >= end and pos - start < max_bytes:
+        raise _error(path, f"truncated {what}", start)
+    raise _error(path, f"{what} longer than {max_bytes} bytes", start)
+
+
+def _tag(buf: memoryview, pos: int, end: int, path: str) -> tuple[int, int, int]:
+    """``(field number, wire type, next position)`` of the tag at ``pos``."""
+    value, after = _varint(buf, pos, end, path, 5, "tag varint")
+    if value > 0xFFFFFFFF:
+        raise _error(path, f"tag {value} does not fit 32 bits (field number >= 2**29)", pos)
+    return value >> 3, value & 7, after
+
+
+def _skip_value(buf: memoryview, pos: int, end: int, wire_type: int, path: str) -> int:
+    """The position after an unknown VARINT, I64, LEN or I32 value at ``pos``."""
+    if wire_type == _VARINT:
+        return _varint(buf, pos, end, path)[1]
+    if wire_type == _LEN:
+        return _span(buf, pos, end, path)[1]
+    if wire_type in (_FIXED64, _FIXED32):
+        width = 8 if wire_type == _FIXED64 else 4
+        if pos + width > end:
+            raise _error(path, f"{width}-byte fixed-width value runs past the end", pos)
+        return pos + width
+    raise _error(path, f"invalid wire type {wire_type}", pos)
+
+
+def _span(buf: memoryview, pos: int, end: int, path: str) -> tuple[int, int]:
+    """``(start, stop)`` of the length-delimited value whose length prefix is at ``pos``."""
+    size, start = _varint(buf, pos, end, path, 5, "length varint")
+    if size > _MAX_SIZE:
+        raise _error(path, f"length {size} is over protobuf's limit of {_MAX_SIZE}", pos)
+    if size > end - start:
+        raise _error(path, f"length {size} runs past the end ({end - start} bytes left)", pos)
+    return start, start + size
+
+
+def _skip_group(buf: memoryview, pos: int, end: int, number: int, depth: int, path: str) -> int:
+    """The position after the end-group tag of the group ``number`` starting at ``pos``.
+
+    ``depth`` is the group's own nesting depth. Inside a group protobuf checks only the framing
+    (tags, lengths, wire types, matching end-group numbers, depth); field number 0 is allowed.
+    """
+    open_groups = [number]
+    while open_groups:
+        if pos >= end:
+            raise _error(path, f"group {open_groups[-1]} has no end-group tag", pos)
+        inner, wire_type, after = _tag(buf, pos, end, path)
+        if wire_type == _END_GROUP:
+            if inner != open_groups[-1]:
+                problem = f"end-group tag of field {inner} inside group {open_groups[-1]}"
+                raise _error(path, problem, pos)
+            open_groups.pop()
+        elif wire_type == _START_GROUP:
+            if depth + len(open_groups) > _MAX_DEPTH:
+                raise _error(path, f"groups nested deeper than {_MAX_DEPTH} levels", pos)
+            open_groups.append(inner)
+        else:
+            after = _skip_value(buf, after, end, wire_type, f"{path} (group {inner})")
+        pos = after
+    return pos
+
+
+def _fields(
+    buf: memoryview, pos: int, end: int, path: str, names: dict[int, str], depth: int
+) -> Iterator[tuple[int, int, Any, str]]:
+    """Yield ``(number, wire type, value, path)`` of the VARINT and LEN fields of the message
+    at ``depth`` in ``buf[pos:end]``; value is an int, or ``(start, stop)`` for LEN. Other
+    fields are checked and skipped (the message has no fixed-width or group fields)."""
+    while pos < end:
+        byte = buf[pos]
+        if byte < 0x80:  # a one-byte tag, the common case
+            number, wire_type, after = byte >> 3, byte & 7, pos + 1
+        else:
+            number, wire_type, after = _tag(buf, pos, end, path)
+        name = names.get(number)
+        where = path + "." + name if name else f"{path} (unknown field {number})"
+        if number == 0:
+            raise _error(path, "field number 0 is invalid", pos)
+        if wire_type == _LEN:
+            value = _span(buf, after, end, where)
+            pos = value[1]
+            yield number, wire_type, value, where
+        elif wire_type == _VARINT:
+            value, pos = _varint(buf, after, end, where)
+            yield number, wire_type, value, where
+        elif wire_type == _START_GROUP:
+            if depth + 1 > _MAX_DEPTH:
+                raise _error(where, f"groups nested deeper than {_MAX_DEPTH} levels", pos)
+            pos = _skip_group(buf, after, end, number, depth + 1, where)
+        elif wire_type == _END_GROUP:
+            raise _error(where, "end-group tag without a start-group tag", pos)
+        else:
+            pos = _skip_value(buf, after, end, wire_type, where)
+
+
+def _text(buf: memoryview, span: tuple[int, int], path: str) -> str:
+    try:
+        return str(buf[span[0] : span[1]], "utf-8")
+    except UnicodeDecodeError as err:
+        problem = f"string is not valid UTF-8 ({err.reason} at its byte {err.start})"
+        raise _error(path, problem, span[0] + err.start) from None
 
 
 def _int64(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def _fields(buf: memoryview, pos: int, end: int) -> Iterator[tuple[int, int, Any]]:
-    """Yield ``(number, wire type, value)``; value is an int, or (start, stop) for LEN."""
-    while pos < end:
-        tag, pos = _varint(buf, pos, end)
-        number, wire_type = tag >> 3, tag & 7
-        if number == 0:
-            raise WireFormatError("field number 0")
-        if wire_type == _VARINT:
-            value, pos = _varint(buf, pos, end)
-            yield number, wire_type, value
-        elif wire_type == _LEN:
-            size, pos = _varint(buf, pos, end)
-            if size > end - pos:
-                raise WireFormatError("length-delimited field runs past the end")
-            yield number, wire_type, (pos, pos + size)
-            pos += size
-        elif wire_type in (_FIXED64, _FIXED32):
-            pos += 8 if wire_type == _FIXED64 else 4
-            if pos > end:
-                raise WireFormatError("truncated fixed-width field")
-        elif wire_type in (3, 4):
-            raise _Fallback
-        else:
-            raise WireFormatError(f"invalid wire type {wire_type}")
-
-
-def _text(buf: memoryview, span: tuple[int, int]) -> str:
-    try:
-        return str(buf[span[0] : span[1]], "utf-8")
-    except UnicodeDecodeError as err:
-        raise WireFormatError("a string field is not valid UTF-8") from err
-
-
-def _tensor(buf: memoryview, start: int, end: int, out: TensorView) -> None:
-    for number, wire_type, value in _fields(buf, start, end):
+def _tensor(buf: memoryview, span: tuple[int, int], path: str, out: TensorView) -> None:
+    for number, wire_type, value, where in _fields(buf, *span, path, _TENSOR, 3):
         if number == 1 and wire_type == _LEN:
-            out.dtype = _text(buf, value)
+            out.dtype = _text(buf, value, where)
         elif number == 2 and wire_type == _LEN:  # packed
             pos, stop = value
             while pos < stop:
-                dim, pos = _varint(buf, pos, stop)
+                dim, pos = _varint(buf, pos, stop, where)
                 out.shape.append(_int64(dim))
         elif number == 2 and wire_type == _VARINT:
             out.shape.append(_int64(value))
@@ -124,58 +219,40 @@ def _tensor(buf: memoryview, start: int, end: int, out: TensorView) -> None:
             out.data = buf[value[0] : value[1]]
 
 
-def _named(buf: memoryview, start: int, end: int) -> tuple[str, TensorView]:
+def _named(buf: memoryview, span: tuple[int, int], path: str) -> tuple[str, TensorView]:
     name, tensor = "", TensorView()
-    for number, wire_type, value in _fields(buf, start, end):
+    for number, wire_type, value, where in _fields(buf, *span, path, _NAMED, 2):
         if number == 1 and wire_type == _LEN:
-            name = _text(buf, value)
+            name = _text(buf, value, where)
         elif number == 2 and wire_type == _LEN:
-            _tensor(buf, value[0], value[1], tensor)  # repeated occurrences merge
+            _tensor(buf, value, where, tensor)  # repeated occurrences merge
     return name, tensor
-
-
-def _parse(buf: memoryview) -> AppendView:
-    out = AppendView()
-    for number, wire_type, value in _fields(buf, 0, len(buf)):
-        if number in (1, 2) and wire_type == _LEN:
-            text = _text(buf, value)
-            if number == 1:
-                out.table = text
-            else:
-                out.actor_id = text
-        elif number == 3 and wire_type == _VARINT:
-            out.seq = _int64(value)
-        elif number == 4 and wire_type == _LEN:  # Batch; repeated occurrences merge
-            for inner, inner_type, span in _fields(buf, value[0], value[1]):
-                if inner == 1 and inner_type == _LEN:
-                    out.fields.append(_named(buf, span[0], span[1]))
-    return out
-
-
-def _from_protobuf(data: bytes) -> AppendView:
-    try:
-        message = replay_pb2.AppendRequest.FromString(data)
-    except Exception as err:  # protobuf's DecodeError
-        raise WireFormatError(str(err) or "not a valid AppendRequest") from err
-    out = AppendView(table=message.table, actor_id=message.actor_id, seq=int(message.seq))
-    for named in message.batch.fields:
-        tensor = named.tensor
-        view = TensorView(tensor.dtype, [int(d) for d in tensor.shape], memoryview(tensor.data))
-        out.fields.append((named.name, view))
-    return out
 
 
 def parse_append_request(data: bytes) -> AppendView:
     """Parse serialized AppendRequest bytes; tensor data are views into ``data``.
 
+    Accepts exactly what ``replay_pb2.AppendRequest.FromString`` accepts, with the same values.
+
     Raises:
-        WireFormatError: the bytes are not a valid AppendRequest.
+        WireFormatError: the bytes are not a valid AppendRequest; the message names the field
+            (e.g. ``AppendRequest.batch.fields[2].tensor.shape``) and the byte offset.
     """
     buf = memoryview(data)
-    try:
-        return _parse(buf)
-    except _Fallback:
-        return _from_protobuf(bytes(buf))
+    out = AppendView()
+    for number, wire_type, value, where in _fields(buf, 0, len(buf), "AppendRequest", _REQUEST, 0):
+        if number == 1 and wire_type == _LEN:
+            out.table = _text(buf, value, where)
+        elif number == 2 and wire_type == _LEN:
+            out.actor_id = _text(buf, value, where)
+        elif number == 3 and wire_type == _VARINT:
+            out.seq = _int64(value)
+        elif number == 4 and wire_type == _LEN:  # Batch; repeated occurrences merge
+            for inner, inner_type, span, _ in _fields(buf, *value, where, _BATCH, 1):
+                if inner == 1 and inner_type == _LEN:
+                    index = f"{where}.fields[{len(out.fields)}]"
+                    out.fields.append(_named(buf, span, index))
+    return out
 
 
 # -- encoding ----------------------------------------------------------------------------------
