@@ -95,6 +95,12 @@ class ServerConfig:
         max_actors: concurrent Append streams (one per connected actor) at most; one more is
             answered RESOURCE_EXHAUSTED at once, naming this limit. Streams are coroutines
             on the server's event loop, not threads, so this bounds memory, not threads.
+        journal_dir: durable acknowledgements (off when None): every committed batch is
+            appended to a journal in this folder and fsynced, once per commit round, before
+            it is acknowledged, and the journal is replayed over the restored checkpoint when
+            the server starts; so an ack means "on disk", and a kill -9 loses nothing that was
+            acknowledged and duplicates nothing. Segments older than the last checkpoint saved
+            with `ReplayServer.save` are deleted, so checkpoint regularly.
         admit_threads: threads that parse and copy large requests (1 MiB and over) off the
             event loop, so health checks and Info never wait behind them.
         shutdown_grace_s: on `stop`, how long in-flight RPCs get to finish.
@@ -108,6 +114,7 @@ class ServerConfig:
     staging_max_bytes: int = 512 * MiB
     staging_timeout_s: float = 30.0
     max_actors: int = 1024
+    journal_dir: str | None = None
     admit_threads: int = 2
     shutdown_grace_s: float = 5.0
     keep_freed_memory: bool = True

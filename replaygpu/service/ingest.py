@@ -32,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 from replaygpu.errors import BatchError
+from replaygpu.service.journal import Journal
 from replaygpu.service.ledger import SequenceLedger
 from replaygpu.service.staging import BufferPool, StagedBatch, StagingQueue
 from replaygpu.service.status import InvalidBatchError, ServiceUnavailableError
@@ -78,6 +79,8 @@ class Ingest:
             learner's table (its training loop commits).
         buffers: the pool the staged arrays came from; they go back to it once committed.
         sampled: returns the learner's sampled-transitions count for the acks (0 without one).
+        journal: durable mode: batches are journalled (and fsynced) before they are written
+            and acknowledged (`replaygpu.service.journal`).
     """
 
     def __init__(
@@ -88,9 +91,11 @@ class Ingest:
         background: bool,
         buffers: BufferPool | None = None,
         sampled: Callable[[], int] = lambda: 0,
+        journal: Journal | None = None,
     ) -> None:
         self.table = table
         self.buffers = buffers
+        self.journal = journal
         self.ledger = ledger
         self.queue = queue
         self.background = background
@@ -116,6 +121,12 @@ class Ingest:
         """Commit every staged batch now, in order; returns the transitions inserted."""
         with self.lock:
             return self._commit(self.queue.take_all(timeout=0.0))
+
+    def replay(self, items: list[StagedBatch]) -> int:
+        """Commit batches read back from the journal (not journalled again); returns the
+        transitions inserted (what was in the restored checkpoint already is dropped)."""
+        with self.lock:
+            return self._commit(items, journaled=False)
 
     def wait_for_data(self, timeout: float) -> bool:
         """Block up to ``timeout`` seconds until a batch is staged (once closed: sleep, False)."""
@@ -166,10 +177,12 @@ class Ingest:
 
     # -- committing ----------------------------------------------------------------------------
 
-    def _commit(self, items: list[StagedBatch]) -> int:
-        """Commit one round of staged batches: consecutive batches go to the table as one
-        append (one scatter per field, up to ``GROUP_BYTES``), the ledger is written once, and
-        then every batch is acknowledged. Returns the transitions inserted."""
+    def _commit(self, items: list[StagedBatch], journaled: bool = True) -> int:
+        """Commit one round of staged batches: with a journal, the new ones are appended to it
+        and fsynced first; consecutive batches go to the table as one append (one scatter per
+        field, up to ``GROUP_BYTES``); the ledger is written once; then every batch is
+        acknowledged. ``journaled=False`` replays batches read from the journal. Returns the
+        transitions inserted."""
         if not items:
             return 0
         try:
@@ -181,9 +194,8 @@ class Ingest:
         inserted = 0
         done: list[tuple[StagedBatch, bool]] = []
         later: list[StagedBatch] = []  # repeats of a seq staged earlier in this round
-        run: list[StagedBatch] = []
-        run_bytes = 0
-        planned: dict[str, int] = {}  # actor -> highest seq in this round's runs
+        fresh: list[StagedBatch] = []  # to be written, in order
+        planned: dict[str, int] = {}  # actor -> highest seq in ``fresh``
         for item in items:
             actor = item.actor_id
             if item.seq <= self.ledger.last(actor, sync=False):
@@ -196,12 +208,23 @@ class Ingest:
             if blocked is not None and item.seq > blocked:
                 item.fail(self._waits_for(item, blocked))
                 continue
+            fresh.append(item)
+            planned[actor] = item.seq
+        if fresh and journaled and self.journal is not None:
+            try:  # on disk before it is in the table: a crash after the ack loses nothing
+                self.journal.append([item.raw or b"" for item in fresh])
+                self.journal.sync()
+            except Exception as err:
+                self._fail_unavailable(fresh, "journal write", err)
+                fresh = []
+        run: list[StagedBatch] = []
+        run_bytes = 0
+        for item in fresh:
             if run and run_bytes + item.nbytes > GROUP_BYTES:
                 inserted += self._commit_run(run, done)
                 run, run_bytes = [], 0
             run.append(item)
             run_bytes += item.nbytes
-            planned[actor] = item.seq
         inserted += self._commit_run(run, done)
         for item in later:  # acked as duplicates once the first copy is committed
             if item.seq <= self.ledger.last(item.actor_id, sync=False):

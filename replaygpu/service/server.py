@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from typing import Any
 
 import grpc
@@ -32,9 +33,10 @@ from replaygpu.service.auth import TLSConfig, warn_if_exposed
 from replaygpu.service.config import ServerConfig
 from replaygpu.service.eventloop import EventLoopThread
 from replaygpu.service.ingest import Ingest
+from replaygpu.service.journal import Journal
 from replaygpu.service.ledger import SequenceLedger
 from replaygpu.service.servicer import SERVICE_NAME, Servicer, handlers
-from replaygpu.service.staging import BufferPool, StagingQueue
+from replaygpu.service.staging import BufferPool, StagedBatch, StagingQueue
 from replaygpu.specs import host_spec
 from replaygpu.storage import ReplayTable
 
@@ -95,6 +97,8 @@ class ReplayServer:
             config.staging_max_batches, config.staging_max_bytes, config.staging_timeout_s
         )
         buffers = BufferPool(config.staging_max_bytes // 2)
+        #: the journal of acknowledged batches (durable mode, ``config.journal_dir``) or None
+        self.journal = Journal(config.journal_dir) if config.journal_dir else None
         self._ingest = Ingest(
             self.table,
             self.ledger,
@@ -102,10 +106,17 @@ class ReplayServer:
             background=self.learner is None,
             buffers=buffers,
             sampled=self._sampled,
+            journal=self.journal,
         )
         self._servicer = Servicer(
             self.table, spec, self.learner, self._ingest, buffers, weights, config
         )
+        if self.journal is not None:
+            try:
+                self._replay_journal()
+            except BaseException:
+                self.journal.close()
+                raise
         self.table.served_at = address
         self._loop = EventLoopThread("replaygpu-grpc")
         try:
@@ -115,11 +126,48 @@ class ReplayServer:
             self._ingest.close(commit_remaining=False)
             self._loop.close()
             self._servicer.close()
+            if self.journal is not None:
+                self.journal.close()
             self.table.served_at = None
             raise
         self.table.served_at = self._servicer.address = self.address
         warn_if_exposed(address, tls, token)
         logger.info("serving table '%s' at %s", self.table.name, self.address)
+
+    def _replay_journal(self) -> None:
+        """Commit the journalled batches that the restored checkpoint does not hold yet."""
+        assert self.journal is not None
+        records = inserted = 0
+        pending: list[StagedBatch] = []
+        pending_bytes = 0
+
+        def commit() -> int:
+            n = self._ingest.replay(pending)
+            pending.clear()
+            return n
+
+        for data in self.journal.replay():
+            records += 1
+            try:
+                item = self._servicer._prepare(data, lambda _: None)
+            except Exception as err:  # a batch refused when it came in is refused again
+                logger.warning("journal record %d skipped: %s", records, err)
+                continue
+            if item is None:  # in the checkpoint already
+                continue
+            item.fail = _log_replay_failure
+            pending.append(item)
+            pending_bytes += item.nbytes
+            if pending_bytes > 256 * 2**20:
+                inserted += commit()
+                pending_bytes = 0
+        inserted += commit()
+        logger.info(
+            "journal %s: %d records read, %d transitions not in the checkpoint replayed",
+            self.journal.directory,
+            records,
+            inserted,
+        )
 
     def _sampled(self) -> int:
         """Transitions the learner sampled, as its rate limiter counts them (for acks)."""
@@ -189,9 +237,15 @@ class ReplayServer:
         return self._ingest.training_turn()
 
     def save(self, checkpointer: Any) -> str:
-        """``checkpointer.save()`` while no commit runs, so table and ledger agree."""
+        """``checkpointer.save()`` while no commit runs, so table and ledger agree; in durable
+        mode the journal segments the checkpoint covers are deleted after it."""
         with self._ingest.exclusive():
-            return checkpointer.save()
+            before = self.journal.rotate() if self.journal is not None else 0
+            path = checkpointer.save()
+            if self.journal is not None:  # the checkpoint holds every journalled batch
+                _fsync_checkpoint(path)  # on disk before the journal that it replaces goes
+                self.journal.checkpointed(before)
+            return path
 
     # -- stopping -------------------------------------------------------------------------------
 
@@ -219,6 +273,8 @@ class ReplayServer:
             finally:
                 self._loop.close()
                 self._servicer.close()
+                if self.journal is not None:
+                    self.journal.close()
                 self.table.served_at = None
         logger.info("stopped serving at %s", self.address)
 
@@ -259,3 +315,21 @@ def serve(
             wire cannot carry, or an address that cannot be bound.
     """
     return ReplayServer(target, address, token, tls, config or ServerConfig(), ledger)
+
+
+def _log_replay_failure(err: BaseException) -> None:
+    logger.warning("journal replay: a batch was not committed: %s", err)
+
+
+def _fsync_checkpoint(path: str) -> None:
+    """Flush a saved checkpoint's files (``path.*``), the folder's index file and the folder
+    itself to disk (TensorFlow does not fsync them)."""
+    folder = os.path.dirname(path) or "."
+    prefix = os.path.basename(path) + "."
+    names = [n for n in os.listdir(folder) if n.startswith(prefix) or n == "checkpoint"]
+    for name in [*names, "."]:
+        fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

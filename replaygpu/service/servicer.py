@@ -301,7 +301,11 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
             return None
         columns = {name: self.buffers.copy(array) for name, array in columns.items()}
         nbytes = sum(c.nbytes for c in columns.values())
-        return StagedBatch(actor, seq, columns, n, nbytes, done, post)
+        raw = None
+        if self.ingest.journal is not None:  # durable mode keeps the request to journal it
+            raw = bytes(data)
+            nbytes += len(raw)
+        return StagedBatch(actor, seq, columns, n, nbytes, done, post, raw)
 
     # -- GetWeights / Info ----------------------------------------------------------------------
 

@@ -27,7 +27,8 @@ class StagedBatch:
     """One validated AppendRequest waiting to be committed.
 
     ``done(ack_fields)`` is called after commit (or duplicate detection) with the ack's
-    values; ``fail(error)`` when it can no longer be committed (shutdown).
+    values; ``fail(error)`` when it can no longer be committed (shutdown). ``raw`` is the
+    request as received, kept only when the server journals acknowledged batches.
     """
 
     actor_id: str
@@ -37,6 +38,7 @@ class StagedBatch:
     nbytes: int
     done: Callable[[dict[str, Any]], None]
     fail: Callable[[BaseException], None]
+    raw: bytes | None = None
 
 
 class StagingQueue:
