@@ -25,6 +25,7 @@ import multiprocessing as mp
 import os
 import platform
 import statistics
+import tempfile
 import threading
 import time
 from concurrent import futures
@@ -66,7 +67,9 @@ def make_columns(kind: str, n: int, seed: int) -> dict[str, np.ndarray]:
 # -- the learner process --------------------------------------------------------------------------
 
 
-def learner_main(kind: str, capacity: int, target: str, address_q: Any, stop: Any) -> None:
+def learner_main(
+    kind: str, capacity: int, target: str, address_q: Any, stop: Any, durable: bool = False
+) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
@@ -84,7 +87,7 @@ def learner_main(kind: str, capacity: int, target: str, address_q: Any, stop: An
     table = rg.ReplayTable(spec, capacity, device="/CPU:0")
     table.append(make_columns(kind, batch, 0))  # trace the append graph before timing
     if target == "table":  # the server's background committer writes the table
-        server = rg.serve(table, "127.0.0.1:0")
+        server = rg.serve(table, "127.0.0.1:0", config=server_config(durable))
         address_q.put(server.address)
         stop.wait()
     else:  # a served learner: its training loop commits, between cheap train calls
@@ -93,10 +96,19 @@ def learner_main(kind: str, capacity: int, target: str, address_q: Any, stop: An
             table, sampler, lambda b: {"r": tf.reduce_mean(b["reward"])}, batch_size=32
         )
         learner.train(1)
-        server = rg.serve(learner, "127.0.0.1:0")
+        server = rg.serve(learner, "127.0.0.1:0", config=server_config(durable))
         address_q.put(server.address)
         rg.run_learner(server, learner, 10, stop=stop, idle_wait_s=0.01)
     server.stop(grace=1.0)
+
+
+def server_config(durable: bool) -> Any:
+    """Default limits; ``durable``: acks mean "on disk" (a journal in a temporary folder)."""
+    import replaygpu as rg
+
+    if not durable:
+        return rg.ServerConfig()
+    return rg.ServerConfig(journal_dir=tempfile.mkdtemp(prefix="replaygpu-journal-"))
 
 
 class _RawCounter:
@@ -260,7 +272,9 @@ SMALL_CASES = [
 def run_small(ctx: Any, args: argparse.Namespace) -> None:
     """Small requests: vector transitions from many streams, to the last ack."""
     stop, q = ctx.Event(), ctx.Queue()
-    server = ctx.Process(target=learner_main, args=("vector", 2**20, args.target, q, stop))
+    server = ctx.Process(
+        target=learner_main, args=("vector", 2**20, args.target, q, stop, args.durable)
+    )
     server.start()
     address = q.get(timeout=300)
     print(f"{'case':30} {'ingest tr/s':>12} {'server CPU s/1e6 tr':>20}")
@@ -309,6 +323,11 @@ def main() -> None:
         default="all",
         help="large requests (vs raw gRPC), small requests from many streams, or both",
     )
+    parser.add_argument(
+        "--durable",
+        action="store_true",
+        help="serve with durable acks (ServerConfig.journal_dir: journal + fsync per commit)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.repeats, args.seconds = 1, 1.5
@@ -316,7 +335,7 @@ def main() -> None:
     print(f"# {date.today()} {platform.node()} {os.cpu_count()} CPUs, load {os.getloadavg()}")
     print(
         f"# medians of {args.repeats} runs of {args.seconds} s; ingest = ReplayClient -> "
-        f"{args.target}"
+        f"{args.target}{', durable acks (journal)' if args.durable else ''}"
     )
     if args.cases in ("small", "all"):
         run_small(ctx, args)
@@ -330,7 +349,11 @@ def main() -> None:
     for kind in args.kinds:
         stop, q = ctx.Event(), ctx.Queue()
         capacity = 2**20 if kind == "vector" else 20_000
-        servers = [ctx.Process(target=learner_main, args=(kind, capacity, args.target, q, stop))]
+        servers = [
+            ctx.Process(
+                target=learner_main, args=(kind, capacity, args.target, q, stop, args.durable)
+            )
+        ]
         servers[0].start()
         address = q.get(timeout=300)
         servers.append(ctx.Process(target=raw_server_main, args=(q, stop)))
