@@ -69,7 +69,19 @@ class ActorConfig:
         default=60.0, metadata=helptext("give up when the server is unreachable this long")
     )
     table: str = field(default="replay", metadata=helptext("table name on the server"))
-    token: str = field(default="", metadata=helptext("bearer token, if the server needs one"))
+    token: str | None = field(
+        default=None, metadata=helptext("bearer token, if the server needs one")
+    )
+    tls_ca: str | None = field(
+        default=None, metadata=helptext("CA certificate that signed the server's (enables TLS)")
+    )
+    tls_cert: str | None = field(
+        default=None, metadata=helptext("client certificate, for a server that requires one")
+    )
+    tls_key: str | None = field(default=None, metadata=helptext("private key of tls_cert"))
+    server_name: str | None = field(
+        default=None, metadata=helptext("name to check the server certificate against")
+    )
 
     def __post_init__(self) -> None:
         require_positive_ints(
@@ -87,6 +99,23 @@ class ActorConfig:
         if self.steps < 0:
             raise rg.ConfigError(f"steps: got {self.steps}, expected >= 0 (0: until stopped)")
         require_unit_interval(self, "epsilon_base")
+        _ = self.tls  # checks the TLS files now: missing, unreadable, a key of another cert
+
+    @property
+    def tls(self) -> rg.TLSConfig | None:
+        """The client's TLS settings; None (plaintext) unless a TLS field is set.
+
+        Raises:
+            ConfigError: a file is missing or unreadable, or certificate and key do not match.
+        """
+        if not any((self.tls_ca, self.tls_cert, self.tls_key, self.server_name)):
+            return None
+        return rg.TLSConfig(
+            cert_file=self.tls_cert,
+            key_file=self.tls_key,
+            ca_file=self.tls_ca,
+            server_name=self.server_name,
+        )
 
     @property
     def epsilon(self) -> float:
@@ -123,6 +152,7 @@ def run_actor(
         actor_id=f"actor-{config.actor_index}",
         table=config.table,
         token=config.token or None,
+        tls=config.tls,
         config=rg.ClientConfig(retry_deadline_s=config.retry_deadline_s),
     )
     chunk = TransitionChunk(client.spec, config.send_interval * n)

@@ -17,11 +17,15 @@ import threading
 
 logger = logging.getLogger(__name__)
 
+#: `ActorConfig` fields whose flags come from `replaygpu.service.commands.add_client_flags`.
+_CLIENT_FIELDS = ("token", "tls_ca", "tls_cert", "tls_key", "server_name")
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``actor`` subcommand."""
     from agents.actor import ActorConfig
     from agents.flags import add_config_flags
+    from replaygpu.service.commands import add_client_flags
 
     parser = subparsers.add_parser(
         "actor",
@@ -42,7 +46,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=1,
         help="actor processes to start here (default: 1)",
     )
-    add_config_flags(parser, ActorConfig, skip=("env_id",))
+    # token and TLS: the same flags as `replaygpu info` (--token defaults to $REPLAYGPU_TOKEN)
+    add_config_flags(parser, ActorConfig, skip=("env_id", *_CLIENT_FIELDS))
+    add_client_flags(parser)
     parser.set_defaults(func=run)
 
 

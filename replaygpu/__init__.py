@@ -60,6 +60,7 @@ if TYPE_CHECKING:
         ServiceUnavailableError,
         StagingFullError,
         TableNotFoundError,
+        TLSError,
     )
     from replaygpu.specs import (
         TRANSITION_FIELDS,

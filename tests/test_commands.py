@@ -105,3 +105,20 @@ def test_serve_with_tls_ca_but_no_server_certificate_refuses_to_serve(tmp_path):
     assert result.returncode != 0
     assert "ConfigError" in result.stderr
     assert "--tls-cert and --tls-key are missing" in result.stderr
+
+
+def test_info_and_actor_take_the_same_token_and_tls_flags_with_the_token_from_the_environment(
+    monkeypatch,
+):
+    from replaygpu.cli import build_parser
+
+    monkeypatch.setenv("REPLAYGPU_TOKEN", "from-env")
+    parser = build_parser()
+    tls = ["--tls-ca", "ca.pem", "--tls-cert", "c.pem", "--tls-key", "k.pem"]
+    tls += ["--server-name", "localhost"]
+    info = parser.parse_args(["info", "host:1", *tls])
+    actor = parser.parse_args(["actor", "host:1", *tls])
+    names = ("token", "tls_ca", "tls_cert", "tls_key", "server_name")
+    assert [getattr(info, n) for n in names] == [getattr(actor, n) for n in names]
+    assert info.token == "from-env" and actor.tls_key == "k.pem"
+    assert parser.parse_args(["actor", "host:1", "--token", "flag"]).token == "flag"

@@ -295,7 +295,7 @@ def test_tls_with_certificate_files_on_both_sides(empty_table, tmp_path):
             client.add_batch(columns([11, 12]))
             client.flush(timeout=30)
         assert stored_ids(empty_table).tolist() == [11, 12]
-        with pytest.raises(rg.ServiceUnavailableError):  # plaintext to a TLS port
+        with pytest.raises(rg.TLSError):  # plaintext to a TLS port
             rg.ReplayClient(server.address, config=rg.ClientConfig(retry_deadline_s=0.5))
 
 

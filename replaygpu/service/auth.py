@@ -4,6 +4,10 @@ The token travels in the ``authorization`` metadata as ``Bearer <token>`` on eve
 server checks it on every ``replaygpu.v1.ReplayService`` RPC (Append, GetWeights, Info).
 Health checking and reflection stay open so that load balancers and orchestrator probes
 (which cannot send tokens) work; they reveal only service names and a serving status.
+When a connection fails, `connect_error` says why in the user's terms: gRPC reports a TLS
+handshake that can never succeed as UNAVAILABLE, like a server that is down, and for a plaintext
+client at a TLS server or a client without an accepted certificate at an mTLS server it says
+only "Socket closed"; a short handshake probe (`probe_handshake`) tells those apart.
 Imports no TensorFlow.
 """
 
@@ -13,14 +17,24 @@ import hmac
 import ipaddress
 import logging
 import os
-from collections.abc import Callable
+import socket
+import ssl
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
 from replaygpu.errors import ConfigError
-from replaygpu.service.status import AuthenticationError, abort
+from replaygpu.service.status import (
+    AuthenticationError,
+    ServiceError,
+    TLSError,
+    code_of,
+    error_from_rpc,
+    tls_failure,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +47,15 @@ OPEN_SERVICES = (
 )
 
 
+#: The flag of each `TLSConfig` field on the command line (``replaygpu serve/info/actor``).
+_FLAGS = {
+    "cert_file": "--tls-cert",
+    "key_file": "--tls-key",
+    "ca_file": "--tls-ca",
+    "server_name": "--server-name",
+}
+
+
 @dataclass(frozen=True)
 class TLSConfig:
     """Certificate files for TLS, on either side of the wire.
@@ -42,6 +65,10 @@ class TLSConfig:
     Client: ``ca_file`` is the root certificate to trust (None: the system roots);
     ``cert_file``/``key_file`` are its own certificate for mTLS; ``server_name`` overrides the
     name checked against the server certificate (e.g. "localhost" when dialing an IP).
+
+    Raises:
+        ConfigError: on construction, for a file that is missing or holds no PEM certificate
+            (key), an encrypted key, or a certificate and key that do not belong together.
     """
 
     cert_file: str | None = None
@@ -53,12 +80,19 @@ class TLSConfig:
         for name in ("cert_file", "key_file", "ca_file"):
             path = getattr(self, name)
             if path is not None and not os.path.isfile(path):
-                raise ConfigError(f"TLSConfig.{name}: {path!r} is not a readable file")
+                raise ConfigError(
+                    f"TLSConfig.{name} ({_FLAGS[name]}): {path!r} is not a readable file"
+                )
         if (self.cert_file is None) != (self.key_file is None):
             raise ConfigError(
-                "TLSConfig: cert_file and key_file go together; got "
+                "TLSConfig: cert_file and key_file (--tls-cert and --tls-key) go together; got "
                 f"cert_file={self.cert_file!r}, key_file={self.key_file!r}"
             )
+        for name in ("ca_file", "cert_file"):
+            if getattr(self, name) is not None:
+                _check_certificates(name, getattr(self, name))
+        if self.cert_file is not None and self.key_file is not None:
+            _check_key_pair(self.cert_file, self.key_file)
 
     def _read(self, name: str) -> bytes | None:
         path = getattr(self, name)
@@ -70,7 +104,9 @@ class TLSConfig:
     def server_credentials(self) -> grpc.ServerCredentials:
         """Credentials for ``server.add_secure_port``."""
         if self.cert_file is None:
-            raise ConfigError("TLSConfig for a server needs cert_file and key_file")
+            raise ConfigError(
+                "TLSConfig for a server needs cert_file and key_file (--tls-cert and --tls-key)"
+            )
         key, cert = self._read("key_file"), self._read("cert_file")
         ca = self._read("ca_file")
         return grpc.ssl_server_credentials(
@@ -85,6 +121,47 @@ class TLSConfig:
             certificate_chain=self._read("cert_file"),
         )
 
+    def describe(self) -> str:
+        """The files and name this config uses, for error messages."""
+        given = [f"{n}={getattr(self, n)!r}" for n in _FLAGS if getattr(self, n) is not None]
+        return f"TLSConfig({', '.join(given)})"
+
+
+def _check_certificates(name: str, path: str) -> None:
+    """Raise ConfigError unless ``path`` holds at least one PEM certificate."""
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=path)
+    except (ssl.SSLError, ValueError) as err:
+        raise ConfigError(
+            f"TLSConfig.{name} ({_FLAGS[name]}): {path!r} holds no PEM certificate ({err}); "
+            "expected a file with '-----BEGIN CERTIFICATE-----' blocks"
+        ) from None
+
+
+def _check_key_pair(cert_file: str, key_file: str) -> None:
+    """Raise ConfigError unless ``key_file`` is the unencrypted private key of ``cert_file``'s
+    (first) certificate. Run before gRPC sees them: gRPC reports a bad pair only when the
+    server binds ("cannot bind") or the handshake fails."""
+    try:  # the password callback keeps OpenSSL from prompting on a terminal
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(
+            cert_file, key_file, password=lambda: b""
+        )
+    except (ssl.SSLError, ValueError) as err:
+        if getattr(err, "reason", None) == "KEY_VALUES_MISMATCH":
+            raise ConfigError(
+                f"TLSConfig: the certificate {cert_file!r} (--tls-cert) and the key "
+                f"{key_file!r} (--tls-key) do not match: the key is not the private key of the "
+                f"certificate ({err}); pass the key that was made with that certificate"
+            ) from None
+        with open(key_file, "rb") as f:
+            encrypted = b"ENCRYPTED" in f.read()
+        what = "an encrypted private key" if encrypted else "no PEM private key"
+        raise ConfigError(
+            f"TLSConfig.key_file (--tls-key): {key_file!r} holds {what} ({err}); expected the "
+            "unencrypted PEM private key of the certificate "
+            f"{cert_file!r} ('-----BEGIN PRIVATE KEY-----')"
+        ) from None
+
 
 def token_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
     """Call metadata carrying ``token`` (empty without one)."""
@@ -92,10 +169,29 @@ def token_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
 
 
 def channel_options(tls: TLSConfig | None, max_message_bytes: int) -> list[tuple[str, Any]]:
-    """Channel options shared by the client and tools."""
+    """Channel options shared by the client and tools.
+
+    Reconnects: gRPC waits 1 s after a failed connection attempt, then 1.6 times longer each
+    time up to 120 s, so after a long outage a client would find its server back only minutes
+    later; here the wait starts at 100 ms and stays under 1 s (plus 20 % jitter). The minimum
+    connect timeout (``grpc.min_reconnect_backoff_ms``) keeps gRPC's 20 s, so that a slow TCP
+    and TLS handshake to a distant server is not cut short.
+
+    Keepalive: a ping every 20 s (on idle connections too), and a connection without an answer
+    in 10 s is closed, so a client notices a server that vanished without closing its sockets
+    (a killed VM, a network partition) within 30 s instead of at the TCP timeout. The server
+    (`replaygpu.serve`) accepts pings every 10 s with or without calls; a server with gRPC's
+    defaults (5 minutes) would answer these with GOAWAY "too_many_pings".
+    """
     options: list[tuple[str, Any]] = [
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 1000),
+        ("grpc.keepalive_time_ms", 20_000),
+        ("grpc.keepalive_timeout_ms", 10_000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
     ]
     if tls is not None and tls.server_name:
         options.append(("grpc.ssl_target_name_override", tls.server_name))
@@ -110,8 +206,123 @@ def make_channel(address: str, tls: TLSConfig | None, max_message_bytes: int) ->
     return grpc.secure_channel(address, tls.channel_credentials(), options=options)
 
 
-class TokenInterceptor(grpc.ServerInterceptor):
-    """Rejects calls without ``authorization: Bearer <token>`` with UNAUTHENTICATED."""
+#: gRPC details of a connection the server closed or reset (no reason given).
+_CLOSED = ("socket closed", "connection reset", "broken pipe", "end of tcp stream")
+
+#: The HTTP/2 client preface and an empty SETTINGS frame: what a gRPC client sends first.
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes.fromhex("000000040000000000")
+
+
+def connect_error(err: grpc.RpcError, address: str, tls: TLSConfig | None) -> ServiceError:
+    """The library exception for an RPC that failed to reach ``address``, naming TLS problems.
+
+    `error_from_rpc` recognises the handshake failures gRPC names (an untrusted server
+    certificate, a wrong server name, TLS to a plaintext server). When gRPC says only that the
+    socket was closed, `probe_handshake` looks at the server: a plaintext client at a TLS
+    server, or a client without an accepted certificate at an mTLS server, becomes a `TLSError`
+    too; anything else (a server down or restarting) stays a retryable error.
+    """
+    error = error_from_rpc(err, address)
+    if error.code != grpc.StatusCode.UNAVAILABLE:
+        return error
+    details = str((err.details() if hasattr(err, "details") else None) or err)
+    hint = tls_failure(details) if isinstance(error, TLSError) else None
+    if hint is None and any(closed in details.lower() for closed in _CLOSED):
+        hint = probe_handshake(address, tls)
+    if hint is None:
+        return error
+    client = tls.describe() if tls is not None else "plaintext (no TLS)"
+    return TLSError(
+        f"UNAVAILABLE (server {address}): {hint}. This client: {client}. gRPC said: {details}",
+        seq=error.seq,
+    )
+
+
+def probe_handshake(address: str, tls: TLSConfig | None, timeout: float = 1.0) -> str | None:
+    """Why TLS stops a client configured with ``tls`` from talking to ``address``, from a TLS
+    handshake made with Python's ``ssl``, or None when the probe finds nothing certain.
+
+    - a plaintext client (``tls`` None): the handshake succeeds, so the server speaks TLS;
+    - a TLS client: the handshake succeeds (the server's certificate is not checked: gRPC did
+      that) and the server closes the connection or sends an alert instead of answering the
+      HTTP/2 preface; an mTLS server does so when it gets no client certificate or one it does
+      not trust. A second probe must agree, so a server closing connections while it restarts
+      is not taken for one.
+
+    Each probe takes one round of TCP and TLS handshakes (each bounded by ``timeout``).
+    """
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit():
+        return None  # a gRPC target URI (dns:///, unix:, ...): nothing to probe
+    found = _probe(host, int(port), tls, timeout)
+    if not (found in ("tls-closed", "tls-alert") or (found == "tls" and tls is None)):
+        return None
+    time.sleep(0.05)
+    if _probe(host, int(port), tls, timeout) != found:
+        return None
+    if tls is None:
+        hint = (
+            "the server speaks TLS and this client connects in plaintext; pass the CA that "
+            "signed the server's certificate as TLSConfig(ca_file=...) (CLI: --tls-ca)"
+        )
+        if found != "tls":
+            hint += (
+                ", and a client certificate signed by the CA the server trusts as "
+                "TLSConfig(cert_file=..., key_file=...) (CLI: --tls-cert and --tls-key): the "
+                "server also closed a TLS connection without one (mTLS)"
+            )
+        return hint
+    if tls.cert_file is None:
+        return (
+            "the server closed the connection right after the TLS handshake, as a server that "
+            "requires client certificates (mTLS, started with --tls-ca) does when it gets none; "
+            "pass a certificate signed by the CA it trusts and its key as "
+            "TLSConfig(cert_file=..., key_file=...) (CLI: --tls-cert and --tls-key)"
+        )
+    return (
+        f"the server closed the connection right after the TLS handshake, as a server that "
+        f"requires client certificates (mTLS) does when it does not trust the one it got: "
+        f"{tls.cert_file!r} is not signed by the CA the server was given (its --tls-ca), or "
+        "it expired; pass a certificate signed by that CA (CLI: --tls-cert and --tls-key)"
+    )
+
+
+def _probe(host: str, port: int, tls: TLSConfig | None, timeout: float) -> str:
+    """One TLS handshake with the server: "tls" (it then answered HTTP/2), "tls-closed" or
+    "tls-alert" (it then closed the connection or sent a TLS alert), "not-tls" (it answered the
+    handshake with something else) or "unknown" (unreachable, timed out, cut)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # only the server's manner is probed, not its identity
+    context.set_alpn_protocols(["h2"])
+    if tls is not None and tls.cert_file is not None:
+        context.load_cert_chain(tls.cert_file, tls.key_file, password=lambda: b"")
+    name = (tls.server_name if tls is not None else None) or host
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as raw:
+            try:
+                conn = context.wrap_socket(raw, server_hostname=name)
+            except ssl.SSLError as err:
+                if "ALERT" in str(getattr(err, "reason", "")):
+                    return "tls-alert"
+                return "unknown" if isinstance(err, ssl.SSLEOFError) else "not-tls"
+            with conn:
+                conn.sendall(_H2_PREFACE)
+                try:
+                    first = conn.recv(9)
+                except ssl.SSLError as err:
+                    return "tls-alert" if "ALERT" in str(getattr(err, "reason", "")) else "unknown"
+                except ConnectionResetError:
+                    return "tls-closed"
+                return "tls" if first else "tls-closed"
+    except (OSError, ValueError):
+        return "unknown"
+
+
+class TokenInterceptor(grpc.aio.ServerInterceptor):
+    """Rejects calls without ``authorization: Bearer <token>`` with UNAUTHENTICATED (for the
+    server's asyncio gRPC server); `OPEN_SERVICES` stay open (probes cannot send tokens)."""
 
     def __init__(self, token: str, open_services: tuple[str, ...] = OPEN_SERVICES) -> None:
         if not token:
@@ -119,47 +330,42 @@ class TokenInterceptor(grpc.ServerInterceptor):
         self._expected = f"Bearer {token}".encode()
         self._open = tuple(f"/{s}/" for s in open_services)
 
-    def intercept_service(
-        self, continuation: Callable[[Any], Any], handler_call_details: Any
-    ) -> Any:
+    async def intercept_service(
+        self,
+        continuation: Callable[[Any], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
         method = handler_call_details.method
+        handler = await continuation(handler_call_details)
         if method.startswith(self._open):
-            return continuation(handler_call_details)
+            return handler
         got = dict(handler_call_details.invocation_metadata or ()).get(AUTH_METADATA_KEY)
         if got is not None and hmac.compare_digest(str(got).encode(), self._expected):
-            return continuation(handler_call_details)
+            return handler
         reason = "no 'authorization' metadata" if got is None else "a wrong token"
-        handler = continuation(handler_call_details)
         return _deny(
             handler,
-            f"{method}: the call carried {reason}; pass token= to the client "
-            "(it sends 'authorization: Bearer <token>')",
+            f"{method}: the call carried {reason}; pass the server's token: --token (CLI, "
+            "default $REPLAYGPU_TOKEN) or token= (ReplayClient)",
         )
 
 
-def _deny(handler: Any, message: str) -> grpc.RpcMethodHandler:
+def _deny(handler: grpc.RpcMethodHandler | None, message: str) -> grpc.RpcMethodHandler:
+    """A handler of the same kind as ``handler`` that answers UNAUTHENTICATED."""
     error = AuthenticationError(message)
 
-    def refuse(request: Any, context: grpc.ServicerContext) -> Any:
-        abort(context, error)
+    async def refuse(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort(code_of(error), str(error))
 
     if handler is None:
         return grpc.unary_unary_rpc_method_handler(refuse)
-    if handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(
-            refuse, handler.request_deserializer, handler.response_serializer
-        )
-    if handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(
-            refuse, handler.request_deserializer, handler.response_serializer
-        )
-    if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(
-            refuse, handler.request_deserializer, handler.response_serializer
-        )
-    return grpc.unary_unary_rpc_method_handler(
-        refuse, handler.request_deserializer, handler.response_serializer
-    )
+    kind = {
+        (True, True): grpc.stream_stream_rpc_method_handler,
+        (True, False): grpc.stream_unary_rpc_method_handler,
+        (False, True): grpc.unary_stream_rpc_method_handler,
+        (False, False): grpc.unary_unary_rpc_method_handler,
+    }[(handler.request_streaming, handler.response_streaming)]
+    return kind(refuse, handler.request_deserializer, handler.response_serializer)
 
 
 def is_loopback(address: str) -> bool:

@@ -26,11 +26,11 @@ from replaygpu.fields import HostSpec, check_columns, row_nbytes
 from replaygpu.learner.ratio import SampleToInsertRule
 from replaygpu.service import codec, wire
 from replaygpu.service.allocator import keep_freed_memory
-from replaygpu.service.auth import TLSConfig, make_channel, token_metadata
+from replaygpu.service.auth import TLSConfig, connect_error, make_channel, token_metadata
 from replaygpu.service.config import MAX_ACTOR_ID_BYTES, ClientConfig, actor_id_problem
 from replaygpu.service.outbox import Outbox
 from replaygpu.service.status import (
-    RETRYABLE_CODES,
+    ServiceUnavailableError,
     TableNotFoundError,
     error_from_rpc,
 )
@@ -95,7 +95,7 @@ class ReplayClient:
         if self.config.keep_freed_memory:
             keep_freed_memory(self.config.max_buffer_bytes)
         self._metadata = token_metadata(token)
-        self._channel = make_channel(address, tls, self.config.max_message_bytes)
+        self._channel, self._tls = make_channel(address, tls, self.config.max_message_bytes), tls
         self._stub = replay_pb2_grpc.ReplayServiceStub(self._channel)
         self._append = self._channel.stream_stream(
             _APPEND_METHOD,
@@ -126,6 +126,7 @@ class ReplayClient:
             lambda requests: self._append(requests, metadata=self._metadata),
             address,
             self.config,
+            classify=lambda err: connect_error(err, address, tls),
         )
         self._cond = self._outbox.cond  # one lock for the partial buffer and the outbox
         self._flusher = threading.Thread(
@@ -146,20 +147,42 @@ class ReplayClient:
     # -- connecting -----------------------------------------------------------------------------
 
     def _connect(self) -> tuple[HostSpec, int, SampleToInsertRule | None]:
-        deadline = time.monotonic() + self.config.retry_deadline_s
+        """Ask the server for the table's spec and this actor's last seq (``Info``).
+
+        A server that is down or restarting (connection refused, UNAVAILABLE) is waited for,
+        with backoff, up to ``retry_deadline_s``; the channel's own reconnect backoff is capped
+        at 1 s (`replaygpu.service.auth.channel_options`), so the client is in within about
+        2 s of the server coming up. A TLS handshake that can never succeed (untrusted
+        certificate, TLS on one side only, a client certificate missing or refused) raises
+        `TLSError` at once, saying what to change (`replaygpu.service.auth.connect_error`).
+        """
+        started = time.monotonic()
+        limit = self.config.retry_deadline_s
+        deadline = started + limit if limit is not None else float("inf")
         delay = self.config.retry_initial_s
         while True:
             try:
+                # no wait_for_ready: a failed connection attempt comes back at once with its
+                # reason (wait_for_ready would hide it behind DEADLINE_EXCEEDED)
                 info = self._stub.Info(
                     replay_pb2.InfoRequest(actor_id=self.actor_id),
                     metadata=self._metadata,
                     timeout=max(0.05, min(self.config.rpc_timeout_s, deadline - time.monotonic())),
-                    wait_for_ready=True,
                 )
                 break
             except grpc.RpcError as err:
-                if err.code() not in RETRYABLE_CODES or time.monotonic() + delay > deadline:
-                    raise error_from_rpc(err, self.address) from None
+                error = connect_error(err, self.address, self._tls)
+                if not error.retryable:
+                    raise error from None
+                if time.monotonic() + delay > deadline:
+                    gave_up = ServiceUnavailableError(
+                        f"{error}; no answer from the server for {time.monotonic() - started:.1f} "
+                        f"s (ClientConfig.retry_deadline_s={limit}): start it, check the "
+                        "address, or raise the deadline"
+                    )
+                    gave_up.code = error.code
+                    raise gave_up from None
+                logger.debug("connecting to %s: %s; retrying in %.2f s", self.address, error, delay)
                 time.sleep(delay)
                 delay = min(2 * delay, self.config.retry_max_s)
         tables = {t.name: t for t in info.tables}

@@ -8,7 +8,10 @@ import logging
 import os
 import signal
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from replaygpu.service.auth import TLSConfig
 
 logger = logging.getLogger(__name__)
 
@@ -43,15 +46,65 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--checkpoint-dir", help="restore from and save to this folder")
     serve.add_argument("--checkpoint-every-s", type=float, default=300.0)
     serve.add_argument("--max-message-mb", type=int, default=64, help="largest append (MiB)")
+    serve.add_argument(
+        "--max-actors",
+        type=int,
+        default=1024,
+        help="concurrent actor streams at most; one more is refused at once (default 1024)",
+    )
+    serve.add_argument(
+        "--journal-dir",
+        help="durable acks: journal every acknowledged batch here (fsynced) and replay it over "
+        "the checkpoint on restart, so a crash loses nothing acknowledged; needs "
+        "--checkpoint-dir (each checkpoint cuts the journal)",
+    )
     serve.set_defaults(func=run_serve)
 
     info = subparsers.add_parser("info", help="print a replay server's tables and counters")
     info.add_argument("address", help="host:port of the server")
-    info.add_argument("--token", default=os.environ.get("REPLAYGPU_TOKEN"))
-    info.add_argument("--tls-ca", help="CA certificate to trust (enables TLS)")
-    info.add_argument("--server-name", help="name to check the server certificate against")
+    add_client_flags(info)
     info.add_argument("--json", action="store_true", help="print JSON")
     info.set_defaults(func=run_info)
+
+
+def add_client_flags(parser: argparse.ArgumentParser) -> None:
+    """The token and TLS flags of a client command (``info``; ``actor`` has the same ones,
+    from `agents.actor.ActorConfig`). Any ``--tls-*`` or ``--server-name`` flag enables TLS."""
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("REPLAYGPU_TOKEN"),
+        help="bearer token the server requires (default: $REPLAYGPU_TOKEN)",
+    )
+    parser.add_argument(
+        "--tls-ca", help="CA certificate that signed the server's certificate (enables TLS)"
+    )
+    parser.add_argument(
+        "--tls-cert", help="client certificate (PEM), for a server that requires one (mTLS)"
+    )
+    parser.add_argument("--tls-key", help="private key of --tls-cert (PEM)")
+    parser.add_argument(
+        "--server-name", help="name to check the server certificate against (e.g. localhost)"
+    )
+
+
+def client_tls(args: argparse.Namespace) -> TLSConfig | None:
+    """The client's `TLSConfig` from ``--tls-ca/--tls-cert/--tls-key/--server-name``, or None
+    (plaintext) when none is given.
+
+    Raises:
+        ConfigError: a file is missing or unreadable, or certificate and key do not match.
+    """
+    from replaygpu.service.auth import TLSConfig
+
+    files = (args.tls_ca, args.tls_cert, args.tls_key, args.server_name)
+    if not any(files):
+        return None
+    return TLSConfig(
+        cert_file=args.tls_cert,
+        key_file=args.tls_key,
+        ca_file=args.tls_ca,
+        server_name=args.server_name,
+    )
 
 
 def _load_spec(args: argparse.Namespace) -> Any:
@@ -85,6 +138,14 @@ def run_serve(args: argparse.Namespace) -> int:
             f"but {flags} {'is' if len(missing) == 1 else 'are'} missing; pass the server's "
             "--tls-cert and --tls-key too (or drop --tls-ca to serve without mTLS)"
         )
+    if args.journal_dir and not args.checkpoint_dir:
+        from replaygpu.errors import ConfigError
+
+        raise ConfigError(
+            f"serve: --journal-dir={args.journal_dir!r} needs --checkpoint-dir: the journal is "
+            "replayed over the last checkpoint and cut at each one (without checkpoints it "
+            "would grow without bound); pass --checkpoint-dir too"
+        )
     import replaygpu as rg
 
     tls = None
@@ -98,7 +159,11 @@ def run_serve(args: argparse.Namespace) -> int:
         restored = ckpt.restore()
         if restored:
             logger.info("restored %s: %d transitions", restored, table.size)
-    config = rg.ServerConfig(max_message_bytes=args.max_message_mb * 2**20)
+    config = rg.ServerConfig(
+        max_message_bytes=args.max_message_mb * 2**20,
+        max_actors=args.max_actors,
+        journal_dir=args.journal_dir,
+    )
     server = rg.serve(table, args.address, args.token, tls, config=config, ledger=ledger)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -120,18 +185,22 @@ def run_info(args: argparse.Namespace) -> int:
     import grpc
     from google.protobuf import json_format
 
-    from replaygpu.service.auth import TLSConfig, make_channel, token_metadata
-    from replaygpu.service.status import error_from_rpc
+    from replaygpu.errors import ConfigError
+    from replaygpu.service.auth import connect_error, make_channel, token_metadata
     from replaygpu.v1 import replay_pb2, replay_pb2_grpc
 
-    tls = TLSConfig(ca_file=args.tls_ca, server_name=args.server_name) if args.tls_ca else None
+    try:
+        tls = client_tls(args)
+    except ConfigError as err:
+        raise SystemExit(f"replaygpu info: ConfigError: {err}") from None
     channel = make_channel(args.address, tls, 2**20)
     try:
         reply = replay_pb2_grpc.ReplayServiceStub(channel).Info(
             replay_pb2.InfoRequest(), metadata=token_metadata(args.token), timeout=10
         )
     except grpc.RpcError as err:
-        raise SystemExit(str(error_from_rpc(err, args.address))) from None
+        error = connect_error(err, args.address, tls)
+        raise SystemExit(f"replaygpu info: {type(error).__name__}: {error}") from None
     finally:
         channel.close()
     if args.json:

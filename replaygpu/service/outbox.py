@@ -44,9 +44,18 @@ class Outbox:
         open_stream: opens one ``Append`` stream over an iterator of serialized requests.
         address: the server, for messages.
         config: buffer limit and retry timing (`ClientConfig`).
+        classify: the library error of a failed stream (default `status.error_from_rpc`); the
+            client passes `auth.connect_error`, which tells a TLS mismatch (never retried)
+            from a server that is down.
     """
 
-    def __init__(self, open_stream: OpenStream, address: str, config: ClientConfig) -> None:
+    def __init__(
+        self,
+        open_stream: OpenStream,
+        address: str,
+        config: ClientConfig,
+        classify: Callable[[grpc.RpcError], ServiceError] | None = None,
+    ) -> None:
         self.cond = threading.Condition()
         self.acked_transitions = 0
         self.last_table_size = 0
@@ -54,6 +63,7 @@ class Outbox:
         self.counters = (0, 0)
         self.closing = False
         self._open_stream = open_stream
+        self._classify = classify or (lambda err: error_from_rpc(err, address))
         self._address = address
         self._config = config
         self._unacked: collections.OrderedDict[int, bytes] = collections.OrderedDict()
@@ -198,7 +208,7 @@ class Outbox:
             except grpc.RpcError as err:
                 if self._drop:
                     return
-                error = error_from_rpc(err, self._address)
+                error = self._classify(err)
                 if error.retryable:
                     deadline = config.retry_deadline_s
                     if deadline is not None and time.monotonic() - last_progress > deadline:

@@ -27,9 +27,8 @@ from replaygpu.errors import ConfigError
 from replaygpu.fields import DTYPE_NAMES
 from replaygpu.learner.learner import Learner
 from replaygpu.learner.weights import WeightStore
-from replaygpu.service._aio_auth import AsyncTokenInterceptor
 from replaygpu.service.allocator import keep_freed_memory
-from replaygpu.service.auth import TLSConfig, warn_if_exposed
+from replaygpu.service.auth import TLSConfig, TokenInterceptor, warn_if_exposed
 from replaygpu.service.config import ServerConfig
 from replaygpu.service.eventloop import EventLoopThread
 from replaygpu.service.ingest import Ingest
@@ -182,7 +181,7 @@ class ReplayServer:
         self, address: str, token: str | None, tls: TLSConfig | None
     ) -> tuple[grpc.aio.Server, str]:
         """Build, bind and start the asyncio gRPC server (on the event loop thread)."""
-        interceptors = [AsyncTokenInterceptor(token)] if token is not None else []
+        interceptors = [TokenInterceptor(token)] if token is not None else []
         server = grpc.aio.server(
             interceptors=interceptors,
             options=[

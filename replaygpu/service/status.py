@@ -60,6 +60,18 @@ class ServiceUnavailableError(ServiceError):
     retryable = True
 
 
+class TLSError(ServiceError):
+    """The connection failed in the TLS handshake for a reason that retrying cannot fix: the
+    server's certificate is not signed by the CA the client trusts or does not carry the name
+    dialed, only one side speaks TLS, or the server requires a client certificate (mTLS) and got
+    none or one it does not trust. The message says which and what to pass. gRPC reports these
+    as UNAVAILABLE, like a server that is down; a client raises this at once instead of waiting
+    ``retry_deadline_s`` for a server that will never accept it."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+    retryable = False
+
+
 class InvalidBatchError(ServiceError, BatchError):
     """The server rejected a batch that does not match the table spec; nothing was written."""
 
@@ -91,6 +103,60 @@ _BY_CODE: dict[grpc.StatusCode, type[ServiceError]] = {
     )
 }
 _BY_CODE[grpc.StatusCode.DEADLINE_EXCEEDED] = ServiceUnavailableError
+
+#: ``(what gRPC's details say, lower case; what is wrong and how to fix it)`` for handshake
+#: failures, first match wins. gRPC 1.85 reports them as UNAVAILABLE with details like "failed
+#: to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:50051: Tls handshake failed
+#: (TSI_PROTOCOL_FAILURE): SSL_ERROR_SSL: error:1000007d:SSL routines:OPENSSL_internal:
+#: CERTIFICATE_VERIFY_FAILED: unable to get local issuer certificate". A plaintext client at a
+#: TLS server and a client without an accepted certificate at an mTLS server only see "Socket
+#: closed"; `replaygpu.service.auth.connect_error` probes the server to tell those apart.
+TLS_FAILURES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (
+        ("hostname verification check failed",),
+        "the server's certificate does not carry the host name this client checks; pass a name "
+        "it carries as TLSConfig(server_name=...) (CLI: --server-name), e.g. 'localhost' when "
+        "dialing 127.0.0.1",
+    ),
+    (
+        ("certificate_verify_failed",),
+        "this client does not trust the server's certificate: it is not signed by the CA this "
+        "client was given (TLSConfig(ca_file=...), CLI: --tls-ca; without one, the system's "
+        "roots), or it expired; pass the CA certificate that signed the server's --tls-cert",
+    ),
+    (
+        ("wrong_version_number",),
+        "the server does not speak TLS (a plaintext server, started without --tls-cert); "
+        "connect without TLS (no tls=, no --tls-* flags) or serve with --tls-cert and --tls-key",
+    ),
+    (
+        ("certificate_required", "certificate required", "peer_did_not_return_a_certificate"),
+        "the server requires a client certificate (mTLS: it was started with --tls-ca) and this "
+        "client sent none; pass a certificate signed by that CA and its key as "
+        "TLSConfig(cert_file=..., key_file=...) (CLI: --tls-cert and --tls-key)",
+    ),
+    (
+        ("unknown_ca", "unknown ca", "bad_certificate", "bad certificate", "certificate_unknown"),
+        "the server refused this client's certificate: it is not signed by the CA the server "
+        "trusts (its --tls-ca), or it expired; pass a certificate signed by that CA as "
+        "TLSConfig(cert_file=..., key_file=...) (CLI: --tls-cert and --tls-key)",
+    ),
+    (
+        ("ssl_error_ssl",),
+        "the TLS handshake failed; check that both sides use TLS and certificates of the same CA",
+    ),
+)
+
+
+def tls_failure(details: str) -> str | None:
+    """What is wrong and how to fix it, when gRPC's ``details`` of an UNAVAILABLE error describe
+    a TLS handshake that failed for good (see `TLS_FAILURES`); None otherwise (a server that is
+    down, restarting, or a connection cut: those may pass)."""
+    text = details.lower()
+    for needles, hint in TLS_FAILURES:
+        if any(needle in text for needle in needles):
+            return hint
+    return None
 
 
 def code_of(err: BaseException) -> grpc.StatusCode:
@@ -124,7 +190,11 @@ def abort(context: grpc.ServicerContext, err: BaseException) -> None:
 
 
 def error_from_rpc(err: grpc.RpcError, address: str = "") -> ServiceError:
-    """The library exception for a failed RPC, keeping the server's message."""
+    """The library exception for a failed RPC, keeping the server's message.
+
+    A TLS handshake failure that retrying cannot fix (see `tls_failure`) becomes a `TLSError`
+    (``retryable`` False) that says what to change.
+    """
     code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
     details = (err.details() if hasattr(err, "details") else None) or str(err)
     seq, retryable = None, False
@@ -138,6 +208,11 @@ def error_from_rpc(err: grpc.RpcError, address: str = "") -> ServiceError:
     if cls is ResourceExhaustedError and retryable:
         cls = StagingFullError
     where = f" (server {address})" if address else ""
-    out = cls(f"{code.name}{where}: {details}", seq=seq)
+    message = f"{code.name}{where}: {details}"
+    hint = tls_failure(details) if code == grpc.StatusCode.UNAVAILABLE else None
+    if hint is not None:
+        cls = TLSError
+        message = f"{code.name}{where}: TLS handshake failed: {hint}. gRPC said: {details}"
+    out = cls(message, seq=seq)
     out.code = code
     return out
