@@ -280,6 +280,8 @@ def run_small(ctx: Any, args: argparse.Namespace) -> None:
     print(f"{'case':30} {'ingest tr/s':>12} {'server CPU s/1e6 tr':>20}")
     try:
         for label, procs, streams, call, rows in SMALL_CASES:
+            if args.small_cases and not any(word in label for word in args.small_cases):
+                continue
             runs = [
                 trial(
                     ctx,
@@ -322,6 +324,12 @@ def main() -> None:
         choices=("large", "small", "all"),
         default="all",
         help="large requests (vs raw gRPC), small requests from many streams, or both",
+    )
+    parser.add_argument(
+        "--small-cases",
+        nargs="*",
+        default=[],
+        help="run only the small-request cases whose label contains one of these words",
     )
     parser.add_argument(
         "--durable",

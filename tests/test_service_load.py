@@ -214,3 +214,22 @@ def test_actor_ids_are_bounded_on_both_sides(actor_id, problem):
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "'actor_id'" in caught.value.details() and problem in caught.value.details()
     assert table.total_inserted == 0
+
+
+def test_the_retry_deadline_counts_from_the_first_failure_not_the_last_ack():
+    # an actor idle for longer than retry_deadline_s keeps working across a server restart
+    address = f"127.0.0.1:{free_port()}"
+    config = rg.ClientConfig(retry_deadline_s=1.0)
+    first = rg.ReplayTable(SPEC, capacity=64, device="/CPU:0")
+    second = rg.ReplayTable(SPEC, capacity=64, device="/CPU:0")
+    with rg.serve(first, address) as server:
+        client = rg.ReplayClient(address, actor_id="idle", config=config)
+        client.add_batch(columns([1]))
+        client.flush(timeout=30)
+        ledger = server.ledger
+        time.sleep(1.5)  # idle, longer than the deadline
+    with rg.serve(second, address, ledger=ledger):
+        client.add_batch(columns([2]))
+        client.flush(timeout=30)
+        client.close()
+    assert stored_ids(second).tolist() == [2]

@@ -118,6 +118,7 @@ class ReplayClient:
         )
         self._partial: dict[str, np.ndarray] = {}
         self._partial_n = 0
+        self._bool_fields = [k for k, f in self.spec.items() if f.dtype == "bool"]
         #: ``(name, column being filled, dtype, shape)`` per field in spec order (for `add`);
         #: native dtype objects, so that most checks are identity checks
         self._layout: list[tuple[str, np.ndarray, np.dtype, tuple[int, ...]]] = []
@@ -286,6 +287,13 @@ class ReplayClient:
             for k, v in columns.items()
         }
         n = check_columns(self.spec, cols)
+        for name in self._bool_fields:  # the server refuses other bytes (and the whole request)
+            if cols[name].size and cols[name].view(np.uint8).max() > 1:
+                raise BatchError(
+                    f"field '{name}': bool data hold bytes other than 0 and 1 (an array viewed "
+                    "as bool?); convert it with np.asarray(x, bool) or x != 0",
+                    field=name,
+                )
         with self._cond:
             self._outbox.raise_pending_error()
             start = 0

@@ -106,6 +106,8 @@ class Ingest:
         self._sampled = sampled
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        #: batches of the round being committed that failed, answered after its acks
+        self._failures: list[tuple[StagedBatch, BaseException]] = []
         # actor -> seq whose commit failed; later seqs of that actor wait for its resend
         self._blocked: dict[str, int] = {}
 
@@ -178,6 +180,34 @@ class Ingest:
     # -- committing ----------------------------------------------------------------------------
 
     def _commit(self, items: list[StagedBatch], journaled: bool = True) -> int:
+        """Commit one round (`_commit_round`); batches that fail are answered after the acks of
+        the round, so a stream ending on an error has sent every ack before it."""
+        self._failures = []
+        try:
+            return self._commit_round(items, journaled)
+        except BaseException as err:  # a bug: answer everything still waiting, then raise
+            answered = {id(item) for item, _ in self._failures}
+            for item in items:
+                if id(item) not in answered:
+                    self._failures.append(
+                        (
+                            item,
+                            ServiceUnavailableError(
+                                f"commit failed ({type(err).__name__}); resend", seq=item.seq
+                            ),
+                        )
+                    )
+            raise
+        finally:
+            failures, self._failures = self._failures, []
+            for item, error in failures:
+                item.fail(error)
+
+    def _fail(self, item: StagedBatch, error: BaseException) -> None:
+        """Answer ``item`` with ``error`` once the round's acks are out."""
+        self._failures.append((item, error))
+
+    def _commit_round(self, items: list[StagedBatch], journaled: bool) -> int:
         """Commit one round of staged batches: with a journal, the new ones are appended to it
         and fsynced first; consecutive batches go to the table as one append (one scatter per
         field, up to ``GROUP_BYTES``); the ledger is written once; then every batch is
@@ -205,8 +235,8 @@ class Ingest:
                 later.append(item)
                 continue
             blocked = self._blocked.get(actor)
-            if blocked is not None and item.seq > blocked:
-                item.fail(self._waits_for(item, blocked))
+            if blocked is not None and item.seq > blocked and planned.get(actor) != blocked:
+                self._fail(item, self._waits_for(item, blocked))
                 continue
             fresh.append(item)
             planned[actor] = item.seq
@@ -230,12 +260,13 @@ class Ingest:
             if item.seq <= self.ledger.last(item.actor_id, sync=False):
                 done.append((item, True))
             else:
-                item.fail(
+                self._fail(
+                    item,
                     ServiceUnavailableError(
                         f"seq {item.seq} of actor '{item.actor_id}' was staged twice and the "
                         "first copy failed; resend it",
                         seq=item.seq,
-                    )
+                    ),
                 )
         if done:
             try:
@@ -297,26 +328,28 @@ class Ingest:
     def _commit_one(self, item: StagedBatch, done: list[tuple[StagedBatch, bool]]) -> int:
         blocked = self._blocked.get(item.actor_id)
         if blocked is not None and item.seq > blocked:
-            item.fail(self._waits_for(item, blocked))
+            self._fail(item, self._waits_for(item, blocked))
             return 0
         try:
             self.table.append(as_tensors(item.columns))
         except BatchError as err:  # the batch itself is refused: the client drops it
             logger.warning("seq %d from %s refused: %s", item.seq, item.actor_id, err)
             self._blocked.pop(item.actor_id, None)
-            item.fail(
-                InvalidBatchError(f"table '{self.table.name}', seq {item.seq}: {err}", item.seq)
+            self._fail(
+                item,
+                InvalidBatchError(f"table '{self.table.name}', seq {item.seq}: {err}", item.seq),
             )
             return 0
         except Exception as err:  # e.g. a failed device write: the client resends it
             logger.exception("commit of seq %d from %s failed", item.seq, item.actor_id)
             self._blocked[item.actor_id] = item.seq
-            item.fail(
+            self._fail(
+                item,
                 ServiceUnavailableError(
                     f"commit of seq {item.seq} of actor '{item.actor_id}' failed "
                     f"({type(err).__name__}: {err}); resend it",
                     seq=item.seq,
-                )
+                ),
             )
             return 0
         self._blocked.pop(item.actor_id, None)
@@ -336,12 +369,13 @@ class Ingest:
         """Answer ``items`` UNAVAILABLE so their clients resend them (no stream is left waiting)."""
         logger.exception("%s failed; %d staged batches answered UNAVAILABLE", what, len(items))
         for item in items:
-            item.fail(
+            self._fail(
+                item,
                 ServiceUnavailableError(
                     f"{what} failed while committing seq {item.seq} of actor '{item.actor_id}' "
                     f"({type(err).__name__}: {err}); resend it",
                     seq=item.seq,
-                )
+                ),
             )
 
     def _release(self, items: list[StagedBatch]) -> None:

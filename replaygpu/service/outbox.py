@@ -28,6 +28,7 @@ from replaygpu.service.config import ClientConfig
 from replaygpu.service.status import (
     ServiceError,
     ServiceUnavailableError,
+    TLSError,
     error_from_rpc,
 )
 
@@ -191,7 +192,8 @@ class Outbox:
     def _stream_loop(self) -> None:
         config = self._config
         delay = config.retry_initial_s
-        last_progress = time.monotonic()
+        failing_since: float | None = None  # first failure since the last ack
+        acked_once = False
         while True:
             with self.cond:
                 while not self._unacked and not self.closing:
@@ -204,14 +206,21 @@ class Outbox:
                 self._call = self._open_stream(self._requests(stream_id))
                 for ack in self._call:
                     self._on_ack(ack)
-                    delay, last_progress = config.retry_initial_s, time.monotonic()
+                    delay, failing_since, acked_once = config.retry_initial_s, None, True
             except grpc.RpcError as err:
                 if self._drop:
                     return
-                error = self._classify(err)
+                error = self._error_of(err)
+                if isinstance(error, TLSError) and acked_once:
+                    # this server answered before: a proxy whose backend is down, or a
+                    # restart; keep the data and retry like any outage
+                    logger.warning("append stream to %s: %s; retrying", self._address, error)
+                    error.retryable = True
                 if error.retryable:
+                    now = time.monotonic()
+                    failing_since = now if failing_since is None else failing_since
                     deadline = config.retry_deadline_s
-                    if deadline is not None and time.monotonic() - last_progress > deadline:
+                    if deadline is not None and now - failing_since > deadline:
                         self._fail(
                             f"no ack from {self._address} for {deadline} s "
                             f"(ClientConfig.retry_deadline_s; None retries forever); last "
@@ -221,7 +230,7 @@ class Outbox:
                     logger.info(
                         "append stream to %s: %s; retrying in %.2f s",
                         self._address,
-                        type(error).__name__ if error.retryable else err.code().name,
+                        type(error).__name__,
                         delay,
                     )
                     with self.cond:  # a backoff that `close` can cut short
@@ -233,6 +242,15 @@ class Outbox:
                 with self.cond:
                     self._stream_id += 1  # ends this stream's request generator
                     self.cond.notify_all()
+
+    def _error_of(self, err: grpc.RpcError) -> ServiceError:
+        """The library error of a failed stream; a failing classifier (e.g. a TLS probe whose
+        certificate files are gone) falls back to the plain mapping, never kills the thread."""
+        try:
+            return self._classify(err)
+        except Exception:
+            logger.warning("classifying an append stream error failed", exc_info=True)
+            return error_from_rpc(err, self._address)
 
     def _reject(self, error: ServiceError) -> None:
         """A non-retryable error: drop the batch it names (or everything), keep the error."""

@@ -23,7 +23,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from replaygpu.errors import ConfigError
+from replaygpu.errors import ConfigError, ReplayError
 from replaygpu.fields import DTYPE_NAMES
 from replaygpu.learner.learner import Learner
 from replaygpu.learner.weights import WeightStore
@@ -36,6 +36,7 @@ from replaygpu.service.journal import Journal
 from replaygpu.service.ledger import SequenceLedger
 from replaygpu.service.servicer import SERVICE_NAME, Servicer, handlers
 from replaygpu.service.staging import BufferPool, StagedBatch, StagingQueue
+from replaygpu.service.status import InvalidBatchError
 from replaygpu.specs import host_spec
 from replaygpu.storage import ReplayTable
 
@@ -134,27 +135,49 @@ class ReplayServer:
         logger.info("serving table '%s' at %s", self.table.name, self.address)
 
     def _replay_journal(self) -> None:
-        """Commit the journalled batches that the restored checkpoint does not hold yet."""
+        """Commit the journalled batches that the restored checkpoint does not hold yet.
+
+        Raises:
+            ReplayError: a record cannot be read or committed (the server does not start: it
+                would delete the journal at its next checkpoint); records the table refused
+                when they came in (never acknowledged) are skipped.
+        """
         assert self.journal is not None
         records = inserted = 0
         pending: list[StagedBatch] = []
         pending_bytes = 0
+        failures: list[BaseException] = []
 
         def commit() -> int:
             n = self._ingest.replay(pending)
             pending.clear()
+            if failures:
+                raise ReplayError(
+                    f"journal {self.journal.directory}: replaying record {records} failed "
+                    f"({failures[0]}); the server does not start, so that the journal is kept. "
+                    "Start it with the spec and table it was written for"
+                ) from failures[0]
             return n
+
+        def failed(err: BaseException) -> None:
+            if isinstance(err, InvalidBatchError):  # refused when it came in, never acked
+                logger.warning("journal replay: skipped a batch the table refuses: %s", err)
+            else:
+                failures.append(err)
 
         for data in self.journal.replay():
             records += 1
             try:
-                item = self._servicer._prepare(data, lambda _: None)
-            except Exception as err:  # a batch refused when it came in is refused again
-                logger.warning("journal record %d skipped: %s", records, err)
-                continue
+                item = self._servicer._prepare(data, lambda _: None, replay=True)
+            except Exception as err:
+                raise ReplayError(
+                    f"journal {self.journal.directory}: record {records} does not fit table "
+                    f"'{self.table.name}' ({err}); the server does not start, so that the "
+                    "journal is kept. Start it with the spec and table it was written for"
+                ) from err
             if item is None:  # in the checkpoint already
                 continue
-            item.fail = _log_replay_failure
+            item.fail = failed
             pending.append(item)
             pending_bytes += item.nbytes
             if pending_bytes > 256 * 2**20:
@@ -191,6 +214,9 @@ class ReplayServer:
                 # actors' keepalive pings (every 20 s) are welcome, even on idle streams
                 ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
                 ("grpc.keepalive_permit_without_calls", 1),
+                # ping idle connections so that a vanished actor frees its max_actors slot
+                ("grpc.keepalive_time_ms", 60_000),
+                ("grpc.keepalive_timeout_ms", 20_000),
             ],
         )
         server.add_generic_rpc_handlers((handlers(self._servicer),))
@@ -314,10 +340,6 @@ def serve(
             wire cannot carry, or an address that cannot be bound.
     """
     return ReplayServer(target, address, token, tls, config or ServerConfig(), ledger)
-
-
-def _log_replay_failure(err: BaseException) -> None:
-    logger.warning("journal replay: a batch was not committed: %s", err)
 
 
 def _fsync_checkpoint(path: str) -> None:

@@ -24,6 +24,7 @@ RESOURCE_EXHAUSTED naming the limit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -168,7 +169,8 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         self._outboxes.add(outbox)
 
         def post(item: Any) -> None:  # from the committer thread
-            loop.call_soon_threadsafe(outbox.put_nowait, item)
+            with contextlib.suppress(RuntimeError):  # the loop closed: the server stopped
+                loop.call_soon_threadsafe(outbox.put_nowait, item)
 
         reader = asyncio.ensure_future(self._read_stream(requests, outbox, post))
         try:
@@ -231,9 +233,12 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
             await asyncio.sleep(delay)
             delay = min(2 * delay, 0.02)
 
-    def _prepare(self, data: bytes, post: Callable[[Any], None]) -> StagedBatch | None:
+    def _prepare(
+        self, data: bytes, post: Callable[[Any], None], replay: bool = False
+    ) -> StagedBatch | None:
         """Parse and validate one request and copy its arrays into pooled buffers; a replay of
-        a committed seq is acknowledged (``post``) and gives None."""
+        a committed seq is acknowledged (``post``) and gives None. ``replay``: a request read
+        back from the journal (accepted under the limits of its time)."""
         size = len(data)
         try:
             request = wire.parse_append_request(data)
@@ -251,7 +256,7 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
                 f"Found: {self.table.name}",
                 seq=seq,
             )
-        if size > self.config.max_message_bytes:
+        if size > self.config.max_message_bytes and not replay:  # a limit of the time
             raise ResourceExhaustedError(
                 f"AppendRequest seq {seq} is {size} bytes, over max_message_bytes="
                 f"{self.config.max_message_bytes}; send smaller batches (ReplayClient splits "
