@@ -11,6 +11,7 @@ gRPC server on each received request, and the client before it sends.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -85,10 +86,23 @@ def row_nbytes(spec: HostSpec) -> int:
     return sum(field.nbytes for field in spec.values())
 
 
+#: dtype -> wire name; numpy computes ``dtype.name`` anew on every access (~5 us), and the
+#: client and server ask for it for every field of every batch
+_NAMES: dict[Any, str] = {}
+
+
 def dtype_name(dtype: Any) -> str:
     """The wire name of a numpy (or TensorFlow) dtype."""
+    try:
+        return _NAMES[dtype]
+    except (KeyError, TypeError):  # not seen yet, or unhashable
+        pass
     name = getattr(dtype, "name", None) or np.dtype(dtype).name
-    return "bool" if name == "bool_" else str(name)
+    name = "bool" if name == "bool_" else str(name)
+    if len(_NAMES) < 256:
+        with contextlib.suppress(TypeError):  # an unhashable dtype-like: not cached
+            _NAMES[dtype] = name
+    return name
 
 
 #: The most bytes a numpy array can hold (its sizes are int64).
