@@ -1,4 +1,4 @@
-"""The bounded queue between gRPC handler threads and the thread that writes the table.
+"""The bounded queue between the gRPC handlers and the thread that writes the table.
 
 Handlers put whole decoded batches; the learner thread (or the server's background committer)
 takes them all at once between train calls. The queue is bounded in batches and in bytes;
@@ -153,9 +153,9 @@ class StagingQueue:
 class BufferPool:
     """Reusable 64-byte aligned buffers for the arrays of staged batches.
 
-    Each stream's reader thread copies a request's arrays into buffers taken here (aligned,
+    The Append handlers copy a request's arrays into buffers taken here (aligned,
     so TensorFlow wraps them without another copy), and the committer gives them back after
-    the table write. Reusing them spares the readers a fresh multi-megabyte allocation per
+    the table write. Reusing them spares the handlers a fresh multi-megabyte allocation per
     request, whose pages fault on first touch (glibc unmaps emptied per-thread heaps whatever
     ``keep_freed_memory`` says). A buffer is only reused when nothing else still refers to it
     (CPython reference counts), e.g. a tensor TensorFlow has not released yet; free buffers are

@@ -4,12 +4,11 @@
 `parse_append_request` (the server) reads one without copying the data.
 
 The server receives each AppendRequest as the raw bytes gRPC read off the socket and parses
-them here, in the stream's reader thread: the header fields and tensor metadata are decoded in
-Python (a few dozen varints), while every tensor's data stays a ``memoryview`` slice of the
-received bytes, so ``np.frombuffer`` turns it into an array without a copy. Protobuf's own
-parser would copy each multi-megabyte data field twice (into its arena, then into a new
-``bytes`` on attribute access), and as a gRPC request deserializer it would run in gRPC's one
-polling thread, which every stream shares.
+them here (on its event loop, or on an admit thread for large requests): the header fields and
+tensor metadata are decoded in Python (a few dozen varints), while every tensor's data stays a
+``memoryview`` slice of the received bytes, so ``np.frombuffer`` turns it into an array without
+a copy. Protobuf's own parser would copy each multi-megabyte data field twice (into its arena,
+then into a new ``bytes`` on attribute access).
 
 The reader accepts exactly the bytes protobuf's parser (upb, the Python default) accepts and
 reads the same values from them; ``tests/test_wire_fuzz.py`` checks this against
