@@ -9,29 +9,16 @@ journals in temporary folders.
 import json
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import grpc
-import numpy as np
 import pytest
-import tensorflow as tf
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from service_helpers import SPEC, columns, free_port, stored_ids
 
 import replaygpu as rg
-
-SPEC = {"id": tf.TensorSpec([], tf.int64), "obs": tf.TensorSpec([4], tf.float32)}
-
-
-def columns(ids):
-    ids = np.asarray(ids, np.int64)
-    return {"id": ids, "obs": np.repeat(ids[:, None], 4, axis=1).astype(np.float32)}
-
-
-def stored_ids(table):
-    return np.sort(table.storage["id"].numpy()[: table.size])
 
 
 def restored(folder, capacity=4096):
@@ -86,12 +73,6 @@ def test_a_journal_directory_serves_one_server_at_a_time(tmp_path):
     with rg.serve(first, config=config), pytest.raises(rg.ConfigError, match="journal"):
         rg.serve(second, config=config)
     assert second.served_at is None
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_serve(address, tmp_path, log):

@@ -3,7 +3,6 @@ streams with health and Info answering throughout, the max_actors limit, reconne
 outage, small requests packed together."""
 
 import pathlib
-import socket
 import statistics
 import subprocess
 import sys
@@ -13,23 +12,13 @@ import time
 import grpc
 import numpy as np
 import pytest
-import tensorflow as tf
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from service_helpers import SPEC, columns, free_port, stored_ids
 
 import replaygpu as rg
 from replaygpu.v1 import replay_pb2, replay_pb2_grpc
 
 SWARM = pathlib.Path(__file__).with_name("actor_swarm.py")
-SPEC = {"id": tf.TensorSpec([], tf.int64), "obs": tf.TensorSpec([4], tf.float32)}
-
-
-def columns(ids):
-    ids = np.asarray(ids, np.int64)
-    return {"id": ids, "obs": np.repeat(ids[:, None], 4, axis=1).astype(np.float32)}
-
-
-def stored_ids(table):
-    return np.sort(table.storage["id"].numpy()[: table.size])
 
 
 def probe_latencies(address, stop, out):
@@ -128,12 +117,6 @@ def test_a_stream_past_max_actors_is_refused_at_once_naming_the_limit():
             late.add_batch(columns([9]))
         held[1].close()
     assert stored_ids(table).tolist() == [0, 1, 9]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.timeout(300)
