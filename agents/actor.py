@@ -1,4 +1,8 @@
-"""An Ape-X actor: a gymnasium vector env, a numpy epsilon-greedy policy, a `ReplayClient`.
+"""An actor: a gymnasium vector env, a numpy behaviour policy, a `ReplayClient`.
+
+The policy is a dqn learner's epsilon-greedy Q-network (Ape-X) or a sac learner's sampled
+squashed Gaussian; `actor_config` builds an actor's config from the `rg.ActorSettings` that a
+learner announces in ``Info``, so ``replaygpu actor ADDRESS`` needs no other flags.
 
 This module imports no TensorFlow, so actor processes start fast and stay small. An actor
 steps ``num_envs`` envs with one batched numpy policy call per vector step, sends its
@@ -15,19 +19,25 @@ returns across interleaved actors.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Literal
 
 import gymnasium as gym
 import numpy as np
 
 import replaygpu as rg
-from agents.checks import require_positive_ints, require_unit_interval
-from agents.envs import EpisodeStats, TransitionChunk, make_vector_env
-from agents.flags import helptext
-from agents.policies import epsilon_greedy_actions, greedy_q_policy
+from replaygpu.agents.checks import require_positive_ints, require_unit_interval
+from replaygpu.agents.envs import EpisodeStats, TransitionChunk, make_vector_env
+from replaygpu.agents.flags import helptext
+from replaygpu.agents.policies import (
+    epsilon_greedy_actions,
+    greedy_q_policy,
+    squashed_gaussian_policy,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +54,23 @@ class ActorConfig:
     """How one actor collects experience."""
 
     env_id: str = field(default="CartPole-v1", metadata=helptext("gymnasium env id"))
+    agent: Literal["dqn", "sac"] = field(
+        default="dqn",
+        metadata=helptext(
+            "policy: dqn (epsilon-greedy Q-network, Discrete actions) or sac (squashed "
+            "Gaussian, Box actions)"
+        ),
+    )
     actor_index: int = field(default=0, metadata=helptext("this actor's index i in [0, N)"))
     num_actors: int = field(default=1, metadata=helptext("N, actors in the whole run"))
+    actor_id_prefix: str = field(
+        default="",
+        metadata=helptext(
+            "actor ids are PREFIX-INDEX, unique per actor (the learner's exactly-once ledger "
+            "keys on them); empty: this host's name, so replicas on other hosts or containers "
+            "never share an id"
+        ),
+    )
     num_envs: int = field(default=8, metadata=helptext("envs stepped together per actor"))
     seed: int = field(default=1, metadata=helptext("base seed (offset by the actor index)"))
     steps: int = field(default=0, metadata=helptext("env steps to collect; 0: until stopped"))
@@ -141,15 +166,16 @@ def run_actor(
         ReplayError: when the server is unreachable or rejects the data.
     """
     env = make_vector_env(config.env_id, config.num_envs, config.seed + 1000 * config.actor_index)
-    if not isinstance(env.single_action_space, gym.spaces.Discrete):
-        raise rg.ConfigError(
-            f"env {config.env_id}: got action space {env.single_action_space}, expected Discrete"
-        )
-    num_actions = int(env.single_action_space.n)
+    rng = np.random.default_rng(config.seed + 1000 * config.actor_index)
+    try:
+        choose = _ActionChooser(config, env.single_action_space, rng)
+    except rg.ConfigError:
+        env.close()
+        raise
     n = config.num_envs
     client = rg.ReplayClient(
         address,
-        actor_id=f"actor-{config.actor_index}",
+        actor_id=f"{config.actor_id_prefix or socket.gethostname()}-{config.actor_index}",
         table=config.table,
         token=config.token or None,
         tls=config.tls,
@@ -157,7 +183,6 @@ def run_actor(
     )
     chunk = TransitionChunk(client.spec, config.send_interval * n)
     stats = EpisodeStats(n)
-    rng = np.random.default_rng(config.seed + 1000 * config.actor_index)
     version, policy = 0, None
     env_steps, since_pull, updates, episodes = 0, config.weight_pull_interval, 0, 0
     obs, _ = env.reset(seed=config.seed + 1000 * config.actor_index)
@@ -170,13 +195,9 @@ def run_actor(
                 since_pull = 0
                 got = client.get_weights(newer_than=version)
                 if got is not None:
-                    version, weights = got
-                    policy = greedy_q_policy(list(weights))
+                    version, policy = got[0], choose.policy(list(got[1]))
                     updates += 1
-            if policy is None:  # nothing published yet: explore uniformly
-                actions = rng.integers(num_actions, size=n).astype(np.int64)
-            else:
-                actions = epsilon_greedy_actions(policy, obs, config.epsilon, num_actions, rng)
+            actions = choose(policy, obs)
             next_obs, reward, terminated, truncated, info = env.step(actions)
             done = terminated | truncated
             chunk.add_step(obs, actions, reward, next_obs, terminated, truncated, info)
@@ -219,6 +240,65 @@ def run_actor(
     if report is not None:
         report("done", config.actor_index, result)
     return result
+
+
+class _ActionChooser:
+    """Actions for a vector step: explore uniformly until weights arrive, then the agent's
+    behaviour policy (dqn: epsilon-greedy at the actor's epsilon; sac: a sampled action)."""
+
+    def __init__(self, config: ActorConfig, space: gym.Space, rng: np.random.Generator) -> None:
+        self.config, self.space, self.rng = config, space, rng
+        if config.agent == "dqn" and not isinstance(space, gym.spaces.Discrete):
+            raise rg.ConfigError(
+                f"env {config.env_id}: got action space {space}, expected Discrete for a dqn "
+                "actor (a learner with --agent sac runs Box-action envs)"
+            )
+        if config.agent == "sac" and not (isinstance(space, gym.spaces.Box) and space.is_bounded()):
+            raise rg.ConfigError(
+                f"env {config.env_id}: got action space {space}, expected a bounded Box for a "
+                "sac actor (a learner with --agent dqn runs Discrete-action envs)"
+            )
+
+    def policy(self, weights: list[np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
+        """The behaviour policy over newly pulled ``weights``."""
+        if self.config.agent == "dqn":
+            return greedy_q_policy(weights)
+        low, high = self.space.low.astype(np.float64), self.space.high.astype(np.float64)
+        scale, bias = ((high - low) / 2).astype(np.float32), ((high + low) / 2).astype(np.float32)
+        return squashed_gaussian_policy(weights, scale, bias, self.rng)
+
+    def __call__(self, policy: Callable | None, obs: np.ndarray) -> np.ndarray:
+        n, space = len(obs), self.space
+        if self.config.agent == "sac":
+            if policy is None:
+                return self.rng.uniform(space.low, space.high, (n, *space.shape)).astype(
+                    space.dtype
+                )
+            return policy(obs).astype(space.dtype)
+        num_actions = int(space.n)
+        if policy is None:
+            return self.rng.integers(num_actions, size=n).astype(np.int64)
+        return epsilon_greedy_actions(policy, obs, self.config.epsilon, num_actions, self.rng)
+
+
+def actor_config(
+    settings: rg.ActorSettings, index: int, num_actors: int, **overrides: object
+) -> ActorConfig:
+    """The config of actor ``index`` of ``num_actors`` under a learner's `rg.ActorSettings`
+    (its env, agent, exploration, weight-pull interval, envs per actor and seed); ``overrides``
+    replace any field (e.g. ``steps=``, ``token=``)."""
+    base = ActorConfig(
+        env_id=settings.env_id,
+        agent=settings.agent,
+        actor_index=index,
+        num_actors=num_actors,
+        num_envs=settings.num_envs,
+        seed=settings.seed,
+        weight_pull_interval=settings.weight_pull_interval,
+        epsilon_base=settings.epsilon_base,
+        epsilon_alpha=settings.epsilon_alpha,
+    )
+    return replace(base, **overrides) if overrides else base
 
 
 def _streams(batch: dict[str, np.ndarray], config: ActorConfig) -> dict[str, np.ndarray]:

@@ -1,6 +1,9 @@
-"""`replaygpu actor ADDRESS --env ID`: run Ape-X actors against a running replay server.
+"""`replaygpu actor ADDRESS`: run actors against a running learner (or replay server).
 
-The actors need no TensorFlow: they act with a numpy copy of the weights the learner publishes.
+From a `replaygpu learner` the actors learn the env, the agent's policy and its exploration
+(``Info``'s actor settings), so the address is all they need; flags given here override those
+settings. Against a bare `replaygpu serve`, pass ``--env``. The actors need no TensorFlow: they
+act with a numpy copy of the weights the learner publishes.
 ``--processes P`` starts P actor processes with indices ``actor_index .. actor_index + P - 1``
 of a fleet of ``--num-actors`` actors (each explores with its Ape-X epsilon). Ctrl-C or SIGTERM
 stops them after they flush what they collected.
@@ -14,17 +17,30 @@ import logging
 import multiprocessing as mp
 import signal
 import threading
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from replaygpu.agents.actor import ActorConfig
 
 logger = logging.getLogger(__name__)
 
 #: `ActorConfig` fields whose flags come from `replaygpu.service.commands.add_client_flags`.
 _CLIENT_FIELDS = ("token", "tls_ca", "tls_cert", "tls_key", "server_name")
+#: `ActorConfig` fields a learner's `rg.ActorSettings` sets unless given as flags.
+_LEARNER_FIELDS = (
+    "agent",
+    "num_envs",
+    "seed",
+    "weight_pull_interval",
+    "epsilon_base",
+    "epsilon_alpha",
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``actor`` subcommand."""
-    from agents.actor import ActorConfig
-    from agents.flags import add_config_flags
+    from replaygpu.agents.actor import ActorConfig
+    from replaygpu.agents.flags import add_config_flags
     from replaygpu.service.commands import add_client_flags
 
     parser = subparsers.add_parser(
@@ -37,38 +53,110 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--env",
         "--env-id",
         dest="env_id",
-        default=ActorConfig.env_id,
-        help=f"gymnasium env id with Discrete actions (default: {ActorConfig.env_id})",
+        default=None,
+        help="gymnasium env id (default: the learner's; needed against a bare serve)",
     )
     parser.add_argument(
         "--processes",
         type=int,
-        default=1,
-        help="actor processes to start here (default: 1)",
+        default=None,
+        help="actor processes to start here (default: all of --num-actors from --actor-index; "
+        "replicas that each run one actor of a larger fleet pass --processes 1)",
     )
     # token and TLS: the same flags as `replaygpu info` (--token defaults to $REPLAYGPU_TOKEN)
     add_config_flags(parser, ActorConfig, skip=("env_id", *_CLIENT_FIELDS))
     add_client_flags(parser)
+    # unset: taken from the learner's actor settings, else ActorConfig's defaults
+    parser.set_defaults(**dict.fromkeys(_LEARNER_FIELDS))
     parser.set_defaults(func=run)
+
+
+def _config(args: argparse.Namespace) -> ActorConfig:
+    """The actor's config: flags given, else the learner's actor settings, else defaults.
+
+    Raises:
+        ConfigError: bad flags, or no env id anywhere (a bare serve and no --env).
+        ServiceError: the server cannot be asked (unreachable, wrong token, TLS).
+    """
+    import dataclasses
+
+    import replaygpu as rg
+    from replaygpu.agents.actor import ActorConfig
+
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(ActorConfig)}
+    settings = _learner_settings(args)
+    if settings is not None:
+        learned = {
+            "env_id": settings.env_id,
+            "agent": settings.agent,
+            "num_envs": settings.num_envs,
+            "seed": settings.seed,
+            "weight_pull_interval": settings.weight_pull_interval,
+            "epsilon_base": settings.epsilon_base,
+            "epsilon_alpha": settings.epsilon_alpha,
+        }
+        for name, value in learned.items():
+            if values[name] is None:
+                values[name] = value
+    if values["env_id"] is None:
+        raise rg.ConfigError(
+            f"the server at {args.address} announces no actor settings (a bare `replaygpu "
+            "serve`, not a `replaygpu learner`); pass --env ENV_ID"
+        )
+    defaults = ActorConfig()
+    for name in _LEARNER_FIELDS:
+        if values[name] is None:
+            values[name] = getattr(defaults, name)
+    return ActorConfig(**values)
+
+
+def _learner_settings(args: argparse.Namespace) -> Any:
+    """The learner's `rg.ActorSettings` from ``Info``, or None from a bare server."""
+    import grpc
+
+    import replaygpu as rg
+    from replaygpu.service.auth import connect_error, make_channel, token_metadata
+    from replaygpu.service.commands import client_tls
+    from replaygpu.v1 import replay_pb2, replay_pb2_grpc
+
+    tls = client_tls(args)
+    wait_s = args.retry_deadline_s if args.retry_deadline_s is not None else 60.0
+    channel = make_channel(args.address, tls, 2**20)
+    try:
+        reply = replay_pb2_grpc.ReplayServiceStub(channel).Info(
+            replay_pb2.InfoRequest(),
+            metadata=token_metadata(args.token),
+            timeout=wait_s,
+            wait_for_ready=True,  # the learner may still be starting
+        )
+    except grpc.RpcError as err:
+        if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+            raise rg.ServiceUnavailableError(
+                f"no replay server answered at {args.address} within {wait_s:g} s "
+                "(--retry-deadline-s); check the address and that the learner is running"
+            ) from None
+        raise connect_error(err, args.address, tls) from None
+    finally:
+        channel.close()
+    if not reply.HasField("actor_settings"):
+        return None
+    return rg.ActorSettings.from_proto(reply.actor_settings)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the actors until they collected their steps, are stopped, or the server is gone."""
     import replaygpu as rg
-    from agents.actor import ActorConfig, run_actor, run_actor_process
-    from agents.flags import config_from_args
+    from replaygpu.agents.actor import run_actor, run_actor_process
 
-    try:
-        config = config_from_args(ActorConfig, args)
-        if args.processes < 1 or config.actor_index + args.processes > config.num_actors:
-            raise rg.ConfigError(
-                f"--processes {args.processes} from --actor-index {config.actor_index}: "
-                f"expected 1 <= processes and actor_index + processes <= num_actors "
-                f"({config.num_actors})"
-            )
-    except ValueError as err:
-        print(f"replaygpu actor: error: {err}")
-        return 2
+    config = _config(args)
+    if args.processes is None:  # all the fleet's actors from actor_index on
+        args.processes = config.num_actors - config.actor_index
+    if args.processes < 1 or config.actor_index + args.processes > config.num_actors:
+        raise rg.ConfigError(
+            f"--processes {args.processes} from --actor-index {config.actor_index}: "
+            f"expected 1 <= processes and actor_index + processes <= num_actors "
+            f"({config.num_actors})"
+        )
     if args.processes == 1:
         stop = threading.Event()
         previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -76,9 +164,6 @@ def run(args: argparse.Namespace) -> int:
             run_actor(config, args.address, stop=stop)
         except KeyboardInterrupt:
             stop.set()
-        except rg.ReplayError as err:
-            print(f"replaygpu actor: {err}")
-            return 1
         finally:
             signal.signal(signal.SIGTERM, previous)
         return 0

@@ -1,13 +1,13 @@
 """Ape-X DQN: one learner serving its replay table over gRPC, N actor processes feeding it.
 
-Reads top to bottom: the config, then ``train``: build the table, the double-DQN agent (the
-update of `agents.dqn.DQN` on 3-step returns of each actor env) and the learner; serve them with
-`rg.serve`; start the actor processes (`agents.actor`, no TensorFlow in them), which step
-vector envs with a numpy epsilon-greedy policy (actor i: eps_i = 0.4^(1 + 7 i/(N-1))) and pull
-weights every K env steps; train with `rg.learner_step` under a samples-per-insert rate limiter
-until the actors delivered ``steps`` transitions and the learner used up its replay budget
-(a fixed number of SGD steps, whatever the machine load), decaying the learning rate over
-those steps; then evaluate the greedy policy.
+Reads top to bottom: the config, then ``train``: start `LearnerService` (what ``replaygpu
+learner --agent dqn`` runs: the table, the double-DQN update of `dqn.DQN` on 3-step returns of
+each actor env, a samples-per-insert rate limiter, the gRPC service) and the actor processes
+(what ``replaygpu actor ADDRESS`` runs: `actor`, no TensorFlow in them), which step vector envs
+with a numpy epsilon-greedy policy (actor i: eps_i = 0.4^(1 + 7 i/(N-1))) and pull weights every
+K env steps; train until the actors delivered ``steps`` transitions and the learner used up its
+replay budget (a fixed number of SGD steps, whatever the machine load), decaying the learning
+rate over those steps; then evaluate the greedy policy.
 """
 
 from __future__ import annotations
@@ -19,21 +19,22 @@ from dataclasses import dataclass, field
 
 import gymnasium as gym
 import numpy as np
-import tensorflow as tf
 
 import replaygpu as rg
-from agents.actor import STREAM_FIELD, ActorConfig, run_actor_process
-from agents.checks import (
+from replaygpu.agents.actor import actor_config, run_actor_process
+from replaygpu.agents.checks import (
     require_positive,
     require_positive_ints,
     require_unit_interval,
     require_widths,
 )
-from agents.dqn import DQN
-from agents.envs import evaluate
-from agents.flags import helptext
-from agents.policies import greedy_q_policy
-from agents.progress import NullRecorder, Recorder, TrainResult
+from replaygpu.agents.dqn import DQN
+from replaygpu.agents.dqn import check_env as dqn_check_env
+from replaygpu.agents.envs import evaluate
+from replaygpu.agents.flags import helptext
+from replaygpu.agents.policies import greedy_q_policy
+from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult
+from replaygpu.agents.runs import RunControl
 
 
 @dataclass(frozen=True)
@@ -141,63 +142,43 @@ class ApexConfig:
         SGD steps of the replay budget (evaluated in the graph at every step)."""
         return rg.LinearSchedule(self.learning_rate, self.final_learning_rate, self.total_sgd_steps)
 
-    def actor_config(self, index: int) -> ActorConfig:
-        """The config of actor ``index``: its share of the steps and its Ape-X epsilon."""
-        share = self.steps // self.num_actors + (index < self.steps % self.num_actors)
-        return ActorConfig(
-            env_id=self.env_id,
-            actor_index=index,
-            num_actors=self.num_actors,
-            num_envs=self.actor_envs,
-            seed=self.seed,
-            steps=share,
-            weight_pull_interval=self.weight_pull_interval,
-        )
+
+def check_env(env_id: str) -> gym.Env:
+    """`dqn.check_env`: Ape-X DQN needs Discrete actions."""
+    return dqn_check_env(env_id)
 
 
-def train(config: ApexConfig, recorder: Recorder | None = None) -> TrainResult:
-    """Run the learner service and ``num_actors`` actor processes, then evaluate greedily.
+def make_agent(config: ApexConfig, env: gym.Env) -> DQN:
+    """The agent's networks for ``env`` (what ``replaygpu eval`` restores)."""
+    obs_dim = int(np.prod(env.observation_space.shape))
+    return DQN(obs_dim, int(env.action_space.n), config, config.learning_rate_schedule)
+
+
+def greedy_policy(agent: DQN):
+    """The agent's greedy numpy policy."""
+    return greedy_q_policy(agent.q.numpy_weights())
+
+
+def train(
+    config: ApexConfig, recorder: Recorder | None = None, run: RunControl | None = None
+) -> TrainResult:
+    """Run the learner service (`LearnerService`, what ``replaygpu learner`` runs) and
+    ``num_actors`` actor processes (what ``replaygpu actor ADDRESS`` runs), then evaluate.
+
+    With ``run``: resume from its newest checkpoint, save periodically, stop early (with a
+    checkpoint) on SIGTERM or Ctrl-C. Actors of a resumed run collect what is left of
+    ``steps``.
 
     Raises:
         RuntimeError: when an actor process fails.
     """
-    recorder = recorder or NullRecorder()
-    probe = gym.make(config.env_id)
-    spec = dict(rg.specs_from_env(probe))
-    spec[STREAM_FIELD] = tf.TensorSpec([], tf.int64, name=STREAM_FIELD)  # env of each row
-    obs_dim = int(np.prod(probe.observation_space.shape))
-    num_actions = int(probe.action_space.n)
-    probe.close()
+    from replaygpu.agents.learner import LearnerService
 
-    table = rg.ReplayTable(spec, config.buffer_size, device=config.device or None)
-    with tf.device(table.device):
-        agent = DQN(obs_dim, num_actions, config, learning_rate=config.learning_rate_schedule)
-    if config.prioritized:
-        sampler = rg.PrioritizedSampler(
-            table, alpha=config.priority_alpha, beta=config.priority_beta, seed=config.seed
-        )
-    else:
-        sampler = rg.UniformSampler(table, seed=config.seed)
-    # Actors' batches interleave in the table; the stream field keeps each return in one env.
-    sampler = rg.NStepSampler(
-        sampler, n=config.n_step, gamma=config.gamma, stream_field=STREAM_FIELD
-    )
-    limiter = rg.SampleToInsertRatio(
-        config.samples_per_insert,
-        min_size_to_sample=config.learning_starts,
-        error_buffer=config.batch_size * config.steps_per_call,
-    )
-    learner = rg.Learner(
-        table,
-        sampler,
-        agent.update,
-        batch_size=config.batch_size,
-        rate_limiter=limiter,
-        jit_compile=config.jit_compile,
-    )
-    learner.train(0)  # trace and compile the fused loop before the actors start
-    server = rg.serve(learner, config.address)
-    learner.publish_weights(agent.q)
+    recorder = recorder or NullRecorder()
+    service = LearnerService("dqn", config, run)
+    service.recorder = recorder
+    table, learner = service.table, service.learner
+    left = max(0, config.steps - table.total_inserted)
 
     ctx = mp.get_context("spawn")  # actors import no TensorFlow and share nothing with us
     stop = ctx.Event()
@@ -205,17 +186,21 @@ def train(config: ApexConfig, recorder: Recorder | None = None) -> TrainResult:
     actors = [
         ctx.Process(
             target=run_actor_process,
-            args=(config.actor_config(i), server.address, stop, reports),
+            args=(
+                actor_config(service.actor_settings, i, config.num_actors, steps=share),
+                service.address,
+                stop,
+                reports,
+            ),
             name=f"apex-actor-{i}",
             daemon=True,
         )
-        for i in range(config.num_actors)
+        for i, share in enumerate(_shares(left, config.num_actors))
     ]
     actor_steps = [0] * config.num_actors
     actor_stats: dict[int, dict] = {}
     returns: list[float] = []
-    sgd_steps, last_sync, sgd_seconds, first_steps = 0, 0, 0.0, 0
-    compile_seconds = 0.0
+    first_steps, sgd_seconds, compile_seconds = 0, 0.0, 0.0
     start = time.perf_counter()
     try:
         for proc in actors:
@@ -223,27 +208,20 @@ def train(config: ApexConfig, recorder: Recorder | None = None) -> TrainResult:
         while True:
             actors_done = all(p.exitcode == 0 for p in actors)  # before: data may still come
             began = time.perf_counter()
-            out = rg.learner_step(server, learner, config.steps_per_call, idle_wait_s=0.5)
-            ran = int(out["steps"])
+            ran = service.step()
             if ran:
                 if not first_steps:
                     compile_seconds, first_steps = time.perf_counter() - began, ran
                 else:
                     sgd_seconds += time.perf_counter() - began
-                sgd_steps += ran
-                if sgd_steps - last_sync >= config.target_update_interval:
-                    agent.sync_target()
-                    last_sync = sgd_steps
-                learner.publish_weights(agent.q)
-                recorder.metrics(
-                    table.total_inserted, {k: v for k, v in out.items() if k.startswith("losses/")}
-                )
             _drain(reports, actor_steps, actor_stats, returns, recorder)
             recent = float(np.mean(returns[-20:])) if returns else float("nan")
-            recorder.progress(table.total_inserted, int(learner.steps.numpy()), recent)
+            recorder.progress(table.total_inserted, service.sgd_steps, recent)
             failed = [p.name for p in actors if p.exitcode not in (0, None)]
             if failed:
                 raise RuntimeError(f"actor processes {failed} failed; see their log above")
+            if service.run is not None and service.run.stop.is_set():
+                break
             if actors_done and not ran:
                 _drain(reports, actor_steps, actor_stats, returns, recorder)
                 break
@@ -254,14 +232,19 @@ def train(config: ApexConfig, recorder: Recorder | None = None) -> TrainResult:
             if proc.is_alive():
                 proc.terminate()
                 proc.join()
-        server.stop()
+        service.close()
         reports.close()
     elapsed = time.perf_counter() - start
 
-    greedy = greedy_q_policy(agent.q.numpy_weights())
-    eval_returns = evaluate(greedy, config.env_id, config.eval_episodes, seed=config.seed + 10_000)
+    stopped = service.run is not None and service.run.stop.is_set()
+    greedy = greedy_q_policy(service.agent.q.numpy_weights())
+    eval_returns = (
+        np.zeros(0)
+        if stopped
+        else evaluate(greedy, config.env_id, config.eval_episodes, seed=config.seed + 10_000)
+    )
     actor_rates = [s["env_steps_per_s"] for s in actor_stats.values()]
-    trained_steps = sgd_steps - first_steps
+    trained_steps = service.sgd_steps - first_steps
     return TrainResult(
         eval_returns=eval_returns,
         env_steps=table.total_inserted,
@@ -271,7 +254,13 @@ def train(config: ApexConfig, recorder: Recorder | None = None) -> TrainResult:
         sgd_steps_per_s=trained_steps / sgd_seconds if sgd_seconds > 0 else float("nan"),
         compile_seconds=compile_seconds,
         episodes=len(returns),
+        stopped=stopped,
     )
+
+
+def _shares(steps: int, num_actors: int) -> list[int]:
+    """``steps`` split over the actors as evenly as possible (each at least one step)."""
+    return [max(1, steps // num_actors + (i < steps % num_actors)) for i in range(num_actors)]
 
 
 def _drain(

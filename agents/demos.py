@@ -31,10 +31,10 @@ class Demo:
 
 DEMOS: dict[str, Demo] = {
     "cartpole": Demo(
-        "agents.dqn", "DQNConfig", "double DQN on CartPole-v1 (rl-zoo3 hyperparameters)"
+        "replaygpu.agents.dqn", "DQNConfig", "double DQN on CartPole-v1 (rl-zoo3 hyperparameters)"
     ),
     "acrobot": Demo(
-        "agents.dqn",
+        "replaygpu.agents.dqn",
         "DQNConfig",
         "double DQN on Acrobot-v1 (rl-zoo3 hyperparameters, updates batched per 64 steps)",
         dict(
@@ -53,7 +53,7 @@ DEMOS: dict[str, Demo] = {
         ),
     ),
     "mountaincar": Demo(
-        "agents.dqn",
+        "replaygpu.agents.dqn",
         "DQNConfig",
         "double DQN on MountainCar-v0 (rl-zoo3 hyperparameters, updates batched per 64 steps)",
         dict(
@@ -71,9 +71,11 @@ DEMOS: dict[str, Demo] = {
             exploration_final_eps=0.07,
         ),
     ),
-    "pendulum": Demo("agents.sac", "SACConfig", "SAC on Pendulum-v1 (twin critics, auto entropy)"),
+    "pendulum": Demo(
+        "replaygpu.agents.sac", "SACConfig", "SAC on Pendulum-v1 (twin critics, auto entropy)"
+    ),
     "apex-cartpole": Demo(
-        "agents.apex",
+        "replaygpu.agents.apex",
         "ApexConfig",
         "Ape-X DQN on CartPole-v1: a gRPC learner service plus actor processes",
     ),
@@ -81,6 +83,12 @@ DEMOS: dict[str, Demo] = {
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``demo`` and ``eval`` subcommands."""
+    register_demo(subparsers)
+    register_eval(subparsers)
+
+
+def register_demo(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``demo`` subcommand."""
     lines = "\n".join(f"  {name:14s} {demo.summary}" for name, demo in DEMOS.items())
     parser = subparsers.add_parser(
@@ -105,7 +113,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def demo_parser(name: str) -> tuple[argparse.ArgumentParser, type, Any]:
     """The flag parser of one demo, its config class and its algorithm module."""
-    from agents.flags import add_config_flags
+    from replaygpu.agents.flags import add_config_flags
 
     demo = DEMOS[name]
     module = importlib.import_module(demo.module)
@@ -118,36 +126,63 @@ def demo_parser(name: str) -> tuple[argparse.ArgumentParser, type, Any]:
         "--run-dir",
         default=None,
         help="run folder for TensorBoard events, config.json and learning_curve.png "
-        "(default: runs/NAME-sSEED-TIMESTAMP)",
+        "(default: runs/NAME-sSEED-TIMESTAMP); rerun with the same --run-dir to resume",
+    )
+    parser.add_argument(
+        "--checkpoint-dir",
+        default=None,
+        help="resume from and save checkpoints here (default: RUN_DIR/checkpoints)",
+    )
+    parser.add_argument(
+        "--checkpoint-every-s",
+        type=float,
+        default=60.0,
+        help="seconds between checkpoints; SIGTERM and Ctrl-C save one too (default: 60)",
     )
     add_config_flags(parser, config_cls, config_cls(**demo.preset))
     return parser, config_cls, module
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the demo named by ``args.name`` with ``args.options``."""
-    from agents.flags import config_from_args
+    """Run the demo named by ``args.name`` with ``args.options``; resume it if its checkpoint
+    folder holds a checkpoint."""
+    from replaygpu.agents.flags import config_from_args
+    from replaygpu.agents.runs import RunControl
 
+    _require_demo_extras()
     parser, config_cls, module = demo_parser(args.name)
     opts = parser.parse_args(args.options)
     try:
         config = config_from_args(config_cls, opts)
     except ValueError as err:
         parser.error(str(err))
+    module.check_env(config.env_id).close()  # before any folder is made
     run_dir = opts.run_dir or os.path.join(
         "runs", f"{args.name}-s{config.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
+    checkpoint_dir = opts.checkpoint_dir or os.path.join(run_dir, "checkpoints")
+    control = RunControl(checkpoint_dir, opts.checkpoint_every_s, module.__name__, config)
     os.makedirs(run_dir, exist_ok=True)
     with open(os.path.join(run_dir, "config.json"), "w") as f:
         json.dump(dataclasses.asdict(config), f, indent=2)
 
-    from agents.progress import RunRecorder
+    from replaygpu.agents.progress import RunRecorder
 
     recorder = RunRecorder(run_dir, config.steps, f"{args.name} ({config.env_id})")
     try:
-        result = module.train(config, recorder)
+        with control:
+            result = module.train(config, recorder, control)
     finally:
         recorder.bar.close()
+    if result.stopped:
+        recorder.close()
+        print(
+            f"{args.name}: stopped by {control.signal_name} at {result.env_steps} of "
+            f"{config.steps} env steps ({result.sgd_steps} SGD steps); checkpoint in "
+            f"{checkpoint_dir}. Resume: replaygpu demo {args.name} --run-dir {run_dir} "
+            "(and the same flags)"
+        )
+        return 0
     curve = recorder.close(result.eval_returns, result.env_steps)
     returns = result.eval_returns
     print(
@@ -161,4 +196,64 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"TensorBoard: tensorboard --logdir {run_dir}")
     print(f"learning curve: {curve}")
+    print(f"evaluate again: replaygpu eval {run_dir} --episodes 20")
+    return 0
+
+
+def _require_demo_extras() -> None:
+    """The demos draw a progress bar and a learning curve: say how to install them."""
+    import importlib.util
+
+    import replaygpu as rg
+
+    missing = [m for m in ("tqdm", "matplotlib") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise rg.ConfigError(
+            f"the demos need {' and '.join(missing)}, which are not installed; "
+            'install them with: pip install "replaygpu[demos]"'
+        )
+
+
+def register_eval(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``eval`` subcommand."""
+    parser = subparsers.add_parser(
+        "eval",
+        help="evaluate the greedy policy of a saved run (demo or learner)",
+        description="Rebuild the networks of a run from its run.json, restore its newest "
+        "checkpoint and play greedy episodes.",
+    )
+    parser.add_argument("path", help="run folder (with checkpoints/) or checkpoint folder")
+    parser.add_argument("--episodes", type=int, default=20, help="episodes (default 20)")
+    parser.add_argument("--seed", type=int, default=10_000, help="seed of the first episode")
+    parser.set_defaults(func=run_eval)
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    """Print the greedy mean return of the newest checkpoint under ``args.path``."""
+    import gymnasium as gym
+    import tensorflow as tf
+
+    import replaygpu as rg
+    from replaygpu.agents.envs import evaluate
+    from replaygpu.agents.runs import read_run_file
+
+    if args.episodes < 1:
+        raise rg.ConfigError(f"--episodes: got {args.episodes}, expected >= 1")
+    algorithm, class_name, values, folder = read_run_file(args.path)
+    module = importlib.import_module(algorithm)
+    config_cls = getattr(module, class_name)
+    config = config_cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+    latest = tf.train.latest_checkpoint(folder)
+    if latest is None:
+        raise rg.ConfigError(f"{folder!r} holds a run.json but no checkpoint yet")
+    env = gym.make(config.env_id)
+    agent = module.make_agent(config, env)
+    env.close()
+    tf.train.Checkpoint(agent=agent).read(latest).expect_partial().assert_existing_objects_matched()
+    returns = evaluate(module.greedy_policy(agent), config.env_id, args.episodes, seed=args.seed)
+    print(
+        f"{latest}: greedy evaluation on {config.env_id} over {len(returns)} episodes: mean "
+        f"return {returns.mean():.1f} (std {returns.std():.1f}, min {returns.min():.1f}, "
+        f"max {returns.max():.1f})"
+    )
     return 0

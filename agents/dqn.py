@@ -10,6 +10,7 @@ steps the loop appends the chunk of new transitions to the `ReplayTable` in one 
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 
@@ -18,23 +19,26 @@ import numpy as np
 import tensorflow as tf
 
 import replaygpu as rg
-from agents.checks import (
+from replaygpu.agents.checks import (
     require,
     require_positive,
     require_positive_ints,
     require_unit_interval,
     require_widths,
 )
-from agents.envs import (
+from replaygpu.agents.envs import (
     EpisodeStats,
     TransitionChunk,
     evaluate,
     make_vector_env,
 )
-from agents.flags import helptext
-from agents.networks import MLP, Adam, Schedule, copy_weights
-from agents.policies import epsilon_greedy_actions, greedy_q_policy
-from agents.progress import NullRecorder, Recorder, TrainResult, TrainTimer
+from replaygpu.agents.flags import helptext
+from replaygpu.agents.networks import MLP, Adam, Schedule, copy_weights
+from replaygpu.agents.policies import epsilon_greedy_actions, greedy_q_policy
+from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult, TrainTimer
+from replaygpu.agents.runs import LoopState, RunControl
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -170,19 +174,48 @@ class DQN(tf.Module):
         self._sync()
 
 
-def train(config: DQNConfig, recorder: Recorder | None = None) -> TrainResult:
+def check_env(env_id: str) -> gym.Env:
+    """Make ``env_id`` and check that its actions are Discrete; returns the env (close it).
+
+    Raises:
+        ConfigError: the action space is not Discrete (gymnasium's own errors for an
+            unknown env id).
+    """
+    env = gym.make(env_id)
+    if not isinstance(env.action_space, gym.spaces.Discrete):
+        env.close()
+        raise rg.ConfigError(
+            f"env {env_id}: got action space {env.action_space}, expected Discrete; use the "
+            "SAC agent for Box actions"
+        )
+    return env
+
+
+def make_agent(config: DQNConfig, env: gym.Env) -> DQN:
+    """The agent for ``env`` (its networks; what ``replaygpu eval`` restores)."""
+    obs_dim = int(np.prod(env.observation_space.shape))
+    return DQN(obs_dim, int(env.action_space.n), config)
+
+
+def greedy_policy(agent: DQN):
+    """The agent's greedy numpy policy (``[B, *obs] -> [B]`` actions)."""
+    return greedy_q_policy(agent.q.numpy_weights())
+
+
+def train(
+    config: DQNConfig, recorder: Recorder | None = None, run: RunControl | None = None
+) -> TrainResult:
     """Train DQN on ``config.env_id``, then evaluate the greedy policy.
+
+    With ``run``: resume from its newest checkpoint, save one periodically and stop early
+    (with a checkpoint) once SIGTERM or Ctrl-C arrived; the result then has ``stopped`` set.
 
     Raises:
         ConfigError: when the env's action space is not Discrete.
     """
     recorder = recorder or NullRecorder()
+    check_env(config.env_id).close()
     env = make_vector_env(config.env_id, config.num_envs, config.seed)
-    if not isinstance(env.single_action_space, gym.spaces.Discrete):
-        raise rg.ConfigError(
-            f"env {config.env_id}: got action space {env.single_action_space}, expected "
-            "Discrete; use the SAC agent for Box actions"
-        )
     n = config.num_envs
     spec = rg.specs_from_env(env)
     table = rg.ReplayTable(spec, config.buffer_size, device=config.device or None)
@@ -190,21 +223,26 @@ def train(config: DQNConfig, recorder: Recorder | None = None) -> TrainResult:
     num_actions = int(env.single_action_space.n)
     with tf.device(table.device):
         agent = DQN(obs_dim, num_actions, config)
+    sampler = rg.UniformSampler(table, seed=config.seed)
     learner = rg.Learner(
-        table,
-        rg.UniformSampler(table, seed=config.seed),
-        agent.update,
-        batch_size=config.batch_size,
-        jit_compile=config.jit_compile,
+        table, sampler, agent.update, batch_size=config.batch_size, jit_compile=config.jit_compile
     )
     chunk = TransitionChunk(rg.host_spec(spec), config.train_freq)
     stats = EpisodeStats(n)
     rng = np.random.default_rng(config.seed)
+    loop = LoopState()
+    env_steps, last_sync = 0, 0
+    if run is not None and run.attach(
+        table=table, sampler=sampler, learner=learner, agent=agent, loop=loop
+    ):
+        env_steps, last_sync = int(loop.env_steps.numpy()), int(loop.last_sync.numpy())
+        loop.restore_rng(rng)
+        logger.info("resumed at env step %d, SGD step %d", env_steps, int(learner.steps.numpy()))
     act_greedy = greedy_q_policy(agent.q.numpy_weights())
 
-    obs, _ = env.reset(seed=config.seed)
+    # a resumed run starts new episodes: env state is not checkpointed
+    obs, _ = env.reset(seed=config.seed + env_steps)
     timer = TrainTimer()
-    env_steps, last_sync = 0, 0
     start = time.perf_counter()
     while env_steps < config.steps:
         # Act for one chunk of train_freq env steps with the numpy weight mirror.
@@ -232,11 +270,21 @@ def train(config: DQNConfig, recorder: Recorder | None = None) -> TrainResult:
             metrics["charts/epsilon"] = config.epsilon(env_steps)
             recorder.metrics(env_steps, metrics)
         recorder.progress(env_steps, int(learner.steps.numpy()), stats.recent_mean)
+        if run is not None and (run.due() or env_steps >= config.steps):
+            loop.capture(env_steps, last_sync, rng)
+            run.save()
+            if run.stop.is_set():
+                break
     elapsed = time.perf_counter() - start
     env.close()
 
     sgd_steps = int(learner.steps.numpy())
-    returns = evaluate(act_greedy, config.env_id, config.eval_episodes, seed=config.seed + 10_000)
+    stopped = run is not None and run.stop.is_set() and env_steps < config.steps
+    returns = (
+        np.zeros(0)
+        if stopped
+        else evaluate(act_greedy, config.env_id, config.eval_episodes, seed=config.seed + 10_000)
+    )
     return TrainResult(
         eval_returns=returns,
         env_steps=env_steps,
@@ -246,4 +294,5 @@ def train(config: DQNConfig, recorder: Recorder | None = None) -> TrainResult:
         sgd_steps_per_s=timer.steps_per_second,
         compile_seconds=timer.compile_seconds,
         episodes=len(getattr(recorder, "episodes", [])),
+        stopped=stopped,
     )

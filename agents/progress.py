@@ -32,6 +32,7 @@ class TrainResult:
     sgd_steps_per_s: float  # inside Learner.train calls, after the first (compiling) call
     compile_seconds: float  # the first Learner.train call: tracing and XLA compilation
     episodes: int
+    stopped: bool = False  # stopped early by SIGTERM / Ctrl-C (checkpointed; not evaluated)
 
 
 class TrainTimer:

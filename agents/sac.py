@@ -9,6 +9,7 @@ Acting uses a numpy copy of the actor (refreshed after each training call); ever
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 
@@ -17,23 +18,26 @@ import numpy as np
 import tensorflow as tf
 
 import replaygpu as rg
-from agents.checks import (
+from replaygpu.agents.checks import (
     require,
     require_positive,
     require_positive_ints,
     require_unit_interval,
     require_widths,
 )
-from agents.envs import (
+from replaygpu.agents.envs import (
     EpisodeStats,
     TransitionChunk,
     evaluate,
     make_vector_env,
 )
-from agents.flags import helptext
-from agents.networks import MLP, Adam, polyak_update
-from agents.policies import LOG_STD_MAX, LOG_STD_MIN, squashed_gaussian_policy
-from agents.progress import NullRecorder, Recorder, TrainResult, TrainTimer
+from replaygpu.agents.flags import helptext
+from replaygpu.agents.networks import MLP, Adam, polyak_update
+from replaygpu.agents.policies import LOG_STD_MAX, LOG_STD_MIN, squashed_gaussian_policy
+from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult, TrainTimer
+from replaygpu.agents.runs import LoopState, RunControl
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -180,20 +184,50 @@ class SAC(tf.Module):
         }
 
 
-def train(config: SACConfig, recorder: Recorder | None = None) -> TrainResult:
+def check_env(env_id: str) -> gym.Env:
+    """Make ``env_id`` and check that its actions are a bounded Box; returns the env (close it).
+
+    Raises:
+        ConfigError: another action space (gymnasium's own errors for an unknown env id).
+    """
+    env = gym.make(env_id)
+    space = env.action_space
+    if not (isinstance(space, gym.spaces.Box) and space.is_bounded()):
+        env.close()
+        raise rg.ConfigError(
+            f"env {env_id}: got action space {space}, expected a bounded Box; use the DQN "
+            "agent for Discrete actions"
+        )
+    return env
+
+
+def make_agent(config: SACConfig, env: gym.Env) -> SAC:
+    """The agent for ``env`` (its networks; what ``replaygpu eval`` restores)."""
+    space = env.action_space
+    obs_dim = int(np.prod(env.observation_space.shape))
+    return SAC(obs_dim, space.low.astype(np.float64), space.high.astype(np.float64), config)
+
+
+def greedy_policy(agent: SAC):
+    """The agent's greedy (mean-action) numpy policy."""
+    return squashed_gaussian_policy(agent.actor.numpy_weights(), agent.scale, agent.bias)
+
+
+def train(
+    config: SACConfig, recorder: Recorder | None = None, run: RunControl | None = None
+) -> TrainResult:
     """Train SAC on ``config.env_id``, then evaluate the greedy (mean) action.
+
+    With ``run``: resume from its newest checkpoint, save one periodically and stop early
+    (with a checkpoint) once SIGTERM or Ctrl-C arrived; the result then has ``stopped`` set.
 
     Raises:
         ConfigError: when the env's action space is not a bounded Box.
     """
     recorder = recorder or NullRecorder()
+    check_env(config.env_id).close()
     env = make_vector_env(config.env_id, config.num_envs, config.seed)
     space = env.single_action_space
-    if not (isinstance(space, gym.spaces.Box) and space.is_bounded()):
-        raise rg.ConfigError(
-            f"env {config.env_id}: got action space {space}, expected a bounded Box; use the "
-            "DQN agent for Discrete actions"
-        )
     n = config.num_envs
     spec = rg.specs_from_env(env)
     table = rg.ReplayTable(spec, config.buffer_size, device=config.device or None)
@@ -201,21 +235,26 @@ def train(config: SACConfig, recorder: Recorder | None = None) -> TrainResult:
     low, high = space.low.astype(np.float64), space.high.astype(np.float64)
     with tf.device(table.device):
         agent = SAC(obs_dim, low, high, config)
+    sampler = rg.UniformSampler(table, seed=config.seed)
     learner = rg.Learner(
-        table,
-        rg.UniformSampler(table, seed=config.seed),
-        agent.update,
-        batch_size=config.batch_size,
-        jit_compile=config.jit_compile,
+        table, sampler, agent.update, batch_size=config.batch_size, jit_compile=config.jit_compile
     )
     chunk = TransitionChunk(rg.host_spec(spec), config.train_freq)
     stats = EpisodeStats(n)
     rng = np.random.default_rng(config.seed)
+    loop = LoopState()
+    env_steps = 0
+    if run is not None and run.attach(
+        table=table, sampler=sampler, learner=learner, agent=agent, loop=loop
+    ):
+        env_steps = int(loop.env_steps.numpy())
+        loop.restore_rng(rng)
+        logger.info("resumed at env step %d, SGD step %d", env_steps, int(learner.steps.numpy()))
     act = squashed_gaussian_policy(agent.actor.numpy_weights(), agent.scale, agent.bias, rng)
 
-    obs, _ = env.reset(seed=config.seed)
+    # a resumed run starts new episodes: env state is not checkpointed
+    obs, _ = env.reset(seed=config.seed + env_steps)
     timer = TrainTimer()
-    env_steps = 0
     start = time.perf_counter()
     while env_steps < config.steps:
         # Act for one chunk: uniform random before learning_starts, then the sampled policy.
@@ -241,11 +280,21 @@ def train(config: SACConfig, recorder: Recorder | None = None) -> TrainResult:
             metrics.pop("steps")
             recorder.metrics(env_steps, metrics)
         recorder.progress(env_steps, int(learner.steps.numpy()), stats.recent_mean)
+        if run is not None and (run.due() or env_steps >= config.steps):
+            loop.capture(env_steps, 0, rng)
+            run.save()
+            if run.stop.is_set():
+                break
     elapsed = time.perf_counter() - start
     env.close()
 
-    greedy = squashed_gaussian_policy(agent.actor.numpy_weights(), agent.scale, agent.bias)
-    returns = evaluate(greedy, config.env_id, config.eval_episodes, seed=config.seed + 10_000)
+    stopped = run is not None and run.stop.is_set() and env_steps < config.steps
+    greedy = greedy_policy(agent)
+    returns = (
+        np.zeros(0)
+        if stopped
+        else evaluate(greedy, config.env_id, config.eval_episodes, seed=config.seed + 10_000)
+    )
     return TrainResult(
         eval_returns=returns,
         env_steps=env_steps,
@@ -255,4 +304,5 @@ def train(config: SACConfig, recorder: Recorder | None = None) -> TrainResult:
         sgd_steps_per_s=timer.steps_per_second,
         compile_seconds=timer.compile_seconds,
         episodes=len(getattr(recorder, "episodes", [])),
+        stopped=stopped,
     )

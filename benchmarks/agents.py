@@ -45,15 +45,15 @@ def run_one(kind: str, seed: int, actor_envs: int = 1) -> dict[str, float]:
     """Train one agent from scratch and measure it."""
     start = time.perf_counter()
     if kind == "dqn":
-        from agents import dqn
+        from replaygpu.agents import dqn
 
         result = dqn.train(dqn.DQNConfig(seed=seed, steps=50_000, eval_episodes=20))
     elif kind == "sac":
-        from agents import sac
+        from replaygpu.agents import sac
 
         result = sac.train(sac.SACConfig(seed=seed, steps=20_000, eval_episodes=10))
     elif kind == "apex":
-        from agents import apex
+        from replaygpu.agents import apex
 
         config = apex.ApexConfig(seed=seed, num_actors=2, actor_envs=actor_envs, eval_episodes=20)
         result = apex.train(config)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from replaygpu._version import __version__
 
 if TYPE_CHECKING:
-    from replaygpu.checkpoint import Checkpointer
+    from replaygpu.checkpoint import Checkpointer, check_writable
     from replaygpu.errors import (
         BatchError,
         CheckpointMismatchError,
@@ -47,10 +47,11 @@ if TYPE_CHECKING:
     )
     from replaygpu.service.auth import TLSConfig
     from replaygpu.service.client import ReplayClient
-    from replaygpu.service.config import ClientConfig, ServerConfig
+    from replaygpu.service.config import ActorSettings, ClientConfig, ServerConfig
     from replaygpu.service.ledger import SequenceLedger
     from replaygpu.service.loop import run as run_learner
     from replaygpu.service.loop import step as learner_step
+    from replaygpu.service.metrics import MetricsServer, start_metrics_server
     from replaygpu.service.server import serve
     from replaygpu.service.status import (
         AuthenticationError,

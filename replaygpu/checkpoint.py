@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import tempfile
 from typing import Any
 
 import tensorflow as tf
@@ -23,6 +24,32 @@ from replaygpu.storage import ReplayTable
 logger = logging.getLogger(__name__)
 
 _VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def check_writable(directory: str) -> None:
+    """Make ``directory`` if missing and check that this process can write into it.
+
+    Raises:
+        ConfigError: one line naming the folder, the user and group ids, and the fixes.
+    """
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-check-"):
+            pass
+    except OSError as err:
+        owner = ""
+        try:
+            st = os.stat(directory)
+            owner = f" (owned by uid {st.st_uid}, gid {st.st_gid}, mode {st.st_mode & 0o777:o})"
+        except OSError:
+            pass
+        raise ConfigError(
+            f"checkpoint folder {directory!r}{owner} is not writable by uid {os.getuid()} gid "
+            f"{os.getgid()}: {err.strerror or err}; make it writable (chown {os.getuid()} "
+            f"{directory}, or run as its owner; in a container: chown the host folder to the "
+            "container's uid, run with --user, or set Kubernetes fsGroup), or pass another "
+            "--checkpoint-dir"
+        ) from None
 
 
 class Checkpointer:
@@ -59,6 +86,7 @@ class Checkpointer:
         if not self.objects:
             raise ConfigError("Checkpointer: nothing to save; pass table=, learner= or others")
         self.directory = os.fspath(directory)
+        check_writable(self.directory)  # now, not at the first save hours later
         self.table = table if table is not None else getattr(learner, "table", None)
         self._table_prefix = "table/" if table is not None else "learner/table/"
         self._checkpoint = tf.train.Checkpoint(**self.objects)

@@ -3,6 +3,10 @@
 Each subcommand lives in the module that owns it and registers itself through a
 ``register(subparsers)`` function; this file only wires them together, and imports them lazily
 so `replaygpu --help` starts fast.
+
+Expected failures (bad flags or files, an unknown env id, an unwritable folder, an unreachable
+or refusing server) end with one line on stderr and exit status 2; ``--debug`` shows the
+traceback instead.
 """
 
 from __future__ import annotations
@@ -15,35 +19,82 @@ import sys
 
 #: subcommand name -> module with ``register(subparsers)``; each module's ``run(args)`` runs it.
 COMMANDS = {
-    "demo": "agents.demos",
-    "actor": "agents.actor_cli",
+    "learner": "replaygpu.agents.learner_cli",
+    "actor": "replaygpu.agents.actor_cli",
     "serve": "replaygpu.service.commands",
     "info": "replaygpu.service.commands",
+    "health": "replaygpu.service.commands",
+    "demo": "replaygpu.agents.demos",
+    "eval": "replaygpu.agents.demos",
 }
+
+#: exit status of an expected failure (as argparse's usage errors)
+USAGE_ERROR = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand whose module is installed."""
+    from replaygpu._version import __version__
+
     parser = argparse.ArgumentParser(
         prog="replaygpu",
         description="Device-resident replay buffers and fused learners for TensorFlow 2.",
     )
+    parser.add_argument("--version", action="version", version=f"replaygpu {__version__}")
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.add_argument(
+        "--debug", action="store_true", help="show tracebacks of errors (and DEBUG logs)"
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module_name in dict.fromkeys(COMMANDS.values()):
         importlib.import_module(module_name).register(sub)
     return parser
 
 
+def expected_errors() -> tuple[type[BaseException], ...]:
+    """Errors that are the user's to fix, reported in one line: the library's own, bad values,
+    files, and gymnasium's unknown-env errors (gymnasium is imported only if loaded)."""
+    from replaygpu.errors import ReplayError
+
+    kinds: list[type[BaseException]] = [ReplayError, OSError, ValueError]
+    gym_error = sys.modules.get("gymnasium.error")
+    if gym_error is not None:
+        kinds.append(gym_error.Error)
+    return tuple(kinds)
+
+
+def one_line(err: BaseException) -> str:
+    """``Type: message`` on one line."""
+    text = " ".join(str(err).split()) or repr(err)
+    return f"{type(err).__name__}: {text}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `replaygpu` console script."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "pass_unknown", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra:  # a command that parses its own flags (`learner`: they depend on --agent)
+        args.options = extra + list(getattr(args, "options", []))
+    level = "DEBUG" if args.debug else str(args.log_level).upper()
     logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        level=getattr(logging, level, logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    return int(args.func(args) or 0)
+    if not args.debug:  # TensorFlow's checkpoint code logs every save through absl at INFO
+        logging.getLogger("absl").setLevel(logging.WARNING)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print(f"replaygpu {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:
+        if args.debug or not isinstance(err, expected_errors()):
+            raise
+        print(f"replaygpu {args.command}: error: {one_line(err)}", file=sys.stderr)
+        return USAGE_ERROR
 
 
 if __name__ == "__main__":

@@ -13,8 +13,8 @@ import pytest
 import tensorflow as tf
 
 import replaygpu as rg
-from agents.actor import ActorConfig, run_actor
-from agents.networks import MLP
+from replaygpu.agents.actor import ActorConfig, run_actor
+from replaygpu.agents.networks import MLP
 
 
 @pytest.fixture()
@@ -86,7 +86,7 @@ def test_actor_process_collects_without_importing_tensorflow(served_learner):
     server, table = served_learner
     code = (
         "import sys\n"
-        "from agents.actor import ActorConfig, run_actor\n"
+        "from replaygpu.agents.actor import ActorConfig, run_actor\n"
         f"out = run_actor(ActorConfig(steps=200, num_envs=4), {server.address!r})\n"
         "print(int(out['env_steps']), int(out['weight_updates']), 'tensorflow' in sys.modules)\n"
     )
@@ -116,9 +116,13 @@ def test_actor_command_reports_unreachable_server_clearly():
         "--retry-deadline-s",
         "1",
     ]
+    began = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=200)
-    assert proc.returncode == 1
-    assert "127.0.0.1:1" in proc.stdout
+    assert proc.returncode == 2  # an expected failure: one line, no traceback
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "127.0.0.1:1" in lines[0], proc.stderr
+    assert lines[0].startswith("replaygpu actor: error: ServiceUnavailableError")
+    assert time.monotonic() - began < 60  # --retry-deadline-s bounds the wait for the server
 
 
 def test_actor_fills_the_stream_field_and_sends_each_env_in_time_order():

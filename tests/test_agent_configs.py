@@ -3,10 +3,10 @@
 import pytest
 
 import replaygpu as rg
-from agents.actor import ActorConfig
-from agents.apex import ApexConfig
-from agents.dqn import DQNConfig
-from agents.sac import SACConfig
+from replaygpu.agents.actor import ActorConfig
+from replaygpu.agents.apex import ApexConfig
+from replaygpu.agents.dqn import DQNConfig
+from replaygpu.agents.sac import SACConfig
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,8 @@ import pytest
 import tensorflow as tf
 
 import replaygpu as rg
-from agents import demos
-from agents.flags import config_from_args
+from replaygpu.agents import demos
+from replaygpu.agents.flags import config_from_args
 
 SMALL = ["--hidden-sizes", "32,32", "--eval-episodes", "1"]
 DEMO_FLAGS = {

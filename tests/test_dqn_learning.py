@@ -2,9 +2,9 @@
 
 import numpy as np
 
-from agents import dqn
-from agents.envs import evaluate
-from agents.progress import NullRecorder
+from replaygpu.agents import dqn
+from replaygpu.agents.envs import evaluate
+from replaygpu.agents.progress import NullRecorder
 
 
 def test_dqn_cartpole_greedy_return_is_far_above_random_within_15k_steps():

@@ -1,4 +1,5 @@
-"""``replaygpu serve`` (a standalone replay service) and ``replaygpu info ADDRESS``."""
+"""``replaygpu serve`` (a standalone replay service), ``replaygpu info ADDRESS`` and
+``replaygpu health ADDRESS`` (a container health check)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +19,7 @@ logger = logging.getLogger(__name__)
 
 
 def register(subparsers: Any) -> None:
-    """Add the ``serve`` and ``info`` subcommands."""
+    """Add the ``serve``, ``info`` and ``health`` subcommands."""
     serve = subparsers.add_parser(
         "serve",
         help="run a standalone replay service (table + ledger, checkpointed)",
@@ -33,16 +35,7 @@ def register(subparsers: Any) -> None:
     serve.add_argument(
         "--address", default="127.0.0.1:50051", help="host:port to bind (default loopback)"
     )
-    serve.add_argument(
-        "--token",
-        default=os.environ.get("REPLAYGPU_TOKEN"),
-        help="require this bearer token (default: $REPLAYGPU_TOKEN)",
-    )
-    serve.add_argument("--tls-cert", help="server certificate chain (PEM)")
-    serve.add_argument("--tls-key", help="server private key (PEM)")
-    serve.add_argument(
-        "--tls-ca", help="CA of client certificates: require mTLS (with --tls-cert/--tls-key)"
-    )
+    add_server_security_flags(serve)
     serve.add_argument("--checkpoint-dir", help="restore from and save to this folder")
     serve.add_argument("--checkpoint-every-s", type=float, default=300.0)
     serve.add_argument("--max-message-mb", type=int, default=64, help="largest append (MiB)")
@@ -58,6 +51,12 @@ def register(subparsers: Any) -> None:
         "the checkpoint on restart, so a crash loses nothing acknowledged; needs "
         "--checkpoint-dir (each checkpoint cuts the journal)",
     )
+    serve.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve Prometheus metrics at http://HOST:PORT/metrics, HOST the host of --address "
+        "(default: off)",
+    )
     serve.set_defaults(func=run_serve)
 
     info = subparsers.add_parser("info", help="print a replay server's tables and counters")
@@ -66,10 +65,68 @@ def register(subparsers: Any) -> None:
     info.add_argument("--json", action="store_true", help="print JSON")
     info.set_defaults(func=run_info)
 
+    health = subparsers.add_parser(
+        "health",
+        help="check a replay server's gRPC health (exit 0 when SERVING, 1 otherwise)",
+        description="Ask the server at ADDRESS for its status (grpc.health.v1, no token "
+        "needed) and print it: SERVING exits 0; anything else, or no answer within --timeout, "
+        "exits 1 with the reason on stderr. Fast (imports no TensorFlow): for container "
+        "health checks.",
+    )
+    health.add_argument("address", help="host:port of the server")
+    health.add_argument(
+        "--service",
+        default="",
+        help="service to check (default '': the whole server; or replaygpu.v1.ReplayService)",
+    )
+    health.add_argument(
+        "--timeout", type=float, default=5.0, help="seconds to wait for the answer (default 5)"
+    )
+    add_client_flags(health)
+    health.set_defaults(func=run_health)
+
+
+def add_server_security_flags(parser: argparse.ArgumentParser) -> None:
+    """The token and TLS flags of a server command (``serve``, ``learner``)."""
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("REPLAYGPU_TOKEN"),
+        help="require this bearer token (default: $REPLAYGPU_TOKEN)",
+    )
+    parser.add_argument("--tls-cert", help="server certificate chain (PEM)")
+    parser.add_argument("--tls-key", help="server private key (PEM)")
+    parser.add_argument(
+        "--tls-ca", help="CA of client certificates: require mTLS (with --tls-cert/--tls-key)"
+    )
+
+
+def server_tls(args: argparse.Namespace) -> TLSConfig | None:
+    """The server's `TLSConfig` from ``--tls-cert/--tls-key/--tls-ca``, or None (plaintext).
+
+    Raises:
+        ConfigError: flags that do not go together, missing or unreadable files, or a
+            certificate and key that do not match (nothing is served).
+    """
+    from replaygpu.errors import ConfigError
+    from replaygpu.service.auth import TLSConfig
+
+    missing = [flag for flag in ("tls_cert", "tls_key") if not getattr(args, flag)]
+    if args.tls_ca and missing:
+        flags = " and ".join(f"--{flag.replace('_', '-')}" for flag in missing)
+        raise ConfigError(
+            f"--tls-ca={args.tls_ca!r} requires client certificates on a TLS server, "
+            f"but {flags} {'is' if len(missing) == 1 else 'are'} missing; pass the server's "
+            "--tls-cert and --tls-key too (or drop --tls-ca to serve without mTLS)"
+        )
+    if not (args.tls_cert or args.tls_key):
+        return None
+    return TLSConfig(cert_file=args.tls_cert, key_file=args.tls_key, ca_file=args.tls_ca)
+
 
 def add_client_flags(parser: argparse.ArgumentParser) -> None:
-    """The token and TLS flags of a client command (``info``; ``actor`` has the same ones,
-    from `agents.actor.ActorConfig`). Any ``--tls-*`` or ``--server-name`` flag enables TLS."""
+    """The token and TLS flags of a client command (``info``, ``health``; ``actor`` has the
+    same ones, from `agents.actor.ActorConfig`). Any ``--tls-*`` or ``--server-name`` flag
+    enables TLS."""
     parser.add_argument(
         "--token",
         default=os.environ.get("REPLAYGPU_TOKEN"),
@@ -128,16 +185,7 @@ def run_serve(args: argparse.Namespace) -> int:
     Raises:
         ConfigError: for TLS flags that do not go together (nothing is served).
     """
-    missing = [flag for flag in ("tls_cert", "tls_key") if not getattr(args, flag)]
-    if args.tls_ca and missing:
-        from replaygpu.errors import ConfigError
-
-        flags = " and ".join(f"--{flag.replace('_', '-')}" for flag in missing)
-        raise ConfigError(
-            f"serve: --tls-ca={args.tls_ca!r} requires client certificates on a TLS server, "
-            f"but {flags} {'is' if len(missing) == 1 else 'are'} missing; pass the server's "
-            "--tls-cert and --tls-key too (or drop --tls-ca to serve without mTLS)"
-        )
+    tls = server_tls(args)
     if args.journal_dir and not args.checkpoint_dir:
         from replaygpu.errors import ConfigError
 
@@ -148,9 +196,6 @@ def run_serve(args: argparse.Namespace) -> int:
         )
     import replaygpu as rg
 
-    tls = None
-    if args.tls_cert or args.tls_key:
-        tls = rg.TLSConfig(cert_file=args.tls_cert, key_file=args.tls_key, ca_file=args.tls_ca)
     table = rg.ReplayTable(_load_spec(args), args.capacity, device=args.device, name=args.table)
     ledger = rg.SequenceLedger()
     ckpt = None
@@ -165,16 +210,29 @@ def run_serve(args: argparse.Namespace) -> int:
         journal_dir=args.journal_dir,
     )
     server = rg.serve(table, args.address, args.token, tls, config=config, ledger=ledger)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    logger.info(
-        "replay service at %s (table %s, capacity %d)", server.address, args.table, args.capacity
-    )
-    while not stop.wait(args.checkpoint_every_s if ckpt else 3600):
-        if ckpt is not None:
-            server.save(ckpt)
-    server.stop()
+    metrics = None
+    try:
+        if args.metrics_port is not None:
+            from replaygpu.service.metrics import start_metrics_server
+
+            host = server.address.rsplit(":", 1)[0]
+            metrics = start_metrics_server(args.metrics_port, server, address=host)
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        logger.info(
+            "replay service at %s (table %s, capacity %d)",
+            server.address,
+            args.table,
+            args.capacity,
+        )
+        while not stop.wait(args.checkpoint_every_s if ckpt else 3600):
+            if ckpt is not None:
+                server.save(ckpt)
+    finally:
+        server.stop()
+        if metrics is not None:
+            metrics.close()
     if ckpt is not None:
         ckpt.save()
     return 0
@@ -185,22 +243,17 @@ def run_info(args: argparse.Namespace) -> int:
     import grpc
     from google.protobuf import json_format
 
-    from replaygpu.errors import ConfigError
     from replaygpu.service.auth import connect_error, make_channel, token_metadata
     from replaygpu.v1 import replay_pb2, replay_pb2_grpc
 
-    try:
-        tls = client_tls(args)
-    except ConfigError as err:
-        raise SystemExit(f"replaygpu info: ConfigError: {err}") from None
+    tls = client_tls(args)
     channel = make_channel(args.address, tls, 2**20)
     try:
         reply = replay_pb2_grpc.ReplayServiceStub(channel).Info(
             replay_pb2.InfoRequest(), metadata=token_metadata(args.token), timeout=10
         )
     except grpc.RpcError as err:
-        error = connect_error(err, args.address, tls)
-        raise SystemExit(f"replaygpu info: {type(error).__name__}: {error}") from None
+        raise connect_error(err, args.address, tls) from None
     finally:
         channel.close()
     if args.json:
@@ -225,4 +278,41 @@ def run_info(args: argparse.Namespace) -> int:
                 f"min_size_to_sample {r.min_size_to_sample}, error_buffer {r.error_buffer:g}, "
                 f"sampled {r.sampled}"
             )
+    return 0
+
+
+def run_health(args: argparse.Namespace) -> int:
+    """Print the health status of ``args.service`` at ``args.address``; 0 when SERVING, else
+    1 with one line on stderr naming the address and the reason (never 2: Docker reserves it).
+    Imports no TensorFlow."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from replaygpu.errors import ReplayError
+    from replaygpu.service.auth import connect_error, make_channel, token_metadata
+
+    where = f"replaygpu health: {args.address} (service {args.service!r})"
+    try:
+        tls = client_tls(args)
+    except ReplayError as err:
+        print(f"{where}: {type(err).__name__}: {' '.join(str(err).split())}", file=sys.stderr)
+        return 1
+    channel = make_channel(args.address, tls, 2**20)
+    try:
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=args.service),
+            metadata=token_metadata(args.token),
+            timeout=args.timeout,
+        )
+    except grpc.RpcError as err:
+        error = connect_error(err, args.address, tls)
+        print(f"{where}: {type(error).__name__}: {' '.join(str(error).split())}", file=sys.stderr)
+        return 1
+    finally:
+        channel.close()
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+    print(status)
+    if reply.status != health_pb2.HealthCheckResponse.SERVING:
+        print(f"{where}: answered {status}", file=sys.stderr)
+        return 1
     return 0

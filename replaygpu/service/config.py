@@ -1,4 +1,5 @@
-"""Configuration of the service: `ClientConfig` (actor side) and `ServerConfig` (learner side).
+"""Configuration of the service: `ClientConfig` (actor side), `ServerConfig` (learner side) and
+`ActorSettings` (what a learner asks its actors to run, carried by ``Info``).
 
 Frozen dataclasses validated on construction; this module imports no TensorFlow.
 """
@@ -6,6 +7,7 @@ Frozen dataclasses validated on construction; this module imports no TensorFlow.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Literal
 
 from replaygpu.errors import ConfigError
 
@@ -131,3 +133,76 @@ class ServerConfig:
                 f"ServerConfig: staging_timeout_s={self.staging_timeout_s} must be > 0 and "
                 f"shutdown_grace_s={self.shutdown_grace_s} >= 0"
             )
+
+
+@dataclass(frozen=True)
+class ActorSettings:
+    """What a learner asks its actors to run, sent to them in ``Info`` (``actor_settings``).
+
+    ``replaygpu learner`` sets it so that ``replaygpu actor ADDRESS`` needs nothing but the
+    address: the env, the policy network and its exploration come from here, the weights from
+    ``GetWeights``.
+
+    Attributes:
+        env_id: gymnasium env id.
+        agent: ``"dqn"`` (epsilon-greedy over a Q-network) or ``"sac"`` (squashed Gaussian).
+        hidden_sizes: hidden widths of the policy MLP.
+        epsilon_base, epsilon_alpha: dqn exploration; actor i of N uses
+            ``epsilon_base ** (1 + epsilon_alpha * i / (N - 1))`` (Ape-X).
+        weight_pull_interval: env steps between weight pulls.
+        num_envs: envs each actor steps together.
+        stream_field: an int64 table field holding each row's env id, or "" if none.
+        seed: the run's base seed.
+    """
+
+    env_id: str
+    agent: Literal["dqn", "sac"] = "dqn"
+    hidden_sizes: tuple[int, ...] = ()
+    epsilon_base: float = 0.4
+    epsilon_alpha: float = 7.0
+    weight_pull_interval: int = 400
+    num_envs: int = 1
+    stream_field: str = ""
+    seed: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.env_id:
+            raise ConfigError("ActorSettings.env_id: got an empty string, expected an env id")
+        if self.agent not in ("dqn", "sac"):
+            raise ConfigError(f"ActorSettings.agent: got {self.agent!r}, expected 'dqn' or 'sac'")
+        if self.weight_pull_interval < 1 or self.num_envs < 1:
+            raise ConfigError(
+                f"ActorSettings: weight_pull_interval={self.weight_pull_interval} and "
+                f"num_envs={self.num_envs}, expected both >= 1"
+            )
+
+    def to_proto(self, message: Any) -> None:
+        """Fill an ``ActorSettings`` protobuf ``message`` in place."""
+        message.env_id = self.env_id
+        message.agent = self.agent
+        message.hidden_sizes[:] = self.hidden_sizes
+        message.epsilon_base = self.epsilon_base
+        message.epsilon_alpha = self.epsilon_alpha
+        message.weight_pull_interval = self.weight_pull_interval
+        message.num_envs = self.num_envs
+        message.stream_field = self.stream_field
+        message.seed = self.seed
+
+    @classmethod
+    def from_proto(cls, message: Any) -> ActorSettings:
+        """The settings an ``ActorSettings`` protobuf message carries.
+
+        Raises:
+            ConfigError: the message is empty or holds values out of range.
+        """
+        return cls(
+            env_id=message.env_id,
+            agent=message.agent,
+            hidden_sizes=tuple(int(h) for h in message.hidden_sizes),
+            epsilon_base=message.epsilon_base,
+            epsilon_alpha=message.epsilon_alpha,
+            weight_pull_interval=int(message.weight_pull_interval),
+            num_envs=int(message.num_envs),
+            stream_field=message.stream_field,
+            seed=int(message.seed),
+        )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from typing import Any
 
 import grpc
@@ -24,12 +25,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from replaygpu.errors import ConfigError, ReplayError
-from replaygpu.fields import DTYPE_NAMES
+from replaygpu.fields import DTYPE_NAMES, row_nbytes
 from replaygpu.learner.learner import Learner
 from replaygpu.learner.weights import WeightStore
 from replaygpu.service.allocator import keep_freed_memory
 from replaygpu.service.auth import TLSConfig, TokenInterceptor, warn_if_exposed
-from replaygpu.service.config import ServerConfig
+from replaygpu.service.config import ActorSettings, ServerConfig
 from replaygpu.service.eventloop import EventLoopThread
 from replaygpu.service.ingest import Ingest
 from replaygpu.service.journal import Journal
@@ -53,6 +54,8 @@ class ReplayServer:
         ledger: the sequence ledger; checkpoint it with the table
             (``rg.Checkpointer(..., ledger=server.ledger)``).
         config: its `ServerConfig`.
+        checkpoints: checkpoints taken through `save` so far.
+        checkpoint_seconds: how long the last of them took (0.0 before the first).
     """
 
     def __init__(
@@ -93,6 +96,8 @@ class ReplayServer:
         if config.keep_freed_memory:
             keep_freed_memory(config.staging_max_bytes)
         self._stopped = False
+        self.checkpoints = 0
+        self.checkpoint_seconds = 0.0
         queue = StagingQueue(
             config.staging_max_batches, config.staging_max_bytes, config.staging_timeout_s
         )
@@ -238,6 +243,15 @@ class ReplayServer:
         return server, f"{address.rsplit(':', 1)[0]}:{port}"
 
     @property
+    def actor_settings(self) -> ActorSettings | None:
+        """What ``Info`` tells actors to run (env, policy, exploration), or None."""
+        return self._servicer.actor_settings
+
+    @actor_settings.setter
+    def actor_settings(self, settings: ActorSettings | None) -> None:
+        self._servicer.actor_settings = settings
+
+    @property
     def open_streams(self) -> int:
         """Append streams open now (at most ``config.max_actors``)."""
         return self._servicer.streams
@@ -265,12 +279,48 @@ class ReplayServer:
         """``checkpointer.save()`` while no commit runs, so table and ledger agree; in durable
         mode the journal segments the checkpoint covers are deleted after it."""
         with self._ingest.exclusive():
+            started = time.monotonic()
             before = self.journal.rotate() if self.journal is not None else 0
             path = checkpointer.save()
             if self.journal is not None:  # the checkpoint holds every journalled batch
                 _fsync_checkpoint(path)  # on disk before the journal that it replaces goes
                 self.journal.checkpointed(before)
+            self.checkpoint_seconds = time.monotonic() - started
+            self.checkpoints += 1
             return path
+
+    # -- metrics --------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, float]:
+        """The service's counters and gauges now, read where they are kept (for
+        `replaygpu.service.metrics`): ``ingested_transitions`` and ``ingested_bytes`` (of Append
+        requests this process committed), ``staged_batches``, ``staged_bytes``, ``table_size``,
+        ``table_capacity``, ``table_inserted``, ``sampled`` (by the learner), ``weights_version``,
+        ``open_streams``, ``refused_streams``, ``actors`` (in the ledger), ``checkpoints`` and
+        ``checkpoint_seconds`` (the last one's)."""
+        servicer, queue = self._servicer, self._ingest.queue
+        ingested = servicer.ingested
+        return {
+            "ingested_transitions": ingested,
+            "ingested_bytes": ingested * row_nbytes(servicer.spec),
+            "staged_batches": len(queue),
+            "staged_bytes": queue.nbytes,
+            "table_size": self.table.size,
+            "table_capacity": self.table.capacity,
+            "table_inserted": self.table.total_inserted,
+            "sampled": self._sampled(),
+            "weights_version": servicer.weights.version,
+            "open_streams": servicer.streams,
+            "refused_streams": servicer.refused_streams,
+            "actors": len(self.ledger.snapshot()),
+            "checkpoints": self.checkpoints,
+            "checkpoint_seconds": self.checkpoint_seconds,
+        }
+
+    def append_answers(self) -> dict[str, int]:
+        """Append answers so far by gRPC status code name: ``"OK"`` per acknowledged request
+        (duplicates too), an error code (``"INVALID_ARGUMENT"``, ...) per stream ended with it."""
+        return dict(self._servicer.answered)
 
     # -- stopping -------------------------------------------------------------------------------
 
@@ -318,6 +368,7 @@ def serve(
     *,
     config: ServerConfig | None = None,
     ledger: SequenceLedger | None = None,
+    actor_settings: ActorSettings | None = None,
 ) -> ReplayServer:
     """Start serving a learner's table (and its published weights) over gRPC.
 
@@ -331,6 +382,8 @@ def serve(
         tls: serve TLS with these certificate files.
         config: limits and threading (`ServerConfig`).
         ledger: the sequence ledger to use, e.g. one just restored from a checkpoint.
+        actor_settings: what actors should run (env, policy, exploration), sent in ``Info``
+            so that ``replaygpu actor ADDRESS`` needs no other flags.
 
     Returns:
         the running `ReplayServer`; call ``stop()`` (or use it as a context manager).
@@ -339,7 +392,9 @@ def serve(
         ConfigError: for a target of another type, a table served already, a field dtype the
             wire cannot carry, or an address that cannot be bound.
     """
-    return ReplayServer(target, address, token, tls, config or ServerConfig(), ledger)
+    server = ReplayServer(target, address, token, tls, config or ServerConfig(), ledger)
+    server.actor_settings = actor_settings
+    return server
 
 
 def _fsync_checkpoint(path: str) -> None:

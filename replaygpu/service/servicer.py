@@ -37,7 +37,7 @@ from replaygpu.errors import BatchError
 from replaygpu.fields import HostSpec, check_columns
 from replaygpu.learner.weights import WeightSnapshot, WeightStore
 from replaygpu.service import codec, wire
-from replaygpu.service.config import ServerConfig, actor_id_problem
+from replaygpu.service.config import ActorSettings, ServerConfig, actor_id_problem
 from replaygpu.service.ingest import Ingest
 from replaygpu.service.staging import BufferPool, StagedBatch, StagingQueue
 from replaygpu.service.status import (
@@ -61,6 +61,9 @@ SERVICE_NAME = replay_pb2.DESCRIPTOR.services_by_name["ReplayService"].full_name
 
 #: requests this large are parsed and copied on an admit thread, smaller ones on the loop
 OFF_LOOP_BYTES = 2**20
+
+#: the codes Append answers with, counted from 0 in `Servicer.answered` (others when first seen)
+ANSWER_CODES = ("OK", "INVALID_ARGUMENT", "NOT_FOUND", "RESOURCE_EXHAUSTED", "UNAVAILABLE")
 
 
 class StreamEnd:
@@ -96,6 +99,10 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         closing: set when the server begins to stop: new appends get UNAVAILABLE.
         streams: Append streams open now.
         refused_streams: Append streams refused for ``max_actors`` so far.
+        ingested: transitions of Append requests committed so far (not duplicates, not
+            journal replays); the committing thread counts them.
+        answered: Append answers so far by gRPC status code name: ``"OK"`` per acknowledged
+            request, an error code per stream ended with it (counted on the event loop).
     """
 
     def __init__(
@@ -115,10 +122,13 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         self.buffers = buffers
         self.weights = weights
         self.config = config
+        self.actor_settings: ActorSettings | None = None
         self.address = ""
         self.closing = False
         self.streams = 0
         self.refused_streams = 0
+        self.ingested = 0
+        self.answered = dict.fromkeys(ANSWER_CODES, 0)
         self._outboxes: set[asyncio.Queue[Any]] = set()  # of the open Append streams
         self._admit_pool = ThreadPoolExecutor(config.admit_threads, "replaygpu-admit")
         self._weights_cache: tuple[WeightSnapshot | None, Any] = (None, None)
@@ -155,14 +165,13 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
                     self.config.max_actors,
                     self.refused_streams,
                 )
-            await abort(
-                context,
-                ResourceExhaustedError(
-                    f"server at {self.address} has max_actors={self.config.max_actors} Append "
-                    "streams open already; run fewer actors or raise the limit (replaygpu "
-                    "serve --max-actors, rg.ServerConfig(max_actors=...))"
-                ),
+            refused = ResourceExhaustedError(
+                f"server at {self.address} has max_actors={self.config.max_actors} Append "
+                "streams open already; run fewer actors or raise the limit (replaygpu "
+                "serve --max-actors, rg.ServerConfig(max_actors=...))"
             )
+            self._answer(code_of(refused))
+            await abort(context, refused)
         self.streams += 1
         loop = asyncio.get_running_loop()
         outbox: asyncio.Queue[Any] = asyncio.Queue()
@@ -180,14 +189,20 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
                 if isinstance(item, StreamEnd):
                     expected = item.count
                 elif isinstance(item, BaseException):
+                    self._answer(code_of(item))
                     await abort(context, item)
                 else:
                     acked += 1
+                    self._answer(grpc.StatusCode.OK)
                     yield item
         finally:
             reader.cancel()
             self._outboxes.discard(outbox)
             self.streams -= 1
+
+    def _answer(self, code: grpc.StatusCode) -> None:
+        """Count one Append answer (a plain int, read by the metrics endpoint)."""
+        self.answered[code.name] = self.answered.get(code.name, 0) + 1
 
     async def _read_stream(
         self,
@@ -290,6 +305,8 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         actor = request.actor_id
 
         def done(ack: dict[str, Any]) -> None:
+            if ack["transitions"] and not replay:  # a commit: under the commit lock
+                self.ingested += ack["transitions"]
             post(replay_pb2.AppendAck(**ack))
 
         last = self.ingest.ledger.last(actor, sync=False)  # a hint; the committer decides
@@ -356,7 +373,7 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
                 table.rate_limiter.error_buffer = limiter.error_buffer
                 table.rate_limiter.sampled = int(limiter.sampled.numpy())
         ledger = self.ingest.ledger
-        return replay_pb2.InfoResponse(
+        reply = replay_pb2.InfoResponse(
             tables=[table],
             weights_version=self.weights.version,
             learner_steps=steps,
@@ -367,6 +384,9 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
             staged_bytes=self._queue.nbytes,
             actors=len(ledger.snapshot()),
         )
+        if self.actor_settings is not None:
+            self.actor_settings.to_proto(reply.actor_settings)
+        return reply
 
 
 def handlers(servicer: Servicer) -> grpc.GenericRpcHandler:

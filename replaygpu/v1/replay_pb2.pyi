@@ -126,8 +126,30 @@ class TableInfo(_message.Message):
     rate_limiter: RateLimiterInfo
     def __init__(self, name: _Optional[str] = ..., spec: _Optional[_Iterable[_Union[FieldSpec, _Mapping]]] = ..., capacity: _Optional[int] = ..., size: _Optional[int] = ..., inserted: _Optional[int] = ..., sampled: _Optional[int] = ..., device: _Optional[str] = ..., rate_limiter: _Optional[_Union[RateLimiterInfo, _Mapping]] = ...) -> None: ...
 
+class ActorSettings(_message.Message):
+    __slots__ = ("env_id", "agent", "hidden_sizes", "epsilon_base", "epsilon_alpha", "weight_pull_interval", "num_envs", "stream_field", "seed")
+    ENV_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    HIDDEN_SIZES_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_BASE_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_ALPHA_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_PULL_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    NUM_ENVS_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    env_id: str
+    agent: str
+    hidden_sizes: _containers.RepeatedScalarFieldContainer[int]
+    epsilon_base: float
+    epsilon_alpha: float
+    weight_pull_interval: int
+    num_envs: int
+    stream_field: str
+    seed: int
+    def __init__(self, env_id: _Optional[str] = ..., agent: _Optional[str] = ..., hidden_sizes: _Optional[_Iterable[int]] = ..., epsilon_base: _Optional[float] = ..., epsilon_alpha: _Optional[float] = ..., weight_pull_interval: _Optional[int] = ..., num_envs: _Optional[int] = ..., stream_field: _Optional[str] = ..., seed: _Optional[int] = ...) -> None: ...
+
 class InfoResponse(_message.Message):
-    __slots__ = ("tables", "weights_version", "learner_steps", "staged_batches", "staged_bytes", "max_message_bytes", "server_version", "actors", "actor_last_seq")
+    __slots__ = ("tables", "weights_version", "learner_steps", "staged_batches", "staged_bytes", "max_message_bytes", "server_version", "actors", "actor_last_seq", "actor_settings")
     TABLES_FIELD_NUMBER: _ClassVar[int]
     WEIGHTS_VERSION_FIELD_NUMBER: _ClassVar[int]
     LEARNER_STEPS_FIELD_NUMBER: _ClassVar[int]
@@ -137,6 +159,7 @@ class InfoResponse(_message.Message):
     SERVER_VERSION_FIELD_NUMBER: _ClassVar[int]
     ACTORS_FIELD_NUMBER: _ClassVar[int]
     ACTOR_LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_SETTINGS_FIELD_NUMBER: _ClassVar[int]
     tables: _containers.RepeatedCompositeFieldContainer[TableInfo]
     weights_version: int
     learner_steps: int
@@ -146,4 +169,5 @@ class InfoResponse(_message.Message):
     server_version: str
     actors: int
     actor_last_seq: int
-    def __init__(self, tables: _Optional[_Iterable[_Union[TableInfo, _Mapping]]] = ..., weights_version: _Optional[int] = ..., learner_steps: _Optional[int] = ..., staged_batches: _Optional[int] = ..., staged_bytes: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., server_version: _Optional[str] = ..., actors: _Optional[int] = ..., actor_last_seq: _Optional[int] = ...) -> None: ...
+    actor_settings: ActorSettings
+    def __init__(self, tables: _Optional[_Iterable[_Union[TableInfo, _Mapping]]] = ..., weights_version: _Optional[int] = ..., learner_steps: _Optional[int] = ..., staged_batches: _Optional[int] = ..., staged_bytes: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., server_version: _Optional[str] = ..., actors: _Optional[int] = ..., actor_last_seq: _Optional[int] = ..., actor_settings: _Optional[_Union[ActorSettings, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,141 @@
+"""`replaygpu learner --agent dqn|sac --env ENV_ID`: the standalone learner service.
+
+It serves its replay table over gRPC, trains the agent's update under a samples-per-insert rate
+limiter as the actors' transitions arrive, and publishes weights; ``replaygpu actor ADDRESS``
+learns the env, the policy and its exploration from it. With ``--checkpoint-dir`` it resumes
+from the newest checkpoint there, saves one every ``--checkpoint-every-s`` and a last one on
+SIGTERM or Ctrl-C. It exits once the run's ``--steps`` transitions arrived and its replay
+budget is spent, or on a signal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+AGENT_CHOICES = ("dqn", "sac")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``learner`` subcommand; its flags depend on ``--agent`` (see `learner_parser`)."""
+    parser = subparsers.add_parser(
+        "learner",
+        help="run the learner service: serve a table, train, publish weights, checkpoint",
+        description=__doc__.split("\n\n", 1)[1],
+        add_help=False,
+    )
+    parser.add_argument("-h", "--help", action="store_true", help="show the flags and exit")
+    parser.set_defaults(func=run, pass_unknown=True, options=[])
+
+
+def learner_parser(agent: str) -> argparse.ArgumentParser:
+    """The full flag parser of ``replaygpu learner --agent AGENT``."""
+    from replaygpu.agents.flags import add_config_flags
+    from replaygpu.agents.learner import AGENTS
+    from replaygpu.service.commands import add_server_security_flags
+
+    config_cls, _ = AGENTS[agent]
+    parser = argparse.ArgumentParser(
+        prog="replaygpu learner",
+        description=f"{__doc__.split(chr(10) * 2, 1)[1].strip()}\n\nFlags of --agent {agent}: "
+        f"{(config_cls.__doc__ or '').strip()}",
+    )
+    parser.add_argument(
+        "--agent", choices=AGENT_CHOICES, default="dqn", help="algorithm (default: dqn)"
+    )
+    parser.add_argument("--env", dest="env_id", default=argparse.SUPPRESS, help="= --env-id")
+    parser.add_argument("--checkpoint-dir", help="resume from and save checkpoints here")
+    parser.add_argument(
+        "--checkpoint-every-s", type=float, default=300.0, help="seconds between checkpoints"
+    )
+    parser.add_argument(
+        "--metrics-port", type=int, help="serve Prometheus metrics on this port (default: off)"
+    )
+    parser.add_argument(
+        "--max-actors", type=int, default=1024, help="concurrent actor streams at most"
+    )
+    add_server_security_flags(parser)
+    add_config_flags(parser, config_cls)
+    return parser
+
+
+def _agent_of(options: list[str]) -> str:
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--agent", choices=AGENT_CHOICES, default="dqn")
+    known, _ = pre.parse_known_args(options)
+    return known.agent
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve and train until the run is done or a signal stops it."""
+    import replaygpu as rg
+    from replaygpu.agents.flags import config_from_args
+    from replaygpu.agents.learner import AGENTS, LearnerService
+    from replaygpu.agents.runs import RunControl
+    from replaygpu.service.commands import server_tls
+
+    agent = _agent_of(args.options)
+    parser = learner_parser(agent)
+    opts = parser.parse_args(args.options + (["--help"] if args.help else []))
+    config_cls, _ = AGENTS[agent]
+    try:
+        config = config_from_args(config_cls, opts)
+    except ValueError as err:
+        parser.error(str(err))
+    tls = server_tls(opts)
+    module = "replaygpu.agents.learner"
+    control = RunControl(opts.checkpoint_dir, opts.checkpoint_every_s, module, config)
+    server_config = rg.ServerConfig(max_actors=opts.max_actors)
+    with control:
+        service = LearnerService(agent, config, control, opts.token, tls, server_config)
+        metrics = None
+        try:
+            if opts.metrics_port is not None:
+                metrics = _start_metrics(opts.metrics_port, service)
+            print(
+                f"replaygpu learner ({agent}, {config.env_id}) serving at {service.address}; "
+                f"actors: replaygpu actor {service.address} --num-actors N",
+                file=sys.stderr,
+                flush=True,
+            )
+            _train(service)
+        finally:
+            if metrics is not None:
+                metrics.close()
+            service.close()
+    if control.signal_name:
+        logger.info("stopped by %s at SGD step %d", control.signal_name, service.sgd_steps)
+    return 0
+
+
+def _train(service: Any) -> None:
+    """Step the service until done, logging progress every 10 s."""
+    last_log = time.monotonic()
+    while True:
+        ran = service.step()
+        if service.done(ran):
+            return
+        if time.monotonic() - last_log >= 10.0:
+            last_log = time.monotonic()
+            stats = service.stats()
+            logger.info(
+                "inserted %d, table %d, SGD steps %d (%.0f/s), actors %d, weights v%d",
+                service.table.total_inserted,
+                service.table.size,
+                stats["sgd_steps"],
+                stats["sgd_steps_per_s"],
+                service.server.open_streams,
+                service.learner.weight_store.version,
+            )
+
+
+def _start_metrics(port: int, service: Any) -> Any:
+    from replaygpu.service.metrics import start_metrics_server
+
+    host = service.address.rsplit(":", 1)[0]
+    return start_metrics_server(port, service.server, service.stats, address=host)

@@ -1,0 +1,198 @@
+"""Resumable runs: a checked checkpoint folder, the loop state beside the networks, and stopping
+on SIGTERM / Ctrl-C with a final checkpoint.
+
+A training loop (DQN, SAC, the Ape-X learner) passes a `RunControl` to its ``train``; the
+control restores the newest checkpoint in its folder at start, saves one every
+``every_s`` seconds at a chunk boundary, and, once SIGTERM or Ctrl-C arrived, saves a last one
+and tells the loop to stop. What a checkpoint holds: the table, the sampler (its RNG), the
+learner (steps, rate-limiter counters), the agent (networks, target networks, optimizers,
+schedules through the optimizer's step) and a `LoopState` (env steps, target-sync step, the
+numpy exploration RNG). A run killed with kill -9 resumes from its last checkpoint and redoes
+the chunks after it, so it ends with the same env and SGD step counts as one never stopped.
+
+``run.json`` in the folder names the algorithm and its config, so ``replaygpu eval DIR`` can
+rebuild the networks without flags, and a resumed run refuses other hyperparameters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+import replaygpu as rg
+
+logger = logging.getLogger(__name__)
+
+#: the file in a checkpoint folder naming the algorithm and its config
+RUN_FILE = "run.json"
+#: config fields a resumed run may change (everything else must match the saved run)
+RESUMABLE_FIELDS = frozenset({"steps", "eval_episodes", "device", "jit_compile", "address"})
+
+
+class LoopState(tf.Module):
+    """The host-side loop state that a checkpoint must hold beside the networks."""
+
+    def __init__(self) -> None:
+        super().__init__(name="loop")
+        self.env_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="env_steps")
+        self.last_sync = tf.Variable(0, dtype=tf.int64, trainable=False, name="last_sync")
+        self.rng_state = tf.Variable("", dtype=tf.string, trainable=False, name="rng_state")
+
+    def capture(self, env_steps: int, last_sync: int, rng: np.random.Generator) -> None:
+        """Copy the loop's counters and the exploration RNG into the variables."""
+        self.env_steps.assign(env_steps)
+        self.last_sync.assign(last_sync)
+        self.rng_state.assign(json.dumps(rng.bit_generator.state))
+
+    def restore_rng(self, rng: np.random.Generator) -> None:
+        """Put the saved exploration RNG state back into ``rng`` (no-op if none was saved)."""
+        saved = self.rng_state.numpy().decode()
+        if saved:
+            rng.bit_generator.state = json.loads(saved)
+
+
+class RunControl:
+    """Checkpoints and stop signals of one training run.
+
+    Args:
+        directory: checkpoint folder (checked writable now); None: no checkpoints, but
+            SIGTERM and Ctrl-C still stop the loop at the next chunk.
+        every_s: seconds between periodic checkpoints.
+        algorithm: module of the algorithm (``replaygpu.agents.dqn``), saved in ``run.json``.
+        config: the run's frozen config dataclass, saved in ``run.json``.
+
+    Raises:
+        ConfigError: the folder is not writable, or it holds a run of another algorithm or
+            other hyperparameters (fields outside `RESUMABLE_FIELDS`).
+    """
+
+    def __init__(self, directory: str | None, every_s: float, algorithm: str, config: Any) -> None:
+        self.directory = directory
+        self.every_s = every_s
+        self.stop = threading.Event()
+        self.signal_name = ""
+        self.checkpoints = 0
+        self.checkpoint_seconds = 0.0
+        self._checkpointer: rg.Checkpointer | None = None
+        self._last_save = time.monotonic()
+        self._previous: dict[int, Any] = {}
+        if directory is not None:
+            rg.check_writable(directory)
+            _check_run_file(directory, algorithm, config)
+
+    # -- signals --------------------------------------------------------------------------------
+
+    def __enter__(self) -> RunControl:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._on_signal)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self.stop.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: do not wait for the checkpoint
+        self.signal_name = signal.Signals(signum).name
+        logger.warning("%s: stopping after this chunk, with a final checkpoint", self.signal_name)
+        self.stop.set()
+
+    # -- checkpoints ----------------------------------------------------------------------------
+
+    def attach(self, **objects: Any) -> str | None:
+        """Track ``objects`` (table=, sampler=, learner=, agent=, loop=, ledger=, ...) and
+        restore the newest checkpoint into them.
+
+        Returns:
+            the checkpoint restored, or None (no folder, or no checkpoint in it yet).
+        """
+        if self.directory is None:
+            return None
+        self._checkpointer = rg.Checkpointer(self.directory, max_to_keep=2, **objects)
+        restored = self._checkpointer.restore()
+        self._last_save = time.monotonic()
+        return restored
+
+    def due(self) -> bool:
+        """Whether a checkpoint should be written now (periodic, or stopping)."""
+        if self._checkpointer is None:
+            return False
+        return self.stop.is_set() or time.monotonic() - self._last_save >= self.every_s
+
+    def save(self, saver: Any = None) -> str | None:
+        """Write a checkpoint (through ``saver.save(checkpointer)`` when given, e.g. a
+        `ReplayServer`, so no commit runs meanwhile); None without a folder."""
+        if self._checkpointer is None:
+            return None
+        began = time.monotonic()
+        path = saver.save(self._checkpointer) if saver is not None else self._checkpointer.save()
+        self._last_save = time.monotonic()
+        self.checkpoints += 1
+        self.checkpoint_seconds = self._last_save - began
+        return path
+
+
+def _check_run_file(directory: str, algorithm: str, config: Any) -> None:
+    """Write ``run.json``, or check that the saved one describes the same run."""
+    path = os.path.join(directory, RUN_FILE)
+    values = dataclasses.asdict(config)
+    current = {"algorithm": algorithm, "config_class": type(config).__name__, "config": values}
+    if os.path.exists(path):
+        with open(path) as f:
+            saved = json.load(f)
+        if saved.get("algorithm") != algorithm:
+            raise rg.ConfigError(
+                f"checkpoint folder {directory!r} holds a run of {saved.get('algorithm')}, "
+                f"not {algorithm}; pass another --checkpoint-dir"
+            )
+        old = saved.get("config", {})
+        diffs = [
+            f"{name}: saved {old.get(name)!r}, given {_jsonable(value)!r}"
+            for name, value in values.items()
+            if name not in RESUMABLE_FIELDS and _jsonable(value) != old.get(name)
+        ]
+        if diffs:
+            raise rg.ConfigError(
+                f"checkpoint folder {directory!r} holds a run with other hyperparameters "
+                f"({'; '.join(diffs)}); resume with the same flags or pass another "
+                "--checkpoint-dir"
+            )
+    with open(path + ".tmp", "w") as f:
+        json.dump(current, f, indent=2)
+    os.replace(path + ".tmp", path)
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` as it reads back from JSON (tuples become lists)."""
+    return json.loads(json.dumps(value))
+
+
+def read_run_file(path: str) -> tuple[str, str, dict[str, Any], str]:
+    """``(algorithm module, config class, config values, checkpoint folder)`` of a run folder or a
+    checkpoint folder (the run folder's ``checkpoints/``).
+
+    Raises:
+        ConfigError: neither holds a ``run.json``.
+    """
+    for folder in (os.path.join(path, "checkpoints"), path):
+        file = os.path.join(folder, RUN_FILE)
+        if os.path.isfile(file):
+            with open(file) as f:
+                saved = json.load(f)
+            return saved["algorithm"], saved["config_class"], saved["config"], folder
+    raise rg.ConfigError(
+        f"{path!r}: no {RUN_FILE} in it or in its checkpoints/ folder; expected a run folder "
+        "of `replaygpu demo`/`replaygpu learner` or its checkpoint folder"
+    )

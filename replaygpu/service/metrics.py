@@ -1,0 +1,228 @@
+"""Prometheus metrics of a replay service: ``/metrics`` over HTTP, read at each scrape.
+
+`start_metrics_server` serves one `ReplayServer`'s counters (and, for ``replaygpu learner``,
+the learner's) from a registry of its own, so several servers in one process do not collide.
+`ReplayCollector` reads the values where the server keeps them (`ReplayServer.stats`,
+`ReplayServer.append_answers`) when Prometheus scrapes: the request paths keep plain int
+counters and pay nothing for the endpoint. Imports no TensorFlow itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from replaygpu._version import __version__
+from replaygpu.errors import ConfigError
+
+if TYPE_CHECKING:
+    import threading
+    from wsgiref.simple_server import WSGIServer
+
+    from replaygpu.service.server import ReplayServer
+
+logger = logging.getLogger(__name__)
+
+COUNTER, GAUGE = "counter", "gauge"
+
+#: ``(key in ReplayServer.stats() or learner_stats(), metric name, kind, help)``; counters are
+#: exposed as ``name_total``. A key the learner gives overrides the server's.
+METRICS: tuple[tuple[str, str, str, str], ...] = (
+    (
+        "ingested_transitions",
+        "replaygpu_ingested_transitions",
+        COUNTER,
+        "Transitions of Append requests committed to the table by this process (duplicates "
+        "and journal replays not counted).",
+    ),
+    (
+        "ingested_bytes",
+        "replaygpu_ingested_bytes",
+        COUNTER,
+        "Bytes of transition data (the arrays, without headers) of Append requests committed "
+        "by this process.",
+    ),
+    ("staged_batches", "replaygpu_staged_batches", GAUGE, "Batches staged, not committed yet."),
+    ("staged_bytes", "replaygpu_staged_bytes", GAUGE, "Bytes of the staged batches."),
+    ("table_size", "replaygpu_table_size", GAUGE, "Filled rows of the table."),
+    ("table_capacity", "replaygpu_table_capacity", GAUGE, "Rows the table holds at most."),
+    (
+        "table_inserted",
+        "replaygpu_table_inserted",
+        COUNTER,
+        "Transitions inserted into the table since it was made, restored checkpoints included.",
+    ),
+    (
+        "sampled",
+        "replaygpu_sampled_transitions",
+        COUNTER,
+        "Transitions the learner sampled, as its rate limiter counts them (0 for a bare table).",
+    ),
+    ("weights_version", "replaygpu_weights_version", GAUGE, "Version of the published weights."),
+    (
+        "open_streams",
+        "replaygpu_open_streams",
+        GAUGE,
+        "Append streams open now: the connected actors.",
+    ),
+    (
+        "refused_streams",
+        "replaygpu_refused_streams",
+        COUNTER,
+        "Append streams refused at once because max_actors streams were open.",
+    ),
+    ("actors", "replaygpu_known_actors", GAUGE, "Actors whose last committed seq is kept."),
+    (
+        "checkpoints",
+        "replaygpu_checkpoints",
+        COUNTER,
+        "Checkpoints taken by this process.",
+    ),
+    (
+        "checkpoint_seconds",
+        "replaygpu_last_checkpoint_duration_seconds",
+        GAUGE,
+        "How long the last checkpoint took (0 before the first).",
+    ),
+    ("sgd_steps", "replaygpu_sgd_steps", COUNTER, "SGD steps of the learner, restored ones too."),
+    (
+        "sgd_steps_per_s",
+        "replaygpu_sgd_steps_per_second",
+        GAUGE,
+        "SGD steps per second of the learner, lately.",
+    ),
+)
+
+
+class ReplayCollector(Collector):
+    """Reads a `ReplayServer`'s counters (and the learner's) at each scrape.
+
+    Args:
+        server: the served table's server.
+        learner_stats: returns the learner's values by the keys of `METRICS` (``sgd_steps``,
+            ``sgd_steps_per_s``, ``checkpoints``, ``checkpoint_seconds``); other keys are
+            ignored. None: a bare table (``replaygpu serve``).
+    """
+
+    def __init__(
+        self,
+        server: ReplayServer,
+        learner_stats: Callable[[], Mapping[str, float]] | None = None,
+    ) -> None:
+        self.server = server
+        self.learner_stats = learner_stats
+
+    def collect(self) -> Iterator[Metric]:
+        """The metric families, with the values of now."""
+        values: dict[str, float] = dict(self.server.stats())
+        if self.learner_stats is not None:
+            try:
+                values.update(self.learner_stats())
+            except Exception:  # a scrape still reports the server's values
+                logger.exception("metrics: learner_stats() failed; its metrics are left out")
+        for key, name, kind, text in METRICS:
+            if key in values:
+                family = CounterMetricFamily if kind == COUNTER else GaugeMetricFamily
+                yield family(name, text, value=float(values[key]))
+        inserted = values["table_inserted"]
+        yield GaugeMetricFamily(
+            "replaygpu_samples_per_insert",
+            "Transitions sampled per transition inserted (0 before the first insert).",
+            value=values["sampled"] / inserted if inserted else 0.0,
+        )
+        answers = CounterMetricFamily(
+            "replaygpu_append_requests",
+            "Append answers by gRPC status code: OK per acknowledged request, an error code "
+            "per stream ended with it (a refused request ends its stream).",
+            labels=["code"],
+        )
+        for code, count in sorted(self.server.append_answers().items()):
+            answers.add_metric([code], count)
+        yield answers
+        yield InfoMetricFamily(
+            "replaygpu_server",
+            "The replay service: replaygpu version and table name.",
+            value={"version": __version__, "table": self.server.table.name},
+        )
+
+
+class MetricsServer:
+    """A running ``/metrics`` endpoint; made by `start_metrics_server`.
+
+    Attributes:
+        registry: the registry it serves (only `ReplayCollector`).
+        host: the host it is bound to.
+        port: the port it listens on (the real one when 0 was asked for).
+    """
+
+    def __init__(
+        self, httpd: WSGIServer, thread: threading.Thread, registry: CollectorRegistry
+    ) -> None:
+        self._httpd = httpd
+        self._thread = thread
+        self.registry = registry
+        self.host = str(httpd.server_address[0])
+        self.port = int(httpd.server_address[1])
+        self._closed = False
+
+    @property
+    def url(self) -> str:
+        """``http://host:port/metrics``."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        """Stop serving and join the HTTP thread. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join()
+
+    def __enter__(self) -> MetricsServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def start_metrics_server(
+    port: int,
+    server: ReplayServer,
+    learner_stats: Callable[[], Mapping[str, float]] | None = None,
+    address: str = "0.0.0.0",
+) -> MetricsServer:
+    """Serve ``server``'s metrics in the Prometheus text format at ``http://address:port/metrics``.
+
+    Args:
+        port: TCP port; 0 picks a free one (see ``.port``).
+        server: the running replay server whose counters to serve.
+        learner_stats: the learner's values, read at each scrape (see `ReplayCollector`).
+        address: host to bind (``[::]`` and ``::`` both bind IPv6).
+
+    Returns:
+        the running `MetricsServer`; call ``close()`` (or use it as a context manager).
+
+    Raises:
+        ConfigError: the address cannot be bound (e.g. the port is in use).
+    """
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ReplayCollector(server, learner_stats))
+    host = address.strip("[]")
+    try:
+        httpd, thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as err:
+        raise ConfigError(
+            f"metrics: cannot bind {host}:{port} ({err}); pick another port (--metrics-port), "
+            "or 0 for a free one"
+        ) from err
+    metrics = MetricsServer(httpd, thread, registry)
+    logger.info("metrics at %s", metrics.url)
+    return metrics
