@@ -1,0 +1,136 @@
+"""`replaygpu learner` and `replaygpu actor ADDRESS`: the actors learn everything from the
+learner, the counts are exact, and a learner stopped with SIGTERM resumes from its checkpoint."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import tensorflow as tf
+
+import replaygpu as rg
+from replaygpu.agents.actor import actor_config, run_actor
+from replaygpu.agents.learner import LearnerService, SACLearnerConfig
+from tests.service_helpers import free_port
+
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "replaygpu", *args]
+
+
+def wait_for_line(proc: subprocess.Popen, pattern: str, lines: list[str]) -> re.Match:
+    """Read ``proc``'s stderr until a line matches ``pattern`` (the lines read go to ``lines``)."""
+    for line in proc.stderr:
+        lines.append(line)
+        found = re.search(pattern, line)
+        if found:
+            return found
+    raise AssertionError(f"{pattern!r} never printed:\n{''.join(lines[-40:])}")
+
+
+def test_learner_and_actors_with_only_the_address_then_resume(tmp_path):
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    ckpt = str(tmp_path / "ckpt")
+    learner_cmd = cli(
+        "learner", "--agent", "dqn", "--env", "CartPole-v1", "--address", address,
+        "--checkpoint-dir", ckpt, "--steps", "3000", "--learning-starts", "500",
+        "--samples-per-insert", "2", "--batch-size", "32", "--steps-per-call", "16",
+        "--hidden-sizes", "32,32", "--no-jit-compile",
+    )  # fmt: skip
+    learner = subprocess.Popen(learner_cmd, stderr=subprocess.PIPE, text=True, env=ENV)
+    lines: list[str] = []
+    try:
+        wait_for_line(learner, r"serving at", lines)
+        actors = subprocess.run(
+            cli("actor", address, "--num-actors", "2", "--steps", "1500"),
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=ENV,
+        )
+        assert actors.returncode == 0, actors.stderr[-3000:]
+        # the actors took the env and exploration from the learner: two actors, 1500 steps each
+        assert len(re.findall(r"actor \d: 1500 env steps", actors.stderr)) == 2, actors.stderr
+        # the learner ends by itself once its replay budget is spent, with a final checkpoint
+        _, rest = learner.communicate(timeout=300)
+        lines.append(rest)
+    finally:
+        if learner.poll() is None:
+            learner.kill()
+            learner.communicate()
+    assert learner.returncode == 0, "".join(lines)[-3000:]
+    final = re.search(r"final checkpoint \S+ \(SGD step (\d+)\)", "".join(lines))
+    assert final and int(final.group(1)) > 0
+
+    # Restart: the table, ledger and learner come back; SIGTERM writes one more checkpoint.
+    learner = subprocess.Popen(learner_cmd, stderr=subprocess.PIPE, text=True, env=ENV)
+    lines = []
+    try:
+        resumed = wait_for_line(learner, r"(\d+) transitions inserted, SGD step (\d+)", lines)
+        assert resumed.group(1) == "3000" and resumed.group(2) == final.group(1)
+        wait_for_line(learner, r"serving at", lines)
+        with rg.ReplayClient(address, actor_id=f"{socket.gethostname()}-0") as client:
+            info = client.info()
+        assert info.tables[0].size == 3000
+        assert info.actor_last_seq > 0  # the ledger was restored: resent batches are dropped
+        settings = rg.ActorSettings.from_proto(info.actor_settings)
+        assert (settings.env_id, settings.agent, settings.hidden_sizes) == (
+            "CartPole-v1",
+            "dqn",
+            (32, 32),
+        )
+        learner.send_signal(signal.SIGTERM)
+        _, rest = learner.communicate(timeout=120)
+    finally:
+        if learner.poll() is None:
+            learner.kill()
+            learner.communicate()
+    assert learner.returncode == 0
+    assert "final checkpoint" in rest
+
+
+def test_sac_learner_trains_on_a_sac_actor_in_process(tmp_path):
+    config = SACLearnerConfig(
+        steps=600,
+        learning_starts=100,
+        batch_size=32,
+        steps_per_call=8,
+        samples_per_insert=4.0,
+        hidden_sizes=(16, 16),
+        jit_compile=False,
+    )
+    service = LearnerService("sac", config)
+    try:
+        settings = service.actor_settings
+        assert (settings.env_id, settings.agent) == ("Pendulum-v1", "sac")
+        actor = actor_config(settings, 0, 1, steps=600, send_interval=8)
+        errors: list[BaseException] = []
+
+        def act() -> None:
+            try:
+                run_actor(actor, service.address)
+            except BaseException as err:  # reported below
+                errors.append(err)
+
+        thread = threading.Thread(target=act)
+        thread.start()
+        ran = 1
+        while thread.is_alive() or not service.done(ran):
+            ran = service.step(idle_wait_s=0.1)
+        thread.join()
+        assert not errors
+        assert service.table.total_inserted == 600
+        actions = service.table.gather(tf.range(600, dtype=tf.int64))["action"].numpy()
+        assert np.all(np.abs(actions) <= 2.0) and actions.std() > 0.1  # Pendulum's Box(-2, 2)
+        assert service.sgd_steps > 0
+    finally:
+        service.close()
