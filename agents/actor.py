@@ -18,14 +18,16 @@ returns across interleaved actors.
 
 from __future__ import annotations
 
+import functools
 import logging
 import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Literal, TypeVar
 
+import grpc
 import gymnasium as gym
 import numpy as np
 
@@ -40,6 +42,12 @@ from replaygpu.agents.policies import (
 )
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+#: gRPC codes of a learner that is restarting: calls in flight are cancelled, then UNAVAILABLE
+_TRANSIENT = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED}
+)
 
 #: The optional int64 table field naming the env (stream) that produced each row.
 STREAM_FIELD = "stream"
@@ -193,7 +201,8 @@ def run_actor(
                 break
             if since_pull >= config.weight_pull_interval:
                 since_pull = 0
-                got = client.get_weights(newer_than=version)
+                pull = functools.partial(client.get_weights, newer_than=version)
+                got = _retrying(pull, config, stop)
                 if got is not None:
                     version, policy = got[0], choose.policy(list(got[1]))
                     updates += 1
@@ -210,7 +219,11 @@ def run_actor(
             if chunk.count == chunk.size:
                 client.add_batch(_streams(chunk.take(), config))
                 if config.insert_slack >= 0:
-                    client.wait_for_insert_room(config.insert_slack, stop)
+                    _retrying(
+                        lambda: client.wait_for_insert_room(config.insert_slack, stop),
+                        config,
+                        stop,
+                    )
             obs = next_obs
         if chunk.count:
             client.add_batch(_streams(chunk.take(), config))
@@ -299,6 +312,34 @@ def actor_config(
         epsilon_alpha=settings.epsilon_alpha,
     )
     return replace(base, **overrides) if overrides else base
+
+
+def _retrying(call: Callable[[], T], config: ActorConfig, stop: threading.Event | None) -> T:
+    """``call()``, retried while the server is unavailable (a learner restarting), with
+    backoff up to 1 s, for ``retry_deadline_s`` at most, like the client's append stream.
+
+    Raises:
+        ServiceUnavailableError: still unavailable after ``retry_deadline_s``, or stopped.
+    """
+    deadline = time.monotonic() + config.retry_deadline_s
+    wait = 0.05
+    while True:
+        try:
+            return call()
+        except rg.ServiceError as err:
+            # a learner going down cancels calls in flight; one that is down is UNAVAILABLE
+            transient = getattr(err, "code", None) in _TRANSIENT and not isinstance(
+                err, rg.TLSError
+            )
+            late = time.monotonic() + wait > deadline
+            if not transient or late or (stop is not None and stop.is_set()):
+                raise
+            if wait == 0.05:
+                logger.info(
+                    "server unavailable (%s); retrying for %.0f s", err, config.retry_deadline_s
+                )
+            time.sleep(wait)
+            wait = min(1.0, wait * 2)
 
 
 def _streams(batch: dict[str, np.ndarray], config: ActorConfig) -> dict[str, np.ndarray]:

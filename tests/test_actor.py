@@ -142,3 +142,31 @@ def test_actor_fills_the_stream_field_and_sends_each_env_in_time_order():
     follows = np.all(np.isclose(rows["next_obs"][:-1], rows["obs"][1:]), axis=1)
     assert same.sum() == 192 - 12  # 4 batches x 3 envs: 12 runs of 16 rows
     assert np.all(follows[same & ~ended])
+
+
+def test_actor_calls_wait_out_a_learner_restart():
+    from replaygpu.agents.actor import _retrying
+    from tests.service_helpers import free_port
+
+    spec = rg.specs_from_env(gym.make("CartPole-v1"))
+    address = f"127.0.0.1:{free_port()}"
+    server = rg.serve(rg.ReplayTable(spec, 100), address)
+    client = rg.ReplayClient(address, actor_id="a")
+    server.stop()
+    restarted: list = []
+    timer = threading.Timer(
+        1.5, lambda: restarted.append(rg.serve(rg.ReplayTable(spec, 100), address))
+    )
+    timer.start()
+    try:
+        began = time.monotonic()
+        info = _retrying(client.info, ActorConfig(retry_deadline_s=30), None)
+        assert info.tables[0].capacity == 100 and time.monotonic() - began >= 1.0
+        with pytest.raises(rg.ServiceUnavailableError):  # past the deadline it gives up
+            restarted[0].stop()
+            _retrying(client.info, ActorConfig(retry_deadline_s=1), None)
+    finally:
+        timer.join()
+        client.close(flush=False)
+        for s in restarted:
+            s.stop()

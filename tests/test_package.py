@@ -119,3 +119,30 @@ def test_the_batch_keys_are_exported_as_constants():
         "discount",
         "nstep",
     )
+
+
+def test_the_wheel_installs_the_agents_under_replaygpu_and_marks_the_package_typed(tmp_path):
+    import subprocess
+    import sys
+    import zipfile
+
+    root = PACKAGE.parent
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", str(tmp_path), str(root)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )  # fmt: skip
+    (wheel,) = tmp_path.glob("replaygpu-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {
+        "replaygpu/agents/demos.py",
+        "replaygpu/agents/learner.py",
+        "replaygpu/py.typed",
+    } <= names
+    assert not any(name.startswith(("agents/", "tests/", "benchmarks/")) for name in names)
+    metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
+    text = zipfile.ZipFile(wheel).read(metadata).decode()
+    assert "Requires-Dist: grpcio>=1.85.1" in text  # the generated code's floor
+    assert "Requires-Dist: matplotlib" in text and 'extra == "demos"' in text

@@ -379,5 +379,7 @@ def test_actor_command_with_a_key_of_another_certificate_stops_before_connecting
         text=True,
         timeout=60,
     )
-    assert result.returncode == 2
-    assert "do not match" in result.stdout and pki["client_cert"] in result.stdout
+    assert result.returncode == 2  # one line on stderr (issue 12), before any connection
+    (line,) = [x for x in result.stderr.splitlines() if x.startswith("replaygpu actor: error:")]
+    assert "do not match" in line and pki["client_cert"] in line
+    assert "Traceback" not in result.stderr
