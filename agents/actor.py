@@ -49,6 +49,9 @@ _TRANSIENT = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED}
 )
 
+#: Seconds a stopped actor waits for its last acks before it drops them and exits.
+STOP_FLUSH_S = 20.0
+
 #: The optional int64 table field naming the env (stream) that produced each row.
 STREAM_FIELD = "stream"
 
@@ -227,7 +230,9 @@ def run_actor(
             obs = next_obs
         if chunk.count:
             client.add_batch(_streams(chunk.take(), config))
-        client.close()
+        # stopped (SIGTERM): flush within a container's grace period; done: wait for the acks
+        stopped = stop is not None and stop.is_set()
+        client.close(timeout=min(STOP_FLUSH_S, config.retry_deadline_s) if stopped else None)
     except BaseException:
         client.close(flush=False)
         raise

@@ -23,6 +23,7 @@ import numpy as np
 import replaygpu as rg
 from replaygpu.agents.actor import actor_config, run_actor_process
 from replaygpu.agents.checks import (
+    require,
     require_positive,
     require_positive_ints,
     require_unit_interval,
@@ -46,7 +47,13 @@ class ApexConfig:
 
     env_id: str = field(default="CartPole-v1", metadata=helptext("gymnasium env id (Discrete)"))
     seed: int = field(default=1, metadata=helptext("seed of actors, networks and sampling"))
-    steps: int = field(default=80_000, metadata=helptext("env steps collected by all actors"))
+    steps: int = field(
+        default=80_000,
+        metadata=helptext(
+            "env steps collected by all actors; 0: run until stopped (a service), with a "
+            "constant learning rate"
+        ),
+    )
     num_actors: int = field(default=2, metadata=helptext("actor processes"))
     actor_envs: int = field(
         default=1,
@@ -103,7 +110,6 @@ class ApexConfig:
 
     def __post_init__(self) -> None:
         positive = [
-            "steps",
             "num_actors",
             "actor_envs",
             "weight_pull_interval",
@@ -123,7 +129,8 @@ class ApexConfig:
                 f"[0, learning_rate={self.learning_rate}]"
             )
         require_unit_interval(self, "gamma")
-        if self.learning_starts > self.steps:
+        require(self, ["steps"], lambda v: v >= 0, ">= 0 (0: until stopped)")
+        if self.steps and self.learning_starts > self.steps:
             raise rg.ConfigError(
                 f"learning_starts: got {self.learning_starts}, expected <= steps ({self.steps}); "
                 "the learner would never start"
@@ -137,9 +144,12 @@ class ApexConfig:
         return max(1, int((budget + self.batch_size * self.steps_per_call) // self.batch_size))
 
     @property
-    def learning_rate_schedule(self) -> rg.LinearSchedule:
+    def learning_rate_schedule(self) -> rg.LinearSchedule | float:
         """Adam's step size: linear from ``learning_rate`` to ``final_learning_rate`` over the
-        SGD steps of the replay budget (evaluated in the graph at every step)."""
+        SGD steps of the replay budget (evaluated in the graph at every step); constant for a
+        run without an end (``steps`` 0)."""
+        if not self.steps:
+            return self.learning_rate
         return rg.LinearSchedule(self.learning_rate, self.final_learning_rate, self.total_sgd_steps)
 
 
@@ -195,7 +205,9 @@ def train(
             name=f"apex-actor-{i}",
             daemon=True,
         )
-        for i, share in enumerate(_shares(left, config.num_actors))
+        for i, share in enumerate(
+            _shares(left, config.num_actors) if config.steps else [0] * config.num_actors
+        )
     ]
     actor_steps = [0] * config.num_actors
     actor_stats: dict[int, dict] = {}

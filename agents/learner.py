@@ -11,6 +11,7 @@ transitions arrived and the replay budget is spent) or a stop signal.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -37,6 +38,10 @@ class SACLearnerConfig(sac.SACConfig):
     in place of the demo's train_freq/gradient_steps (the defaults keep its ratio: 64 steps of
     256 rows per 64 env steps)."""
 
+    steps: int = field(
+        default=20_000,
+        metadata=helptext("env steps collected by all actors; 0: run until stopped (a service)"),
+    )
     samples_per_insert: float = field(
         default=256.0, metadata=helptext("rate limit: sampled rows per inserted row")
     )
@@ -49,7 +54,12 @@ class SACLearnerConfig(sac.SACConfig):
     address: str = field(default="127.0.0.1:0", metadata=helptext("where the learner serves"))
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        if self.steps == 0:  # until stopped: check the other fields as if the run had a length
+            dataclasses.replace(self, steps=1)
+        elif self.steps < 0:
+            raise rg.ConfigError(f"steps: got {self.steps}, expected >= 0 (0: until stopped)")
+        else:
+            super().__post_init__()
         require_positive_ints(
             self, "steps_per_call", "num_actors", "actor_envs", "weight_pull_interval"
         )
@@ -206,13 +216,6 @@ class LearnerService:
         """SGD steps taken, restored runs included."""
         return int(self.learner.steps.numpy())
 
-    @property
-    def sgd_budget(self) -> int:
-        """SGD steps the rate limiter allows once the run's ``steps`` rows are inserted."""
-        c = self.config
-        budget = c.samples_per_insert * (c.steps - c.learning_starts)
-        return max(1, int((budget + c.batch_size * c.steps_per_call) // c.batch_size))
-
     def step(self, idle_wait_s: float = 0.5) -> int:
         """Commit staged appends and train one call; publish weights, sync the target network,
         checkpoint when due. Returns the SGD steps run."""
@@ -234,9 +237,11 @@ class LearnerService:
 
     def done(self, ran: int) -> bool:
         """Whether the run is over: ``steps`` rows arrived and the last call could not train
-        (the replay budget is spent), or a stop signal came."""
+        (the replay budget is spent), or a stop signal came (the only end with ``steps`` 0)."""
         if self.run is not None and self.run.stop.is_set():
             return True
+        if not self.config.steps:  # a service: until stopped
+            return False
         return self.table.total_inserted >= self.config.steps and ran == 0
 
     def stats(self) -> dict[str, float]:

@@ -35,7 +35,18 @@ logger = logging.getLogger(__name__)
 #: the file in a checkpoint folder naming the algorithm and its config
 RUN_FILE = "run.json"
 #: config fields a resumed run may change (everything else must match the saved run)
-RESUMABLE_FIELDS = frozenset({"steps", "eval_episodes", "device", "jit_compile", "address"})
+RESUMABLE_FIELDS = frozenset(
+    {
+        "steps",
+        "eval_episodes",
+        "device",
+        "jit_compile",
+        "address",
+        "num_actors",
+        "actor_envs",
+        "weight_pull_interval",
+    }
+)
 
 
 class LoopState(tf.Module):

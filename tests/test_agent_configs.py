@@ -32,3 +32,15 @@ def test_config_rejects_out_of_range_value_naming_it(config, kwargs, message):
 def test_default_configs_are_valid():
     for config in (DQNConfig, SACConfig, ApexConfig, ActorConfig):
         config()
+
+
+def test_a_learner_without_an_end_takes_steps_0_and_a_constant_learning_rate():
+    from replaygpu.agents.learner import SACLearnerConfig
+
+    assert ApexConfig(steps=0).learning_rate_schedule == ApexConfig().learning_rate
+    assert SACLearnerConfig(steps=0).steps == 0
+    for config_cls in (ApexConfig, SACLearnerConfig):
+        with pytest.raises(rg.ConfigError, match="steps: got -1"):
+            config_cls(steps=-1)
+    with pytest.raises(rg.ConfigError, match="batch_size: got 0"):
+        SACLearnerConfig(steps=0, batch_size=0)  # the other fields are still checked
