@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import socket
 import threading
 import time
@@ -78,8 +79,8 @@ class ActorConfig:
         default="",
         metadata=helptext(
             "actor ids are PREFIX-INDEX, unique per actor (the learner's exactly-once ledger "
-            "keys on them); empty: this host's name, so replicas on other hosts or containers "
-            "never share an id"
+            "keys on them); empty: HOSTNAME-PID, so actors on other hosts, in other "
+            "containers or in other processes never share an id"
         ),
     )
     num_envs: int = field(default=8, metadata=helptext("envs stepped together per actor"))
@@ -186,7 +187,7 @@ def run_actor(
     n = config.num_envs
     client = rg.ReplayClient(
         address,
-        actor_id=f"{config.actor_id_prefix or socket.gethostname()}-{config.actor_index}",
+        actor_id=f"{config.actor_id_prefix or _default_prefix()}-{config.actor_index}",
         table=config.table,
         token=config.token or None,
         tls=config.tls,
@@ -319,6 +320,12 @@ def actor_config(
     return replace(base, **overrides) if overrides else base
 
 
+def _default_prefix() -> str:
+    """``HOSTNAME-PID``: two `replaygpu actor` commands on one host with the same indices still
+    get distinct ids (a shared id would make the ledger drop one actor's batches as resent)."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
 def _retrying(call: Callable[[], T], config: ActorConfig, stop: threading.Event | None) -> T:
     """``call()``, retried while the server is unavailable (a learner restarting), with
     backoff up to 1 s, for ``retry_deadline_s`` at most, like the client's append stream.
@@ -388,4 +395,8 @@ def run_actor_process(config: ActorConfig, address: str, stop=None, reports=None
             if kind == "done":
                 reports.put((kind, index, payload), timeout=10)
 
-    run_actor(config, address, stop=stop, report=report if reports is not None else None)
+    try:
+        run_actor(config, address, stop=stop, report=report if reports is not None else None)
+    except rg.ReplayError as err:  # the server's or the config's: one line, not a traceback
+        logger.error("actor %d: %s: %s", config.actor_index, type(err).__name__, err)
+        raise SystemExit(2) from None

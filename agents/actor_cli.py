@@ -26,9 +26,11 @@ logger = logging.getLogger(__name__)
 
 #: `ActorConfig` fields whose flags come from `replaygpu.service.commands.add_client_flags`.
 _CLIENT_FIELDS = ("token", "tls_ca", "tls_cert", "tls_key", "server_name")
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 #: `ActorConfig` fields a learner's `rg.ActorSettings` sets unless given as flags.
 _LEARNER_FIELDS = (
     "agent",
+    "num_actors",
     "num_envs",
     "seed",
     "weight_pull_interval",
@@ -89,6 +91,7 @@ def _config(args: argparse.Namespace) -> ActorConfig:
         learned = {
             "env_id": settings.env_id,
             "agent": settings.agent,
+            "num_actors": settings.num_actors,
             "num_envs": settings.num_envs,
             "seed": settings.seed,
             "weight_pull_interval": settings.weight_pull_interval,
@@ -158,14 +161,13 @@ def run(args: argparse.Namespace) -> int:
             f"({config.num_actors})"
         )
     if args.processes == 1:
-        stop = threading.Event()
-        previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        stop = threading.Event()  # SIGTERM and Ctrl-C: flush what was collected, then exit
+        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in _STOP_SIGNALS}
         try:
             run_actor(config, args.address, stop=stop)
-        except KeyboardInterrupt:
-            stop.set()
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
         return 0
 
     ctx = mp.get_context("spawn")
@@ -200,8 +202,7 @@ def run(args: argparse.Namespace) -> int:
                 p.terminate()
                 p.join()
         signal.signal(signal.SIGTERM, previous)
-    failed = [p.name for p in procs if p.exitcode not in (0, None)]
+    failed = [f"{p.name} (exit {p.exitcode})" for p in procs if p.exitcode not in (0, None)]
     if failed:
-        print(f"replaygpu actor: {', '.join(failed)} failed (see the log above)")
-        return 1
+        raise rg.ReplayError(f"actor processes failed: {', '.join(failed)}; see their log above")
     return 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import queue
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import gymnasium as gym
@@ -164,7 +165,7 @@ def make_agent(config: ApexConfig, env: gym.Env) -> DQN:
     return DQN(obs_dim, int(env.action_space.n), config, config.learning_rate_schedule)
 
 
-def greedy_policy(agent: DQN):
+def greedy_policy(agent: DQN) -> Callable[[np.ndarray], np.ndarray]:
     """The agent's greedy numpy policy."""
     return greedy_q_policy(agent.q.numpy_weights())
 
@@ -193,11 +194,20 @@ def train(
     ctx = mp.get_context("spawn")  # actors import no TensorFlow and share nothing with us
     stop = ctx.Event()
     reports = ctx.Queue(maxsize=10_000)
+    # a resumed run collects only what is left, with new env seeds; steps 0: until stopped
+    inserted = table.total_inserted
+    shares = _shares(left, config.num_actors) if config.steps else [0] * config.num_actors
     actors = [
         ctx.Process(
             target=run_actor_process,
             args=(
-                actor_config(service.actor_settings, i, config.num_actors, steps=share),
+                actor_config(
+                    service.actor_settings,
+                    i,
+                    config.num_actors,
+                    steps=share,
+                    seed=config.seed + inserted,
+                ),
                 service.address,
                 stop,
                 reports,
@@ -205,9 +215,8 @@ def train(
             name=f"apex-actor-{i}",
             daemon=True,
         )
-        for i, share in enumerate(
-            _shares(left, config.num_actors) if config.steps else [0] * config.num_actors
-        )
+        for i, share in enumerate(shares)
+        if share or not config.steps
     ]
     actor_steps = [0] * config.num_actors
     actor_stats: dict[int, dict] = {}
@@ -239,16 +248,24 @@ def train(
                 break
     finally:
         stop.set()
+        # commit the actors' last batches while they flush, so their acks come and they exit
+        deadline = time.monotonic() + 30
+        while any(p.is_alive() for p in actors) and time.monotonic() < deadline:
+            service.commit()
+            time.sleep(0.05)
         for proc in (p for p in actors if p.pid is not None):
-            proc.join(30)
             if proc.is_alive():
                 proc.terminate()
-                proc.join()
+            proc.join()
         service.close()
         reports.close()
     elapsed = time.perf_counter() - start
 
-    stopped = service.run is not None and service.run.stop.is_set()
+    stopped = (
+        service.run is not None
+        and service.run.stop.is_set()
+        and (not config.steps or table.total_inserted < config.steps)
+    )
     greedy = greedy_q_policy(service.agent.q.numpy_weights())
     eval_returns = (
         np.zeros(0)
@@ -271,15 +288,16 @@ def train(
 
 
 def _shares(steps: int, num_actors: int) -> list[int]:
-    """``steps`` split over the actors as evenly as possible (each at least one step)."""
-    return [max(1, steps // num_actors + (i < steps % num_actors)) for i in range(num_actors)]
+    """``steps`` split over the actors as evenly as possible (0: that actor is not needed)."""
+    return [steps // num_actors + (i < steps % num_actors) for i in range(num_actors)]
 
 
 def _drain(
     reports, actor_steps: list[int], actor_stats: dict, returns: list[float], recorder: Recorder
 ) -> None:
-    """Move actor reports from the queue to the recorder without blocking."""
-    while True:
+    """Move up to 1000 actor reports from the queue to the recorder without blocking (so a
+    flood of short episodes never keeps the learner from committing and training)."""
+    for _ in range(1000):
         try:
             kind, index, payload = reports.get_nowait()
         except queue.Empty:

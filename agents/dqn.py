@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import gymnasium as gym
@@ -197,7 +198,7 @@ def make_agent(config: DQNConfig, env: gym.Env) -> DQN:
     return DQN(obs_dim, int(env.action_space.n), config)
 
 
-def greedy_policy(agent: DQN):
+def greedy_policy(agent: DQN) -> Callable[[np.ndarray], np.ndarray]:
     """The agent's greedy numpy policy (``[B, *obs] -> [B]`` actions)."""
     return greedy_q_policy(agent.q.numpy_weights())
 

@@ -27,7 +27,7 @@ from replaygpu.agents.apex import ApexConfig
 from replaygpu.agents.checks import require_positive, require_positive_ints
 from replaygpu.agents.flags import helptext
 from replaygpu.agents.progress import NullRecorder, Recorder
-from replaygpu.agents.runs import RunControl
+from replaygpu.agents.runs import LoopState, RunControl
 
 logger = logging.getLogger(__name__)
 
@@ -145,6 +145,7 @@ class LearnerService:
             jit_compile=config.jit_compile,
         )
         self.ledger = rg.SequenceLedger()
+        self.loop = LoopState()
         self.restored = None
         if run is not None:
             self.restored = run.attach(
@@ -153,6 +154,7 @@ class LearnerService:
                 learner=self.learner,
                 agent=self.agent,
                 ledger=self.ledger,
+                loop=self.loop,
             )
         if self.restored:
             logger.info(
@@ -172,7 +174,7 @@ class LearnerService:
             actor_settings=self.actor_settings,
         )
         self.learner.publish_weights(self.policy_net)
-        self._last_sync = self.sgd_steps
+        self._last_sync = int(self.loop.last_sync.numpy())  # 0, or the restored run's
         self._rate = (time.monotonic(), self.sgd_steps, 0.0)
         self.recorder: Recorder = NullRecorder()
 
@@ -204,6 +206,7 @@ class LearnerService:
             num_envs=c.actor_envs,
             stream_field=STREAM_FIELD if self.kind == "dqn" else "",
             seed=c.seed,
+            num_actors=c.num_actors,
         )
 
     @property
@@ -232,6 +235,7 @@ class LearnerService:
                 {k: v for k, v in out.items() if k.startswith("losses/")},
             )
         if self.run is not None and self.run.due() and not self.run.stop.is_set():
+            self.loop.capture(self.table.total_inserted, self._last_sync)
             self.run.save(self.server)
         return ran
 
@@ -260,11 +264,19 @@ class LearnerService:
             "checkpoint_seconds": float(run.checkpoint_seconds if run else 0.0),
         }
 
-    def close(self) -> str | None:
-        """Stop serving (acking what was staged), then write the final checkpoint; returns it."""
+    def commit(self) -> int:
+        """Commit what the actors staged, without training (e.g. while they flush and stop)."""
+        with self.server.training_turn():
+            return self.server.commit_pending()
+
+    def close(self, save: bool = True) -> str | None:
+        """Stop serving (staged batches not yet committed are refused with UNAVAILABLE, so
+        their actors resend them to the next learner), then write the final checkpoint
+        unless ``save`` is False; returns its path."""
         self.server.stop()
-        if self.run is None:
+        if self.run is None or not save:
             return None
+        self.loop.capture(self.table.total_inserted, self._last_sync)
         path = self.run.save()
         if path:
             logger.info("final checkpoint %s (SGD step %d)", path, self.sgd_steps)

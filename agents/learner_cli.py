@@ -37,7 +37,7 @@ def learner_parser(agent: str) -> argparse.ArgumentParser:
     """The full flag parser of ``replaygpu learner --agent AGENT``."""
     from replaygpu.agents.flags import add_config_flags
     from replaygpu.agents.learner import AGENTS
-    from replaygpu.service.commands import add_server_security_flags
+    from replaygpu.service.commands import add_server_security_flags, port_number
 
     config_cls, _ = AGENTS[agent]
     parser = argparse.ArgumentParser(
@@ -54,7 +54,9 @@ def learner_parser(agent: str) -> argparse.ArgumentParser:
         "--checkpoint-every-s", type=float, default=300.0, help="seconds between checkpoints"
     )
     parser.add_argument(
-        "--metrics-port", type=int, help="serve Prometheus metrics on this port (default: off)"
+        "--metrics-port",
+        type=port_number,
+        help="serve Prometheus metrics on this port (default: off)",
     )
     parser.add_argument(
         "--max-actors", type=int, default=1024, help="concurrent actor streams at most"
@@ -93,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     server_config = rg.ServerConfig(max_actors=opts.max_actors)
     with control:
         service = LearnerService(agent, config, control, opts.token, tls, server_config)
-        metrics = None
+        metrics, trained = None, False
         try:
             if opts.metrics_port is not None:
                 metrics = _start_metrics(opts.metrics_port, service)
@@ -103,11 +105,12 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
                 flush=True,
             )
+            trained = True
             _train(service)
         finally:
             if metrics is not None:
                 metrics.close()
-            service.close()
+            service.close(save=trained)  # a start that failed leaves the folder as it was
     if control.signal_name:
         logger.info("stopped by %s at SGD step %d", control.signal_name, service.sgd_steps)
     return 0

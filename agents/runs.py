@@ -34,10 +34,10 @@ logger = logging.getLogger(__name__)
 
 #: the file in a checkpoint folder naming the algorithm and its config
 RUN_FILE = "run.json"
-#: config fields a resumed run may change (everything else must match the saved run)
+#: config fields a resumed run may change (everything else must match the saved run; ``steps``
+#: too, as the exploration and learning-rate schedules are spread over it)
 RESUMABLE_FIELDS = frozenset(
     {
-        "steps",
         "eval_episodes",
         "device",
         "jit_compile",
@@ -58,11 +58,14 @@ class LoopState(tf.Module):
         self.last_sync = tf.Variable(0, dtype=tf.int64, trainable=False, name="last_sync")
         self.rng_state = tf.Variable("", dtype=tf.string, trainable=False, name="rng_state")
 
-    def capture(self, env_steps: int, last_sync: int, rng: np.random.Generator) -> None:
-        """Copy the loop's counters and the exploration RNG into the variables."""
+    def capture(
+        self, env_steps: int, last_sync: int, rng: np.random.Generator | None = None
+    ) -> None:
+        """Copy the loop's counters and the exploration RNG (if it has one) into the variables."""
         self.env_steps.assign(env_steps)
         self.last_sync.assign(last_sync)
-        self.rng_state.assign(json.dumps(rng.bit_generator.state))
+        if rng is not None:
+            self.rng_state.assign(json.dumps(rng.bit_generator.state))
 
     def restore_rng(self, rng: np.random.Generator) -> None:
         """Put the saved exploration RNG state back into ``rng`` (no-op if none was saved)."""
@@ -96,9 +99,10 @@ class RunControl:
         self._checkpointer: rg.Checkpointer | None = None
         self._last_save = time.monotonic()
         self._previous: dict[int, Any] = {}
+        self._run_file: dict[str, Any] | None = None
         if directory is not None:
             rg.check_writable(directory)
-            _check_run_file(directory, algorithm, config)
+            self._run_file = _check_run_file(directory, algorithm, config)
 
     # -- signals --------------------------------------------------------------------------------
 
@@ -149,20 +153,23 @@ class RunControl:
             return None
         began = time.monotonic()
         path = saver.save(self._checkpointer) if saver is not None else self._checkpointer.save()
+        if self._run_file is not None:  # with the first checkpoint: a failed start leaves none
+            _write_json(os.path.join(self.directory, RUN_FILE), self._run_file)
+            self._run_file = None
         self._last_save = time.monotonic()
         self.checkpoints += 1
         self.checkpoint_seconds = self._last_save - began
         return path
 
 
-def _check_run_file(directory: str, algorithm: str, config: Any) -> None:
-    """Write ``run.json``, or check that the saved one describes the same run."""
+def _check_run_file(directory: str, algorithm: str, config: Any) -> dict[str, Any] | None:
+    """Check that the folder's ``run.json`` describes the same run; returns what to write with
+    the first checkpoint (None: the saved one stands)."""
     path = os.path.join(directory, RUN_FILE)
-    values = dataclasses.asdict(config)
+    values = _jsonable(dataclasses.asdict(config))
     current = {"algorithm": algorithm, "config_class": type(config).__name__, "config": values}
-    if os.path.exists(path):
-        with open(path) as f:
-            saved = json.load(f)
+    if os.path.exists(path) and tf.train.latest_checkpoint(directory) is not None:
+        saved = _read_json(path)
         if saved.get("algorithm") != algorithm:
             raise rg.ConfigError(
                 f"checkpoint folder {directory!r} holds a run of {saved.get('algorithm')}, "
@@ -170,9 +177,9 @@ def _check_run_file(directory: str, algorithm: str, config: Any) -> None:
             )
         old = saved.get("config", {})
         diffs = [
-            f"{name}: saved {old.get(name)!r}, given {_jsonable(value)!r}"
+            f"{name}: saved {old.get(name)!r}, given {value!r}"
             for name, value in values.items()
-            if name not in RESUMABLE_FIELDS and _jsonable(value) != old.get(name)
+            if name not in RESUMABLE_FIELDS and value != old.get(name)
         ]
         if diffs:
             raise rg.ConfigError(
@@ -180,9 +187,33 @@ def _check_run_file(directory: str, algorithm: str, config: Any) -> None:
                 f"({'; '.join(diffs)}); resume with the same flags or pass another "
                 "--checkpoint-dir"
             )
+        return None
+    return current
+
+
+def _write_json(path: str, value: Any) -> None:
     with open(path + ".tmp", "w") as f:
-        json.dump(current, f, indent=2)
+        json.dump(value, f, indent=2)
     os.replace(path + ".tmp", path)
+
+
+def _read_json(path: str) -> dict[str, Any]:
+    """A run file's contents.
+
+    Raises:
+        ConfigError: unreadable, not JSON, or without the expected keys.
+    """
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+        if not {"algorithm", "config_class", "config"} <= set(saved):
+            raise ValueError("it lacks algorithm, config_class or config")
+    except (OSError, ValueError) as err:
+        raise rg.ConfigError(
+            f"{path}: not a readable run file ({type(err).__name__}: {err}); it is written by "
+            "`replaygpu demo`/`replaygpu learner` beside their checkpoints"
+        ) from None
+    return saved
 
 
 def _jsonable(value: Any) -> Any:
@@ -200,8 +231,7 @@ def read_run_file(path: str) -> tuple[str, str, dict[str, Any], str]:
     for folder in (os.path.join(path, "checkpoints"), path):
         file = os.path.join(folder, RUN_FILE)
         if os.path.isfile(file):
-            with open(file) as f:
-                saved = json.load(f)
+            saved = _read_json(file)
             return saved["algorithm"], saved["config_class"], saved["config"], folder
     raise rg.ConfigError(
         f"{path!r}: no {RUN_FILE} in it or in its checkpoints/ folder; expected a run folder "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import gymnasium as gym
@@ -208,7 +209,7 @@ def make_agent(config: SACConfig, env: gym.Env) -> SAC:
     return SAC(obs_dim, space.low.astype(np.float64), space.high.astype(np.float64), config)
 
 
-def greedy_policy(agent: SAC):
+def greedy_policy(agent: SAC) -> Callable[[np.ndarray], np.ndarray]:
     """The agent's greedy (mean-action) numpy policy."""
     return squashed_gaussian_policy(agent.actor.numpy_weights(), agent.scale, agent.bias)
 

@@ -52,11 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def expected_errors() -> tuple[type[BaseException], ...]:
-    """Errors that are the user's to fix, reported in one line: the library's own, bad values,
-    files, and gymnasium's unknown-env errors (gymnasium is imported only if loaded)."""
+    """Errors that are the user's to fix, reported in one line: the library's own (commands
+    turn bad files, values and addresses into `ConfigError`s where they meet them) and
+    gymnasium's unknown-env errors (looked up only if gymnasium was loaded). Anything else is
+    a bug and keeps its traceback."""
     from replaygpu.errors import ReplayError
 
-    kinds: list[type[BaseException]] = [ReplayError, OSError, ValueError]
+    kinds: list[type[BaseException]] = [ReplayError]
     gym_error = sys.modules.get("gymnasium.error")
     if gym_error is not None:
         kinds.append(gym_error.Error)
@@ -74,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    if "--debug" in extra:  # also after the subcommand: `replaygpu learner ... --debug`
+        extra = [a for a in extra if a != "--debug"]
+        args.debug = True
     if extra and not getattr(args, "pass_unknown", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if extra:  # a command that parses its own flags (`learner`: they depend on --agent)

@@ -92,6 +92,7 @@ def test_learner_refuses_an_env_of_the_wrong_kind_before_serving(tmp_path):
     ckpt = tmp_path / "ckpt"
     proc = replaygpu("learner", "--agent", "sac", "--env", "CartPole-v1", "--checkpoint-dir", ckpt)
     assert "expected a bounded Box" in error_line(proc)
+    assert list(ckpt.iterdir()) == []  # a failed start leaves no run.json and no checkpoint
 
 
 def test_demo_checks_env_before_making_its_run_folder(tmp_path):

@@ -470,3 +470,14 @@ def test_the_ledger_forgets_the_actor_idle_longest_past_max_actors(empty_table, 
     assert restored.snapshot() == {"c": 4, "d": 1}
     with pytest.raises(rg.ConfigError, match="max_actors: got 0"):
         rg.SequenceLedger(max_actors=0)
+
+
+def test_a_second_server_on_a_bound_port_fails_instead_of_sharing_it():
+    spec = {"x": tf.TensorSpec([], tf.float32)}
+    first = rg.serve(rg.ReplayTable(spec, 10, name="a"), "127.0.0.1:0")
+    try:
+        # gRPC's default SO_REUSEPORT would let both listen and split the actors between them
+        with pytest.raises(rg.ConfigError, match=first.address.rsplit(":", 1)[1]):
+            rg.serve(rg.ReplayTable(spec, 10, name="b"), first.address)
+    finally:
+        first.stop()

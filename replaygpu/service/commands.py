@@ -53,7 +53,7 @@ def register(subparsers: Any) -> None:
     )
     serve.add_argument(
         "--metrics-port",
-        type=int,
+        type=port_number,
         help="serve Prometheus metrics at http://HOST:PORT/metrics, HOST the host of --address "
         "(default: off)",
     )
@@ -123,6 +123,17 @@ def server_tls(args: argparse.Namespace) -> TLSConfig | None:
     return TLSConfig(cert_file=args.tls_cert, key_file=args.tls_key, ca_file=args.tls_ca)
 
 
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, 0 to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a port number in 0..65535")
+    return port
+
+
 def add_client_flags(parser: argparse.ArgumentParser) -> None:
     """The token and TLS flags of a client command (``info``, ``health``; ``actor`` has the
     same ones, from `agents.actor.ActorConfig`). Any ``--tls-*`` or ``--server-name`` flag
@@ -175,8 +186,16 @@ def _load_spec(args: argparse.Namespace) -> Any:
             return rg.specs_from_env(env)
         finally:
             env.close()
-    with open(args.spec) as f:
-        return rg.spec_from_json(json.load(f))
+    try:
+        with open(args.spec) as f:
+            return rg.spec_from_json(json.load(f))
+    except (OSError, ValueError) as err:
+        if isinstance(err, rg.ConfigError):
+            raise
+        raise rg.ConfigError(
+            f"--spec {args.spec!r}: cannot read a spec from it ({type(err).__name__}: {err}); "
+            "expected a JSON file as written by replaygpu.spec_to_json"
+        ) from None
 
 
 def run_serve(args: argparse.Namespace) -> int:

@@ -153,6 +153,7 @@ class ActorSettings:
         num_envs: envs each actor steps together.
         stream_field: an int64 table field holding each row's env id, or "" if none.
         seed: the run's base seed.
+        num_actors: the actors of the whole fleet, each with its own index in ``[0, N)``.
     """
 
     env_id: str
@@ -164,16 +165,17 @@ class ActorSettings:
     num_envs: int = 1
     stream_field: str = ""
     seed: int = 1
+    num_actors: int = 1
 
     def __post_init__(self) -> None:
         if not self.env_id:
             raise ConfigError("ActorSettings.env_id: got an empty string, expected an env id")
         if self.agent not in ("dqn", "sac"):
             raise ConfigError(f"ActorSettings.agent: got {self.agent!r}, expected 'dqn' or 'sac'")
-        if self.weight_pull_interval < 1 or self.num_envs < 1:
+        if min(self.weight_pull_interval, self.num_envs, self.num_actors) < 1:
             raise ConfigError(
-                f"ActorSettings: weight_pull_interval={self.weight_pull_interval} and "
-                f"num_envs={self.num_envs}, expected both >= 1"
+                f"ActorSettings: weight_pull_interval={self.weight_pull_interval}, "
+                f"num_envs={self.num_envs} and num_actors={self.num_actors}, expected all >= 1"
             )
 
     def to_proto(self, message: Any) -> None:
@@ -187,6 +189,7 @@ class ActorSettings:
         message.num_envs = self.num_envs
         message.stream_field = self.stream_field
         message.seed = self.seed
+        message.num_actors = self.num_actors
 
     @classmethod
     def from_proto(cls, message: Any) -> ActorSettings:
@@ -205,4 +208,5 @@ class ActorSettings:
             num_envs=int(message.num_envs),
             stream_field=message.stream_field,
             seed=int(message.seed),
+            num_actors=int(message.num_actors) or 1,  # 0: a learner from before this field
         )

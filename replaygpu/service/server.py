@@ -220,6 +220,9 @@ class ReplayServer:
                 ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
                 ("grpc.keepalive_permit_without_calls", 1),
                 # ping idle connections so that a vanished actor frees its max_actors slot
+                # gRPC sets SO_REUSEPORT by default: a second server on a bound port would start
+                # and split the actors between two learners; binding must fail instead
+                ("grpc.so_reuseport", 0),
                 ("grpc.keepalive_time_ms", 60_000),
                 ("grpc.keepalive_timeout_ms", 20_000),
             ],
