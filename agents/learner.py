@@ -17,11 +17,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import tensorflow as tf
 
 import replaygpu as rg
-from replaygpu.agents import dqn, sac
+from replaygpu.agents import apex, dqn, sac
 from replaygpu.agents.actor import STREAM_FIELD
 from replaygpu.agents.apex import ApexConfig
 from replaygpu.agents.checks import require_positive, require_positive_ints
@@ -74,8 +73,7 @@ def make_agent(config: Any, env: Any) -> Any:
     """The networks of a learner run (what ``replaygpu eval`` restores)."""
     if isinstance(config, SACLearnerConfig):
         return sac.make_agent(config, env)
-    obs_dim = int(np.prod(env.observation_space.shape))
-    return dqn.DQN(obs_dim, int(env.action_space.n), config, config.learning_rate_schedule)
+    return apex.make_agent(config, env)
 
 
 def greedy_policy(agent: Any) -> Any:
@@ -119,16 +117,7 @@ class LearnerService:
             spec[STREAM_FIELD] = tf.TensorSpec([], tf.int64, name=STREAM_FIELD)  # env of a row
         self.table = rg.ReplayTable(spec, config.buffer_size, device=config.device or None)
         with tf.device(self.table.device):
-            if agent == "dqn":
-                obs_dim = int(np.prod(probe.observation_space.shape))
-                self.agent = dqn.DQN(
-                    obs_dim,
-                    int(probe.action_space.n),
-                    config,
-                    learning_rate=config.learning_rate_schedule,
-                )
-            else:
-                self.agent = sac.make_agent(config, probe)
+            self.agent = make_agent(config, probe)
         probe.close()
         self.sampler, self.policy_net = self._sampler(), self._policy_net()
         limiter = rg.SampleToInsertRatio(

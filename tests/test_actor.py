@@ -145,8 +145,9 @@ def test_actor_fills_the_stream_field_and_sends_each_env_in_time_order():
 
 
 def test_actor_calls_wait_out_a_learner_restart():
+    from service_helpers import free_port
+
     from replaygpu.agents.actor import _retrying
-    from tests.service_helpers import free_port
 
     spec = rg.specs_from_env(gym.make("CartPole-v1"))
     address = f"127.0.0.1:{free_port()}"

@@ -12,11 +12,11 @@ import threading
 
 import numpy as np
 import tensorflow as tf
+from service_helpers import free_port
 
 import replaygpu as rg
 from replaygpu.agents.actor import actor_config, run_actor
 from replaygpu.agents.learner import LearnerService, SACLearnerConfig
-from tests.service_helpers import free_port
 
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
 
