@@ -172,7 +172,8 @@ def run_actor(
     """Collect experience into the replay server at ``address`` until done or stopped.
 
     Returns:
-        ``{"env_steps", "episodes", "seconds", "env_steps_per_s", "weight_updates"}``.
+        ``{"env_steps", "episodes", "seconds", "env_steps_per_s", "weight_updates",
+        "acked_transitions"}`` (transitions the server committed from this actor's batches).
 
     Raises:
         ReplayError: when the server is unreachable or rejects the data.
@@ -246,6 +247,7 @@ def run_actor(
         "seconds": seconds,
         "env_steps_per_s": env_steps / max(seconds, 1e-9),
         "weight_updates": float(updates),
+        "acked_transitions": float(client.acked_transitions),
     }
     logger.info(
         "actor %d: %d env steps in %.1f s (%.0f/s), %d episodes, %d weight updates",

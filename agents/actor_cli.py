@@ -5,8 +5,11 @@ From a `replaygpu learner` the actors learn the env, the agent's policy and its 
 settings. Against a bare `replaygpu serve`, pass ``--env``. The actors need no TensorFlow: they
 act with a numpy copy of the weights the learner publishes.
 ``--processes P`` starts P actor processes with indices ``actor_index .. actor_index + P - 1``
-of a fleet of ``--num-actors`` actors (each explores with its Ape-X epsilon). Ctrl-C or SIGTERM
-stops them after they flush what they collected.
+of a fleet of ``--num-actors`` actors (each explores with its Ape-X epsilon). ``--ray`` runs
+them as Ray actors instead (``pip install "replaygpu[ray]"``): on a local Ray instance, or on a
+cluster with ``--ray-address auto``, each reserving ``--ray-num-cpus`` and restarted by Ray up to
+``--max-restarts`` times under the same actor id. Ctrl-C or SIGTERM stops them after they flush
+what they collected.
 """
 
 from __future__ import annotations
@@ -64,6 +67,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="actor processes to start here (default: all of --num-actors from --actor-index; "
         "replicas that each run one actor of a larger fleet pass --processes 1)",
+    )
+    ray = parser.add_argument_group('Ray (pip install "replaygpu[ray]")')
+    ray.add_argument(
+        "--ray",
+        action="store_true",
+        help="run actors --actor-index .. --num-actors - 1 as Ray actors, restarted on failure",
+    )
+    ray.add_argument(
+        "--ray-address",
+        default=None,
+        help="Ray cluster to join: auto (the one `ray start` runs on this machine) or the "
+        "head's HOST:6379; default: start a local Ray instance (or join $RAY_ADDRESS)",
+    )
+    ray.add_argument(
+        "--ray-num-cpus",
+        type=float,
+        default=1.0,
+        help="CPUs Ray reserves per actor (default 1; 0.5: two actors per CPU)",
+    )
+    ray.add_argument(
+        "--max-restarts",
+        type=int,
+        default=3,
+        help="times Ray restarts an actor whose process died (default 3; -1: no limit)",
     )
     # token and TLS: the same flags as `replaygpu info` (--token defaults to $REPLAYGPU_TOKEN)
     add_config_flags(parser, ActorConfig, skip=("env_id", *_CLIENT_FIELDS))
@@ -151,6 +178,16 @@ def run(args: argparse.Namespace) -> int:
     import replaygpu as rg
     from replaygpu.agents.actor import run_actor, run_actor_process
 
+    if args.ray:
+        from replaygpu.agents.ray_actors import import_ray
+
+        import_ray()  # a missing extra is said before the server is asked anything
+        if args.processes is not None:
+            raise rg.ConfigError(
+                f"--processes {args.processes} with --ray: Ray starts the actors; pick them "
+                "with --num-actors (and --actor-index for the first one to start here)"
+            )
+        return _run_ray(args, _config(args))
     config = _config(args)
     if args.processes is None:  # all the fleet's actors from actor_index on
         args.processes = config.num_actors - config.actor_index
@@ -205,4 +242,38 @@ def run(args: argparse.Namespace) -> int:
     failed = [f"{p.name} (exit {p.exitcode})" for p in procs if p.exitcode not in (0, None)]
     if failed:
         raise rg.ReplayError(f"actor processes failed: {', '.join(failed)}; see their log above")
+    return 0
+
+
+def _run_ray(args: argparse.Namespace, config: ActorConfig) -> int:
+    """Run actors ``config.actor_index .. num_actors - 1`` as Ray actors until they are done
+    (``--steps``), one fails, or SIGTERM / Ctrl-C; then flush, stop them and shut Ray down."""
+    from replaygpu.agents.ray_actors import start_ray_actors
+
+    fleet = start_ray_actors(
+        args.address,
+        config,
+        num_cpus_per_actor=args.ray_num_cpus,
+        max_restarts=args.max_restarts,
+        ray_address=args.ray_address,
+    )
+    stop = threading.Event()
+    # after ray.init, which installs a SIGTERM handler of its own that exits at once
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in _STOP_SIGNALS}
+    try:
+        while not stop.is_set() and not fleet.wait(0.5):
+            if any(s.error for s in fleet.statuses()):
+                break  # stop() raises it, after stopping the others
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        results = fleet.stop()
+    for actor_id, result in zip(fleet.actor_ids, results, strict=True):
+        logger.info(
+            "ray actor %s (%s): %d env steps, %d transitions acked",
+            actor_id.rsplit("-", 1)[1],
+            actor_id,
+            result.get("env_steps", 0),
+            result.get("acked_transitions", 0),
+        )
     return 0

@@ -1,0 +1,395 @@
+"""Actors as Ray actors: `run_actor` loops that Ray places and restarts when their process dies.
+
+Past one machine, Ray places the actors (``num_cpus_per_actor`` each) and restarts one whose
+process dies, up to ``max_restarts`` times; nothing here schedules. Each Ray actor runs the loop
+of ``replaygpu actor`` (`run_actor`) on a thread, so env, policy and batching are the command's.
+
+Exactly-once across a restart rests on three things:
+
+- an actor's id is ``PREFIX-INDEX`` with a prefix the driver picks once (its ``HOSTNAME-PID``
+  and ``ray``), never the worker's pid, so a restarted actor appends under the same id and its
+  `ReplayClient` continues after the server's last committed seq for it;
+- the server's ``Info`` reports an actor's last seq counting the batches it has accepted but not
+  yet committed, so a restarted actor starts past those its dead predecessor left staged (they
+  still commit; the new one's batches never reuse their seqs);
+- the ledger keeps one entry per actor, not one per incarnation.
+
+A restarted actor draws a new env seed (logged), so it does not replay its predecessor's
+episodes. Ray is an optional extra (``pip install "replaygpu[ray]"``), imported when a fleet
+starts; the workers must be able to import replaygpu (a local instance inherits this Python's
+packages; on a cluster install replaygpu on every node or ship it in a ``runtime_env``).
+
+Example::
+
+    fleet = start_ray_actors("learner:50051", ActorConfig(env_id="CartPole-v1"), 4)
+    try:
+        fleet.wait(timeout=600)
+    finally:
+        results = fleet.stop()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import secrets
+import threading
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import replaygpu as rg
+from replaygpu.agents.actor import STOP_FLUSH_S, ActorConfig, _default_prefix, _retrying, run_actor
+
+logger = logging.getLogger(__name__)
+
+#: Calls a Ray actor serves at once (the loop runs on its own thread besides them).
+_MAX_CONCURRENCY = 4
+
+
+@dataclass(frozen=True)
+class RayActorStatus:
+    """What one Ray actor's current incarnation reports.
+
+    Attributes:
+        index: the actor's index in the fleet.
+        actor_id: its id on the server (the same in every incarnation).
+        pid: the worker process of this incarnation.
+        restarted: whether Ray restarted this actor (this is not its first incarnation).
+        resumed_after_seq: the server's last committed seq for ``actor_id`` when this
+            incarnation started (0 for a new actor); its first batch has the next seq.
+        seed: the base seed of this incarnation's envs.
+        env_steps: env steps of this incarnation, as of its last finished episode or its end.
+        running: whether its loop still runs.
+        result: `run_actor`'s result once the loop ended, else None.
+        error: ``Type: message`` of the error that ended the loop, else None.
+    """
+
+    index: int
+    actor_id: str
+    pid: int
+    restarted: bool
+    resumed_after_seq: int
+    seed: int
+    env_steps: int
+    running: bool
+    result: dict[str, float] | None
+    error: str | None
+
+
+class RayActor:
+    """One actor loop inside a Ray actor process (the class that `start_ray_actors` makes
+    remote). It starts in ``__init__``, so a restarted actor resumes collecting by itself."""
+
+    def __init__(self, config: ActorConfig, address: str) -> None:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+        self.restarted = _was_restarted()
+        if self.restarted:  # a new seed: do not replay the dead incarnation's episodes
+            config = dataclasses.replace(config, seed=secrets.randbelow(2**31))
+        self.config, self.address = config, address
+        self.actor_id = f"{config.actor_id_prefix}-{config.actor_index}"
+        self.resumed_after_seq = 0
+        self.env_steps = 0
+        self.result: dict[str, float] | None = None
+        self.error: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="replaygpu-ray-actor", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        config = self.config
+        try:
+            self.resumed_after_seq = _last_seq(config, self.address, self.actor_id, self._stop)
+            if self.restarted:
+                logger.info(
+                    "actor %d (%s) restarted by Ray: continues after seq %d, env seed %d",
+                    config.actor_index,
+                    self.actor_id,
+                    self.resumed_after_seq,
+                    config.seed,
+                )
+            self.result = run_actor(config, self.address, stop=self._stop, report=self._report)
+            self.env_steps = int(self.result["env_steps"])
+        except Exception as err:  # reported through status(); the driver raises it
+            self.error = f"{type(err).__name__}: {' '.join(str(err).split())}"
+            logger.error("actor %d (%s): %s", config.actor_index, self.actor_id, self.error)
+
+    def _report(self, kind: str, index: int, payload: object) -> None:
+        if kind == "episode" and isinstance(payload, tuple):  # (env_steps, return, length)
+            self.env_steps = int(payload[0])
+
+    def status(self) -> dict[str, Any]:
+        """This incarnation's `RayActorStatus` fields."""
+        return {
+            "index": self.config.actor_index,
+            "actor_id": self.actor_id,
+            "pid": os.getpid(),
+            "restarted": self.restarted,
+            "resumed_after_seq": self.resumed_after_seq,
+            "seed": self.config.seed,
+            "env_steps": self.env_steps,
+            "running": self._thread.is_alive(),
+            "result": self.result,
+            "error": self.error,
+        }
+
+    def wait(self, timeout: float | None) -> bool:
+        """Wait up to ``timeout`` seconds for the loop to end; whether it ended."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def stop(self, timeout: float) -> dict[str, Any]:
+        """Stop the loop (it flushes what it collected within `STOP_FLUSH_S`); the status."""
+        self._stop.set()
+        self._thread.join(timeout)
+        return self.status()
+
+
+class RayActorFleet:
+    """Ray actors running `run_actor` against one server; made by `start_ray_actors`.
+
+    Attributes:
+        actor_ids: the server-side id of each actor, by position.
+        owns_ray: whether the fleet called ``ray.init`` (then `stop` calls ``ray.shutdown``,
+            which stops a local instance and leaves a joined cluster running).
+    """
+
+    def __init__(self, ray: Any, handles: list[Any], actor_ids: list[str], owns_ray: bool):
+        self._ray = ray
+        self._handles = handles
+        self.actor_ids = actor_ids
+        self.owns_ray = owns_ray
+        self._results: list[dict[str, float]] | None = None
+
+    def statuses(self, timeout: float = 60.0) -> list[RayActorStatus]:
+        """Each actor's `RayActorStatus` (a restarting actor answers once it is back).
+
+        Raises:
+            ReplayError: an actor is dead for good (restarted ``max_restarts`` times already).
+            TimeoutError: not every actor answered within ``timeout`` seconds.
+        """
+        got = self._get([h.status.remote() for h in self._handles], timeout, "status")
+        return [RayActorStatus(**s) for s in got]
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait up to ``timeout`` seconds (None: no limit) for every actor's loop to end (each
+        ends after ``ActorConfig.steps`` env steps, or on an error); whether all ended."""
+        started = time.monotonic()
+        for handle in self._handles:
+            left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
+            try:
+                ended = self._get([handle.wait.remote(left)], None if left is None else left + 5)
+            except TimeoutError:
+                return False
+            if not ended[0]:
+                return False
+        return True
+
+    def kill(self, index: int, restart: bool = True) -> None:
+        """Kill actor ``index``'s process at once, as a crash would (for tests and drills);
+        Ray restarts it while it has restarts left, unless ``restart=False``."""
+        self._ray.kill(self._handles[index], no_restart=not restart)
+
+    def stop(self, timeout: float = STOP_FLUSH_S + 10.0) -> list[dict[str, float]]:
+        """Stop every actor (each flushes what it collected), kill the Ray actors, and shut
+        down Ray if the fleet started it. Idempotent.
+
+        Returns:
+            each actor's `run_actor` result (of its last incarnation), by position.
+
+        Raises:
+            ReplayError: naming the actors whose loop failed or that did not stop in time.
+        """
+        if self._results is not None:
+            return self._results
+        problems: list[str] = []
+        results: list[dict[str, float]] = []
+        try:
+            pending = [h.stop.remote(timeout) for h in self._handles]
+            for i, ref in enumerate(pending):
+                try:
+                    status = self._get([ref], timeout + 30, "stop")[0]
+                except (rg.ReplayError, TimeoutError) as err:
+                    problems.append(f"actor {i} ({self.actor_ids[i]}): {err}")
+                    results.append({})
+                    continue
+                if status["error"] is not None:
+                    problems.append(f"actor {i} ({self.actor_ids[i]}): {status['error']}")
+                elif status["running"]:
+                    problems.append(f"actor {i} ({self.actor_ids[i]}) did not stop in {timeout} s")
+                results.append(status["result"] or {})
+        finally:
+            for handle in self._handles:
+                self._ray.kill(handle, no_restart=True)
+            if self.owns_ray:
+                self._ray.shutdown()
+            self._results = results
+        if problems:
+            raise rg.ReplayError(f"Ray actors failed: {'; '.join(problems)}")
+        return results
+
+    def __enter__(self) -> RayActorFleet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _get(self, refs: list[Any], timeout: float | None, what: str = "wait") -> list[Any]:
+        """``ray.get`` with Ray's errors turned into ours."""
+        ray = self._ray
+        try:
+            return ray.get(refs, timeout=timeout)
+        except ray.exceptions.GetTimeoutError:
+            raise TimeoutError(
+                f"Ray actors did not answer {what} within {timeout:.0f} s (a node lost, or the "
+                "cluster out of CPUs for a restarted actor?)"
+            ) from None
+        except ray.exceptions.RayActorError as err:
+            raise rg.ReplayError(
+                f"a Ray actor is dead for good ({type(err).__name__}: "
+                f"{str(err).splitlines()[0]}); it was restarted max_restarts times already or "
+                "killed without restart: see the Ray logs for why it died"
+            ) from None
+
+
+def start_ray_actors(
+    address: str,
+    config: ActorConfig,
+    num_actors: int | None = None,
+    *,
+    num_cpus_per_actor: float = 1.0,
+    max_restarts: int = 3,
+    ray_address: str | None = None,
+) -> RayActorFleet:
+    """Start actors ``config.actor_index .. num_actors - 1`` of a fleet of ``num_actors`` as
+    Ray actors that collect into the replay server at ``address``.
+
+    Uses the Ray instance this process is connected to (``ray.init`` called already), else
+    joins ``ray_address`` (``"auto"``: the cluster ``ray start`` runs on this machine; or the
+    head's ``HOST:6379``), else starts a local instance (or joins ``$RAY_ADDRESS``); `stop`
+    disconnects what it connected, shutting down a local instance it started. Actor ids are
+    ``config.actor_id_prefix``-INDEX, or with no prefix ``HOSTNAME-PID-ray-INDEX`` of this
+    (driver) process: the same in every incarnation of an actor.
+
+    Args:
+        address: the replay server's ``host:port``, as the Ray workers reach it.
+        config: every actor's config; its ``actor_index`` is the first index to start.
+        num_actors: N, actors in the whole run (default: ``config.num_actors``).
+        num_cpus_per_actor: CPUs Ray reserves for each actor (fractions share a CPU).
+        max_restarts: times Ray restarts an actor whose process died.
+        ray_address: the Ray cluster to join when not connected yet; None: a local instance.
+
+    Returns:
+        the running `RayActorFleet`; call ``stop()`` (or use it as a context manager).
+
+    Raises:
+        ConfigError: ray is not installed, an argument is out of range, the Ray cluster
+            cannot be joined, or a local Ray instance has fewer CPUs than the actors reserve.
+    """
+    ray = import_ray()
+    if num_actors is not None:
+        config = dataclasses.replace(config, num_actors=num_actors)
+    if not num_cpus_per_actor > 0:
+        raise rg.ConfigError(f"num_cpus_per_actor: got {num_cpus_per_actor}, expected > 0")
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < -1:
+        raise rg.ConfigError(f"max_restarts: got {max_restarts!r}, expected >= 0 (-1: no limit)")
+    prefix = config.actor_id_prefix or f"{_default_prefix()}-ray"
+    configs = [
+        dataclasses.replace(config, actor_index=i, actor_id_prefix=prefix)
+        for i in range(config.actor_index, config.num_actors)
+    ]
+    owns_ray = not ray.is_initialized()
+    if owns_ray:
+        began = time.monotonic()
+        try:
+            ray.init(address=ray_address, include_dashboard=False, logging_level=logging.WARNING)
+        except ConnectionError as err:
+            raise rg.ConfigError(
+                f"could not join the Ray cluster at {ray_address or os.environ.get('RAY_ADDRESS')}"
+                f" ({err}); start one (`ray start --head`), give its HOST:6379, or leave out "
+                "the address to start a local Ray instance"
+            ) from None
+        logger.info(
+            "Ray %s in %.1f s: %s CPUs",
+            "started" if ray_address is None else f"joined at {ray_address}",
+            time.monotonic() - began,
+            ray.cluster_resources().get("CPU", 0),
+        )
+    try:
+        local = owns_ray and not (ray_address or os.environ.get("RAY_ADDRESS"))
+        _check_cpus(ray, len(configs) * num_cpus_per_actor, local=local)
+        remote = ray.remote(
+            num_cpus=num_cpus_per_actor,
+            max_restarts=max_restarts,
+            max_task_retries=-1,  # calls in flight when an actor dies go to its next incarnation
+            max_concurrency=_MAX_CONCURRENCY,
+        )(RayActor)
+        handles = [remote.remote(c, address) for c in configs]
+    except BaseException:
+        if owns_ray:
+            ray.shutdown()
+        raise
+    ids = [f"{c.actor_id_prefix}-{c.actor_index}" for c in configs]
+    logger.info("started %d Ray actors (%s) against %s", len(handles), ", ".join(ids), address)
+    return RayActorFleet(ray, handles, ids, owns_ray)
+
+
+def import_ray() -> Any:
+    """The ray module.
+
+    Raises:
+        ConfigError: ray is not installed; the message says how to install it.
+    """
+    try:
+        import ray
+    except ImportError as err:
+        raise rg.ConfigError(
+            f"Ray actors need the ray package, which this Python cannot import ({err}); "
+            'install it with: pip install "replaygpu[ray]"'
+        ) from None
+    return ray
+
+
+def _check_cpus(ray: Any, needed: float, local: bool) -> None:
+    """A local instance cannot grow: refuse actors it cannot place (they would wait forever).
+    A cluster may autoscale: only log when it has fewer CPUs now."""
+    have = float(ray.cluster_resources().get("CPU", 0.0))
+    if needed <= have + 1e-9:
+        return
+    message = (
+        f"the actors reserve {needed:g} CPUs (actors x num_cpus_per_actor), the Ray cluster "
+        f"has {have:g}"
+    )
+    if local:
+        raise rg.ConfigError(
+            f"{message}; ask less per actor (--ray-num-cpus 0.5), start fewer actors, or join "
+            "a larger cluster (--ray-address)"
+        )
+    logger.warning("%s; the rest start when the cluster has room", message)
+
+
+def _was_restarted() -> bool:
+    """Whether Ray restarted the current actor (Ray's call warns about its own internals)."""
+    import ray
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+
+
+def _last_seq(config: ActorConfig, address: str, actor_id: str, stop: threading.Event) -> int:
+    """The server's last seq of ``actor_id``, committed or staged (where its client continues)."""
+    client = rg.ReplayClient(
+        address,
+        actor_id=actor_id,
+        table=config.table,
+        token=config.token or None,
+        tls=config.tls,
+        config=rg.ClientConfig(retry_deadline_s=config.retry_deadline_s),
+    )
+    try:
+        return int(_retrying(client.info, config, stop).actor_last_seq)
+    finally:
+        client.close(flush=False)
