@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 import gymnasium as gym
 import numpy as np
@@ -79,6 +80,14 @@ class DQNConfig:
     eval_episodes: int = field(default=20, metadata=helptext("greedy evaluation episodes"))
     jit_compile: bool = field(default=True, metadata=helptext("compile the SGD loop with XLA"))
     device: str = field(default="", metadata=helptext("TF device; empty: first GPU, else CPU"))
+    storage_dtype: Literal["float32", "float16", "bfloat16"] = field(
+        default="float32",
+        metadata=helptext(
+            "dtype the replay table keeps float observations (obs, next_obs) in on the device; "
+            "float16/bfloat16 halve their memory and round them to ~3 / ~2 significant digits "
+            "(float16 overflows past 65504); float32 keeps them as the env gives them"
+        ),
+    )
 
     def __post_init__(self) -> None:
         positive = [
@@ -219,7 +228,13 @@ def train(
     env = make_vector_env(config.env_id, config.num_envs, config.seed)
     n = config.num_envs
     spec = rg.specs_from_env(env)
-    table = rg.ReplayTable(spec, config.buffer_size, device=config.device or None)
+    narrow = config.storage_dtype != "float32"
+    table = rg.ReplayTable(
+        spec,
+        config.buffer_size,
+        device=config.device or None,
+        storage_dtypes=dict.fromkeys(("obs", "next_obs"), config.storage_dtype) if narrow else None,
+    )
     obs_dim = int(np.prod(env.single_observation_space.shape))
     num_actions = int(env.single_action_space.n)
     with tf.device(table.device):

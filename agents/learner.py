@@ -51,6 +51,13 @@ class SACLearnerConfig(sac.SACConfig):
         default=256, metadata=helptext("actor env steps between weight pulls")
     )
     address: str = field(default="127.0.0.1:0", metadata=helptext("where the learner serves"))
+    devices: str = field(
+        default="",
+        metadata=helptext(
+            "data-parallel learner over these devices, e.g. /gpu:0,/gpu:1 (one replay shard "
+            "each; /cpu:0,/cpu:1 splits the CPU, to try it); empty: one device"
+        ),
+    )
 
     def __post_init__(self) -> None:
         if self.steps == 0:  # until stopped: check the other fields as if the run had a length
@@ -115,8 +122,19 @@ class LearnerService:
         spec = dict(rg.specs_from_env(probe))
         if agent == "dqn":
             spec[STREAM_FIELD] = tf.TensorSpec([], tf.int64, name=STREAM_FIELD)  # env of a row
-        self.table = rg.ReplayTable(spec, config.buffer_size, device=config.device or None)
-        with tf.device(self.table.device):
+        if config.devices and config.device:
+            raise rg.ConfigError(
+                f"device {config.device!r} and devices {config.devices!r}: give one of them"
+            )
+        if config.devices:  # one replay shard per device; n-step streams stay in their shard
+            strategy = rg.mirrored_strategy(config.devices)
+            shard_by = STREAM_FIELD if agent == "dqn" else None
+            self.table = rg.ShardedReplayTable(spec, config.buffer_size, strategy, shard_by)
+            scope = strategy.scope()
+        else:
+            self.table = rg.ReplayTable(spec, config.buffer_size, device=config.device or None)
+            scope = tf.device(self.table.device)
+        with scope:
             self.agent = make_agent(config, probe)
         probe.close()
         self.sampler, self.policy_net = self._sampler(), self._policy_net()

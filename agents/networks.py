@@ -106,8 +106,17 @@ class Adam(tf.Module):
         self.t = tf.Variable(0.0, trainable=False, name="t")
 
     def apply(self, grads: Sequence[tf.Tensor]) -> None:
-        """One Adam step with ``grads`` (same order as the variables)."""
+        """One Adam step with ``grads`` (same order as the variables).
+
+        Inside ``strategy.run`` with several replicas (a learner on an `rg.ShardedReplayTable`)
+        the gradients are first averaged over the replicas, so every replica applies the same
+        step to its copy of the (mirrored) variables: with equal per-replica batches, the mean
+        of the replicas' mean-loss gradients is the gradient of the whole batch's mean loss.
+        """
         grads = list(grads)
+        ctx = tf.distribute.get_replica_context()
+        if ctx is not None and ctx.num_replicas_in_sync > 1:
+            grads = ctx.all_reduce(tf.distribute.ReduceOp.MEAN, grads)
         if self.max_grad_norm is not None:
             grads, _ = tf.clip_by_global_norm(grads, self.max_grad_norm)
         lr = self.learning_rate

@@ -40,6 +40,7 @@ RESUMABLE_FIELDS = frozenset(
     {
         "eval_episodes",
         "device",
+        "devices",  # a checkpoint restores onto as many devices only (a clear error if not)
         "jit_compile",
         "address",
         "num_actors",

@@ -12,6 +12,13 @@ tf.while_loop) at capacity 1e4, 1e5, 1e6, with and without XLA.
 Prints steps/s (median of --repeats) and each ratio to (a). Run:
     python benchmarks/learner_throughput.py            # full table (~10 min on 2 cores)
     python benchmarks/learner_throughput.py --quick    # one size, shorter windows
+    python benchmarks/learner_throughput.py --sharded  # data-parallel learner, 1 vs N devices
+
+The sharded section (alone, as it must split the CPU before TensorFlow starts) compares the
+single-device learner with `rg.ShardedReplayTable` learners over ``MirroredStrategy`` of 1 and N
+replicas: N GPUs where the machine has them, else N logical CPU devices carved out of the one
+CPU, where it measures the strategy's overhead (both replicas share the same cores), not a
+speed-up. Each replica samples batch / N rows of its own shard; the gradients are all-reduced.
 """
 
 from __future__ import annotations
@@ -62,12 +69,23 @@ class MLP(tf.Module):
         return x
 
 
-def make_dqn_update(hidden: int, seed: int = 0) -> Callable[[dict], dict]:
-    """A double-DQN update (Huber loss, Adam, soft target update) on a fresh network."""
+def make_dqn_update(
+    hidden: int, seed: int = 0, strategy: tf.distribute.Strategy | None = None
+) -> Callable[[dict], dict]:
+    """A double-DQN update (Huber loss, Adam, soft target update) on a fresh network.
+
+    With a ``strategy`` the networks and optimizer are made in its scope, and the loss is
+    divided by the number of replicas: Keras optimizers *sum* the replicas' gradients, so this is
+    the usual `tf.distribute` scaling that makes the step the one of the whole batch's mean loss.
+    """
     sizes = [OBS_DIM, hidden, hidden, NUM_ACTIONS]
-    q, target = MLP(sizes, seed), MLP(sizes, seed)
-    opt = tf.keras.optimizers.Adam(1e-3)
+    strategy = strategy or tf.distribute.get_strategy()
+    with strategy.scope():
+        q, target = MLP(sizes, seed), MLP(sizes, seed)
+        opt = tf.keras.optimizers.Adam(1e-3)
+        opt.build(q.trainable_variables)  # slots now: under a strategy they cannot be lazy
     gamma = 0.99
+    replicas = strategy.num_replicas_in_sync
 
     def update(batch: dict) -> dict:
         next_q = q(batch["next_obs"])
@@ -78,8 +96,9 @@ def make_dqn_update(hidden: int, seed: int = 0) -> Callable[[dict], dict]:
         with tf.GradientTape() as tape:
             q_a = tf.gather(q(batch["obs"]), batch["action"], batch_dims=1)
             loss = tf.reduce_mean(tf.keras.losses.huber(y[:, None], q_a[:, None]))
+            scaled = loss / replicas
         variables = q.trainable_variables
-        opt.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
+        opt.apply_gradients(zip(tape.gradient(scaled, variables), variables, strict=True))
         for (tw, tb), (w, b) in zip(target.layers, q.layers, strict=True):
             tw.assign(0.995 * tw + 0.005 * w)
             tb.assign(0.995 * tb + 0.005 * b)
@@ -208,12 +227,81 @@ def sample_only_runner(capacity: int, jit: bool, steps: int = 1000) -> Callable[
     return run
 
 
+def split_devices(replicas: int) -> list[str]:
+    """``replicas`` GPUs when there are that many, else as many logical CPUs (before TF starts)."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if len(gpus) >= replicas:
+        return [f"/gpu:{i}" for i in range(replicas)]
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(replicas)]
+    )
+    return [f"/cpu:{i}" for i in range(replicas)]
+
+
+def sharded_runners(devices: list[str], hidden: int, capacity: int) -> dict:
+    """Runners of the single-device learner and sharded learners over 1 and N replicas."""
+    data = make_data(capacity)
+    runners = {}
+
+    def add(name: str, table, sampler, update, jit: bool = False) -> None:
+        table.append(data)
+        learner = rg.Learner(table, sampler, update, batch_size=BATCH, jit_compile=jit)
+        runners[name] = lambda lr=learner: _train(lr, 100, 1)
+
+    single = rg.ReplayTable(SPEC, capacity, device=devices[0])
+    add("1 device", single, rg.UniformSampler(single, seed=0), make_dqn_update(hidden))
+    single_xla = rg.ReplayTable(SPEC, capacity, device=devices[0])
+    add(
+        "1 device XLA",
+        single_xla,
+        rg.UniformSampler(single_xla, seed=0),
+        make_dqn_update(hidden),
+        jit=True,
+    )
+    for n in sorted({1, len(devices)}):
+        strategy = rg.mirrored_strategy(devices[:n])
+        table = rg.ShardedReplayTable(SPEC, capacity, strategy)
+        add(
+            f"{n} replica{'s' if n > 1 else ''} sharded",
+            table,
+            rg.UniformSampler(table, seed=0),
+            make_dqn_update(hidden, strategy=strategy),
+            jit=True,  # XLA per replica step where every device is a GPU; ignored on CPUs
+        )
+    return runners
+
+
+def sharded_main(args: argparse.Namespace) -> None:
+    devices = split_devices(args.replicas)
+    print(
+        f"# learner_throughput --sharded  {time.strftime('%Y-%m-%d')}  {platform.node()}  "
+        f"{os.cpu_count()} CPUs  TF {tf.__version__}  devices {devices}"
+    )
+    print(
+        f"# DQN MLP 64x64, batch {BATCH} in total, k=100 steps per call, capacity 1e5; "
+        f"median of {args.repeats} x {args.seconds:.1f} s, windows interleaved"
+    )
+    if devices[0].startswith("/cpu"):
+        print("# logical CPU devices share the same cores: this measures overhead, not speed-up")
+    results = interleaved_rates(sharded_runners(devices, 64, 100_000), args.seconds, args.repeats)
+    base = results["1 device"]
+    print(f"{'variant':<22} {'steps/s':>9} {'x 1 device':>11}")
+    for name, value in results.items():
+        print(f"{name:<22} {value:>9.0f} {value / base:>10.2f}x", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="MLP 64x64 and capacity 1e5 only")
     parser.add_argument("--seconds", type=float, default=2.0, help="timing window per repeat")
     parser.add_argument("--repeats", type=int, default=3, help="windows per figure (median)")
+    parser.add_argument("--sharded", action="store_true", help="only the sharded section")
+    parser.add_argument("--replicas", type=int, default=2, help="replicas of --sharded")
     args = parser.parse_args()
+    if args.sharded:
+        sharded_main(args)
+        return
     seconds = 0.7 if args.quick else args.seconds
     hiddens = [64] if args.quick else [64, 256]
     capacities = [100_000] if args.quick else [100_000, 1_000_000]

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         CheckpointMismatchError,
         ConfigError,
         EmptyTableError,
+        OutOfDeviceMemoryError,
         ReplayError,
     )
     from replaygpu.fields import FieldSpec, HostSpec
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from replaygpu.learner.learner import Learner
     from replaygpu.learner.rate_limiter import SampleToInsertRatio
     from replaygpu.learner.ratio import SampleToInsertRule
+    from replaygpu.memory import plan_capacity
     from replaygpu.samplers import (
         FrameStackSampler,
         LinearSchedule,
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
         make_frame_spec,
         make_frame_table,
     )
+    from replaygpu.samplers.sharded import ShardedSampler
     from replaygpu.service.auth import TLSConfig
     from replaygpu.service.client import ReplayClient
     from replaygpu.service.config import ActorSettings, ClientConfig, ServerConfig
@@ -63,6 +66,7 @@ if TYPE_CHECKING:
         TableNotFoundError,
         TLSError,
     )
+    from replaygpu.sharded import ShardedReplayTable, mirrored_strategy
     from replaygpu.specs import (
         TRANSITION_FIELDS,
         Spec,

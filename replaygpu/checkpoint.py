@@ -19,6 +19,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from replaygpu.errors import CheckpointMismatchError, ConfigError
+from replaygpu.sharded import ShardedReplayTable
 from replaygpu.storage import ReplayTable
 
 logger = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ class Checkpointer:
     def __init__(
         self,
         directory: str | os.PathLike[str],
-        table: ReplayTable | None = None,
+        table: ReplayTable | ShardedReplayTable | None = None,
         sampler: Any = None,
         learner: Any = None,
         max_to_keep: int = 3,
@@ -119,7 +120,9 @@ class Checkpointer:
         if path is None:
             return None
         reader = tf.train.load_checkpoint(path)
-        if self.table is not None:
+        if isinstance(self.table, ShardedReplayTable):
+            self._check_shards(self.table, path, reader)
+        elif self.table is not None:
             self._check_table(self.table, path, reader)
         mismatches = _mismatched_variables(self._checkpoint, reader)
         if mismatches:
@@ -129,8 +132,8 @@ class Checkpointer:
                 f"{f' (and {len(mismatches) - 8} more)' if len(mismatches) > 8 else ''}. "
                 "Nothing was restored; build the networks and table as in the saved run."
             )
-        storage = self.table.storage.values() if self.table is not None else ()
-        table_vars = {id(v) for v in storage}
+        shards = getattr(self.table, "shards", [self.table] if self.table is not None else [])
+        table_vars = {id(v) for shard in shards for v in shard.storage.values()}
         others = list(
             {
                 id(v): v
@@ -152,14 +155,34 @@ class Checkpointer:
         logger.info("restored checkpoint %s", path)
         return path
 
-    def _check_table(self, table: ReplayTable, path: str, reader: Any) -> None:
+    def _check_shards(self, table: ShardedReplayTable, path: str, reader: Any) -> None:
+        """A sharded table restores only onto as many shards as it was saved from."""
+        prefix = re.escape(self._table_prefix)
+        pattern = re.compile(f"^{prefix}shards/([0-9]+)/storage/")
+        keys = reader.get_variable_to_shape_map()
+        saved = {int(m.group(1)) for k in keys if (m := pattern.match(k))}
+        if len(saved) != table.num_shards:
+            held = f"{len(saved)} shards" if saved else "no sharded table"
+            raise CheckpointMismatchError(
+                f"checkpoint {path} holds {held} under '{self._table_prefix}', but table "
+                f"'{table.name}' has {table.num_shards} (one per replica); nothing was restored. "
+                f"Restore onto a strategy with {len(saved) or 'the saved number of'} replicas: "
+                "shards are not re-split"
+            )
+        for i, shard in enumerate(table.shards):
+            self._check_table(shard, path, reader, f"{self._table_prefix}shards/{i}/")
+
+    def _check_table(
+        self, table: ReplayTable, path: str, reader: Any, table_prefix: str | None = None
+    ) -> None:
         shapes = reader.get_variable_to_shape_map()
         dtypes = reader.get_variable_to_dtype_map()
-        prefix = re.escape(self._table_prefix)
+        prefix = re.escape(table_prefix or self._table_prefix)
         pattern = re.compile(f"^{prefix}storage/([^/]+){re.escape(_VALUE)}$")
         saved = {m.group(1): k for k in shapes if (m := pattern.match(k))}
+        # the stored dtype: a field kept as float16/bfloat16 is saved so (storage_dtypes)
         want = {
-            name: ([table.capacity, *leaf.shape.as_list()], leaf.dtype.name)
+            name: ([table.capacity, *leaf.shape.as_list()], table.storage_dtypes[name].name)
             for name, leaf in table.spec.items()
         }
         got = {name: (list(shapes[key]), dtypes[key].name) for name, key in saved.items()}
@@ -176,9 +199,9 @@ class Checkpointer:
                 if want.get(name) != got.get(name)
             ]
             raise CheckpointMismatchError(
-                f"checkpoint {path} holds a table of another spec or capacity "
-                f"([capacity, ...shape], dtype): {'; '.join(diffs)}. Nothing was restored; "
-                "make the table with the saved spec and capacity."
+                f"checkpoint {path} holds a table of another spec, capacity or storage dtype "
+                f"([capacity, ...shape], stored dtype): {'; '.join(diffs)}. Nothing was "
+                "restored; make the table with the saved spec, capacity and storage_dtypes."
             )
 
 

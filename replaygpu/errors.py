@@ -35,3 +35,23 @@ class ConfigError(ReplayError, ValueError, TypeError):
 
     Both a `ValueError` and a `TypeError`, so callers that catch either keep working.
     """
+
+
+class OutOfDeviceMemoryError(ConfigError):
+    """A table would not fit in the free memory of its device. Nothing was allocated.
+
+    Attributes:
+        needed: bytes the table would take.
+        available: bytes free on the device when it was checked.
+        device: the device.
+        capacity_that_fits: the largest capacity the check would accept (0: not one row).
+    """
+
+    def __init__(
+        self, message: str, *, needed: int, available: int, device: str, capacity_that_fits: int
+    ) -> None:
+        super().__init__(message)
+        self.needed = needed
+        self.available = available
+        self.device = device
+        self.capacity_that_fits = capacity_that_fits

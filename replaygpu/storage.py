@@ -4,6 +4,12 @@ Rows are written in a ring: the write cursor advances by the number of appended 
 wraps at ``capacity``. Filled rows are always ``[0, size)``, so samplers draw from that range.
 Writes are one `scatter_update` per field with 1-D int64 indices, never a slice assignment
 (which would copy the whole variable), so they stay cheap on GPU and CPU alike.
+
+A float field may be stored narrower than its spec dtype (``storage_dtypes``, float16 or
+bfloat16): appends cast on write inside the append graph and `ReplayTable.read` casts back, so
+everything outside the table (the spec, the wire protocol, samplers' batches) keeps the spec
+dtype. Before allocating, a table checks its bytes against its device's free memory
+(`replaygpu.memory`).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import tensorflow as tf
 
 from replaygpu.device import resolve_device
 from replaygpu.errors import ConfigError
+from replaygpu.memory import check_table_fits, describe, resolve_storage_dtypes
 from replaygpu.specs import Spec, batch_signature, normalize_spec, validate_batch
 
 logger = logging.getLogger(__name__)
@@ -30,8 +37,26 @@ class ReplayTable(tf.Module):
         capacity: number of transitions kept; the oldest are overwritten first.
         device: where the variables live; None picks the first GPU, else the CPU.
         name: the table's name, as clients address it over gRPC (a Python identifier).
+        storage_dtypes: ``{field: tf.float16 or tf.bfloat16}``: float fields to store in half
+            the bytes. The spec, appends, the wire protocol and every sampled batch keep the
+            spec dtype; values are rounded on write. Precision lost: float16 keeps about 3
+            significant decimal digits (11-bit significand) and its largest value is 65504:
+            larger magnitudes are stored as +-inf; below 6.1e-5 precision thins out
+            (subnormals) and below 3e-8 values become 0.
+            bfloat16 keeps float32's range (no overflow) but only about 2-3 significant digits
+            (8-bit significand). Fine for observations of moderate scale (CartPole, MuJoCo
+            states, normalised features); keep rewards, returns and anything summed or
+            compared exactly in float32.
+        check_memory: check the table's bytes against its device's free memory before
+            allocating (see `replaygpu.memory`); False skips the check.
 
-    The storage of field ``f`` is a variable of shape ``[capacity] + spec[f].shape``.
+    The storage of field ``f`` is a variable of shape ``[capacity] + spec[f].shape`` and of
+    dtype ``storage_dtypes.get(f, spec[f].dtype)``.
+
+    Raises:
+        ConfigError: for a bad capacity, device or storage dtype.
+        OutOfDeviceMemoryError: (a ConfigError) when the table would take more than 95% of its
+            device's free memory; it names the capacity that would fit. Nothing is allocated.
     """
 
     def __init__(
@@ -40,6 +65,9 @@ class ReplayTable(tf.Module):
         capacity: int,
         device: str | None = None,
         name: str = "replay",
+        *,
+        storage_dtypes: Mapping[str, Any] | None = None,
+        check_memory: bool = True,
     ) -> None:
         super().__init__(name=name)
         if not isinstance(capacity, (int, np.integer)) or capacity < 1:
@@ -47,10 +75,16 @@ class ReplayTable(tf.Module):
         self.spec: Spec = normalize_spec(spec)
         self.capacity = int(capacity)
         self.device = resolve_device(device)
+        #: ``{field: dtype}`` as stored on the device (the spec dtype unless narrowed)
+        self.storage_dtypes: dict[str, tf.DType] = resolve_storage_dtypes(self.spec, storage_dtypes)
+        if check_memory:
+            check_table_fits(name, self.spec, self.capacity, self.device, self.storage_dtypes)
         with tf.device(self.device):
             self.storage = {
                 k: tf.Variable(
-                    tf.zeros([self.capacity, *v.shape], v.dtype), trainable=False, name=k
+                    tf.zeros([self.capacity, *v.shape], self.storage_dtypes[k]),
+                    trainable=False,
+                    name=k,
                 )
                 for k, v in self.spec.items()
             }
@@ -62,20 +96,22 @@ class ReplayTable(tf.Module):
         )
         #: address of the server that writes appends into this table, or None (set by serve)
         self.served_at: str | None = None
+        narrowed = describe(self.spec, self.storage_dtypes)
         logger.info(
-            "table %s: capacity %d on %s, %.1f MiB",
+            "table %s: capacity %d on %s, %.1f MiB%s",
             name,
             self.capacity,
             self.device,
             self.nbytes / 2**20,
+            f" (stored as {narrowed})" if narrowed else "",
         )
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the field variables."""
+        """Bytes held by the field variables, as stored (narrowed fields count 2 per element)."""
         return sum(
-            self.capacity * max(1, v.shape.num_elements()) * v.dtype.size
-            for v in self.spec.values()
+            self.capacity * v.shape.num_elements() * self.storage_dtypes[k].size
+            for k, v in self.spec.items()
         )
 
     @property
@@ -116,11 +152,26 @@ class ReplayTable(tf.Module):
         kept = n - skip
         indices = (self.cursor + skip + tf.range(kept, dtype=tf.int64)) % capacity
         for name, var in self.storage.items():
-            var.scatter_update(tf.IndexedSlices(batch[name][skip:], indices))
+            rows = batch[name][skip:]
+            if var.dtype != rows.dtype:  # a narrowed field: round on write
+                rows = tf.cast(rows, var.dtype)
+            var.scatter_update(tf.IndexedSlices(rows, indices))
         self.cursor.assign((self.cursor + n) % capacity)
         self.size_var.assign(tf.minimum(self.size_var + n, capacity))
         self.inserted_var.assign_add(n)
 
     def gather(self, indices: tf.Tensor) -> dict[str, tf.Tensor]:
-        """Rows at ``indices`` ([B] int64) as ``{field: [B] + shape}``; usable inside graphs."""
-        return {k: tf.gather(v, indices) for k, v in self.storage.items()}
+        """Rows at ``indices`` ([B] int64) as ``{field: [B] + shape}`` in the spec dtypes;
+        usable inside graphs."""
+        return {k: self.read(k, indices) for k in self.storage}
+
+    def read(self, field: str, indices: tf.Tensor) -> tf.Tensor:
+        """Field ``field`` at rows ``indices`` (int64 of any shape ``[...]``) as
+        ``[...] + shape`` in the spec dtype; usable inside graphs.
+
+        Read any field that may be stored narrower through this (or `gather`) rather than
+        ``storage[field]``, so it comes back in its spec dtype; the samplers do.
+        """
+        values = tf.gather(self.storage[field], indices)
+        dtype = self.spec[field].dtype
+        return values if values.dtype == dtype else tf.cast(values, dtype)

@@ -3,6 +3,7 @@ learner, the counts are exact, and a learner stopped with SIGTERM resumes from i
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import signal
@@ -11,12 +12,15 @@ import sys
 import threading
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from service_helpers import free_port
 
 import replaygpu as rg
 from replaygpu.agents.actor import actor_config, run_actor
+from replaygpu.agents.apex import ApexConfig
 from replaygpu.agents.learner import LearnerService, SACLearnerConfig
+from replaygpu.agents.runs import RunControl
 
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
 
@@ -129,3 +133,53 @@ def test_sac_learner_trains_on_a_sac_actor_in_process(tmp_path):
         assert service.sgd_steps > 0
     finally:
         service.close()
+
+
+def test_dqn_learner_over_two_devices_shards_streams_and_resumes(tmp_path):
+    # conftest split the CPU into /cpu:0 and /cpu:1; each actor env is a stream, and stream ids
+    # modulo 2 pick the shard, so one actor with 2 envs fills both shards
+    config = ApexConfig(
+        steps=1200,
+        learning_starts=200,
+        batch_size=32,
+        steps_per_call=8,
+        samples_per_insert=2.0,
+        hidden_sizes=(16, 16),
+        buffer_size=2000,
+        prioritized=True,
+        devices="/cpu:0,/cpu:1",
+    )
+    run = RunControl(str(tmp_path / "ckpt"), 3600, "dqn", config)
+    service = LearnerService("dqn", config, run=run)
+    try:
+        assert isinstance(service.table, rg.ShardedReplayTable)
+        actor = actor_config(service.actor_settings, 0, 1, steps=1200, num_envs=2)
+        thread = threading.Thread(target=run_actor, args=(actor, service.address))
+        thread.start()  # the learner commits its appends in service.step, on this thread
+        ran = 1
+        while thread.is_alive() or not service.done(ran):
+            ran = service.step(idle_wait_s=0.1)
+        thread.join()
+        assert service.table.total_inserted == 1200 and service.table.shard_sizes == [600, 600]
+        assert service.sgd_steps > 0
+        q = service.agent.q.weights[0]
+        copies = [v.numpy() for v in service.table.strategy.experimental_local_results(q)]
+        np.testing.assert_array_equal(copies[0], copies[1])  # the replicas stayed in step
+    finally:
+        saved = service.close()
+    assert saved
+    steps = service.sgd_steps
+
+    again = LearnerService(
+        "dqn", config, run=RunControl(str(tmp_path / "ckpt"), 3600, "dqn", config)
+    )
+    try:
+        assert again.table.shard_sizes == [600, 600] and again.sgd_steps == steps
+    finally:
+        again.close(save=False)
+
+    one_device = dataclasses.replace(config, devices="/cpu:0")
+    with pytest.raises(rg.CheckpointMismatchError, match=r"holds 2 shards .* has 1"):
+        LearnerService(
+            "dqn", one_device, run=RunControl(str(tmp_path / "ckpt"), 3600, "dqn", one_device)
+        )

@@ -481,3 +481,13 @@ def test_a_second_server_on_a_bound_port_fails_instead_of_sharing_it():
             rg.serve(rg.ReplayTable(spec, 10, name="b"), first.address)
     finally:
         first.stop()
+
+
+def test_serving_freezes_the_long_lived_objects_unless_told_not_to(empty_table):
+    import gc
+
+    gc.unfreeze()
+    with rg.serve(empty_table, config=rg.ServerConfig(freeze_gc=False)):
+        assert gc.get_freeze_count() == 0
+    with rg.serve(empty_table):  # full collections during ingest skip what exists now
+        assert gc.get_freeze_count() > 10_000

@@ -234,3 +234,32 @@ def test_stopping_a_served_learner_leaves_late_batches_to_be_resent_not_acked_un
             loop.join(30)
             client.close()
     assert client.acked_transitions == 8 and learner2.table.size == 8
+
+
+def test_a_client_restarted_under_its_id_continues_after_its_batches_still_staged():
+    # A dead actor's last batches can sit in the staging queue when its successor (same id)
+    # asks Info where to continue; reusing those seqs would get the new batches dropped as
+    # replays although acknowledged. Info counts staged seqs, so the successor starts past them.
+    learner, _ = make_learner()
+    with rg.serve(learner) as server:
+        config = rg.ClientConfig(max_batch_transitions=4)  # one request (seq) per add_batch
+        first = rg.ReplayClient(server.address, actor_id="actor-0", config=config)
+        for start in (0, 4, 8):
+            first.add_batch({"id": np.arange(start, start + 4), "x": np.zeros((4, 2), np.float32)})
+        deadline = time.monotonic() + 10
+        while server.stats()["staged_batches"] < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.stats()["staged_batches"] == 3 and server.ledger.last("actor-0") == 0
+        first.close(flush=False)  # the process dies; its 3 batches are staged, not committed
+
+        with rg.ReplayClient(server.address, actor_id="actor-0") as second:
+            assert second.info().actor_last_seq == 3
+            second.add_batch({"id": np.arange(12, 16), "x": np.zeros((4, 2), np.float32)})
+            flushed = threading.Thread(target=second.flush, kwargs={"timeout": 30})
+            flushed.start()
+            while flushed.is_alive():
+                rg.learner_step(server, learner, 0, idle_wait_s=0.05)
+            flushed.join()
+        assert server.ledger.last("actor-0") == 4
+    ids = np.sort(learner.table.storage["id"].numpy()[: learner.table.size])
+    assert ids.tolist() == list(range(16))  # nothing dropped, nothing twice

@@ -5,6 +5,13 @@ One call of `Learner.train(k)` is one graph execution: a `tf.while_loop` of
 ``min(k, allowed)`` times, with the metric sums carried as loop variables and read back as one
 small float64 vector at the end. Nothing crosses the host/device boundary per step, and ``k`` is
 a tensor, so the loop is traced once for every step count.
+
+On a `ShardedReplayTable` each loop step is one ``strategy.run``: every replica samples
+``batch_size / replicas`` rows of its own shard and runs ``update_fn`` on them (the only
+cross-device traffic is what ``update_fn`` all-reduces: its gradients), and the metrics are
+averaged over the replicas. XLA cannot compile a loop that spans devices, so there
+``jit_compile=True`` compiles each replica's step instead, which TensorFlow supports (with the
+all-reduce inside) when every device is a GPU; on CPU devices the step runs without XLA.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from replaygpu.keys import PRIORITIES
 from replaygpu.learner.rate_limiter import SampleToInsertRatio
 from replaygpu.learner.weights import WeightStore
 from replaygpu.samplers.base import Sampler, check_not_empty
+from replaygpu.sharded import ShardedReplayTable, replica_index
 from replaygpu.storage import ReplayTable
 
 logger = logging.getLogger(__name__)
@@ -32,12 +40,14 @@ class Learner(tf.Module):
     """Runs ``update_fn`` on in-graph minibatches, many steps per call.
 
     Args:
-        table: the replay table.
+        table: the replay table, or a `ShardedReplayTable` (one shard per replica; then make
+            the networks and optimizers inside ``table.strategy.scope()`` and let ``update_fn``
+            all-reduce its gradients, see the README's "Scaling out").
         sampler: draws ``(indices, batch)`` inside the graph (e.g. `UniformSampler`).
         update_fn: ``update_fn(batch) -> {name: scalar tensor}``; gets ``{field: [B, ...]}`` and
             applies its own optimizer step. A `rg.PRIORITIES` (``"priorities"``) output of shape
             ``[B]`` is handed to ``sampler.update_priorities(indices, priorities)``.
-        batch_size: minibatch size B.
+        batch_size: minibatch size B (in total: each of R replicas draws B / R rows).
         rate_limiter: optional `SampleToInsertRatio`; without one every requested step runs.
         jit_compile: compile the whole loop with XLA (the largest CPU win for small networks).
 
@@ -54,7 +64,7 @@ class Learner(tf.Module):
 
     def __init__(
         self,
-        table: ReplayTable,
+        table: ReplayTable | ShardedReplayTable,
         sampler: Sampler,
         update_fn: UpdateFn,
         batch_size: int = 256,
@@ -74,12 +84,39 @@ class Learner(tf.Module):
                 "sampler: it samples another table than the learner's; pass one "
                 "made with this table"
             )
+        self.strategy = table.strategy if isinstance(table, ShardedReplayTable) else None
+        replicas = table.num_shards if self.strategy is not None else 1
+        if batch_size % replicas:
+            raise ConfigError(
+                f"batch_size: got {batch_size}, expected a multiple of the table's {replicas} "
+                f"shards (each replica draws batch_size / {replicas} rows); try "
+                f"{max(replicas, batch_size // replicas * replicas)}"
+            )
         self.table = table
         self.sampler = sampler
         self.rate_limiter = rate_limiter
         self.batch_size = int(batch_size)
+        #: rows each replica draws per step (batch_size on one device)
+        self.replica_batch_size = self.batch_size // replicas
         self.jit_compile = bool(jit_compile)
         self._update_fn = update_fn
+        self._replica_steps: list[Callable[[], tf.Tensor]] = []
+        if self.strategy is not None:
+            all_gpus = all("GPU" in shard.device.upper() for shard in table.shards)
+            # A nested tf.function may hold an all-reduce only when XLA compiles it on GPUs
+            # (elsewhere MirroredStrategy all-reduces by merge_call, which needs the outer graph).
+            self._replica_steps = [
+                tf.function(self._replica_step, jit_compile=True)
+                if self.jit_compile and all_gpus
+                else self._replica_step
+                for _ in table.shards
+            ]
+            if self.jit_compile and not all_gpus:
+                logger.info(
+                    "sharded learner on %s: TensorFlow cannot all-reduce inside XLA on CPU "
+                    "devices, so the replica steps run without XLA",
+                    [shard.device for shard in table.shards],
+                )
         with tf.device(table.device):
             self.steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="steps")
         with tf.device("/CPU:0"):  # read and written by the host only
@@ -91,7 +128,7 @@ class Learner(tf.Module):
         self._train_fn = tf.function(
             self._train_graph,
             input_signature=[tf.TensorSpec([], tf.int64)],
-            jit_compile=self.jit_compile,
+            jit_compile=self.jit_compile and self.strategy is None,
             reduce_retracing=True,
         )
 
@@ -119,7 +156,8 @@ class Learner(tf.Module):
         if num_steps < 0:
             raise ConfigError(f"num_steps: got {num_steps}, expected >= 0")
         if self.rate_limiter is None:
-            check_not_empty(self.table)
+            for shard in getattr(self.table, "shards", [self.table]):
+                check_not_empty(shard)
         if self._metric_names is None:
             self._metric_names = self._check_update_fn()
         with tf.device(self.table.device):
@@ -143,7 +181,7 @@ class Learner(tf.Module):
 
     def _step(self) -> dict[str, tf.Tensor]:
         """One sample -> update_fn -> priority update; returns update_fn's scalar metrics."""
-        indices, batch = self.sampler.sample(self.batch_size)
+        indices, batch = self.sampler.sample(self.replica_batch_size)
         out = dict(self._update_fn(batch))
         priorities = out.pop(PRIORITIES, None)
         if priorities is not None:
@@ -157,12 +195,20 @@ class Learner(tf.Module):
         `ConfigError` instead of a staging error from deep inside TensorFlow.
         """
         sampler, update_fn = self.sampler, self._update_fn
+        traced: list[Any] = []
 
-        def probe() -> Mapping[str, tf.Tensor]:
-            return update_fn(sampler.sample(self.batch_size)[1])
+        def replica_probe() -> None:
+            traced.append(update_fn(sampler.sample(self.replica_batch_size)[1]))
+
+        def probe() -> None:
+            if self.strategy is None:
+                replica_probe()
+            else:
+                self.strategy.run(replica_probe)
 
         with tf.device(self.table.device):
-            out = tf.function(probe).get_concrete_function().structured_outputs
+            tf.function(probe).get_concrete_function()
+        out = traced[0]
         if not isinstance(out, Mapping):
             raise ConfigError(
                 f"update_fn must return a dict of scalar tensors, got {type(out).__name__}"
@@ -181,6 +227,18 @@ class Learner(tf.Module):
                 )
         return sorted(k for k in out if k != PRIORITIES)
 
+    def _replica_step(self) -> tf.Tensor:
+        """One `_step`; its metrics as a float64 vector in `metric_names` order."""
+        metrics = self._step()
+        names = self.metric_names
+        if not names:
+            return tf.zeros([0], tf.float64)
+        return tf.stack([tf.cast(metrics[k], tf.float64) for k in names])
+
+    def _run_replica_step(self) -> tf.Tensor:
+        """The calling replica's step function (inside ``strategy.run``)."""
+        return self._replica_steps[replica_index(self.strategy)]()
+
     def _train_graph(self, num_steps: tf.Tensor) -> tf.Tensor:
         table = self.table
         allowed = num_steps
@@ -191,12 +249,16 @@ class Learner(tf.Module):
                     table.inserted_var.read_value(), table.size_var.read_value(), self.batch_size
                 ),
             )
-        n = tf.where(table.size_var.read_value() > 0, allowed, tf.zeros_like(allowed))
+        filled = table.size_var.read_value() if self.strategy is None else table.min_shard_size()
+        n = tf.where(filled > 0, allowed, tf.zeros_like(allowed))
         names = self.metric_names
 
         def body(i: tf.Tensor, sums: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            metrics = self._step()
-            values = tf.stack([tf.cast(metrics[k], tf.float64) for k in names]) if names else sums
+            if self.strategy is None:
+                values = self._replica_step()
+            else:
+                per_replica = self.strategy.run(self._run_replica_step)
+                values = self.strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica, axis=None)
             return i + 1, sums + values
 
         # A sampler's loop_scope does once-per-call work (e.g. syncing new rows) outside the loop.

@@ -9,6 +9,7 @@ A sampler that wraps another (`NStepSampler`) forwards all three to the one it w
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import tensorflow as tf
 
@@ -26,10 +27,20 @@ class Sampler(tf.Module):
     step; the others raise `ConfigError` there.
 
     Subclasses set ``table`` in ``__init__`` and override ``sample``; the defaults of the other
-    methods suit a sampler without priorities or per-call work.
+    methods suit a sampler without priorities or per-call work. A subclass made on a
+    `ShardedReplayTable` (its first argument) is a `ShardedSampler` of it instead.
     """
 
     table: ReplayTable
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Sampler:
+        # Any sampler made on a ShardedReplayTable (or wrapping a sampler of one) is a
+        # ShardedSampler holding one such sampler per shard (see samplers/sharded.py).
+        from replaygpu.samplers.sharded import ShardedSampler, source_argument
+
+        if cls is not ShardedSampler and source_argument(cls, args, kwargs) is not None:
+            return ShardedSampler(cls, args, kwargs)
+        return super().__new__(cls)
 
     @property
     def keeps_priorities(self) -> bool:

@@ -215,15 +215,14 @@ class FrameStackSampler(Sampler):
         """``(rows [B] int64, {"obs", "next_obs": [B, k, H, W], "action", "reward", ...})``."""
         rows, dist = self.sample_indices(batch_size)
         k, capacity = self.stack, self.table.capacity
-        storage = self.table.storage
         # Offsets back from the row, oldest first: k-1, ..., 0, then -1 (the next frame).
         offsets = tf.range(k - 1, -2, -1, dtype=tf.int64)
         source = tf.minimum(offsets[None, :], dist[:, None])
-        frames = tf.gather(storage["frame"], (rows[:, None] - source) % capacity)  # [B, k+1, ...]
+        frames = self.table.read("frame", (rows[:, None] - source) % capacity)  # [B, k+1, ...]
         batch = {
             "obs": frames[:, :k],
             "next_obs": frames[:, 1:],
         }
         for name in ("action", "reward", "terminated", "truncated"):
-            batch[name] = tf.gather(storage[name], rows)
+            batch[name] = self.table.read(name, rows)  # spec dtype if stored narrower
         return rows, batch

@@ -122,13 +122,13 @@ class NStepSampler(Sampler):
         last = tf.reduce_min(tf.where(stop, offsets[None, :], self.n), axis=1)  # [B] int64
         used = offsets[None, :] <= last[:, None]
         powers = tf.constant([self.gamma**j for j in range(self.n)], tf.float32)
-        rewards = tf.cast(tf.gather(storage["reward"], rows), tf.float32)
+        rewards = tf.cast(table.read("reward", rows), tf.float32)
         ret = tf.reduce_sum(tf.where(used, rewards * powers, tf.zeros_like(rewards)), axis=1)
         last_row = tf.gather(rows, last, batch_dims=1)
         last_terminated = tf.gather(terminated, last, batch_dims=1)
         out = dict(batch)
         out["reward"] = tf.cast(ret, table.spec["reward"].dtype)
-        out["next_obs"] = tf.gather(storage["next_obs"], last_row)
+        out["next_obs"] = table.read("next_obs", last_row)  # spec dtype if stored narrower
         out["terminated"] = last_terminated
         out["truncated"] = tf.gather(truncated, last, batch_dims=1)
         gamma_k = tf.pow(tf.constant(self.gamma, tf.float32), tf.cast(last + 1, tf.float32))

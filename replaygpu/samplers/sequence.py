@@ -138,8 +138,8 @@ class SequenceSampler(Sampler):
             self.table.capacity
         )
         batch = {}
-        for name, var in self.table.storage.items():
-            values = tf.gather(var, rows)
+        for name in self.table.storage:
+            values = self.table.read(name, rows)  # spec dtype if stored narrower
             keep = tf.reshape(mask, [batch_size, self.length] + [1] * (values.shape.rank - 2))
             batch[name] = tf.where(keep, values, tf.zeros_like(values))
         batch[MASK] = tf.cast(mask, tf.float32)

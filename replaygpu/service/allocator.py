@@ -1,4 +1,4 @@
-"""Process-wide glibc malloc tuning for processes that churn multi-megabyte buffers.
+"""Process-wide memory tuning for the service: glibc malloc, and the garbage collector.
 
 Both ends of the service allocate and free a few large buffers per request: the actor one
 serialized request per batch (kept until acknowledged), the learner the received request bytes
@@ -10,7 +10,9 @@ block faults, which on a VM costs more than copying the data. Imports no TensorF
 from __future__ import annotations
 
 import ctypes
+import gc
 import platform
+import time
 
 _kept_bytes = 0
 
@@ -34,3 +36,20 @@ def keep_freed_memory(trim_bytes: int) -> bool:
     _kept_bytes = max(_kept_bytes, int(min(trim_bytes, 2**31 - 1)))
     ok = libc.mallopt(m_mmap_threshold, 32 * 2**20) == 1
     return ok and libc.mallopt(m_trim_threshold, _kept_bytes) == 1
+
+
+def freeze_long_lived_objects() -> float:
+    """Collect garbage once, then exempt every object alive now from later collections.
+
+    A learner process holds hundreds of thousands of long-lived Python objects (TensorFlow's
+    traced graphs, modules, the table's metadata). Ingest allocates fast, which triggers full
+    collections, and each full collection walks all of them while holding the GIL: measured here
+    at 0.4 s per pass with 4e5 objects, and health checks and Info stalled 2-7 s behind a run of
+    them with 512 streams appending. `gc.freeze` moves the objects alive now to a permanent
+    generation that collections skip; objects made later are collected as before. Call it once
+    setup is done (the server does when it starts). Returns the seconds the collection took.
+    """
+    started = time.monotonic()
+    gc.collect()
+    gc.freeze()
+    return time.monotonic() - started

@@ -109,6 +109,10 @@ class ServerConfig:
         keep_freed_memory: tune glibc so freed batch buffers are reused rather than unmapped
             (3x faster commits of large batches; process-wide; see
             `replaygpu.service.allocator.keep_freed_memory`).
+        freeze_gc: at start, collect once and move every Python object alive to the garbage
+            collector's permanent generation (`gc.freeze`), so full collections during ingest
+            do not walk TensorFlow's long-lived objects and stall health checks (process-wide;
+            see `replaygpu.service.allocator.freeze_long_lived_objects`).
     """
 
     max_message_bytes: int = 64 * MiB
@@ -120,6 +124,7 @@ class ServerConfig:
     admit_threads: int = 2
     shutdown_grace_s: float = 5.0
     keep_freed_memory: bool = True
+    freeze_gc: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_message_bytes", "staging_max_batches", "staging_max_bytes"):

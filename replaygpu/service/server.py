@@ -28,7 +28,7 @@ from replaygpu.errors import ConfigError, ReplayError
 from replaygpu.fields import DTYPE_NAMES, row_nbytes
 from replaygpu.learner.learner import Learner
 from replaygpu.learner.weights import WeightStore
-from replaygpu.service.allocator import keep_freed_memory
+from replaygpu.service.allocator import freeze_long_lived_objects, keep_freed_memory
 from replaygpu.service.auth import TLSConfig, TokenInterceptor, warn_if_exposed
 from replaygpu.service.config import ActorSettings, ServerConfig
 from replaygpu.service.eventloop import EventLoopThread
@@ -38,6 +38,7 @@ from replaygpu.service.ledger import SequenceLedger
 from replaygpu.service.servicer import SERVICE_NAME, Servicer, handlers
 from replaygpu.service.staging import BufferPool, StagedBatch, StagingQueue
 from replaygpu.service.status import InvalidBatchError
+from replaygpu.sharded import ShardedReplayTable
 from replaygpu.specs import host_spec
 from replaygpu.storage import ReplayTable
 
@@ -60,7 +61,7 @@ class ReplayServer:
 
     def __init__(
         self,
-        target: Learner | ReplayTable,
+        target: Learner | ReplayTable | ShardedReplayTable,
         address: str,
         token: str | None,
         tls: TLSConfig | None,
@@ -71,11 +72,12 @@ class ReplayServer:
             self.learner: Learner | None = target
             self.table = target.table
             weights = target.weight_store
-        elif isinstance(target, ReplayTable):
+        elif isinstance(target, (ReplayTable, ShardedReplayTable)):
             self.learner, self.table, weights = None, target, WeightStore()
         else:
             raise ConfigError(
-                f"serve: got {type(target).__name__}, expected an rg.Learner or rg.ReplayTable"
+                f"serve: got {type(target).__name__}, expected an rg.Learner, rg.ReplayTable "
+                "or rg.ShardedReplayTable"
             )
         if self.table.served_at is not None:
             raise ConfigError(
@@ -95,6 +97,8 @@ class ReplayServer:
         weights.sync()
         if config.keep_freed_memory:
             keep_freed_memory(config.staging_max_bytes)
+        if config.freeze_gc:
+            logger.debug("gc: froze long-lived objects in %.2f s", freeze_long_lived_objects())
         self._stopped = False
         self.checkpoints = 0
         self.checkpoint_seconds = 0.0
@@ -364,7 +368,7 @@ class ReplayServer:
 
 
 def serve(
-    target: Learner | ReplayTable,
+    target: Learner | ReplayTable | ShardedReplayTable,
     address: str = "127.0.0.1:0",
     token: str | None = None,
     tls: TLSConfig | None = None,
@@ -378,7 +382,8 @@ def serve(
     Args:
         target: an `rg.Learner` (actors get what ``learner.publish_weights`` published; its
             training loop, `rg.run_learner` or `rg.learner_step`, commits their appends) or a
-            bare `rg.ReplayTable` (a background thread commits).
+            bare `rg.ReplayTable` or `rg.ShardedReplayTable` (a background thread commits;
+            each append is split over the shards in one call).
         address: ``host:port`` to bind; port 0 picks a free one (see ``server.address``).
             The default is loopback; a non-loopback address without TLS or token logs a warning.
         token: require ``authorization: Bearer <token>`` on every replay RPC.

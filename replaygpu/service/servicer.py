@@ -24,6 +24,7 @@ RESOURCE_EXHAUSTED naming the limit.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -130,6 +131,10 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         self.ingested = 0
         self.answered = dict.fromkeys(ANSWER_CODES, 0)
         self._outboxes: set[asyncio.Queue[Any]] = set()  # of the open Append streams
+        #: actor -> highest seq staged (accepted, maybe not yet committed), least recent first;
+        #: Info reports it, so a client restarted under the same id starts past batches of its
+        #: previous incarnation that are still on their way into the table
+        self._staged_seqs: collections.OrderedDict[str, int] = collections.OrderedDict()
         self._admit_pool = ThreadPoolExecutor(config.admit_threads, "replaygpu-admit")
         self._weights_cache: tuple[WeightSnapshot | None, Any] = (None, None)
 
@@ -237,8 +242,6 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
             item = self._prepare(data, post)
         if item is None:  # a replay, acknowledged already
             return
-        if self._queue.try_put(item):
-            return
         deadline = asyncio.get_running_loop().time() + self._queue.put_timeout_s
         delay = 0.001
         while not self._queue.try_put(item):
@@ -247,6 +250,14 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
                 raise self._queue.full_error(item.seq)
             await asyncio.sleep(delay)
             delay = min(2 * delay, 0.02)
+        self._note_staged(item.actor_id, item.seq)
+
+    def _note_staged(self, actor: str, seq: int) -> None:
+        """Remember ``actor``'s highest staged seq (on the event loop; bounded like the ledger)."""
+        staged = self._staged_seqs
+        staged[actor] = max(seq, staged.pop(actor, 0))
+        while len(staged) > self.ingest.ledger.max_actors:
+            staged.popitem(last=False)
 
     def _prepare(
         self, data: bytes, post: Callable[[Any], None], replay: bool = False
@@ -356,7 +367,7 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
             capacity=self.table.capacity,
             size=self.table.size,
             inserted=self.table.total_inserted,
-            device=self.table.device,
+            device=", ".join(t.device for t in getattr(self.table, "shards", [self.table])),
         )
         for name, (dtype, shape) in self.spec.items():
             table.spec.add(name=name, dtype=dtype, shape=shape)
@@ -379,7 +390,12 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
             learner_steps=steps,
             max_message_bytes=self.config.max_message_bytes,
             server_version=__version__,
-            actor_last_seq=ledger.last(request.actor_id) if request.actor_id else 0,
+            # committed or staged: a restarted client must not reuse a seq still in flight
+            actor_last_seq=max(
+                ledger.last(request.actor_id), self._staged_seqs.get(request.actor_id, 0)
+            )
+            if request.actor_id
+            else 0,
             staged_batches=len(self._queue),
             staged_bytes=self._queue.nbytes,
             actors=len(ledger.snapshot()),

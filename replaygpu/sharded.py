@@ -1,0 +1,273 @@
+"""A replay table split into one shard per `tf.distribute` replica, each on its replica's device.
+
+`ShardedReplayTable` holds one `ReplayTable` per replica of a `tf.distribute.Strategy`
+(``MirroredStrategy`` over GPUs, or logical CPUs in tests). An append is one graph call that
+routes every row to one shard:
+
+- by default **round-robin by row**: row ``g`` of the table's history (``g`` counts every row
+  ever appended) goes to shard ``g % replicas``, so shards fill evenly, whatever the batch sizes;
+- with ``shard_by="field"``, by the value of that integer field (an actor or stream id) modulo
+  the number of replicas, so every row of one stream lands in one shard in order. Samplers that
+  read consecutive rows (n-step, sequences, frame stacks) need this; shards are then as even as
+  the stream ids are.
+
+Each replica samples its own shard inside the learner's loop; no row crosses devices. The
+table's counters (``inserted_var``, ``size_var``) are totals over the shards, so a rate limiter
+and the service see one table.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from replaygpu.errors import ConfigError
+from replaygpu.specs import Spec, batch_signature, normalize_spec, validate_batch
+from replaygpu.storage import ReplayTable
+
+logger = logging.getLogger(__name__)
+
+
+class ShardedReplayTable(tf.Module):
+    """A fixed-capacity ring of transitions split over the replicas of ``strategy``.
+
+    Args:
+        spec: ``{field: tf.TensorSpec}`` of one transition (see `specs_from_env`).
+        capacity: transitions kept in total; each of the R shards holds ``capacity / R``
+            (capacity must be a multiple of R).
+        strategy: the `tf.distribute.Strategy` whose replicas (one per device) train on it.
+        shard_by: None to deal rows round-robin; or the name of an integer field whose value
+            modulo R picks the shard (keeps each stream's rows together and in order).
+        name: the table's name, as clients address it over gRPC.
+        **table_kwargs: passed to each shard's `ReplayTable` (e.g. ``storage_dtypes``).
+
+    Attributes:
+        shards: the per-replica `ReplayTable` s, shard i on replica i's device.
+        inserted_var, size_var: int64 totals over the shards (read by rate limiters).
+
+    Raises:
+        ConfigError: for a capacity that R does not divide, or a ``shard_by`` that is not an
+            integer scalar field of the spec.
+    """
+
+    def __init__(
+        self,
+        spec: Mapping[str, tf.TensorSpec],
+        capacity: int,
+        strategy: tf.distribute.Strategy,
+        shard_by: str | None = None,
+        name: str = "replay",
+        **table_kwargs: Any,
+    ) -> None:
+        super().__init__(name=name)
+        if not isinstance(strategy, tf.distribute.Strategy):
+            raise ConfigError(
+                f"strategy: got {type(strategy).__name__}, expected a tf.distribute.Strategy "
+                "(e.g. tf.distribute.MirroredStrategy(['/gpu:0', '/gpu:1']))"
+            )
+        if tf.distribute.has_strategy():
+            raise ConfigError(
+                "ShardedReplayTable: made inside strategy.scope(), where every variable would be "
+                "mirrored on all devices; make the table (and its samplers) outside the scope, "
+                "and only the networks and optimizers inside it"
+            )
+        self.spec: Spec = normalize_spec(spec)
+        devices = list(strategy.extended.worker_devices)
+        replicas = len(devices)
+        if replicas != strategy.num_replicas_in_sync:
+            raise ConfigError(
+                f"strategy: {strategy.num_replicas_in_sync} replicas in sync over "
+                f"{replicas} local devices; ShardedReplayTable needs one replica per local "
+                "device (MirroredStrategy or OneDeviceStrategy)"
+            )
+        if not isinstance(capacity, (int, np.integer)) or capacity < replicas:
+            raise ConfigError(
+                f"capacity: got {capacity!r}, expected an integer >= {replicas} (the replicas)"
+            )
+        if capacity % replicas:
+            raise ConfigError(
+                f"capacity: got {capacity}, expected a multiple of the {replicas} replicas "
+                "(each shard holds capacity / replicas rows); try "
+                f"{capacity // replicas * replicas}"
+            )
+        if shard_by is not None:
+            leaf = self.spec.get(shard_by)
+            if leaf is None or not leaf.dtype.is_integer or leaf.shape.rank != 0:
+                raise ConfigError(
+                    f"shard_by: got {shard_by!r}, expected the name of an integer scalar field "
+                    f"of the spec (fields: {sorted(self.spec)}), e.g. the actor's stream id"
+                )
+        self.strategy = strategy
+        self.shard_by = shard_by
+        self.capacity = int(capacity)
+        self.num_shards = replicas
+        self.shards = [
+            ReplayTable(
+                self.spec, self.capacity // replicas, device=dev, name=f"{name}_{i}", **table_kwargs
+            )
+            for i, dev in enumerate(devices)
+        ]
+        #: the device of replica 0 (the learner's counters live there)
+        self.device = self.shards[0].device
+        with tf.device("/CPU:0"):  # host-side totals: the rate limiter and Info read them
+            self.size_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="size")
+            self.inserted_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="inserted")
+        self._append_fn = tf.function(
+            self._append_graph, input_signature=[batch_signature(self.spec)]
+        )
+        self.served_at: str | None = None
+        logger.info(
+            "sharded table %s: capacity %d in %d shards (%s), %.1f MiB",
+            name,
+            self.capacity,
+            replicas,
+            "rows round-robin" if shard_by is None else f"by {shard_by!r}",
+            self.nbytes / 2**20,
+        )
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the field variables of all shards."""
+        return sum(shard.nbytes for shard in self.shards)
+
+    @property
+    def size(self) -> int:
+        """Number of filled rows over all shards (at most ``capacity``)."""
+        return int(self.size_var.numpy())
+
+    @property
+    def total_inserted(self) -> int:
+        """Transitions appended since the table was made (or restored), overwritten ones too."""
+        return int(self.inserted_var.numpy())
+
+    @property
+    def shard_sizes(self) -> list[int]:
+        """Filled rows of each shard."""
+        return [shard.size for shard in self.shards]
+
+    def __len__(self) -> int:
+        return self.size
+
+    def append(self, batch: Mapping[str, Any]) -> int:
+        """Write ``n >= 1`` transitions, each row into one shard; returns n.
+
+        Raises:
+            BatchError: when the batch does not match the spec; no shard is changed.
+        """
+        checked = validate_batch(self.spec, batch)
+        n = int(np.shape(next(iter(checked.values())))[0])
+        self._append_fn(checked)
+        return n
+
+    def min_shard_size(self) -> tf.Tensor:
+        """The smallest shard's size (int64 scalar, usable inside graphs)."""
+        return tf.reduce_min(tf.stack([s.size_var.read_value() for s in self.shards]))
+
+    def local_shard(self) -> ReplayTable:
+        """The shard of the replica calling (inside ``strategy.run``).
+
+        Raises:
+            ConfigError: outside a replica context of this table's strategy.
+        """
+        return self.shards[replica_index(self.strategy)]
+
+    def gather(self, indices: tf.Tensor) -> dict[str, tf.Tensor]:
+        """Rows ``indices`` of the calling replica's shard (inside ``strategy.run``)."""
+        return self.local_shard().gather(indices)
+
+    def _append_graph(self, batch: dict[str, tf.Tensor]) -> None:
+        first = next(iter(batch.values()))
+        n = tf.shape(first, out_type=tf.int64)[0]
+        replicas = self.num_shards
+        if self.shard_by is None:
+            rows = self.inserted_var.read_value() + tf.range(n, dtype=tf.int64)
+            shard_ids = rows % replicas
+        else:
+            shard_ids = tf.math.floormod(tf.cast(batch[self.shard_by], tf.int64), replicas)
+        parts = {
+            k: tf.dynamic_partition(v, tf.cast(shard_ids, tf.int32), replicas)
+            for k, v in batch.items()
+        }
+        for i, shard in enumerate(self.shards):
+            with tf.device(shard.device):
+                shard._append_graph({k: parts[k][i] for k in batch})
+        self.inserted_var.assign_add(n)
+        self.size_var.assign(tf.add_n([s.size_var.read_value() for s in self.shards]))
+
+
+_STRATEGIES: dict[tuple[str, ...], tf.distribute.MirroredStrategy] = {}
+
+
+def mirrored_strategy(devices: str | list[str]) -> tf.distribute.MirroredStrategy:
+    """The process's `MirroredStrategy` over ``devices`` (``"/gpu:0,/gpu:1"`` or a list).
+
+    One per set of devices, made at the first call and returned again after: two strategies
+    over the same devices number their collective ops from the same keys, and TensorFlow then
+    mixes up the all-reduces of one with the other's ("Collective instance N expected type ...").
+
+    CPU devices past the first (``"/cpu:0,/cpu:1"``) are made by splitting the CPU into logical
+    devices, which TensorFlow allows only before its runtime starts (before the first op); this
+    is for trying the data-parallel path on a machine without GPUs: the replicas share the same
+    cores, so it runs no faster.
+
+    Raises:
+        ConfigError: for an empty list, an unknown device, or a CPU split asked for too late.
+    """
+    names = [d.strip() for d in devices.split(",")] if isinstance(devices, str) else list(devices)
+    names = [d if d.startswith("/") else f"/{d}" for d in names if d]
+    if not names:
+        raise ConfigError(f"devices: got {devices!r}, expected e.g. '/gpu:0,/gpu:1'")
+    specs = [tf.DeviceSpec.from_string(d) for d in names]
+    cpus = [s.device_index or 0 for s in specs if (s.device_type or "").upper() == "CPU"]
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    split = tf.config.get_logical_device_configuration(cpu)  # does not start the runtime
+    if cpus and max(cpus) >= (len(split) if split else 1):
+        try:
+            tf.config.set_logical_device_configuration(
+                cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(max(cpus) + 1)]
+            )
+        except RuntimeError:
+            raise ConfigError(
+                f"devices: {names} needs {max(cpus) + 1} logical CPU devices, but TensorFlow "
+                "has started and can no longer split the CPU; make the strategy before any "
+                "other TensorFlow call"
+            ) from None
+    have = {
+        ((spec := tf.DeviceSpec.from_string(d.name)).device_type, spec.device_index): d.name
+        for d in tf.config.list_logical_devices()
+    }
+    for name, spec in zip(names, specs, strict=True):
+        if ((spec.device_type or "").upper(), spec.device_index or 0) not in have:
+            raise ConfigError(
+                f"devices: {name!r} does not exist here; expected some of {sorted(have.values())}"
+            )
+    key = tuple(tf.DeviceSpec.from_string(n).to_string() for n in names)
+    if key not in _STRATEGIES:
+        _STRATEGIES[key] = tf.distribute.MirroredStrategy(names)
+    return _STRATEGIES[key]
+
+
+def replica_index(strategy: tf.distribute.Strategy) -> int:
+    """The calling replica's index (a Python int) inside ``strategy.run``.
+
+    Raises:
+        ConfigError: outside a replica context of ``strategy``, or when the strategy does not
+            give a static replica id (e.g. a TPU strategy).
+    """
+    ctx = tf.distribute.get_replica_context()
+    if ctx is None or tf.distribute.get_strategy() is not strategy:
+        raise ConfigError(
+            "a sharded table's shard is chosen by the replica calling: call this inside "
+            "strategy.run(...) of the table's strategy (rg.Learner does) or use table.shards[i]"
+        )
+    index = tf.get_static_value(ctx.replica_id_in_sync_group)
+    if index is None:
+        raise ConfigError(
+            f"{type(strategy).__name__} gives no static replica id; ShardedReplayTable supports "
+            "MirroredStrategy and OneDeviceStrategy"
+        )
+    return int(index)
