@@ -38,6 +38,12 @@ from replaygpu.agents.policies import greedy_q_policy
 from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult
 from replaygpu.agents.runs import RunControl
 
+#: help of the ``devices`` field of the learners' configs (`ApexConfig`, `SACLearnerConfig`)
+DEVICES_HELP = helptext(
+    "data-parallel learner over these devices, e.g. /gpu:0,/gpu:1 (one replay shard each; "
+    "/cpu:0,/cpu:1 splits the CPU, to try it); empty: one device"
+)
+
 
 @dataclass(frozen=True)
 class ApexConfig:
@@ -108,13 +114,7 @@ class ApexConfig:
     jit_compile: bool = field(default=True, metadata=helptext("compile the SGD loop with XLA"))
     address: str = field(default="127.0.0.1:0", metadata=helptext("where the learner serves"))
     device: str = field(default="", metadata=helptext("TF device; empty: first GPU, else CPU"))
-    devices: str = field(
-        default="",
-        metadata=helptext(
-            "data-parallel learner over these devices, e.g. /gpu:0,/gpu:1 (one replay shard "
-            "each; /cpu:0,/cpu:1 splits the CPU, to try it); empty: one device"
-        ),
-    )
+    devices: str = field(default="", metadata=DEVICES_HELP)
 
     def __post_init__(self) -> None:
         positive = [

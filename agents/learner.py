@@ -51,13 +51,7 @@ class SACLearnerConfig(sac.SACConfig):
         default=256, metadata=helptext("actor env steps between weight pulls")
     )
     address: str = field(default="127.0.0.1:0", metadata=helptext("where the learner serves"))
-    devices: str = field(
-        default="",
-        metadata=helptext(
-            "data-parallel learner over these devices, e.g. /gpu:0,/gpu:1 (one replay shard "
-            "each; /cpu:0,/cpu:1 splits the CPU, to try it); empty: one device"
-        ),
-    )
+    devices: str = field(default="", metadata=apex.DEVICES_HELP)
 
     def __post_init__(self) -> None:
         if self.steps == 0:  # until stopped: check the other fields as if the run had a length
