@@ -27,6 +27,7 @@ class Demo:
     config_class: str
     summary: str
     preset: dict[str, Any] = field(default_factory=dict)
+    checkpoint_every_s: float = 60.0  # default of --checkpoint-every-s
 
 
 DEMOS: dict[str, Demo] = {
@@ -73,6 +74,19 @@ DEMOS: dict[str, Demo] = {
     ),
     "pendulum": Demo(
         "replaygpu.agents.sac", "SACConfig", "SAC on Pendulum-v1 (twin critics, auto entropy)"
+    ),
+    "breakout": Demo(
+        "replaygpu.agents.atari",
+        "AtariDQNConfig",
+        "DQN with the Nature CNN on ALE/Breakout-v5 (needs replaygpu[atari]; a frame table)",
+        checkpoint_every_s=600.0,  # a checkpoint writes the whole frame table (0.7-7 GB)
+    ),
+    "pong": Demo(
+        "replaygpu.agents.atari",
+        "AtariDQNConfig",
+        "DQN with the Nature CNN on ALE/Pong-v5 (needs replaygpu[atari]; a frame table)",
+        dict(env_id="ALE/Pong-v5"),
+        checkpoint_every_s=600.0,
     ),
     "apex-cartpole": Demo(
         "replaygpu.agents.apex",
@@ -136,8 +150,9 @@ def demo_parser(name: str) -> tuple[argparse.ArgumentParser, type, Any]:
     parser.add_argument(
         "--checkpoint-every-s",
         type=float,
-        default=60.0,
-        help="seconds between checkpoints; SIGTERM and Ctrl-C save one too (default: 60)",
+        default=demo.checkpoint_every_s,
+        help="seconds between checkpoints; SIGTERM and Ctrl-C save one too "
+        f"(default: {demo.checkpoint_every_s:g})",
     )
     add_config_flags(parser, config_cls, config_cls(**demo.preset))
     return parser, config_cls, module
@@ -250,7 +265,10 @@ def run_eval(args: argparse.Namespace) -> int:
     agent = module.make_agent(config, env)
     env.close()
     tf.train.Checkpoint(agent=agent).read(latest).expect_partial().assert_existing_objects_matched()
-    returns = evaluate(module.greedy_policy(agent), config.env_id, args.episodes, seed=args.seed)
+    if hasattr(module, "evaluate_agent"):  # its own env wrappers (Atari preprocessing)
+        returns = module.evaluate_agent(config, agent, args.episodes, seed=args.seed)
+    else:
+        returns = evaluate(module.greedy_policy(agent), config.env_id, args.episodes, args.seed)
     print(
         f"{latest}: greedy evaluation on {config.env_id} over {len(returns)} episodes: mean "
         f"return {returns.mean():.1f} (std {returns.std():.1f}, min {returns.min():.1f}, "

@@ -153,3 +153,43 @@ def evaluate(policy: Policy, env_id: str, episodes: int, seed: int) -> np.ndarra
     finally:
         env.close()
     return returns
+
+
+def make_atari_env(
+    env_id: str, seed: int, repeat_action_probability: float = 0.25, noop_max: int = 30
+) -> gym.Env:
+    """An ALE game with the standard DQN preprocessing: ``[84, 84]`` uint8 grey frames.
+
+    ``gym.make(env_id, frameskip=1, repeat_action_probability=...)`` wrapped in gymnasium's
+    ``AtariPreprocessing(frame_skip=4, screen_size=84, grayscale_obs=True, noop_max=...)``
+    (max-pooled frame skip of 4, up to ``noop_max`` no-ops at reset). It never ends an episode
+    on a life loss: the training loop marks those terminal itself (``info["lives"]``) and
+    keeps playing, as SB3's ``EpisodicLifeEnv`` does; the wrapper's own
+    ``terminal_on_life_loss`` would reset the whole game at each lost life. Rewards are raw:
+    training clips them.
+
+    Raises:
+        ConfigError: ale-py is not installed, or ``env_id`` is not an ALE game.
+    """
+    try:
+        import ale_py
+    except ImportError:
+        raise rg.ConfigError(
+            "the Atari demos need ale-py (which ships the ROMs) and opencv; install them with: "
+            'pip install "replaygpu[atari]"'
+        ) from None
+    from gymnasium.wrappers import AtariPreprocessing
+
+    gym.register_envs(ale_py)
+    if env_id not in gym.registry or not env_id.startswith("ALE/"):
+        raise rg.ConfigError(
+            f"env id: got {env_id!r}, expected an ALE game id such as 'ALE/Breakout-v5' "
+            "(see gymnasium.pprint_registry())"
+        )
+    env = gym.make(env_id, frameskip=1, repeat_action_probability=repeat_action_probability)
+    env = AtariPreprocessing(
+        env, noop_max=noop_max, frame_skip=4, screen_size=84, grayscale_obs=True
+    )
+    env.reset(seed=seed)
+    env.action_space.seed(seed)
+    return env

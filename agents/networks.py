@@ -128,3 +128,58 @@ class Adam(tf.Module):
             m.assign(self.beta1 * m + (1.0 - self.beta1) * g)
             v.assign(self.beta2 * v + (1.0 - self.beta2) * tf.square(g))
             var.assign_sub(scale * m / (tf.sqrt(v) + self.epsilon))
+
+
+class NatureCNN(tf.Module):
+    """The DQN Nature network (Mnih et al. 2015): conv 32x8x8/4, 64x4x4/2, 64x3x3/1, dense 512.
+
+    Takes uint8 frame stacks ``[B, k, H, W]`` as a frame table's sampler gives them and converts
+    them to float in ``[0, 1]`` itself, so frames stay uint8 on the device until the update.
+    Weights start like PyTorch's layers (uniform in +-1/sqrt(fan_in)), as in `MLP`.
+
+    Args:
+        frame_shape: ``(k, H, W)`` of one stacked observation.
+        num_outputs: width of the linear output layer (actions).
+        seed: seed of the initialisation.
+        name: variable name scope.
+    """
+
+    CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))  # (filters, kernel, stride), VALID padding
+
+    def __init__(
+        self, frame_shape: Sequence[int], num_outputs: int, seed: int, name: str = "cnn"
+    ) -> None:
+        super().__init__(name=name)
+        channels, height, width = (int(s) for s in frame_shape)
+        rng = tf.random.Generator.from_seed(seed)
+
+        def uniform(shape: list[int], fan_in: int, label: str) -> tf.Variable:
+            bound = 1.0 / np.sqrt(fan_in)
+            return tf.Variable(rng.uniform(shape, -bound, bound), name=label)
+
+        self.convs: list[tuple[tf.Variable, tf.Variable, int]] = []
+        for i, (filters, kernel, stride) in enumerate(self.CONVS):
+            fan_in = kernel * kernel * channels
+            w = uniform([kernel, kernel, channels, filters], fan_in, f"conv{i}_w")
+            self.convs.append((w, uniform([filters], fan_in, f"conv{i}_b"), stride))
+            height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
+            if height < 1 or width < 1:
+                raise rg.ConfigError(
+                    f"frame_shape: got {tuple(frame_shape)}, too small for the Nature CNN; "
+                    "expected frames of at least 36x36 (84x84 is standard)"
+                )
+            channels = filters
+        flat = height * width * channels  # 3136 for 84x84 frames
+        self.head = MLP([flat, 512, num_outputs], seed=seed + 1, name=f"{name}_head")
+
+    @property
+    def weights(self) -> list[tf.Variable]:
+        """All variables: the convolutions' ``[w, b]`` in order, then the dense head's."""
+        return [v for w, b, _ in self.convs for v in (w, b)] + self.head.weights
+
+    def __call__(self, frames: tf.Tensor) -> tf.Tensor:
+        """``[B, k, H, W]`` uint8 (or float in [0, 255]) ``-> [B, num_outputs]``."""
+        x = tf.transpose(tf.cast(frames, tf.float32) / 255.0, [0, 2, 3, 1])  # NHWC
+        for w, b, stride in self.convs:
+            x = tf.nn.relu(tf.nn.conv2d(x, w, stride, "VALID") + b)
+        return self.head(tf.reshape(x, [tf.shape(x)[0], -1]))
