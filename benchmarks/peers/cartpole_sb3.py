@@ -1,0 +1,104 @@
+"""DQN on CartPole-v1, rl-zoo3 hyperparameters, 50k env steps: `replaygpu demo cartpole` vs
+Stable-Baselines3, whole processes, alternating, one pair per seed.
+
+For each seed: (a) ``python -m replaygpu demo cartpole --seed S`` in this interpreter's venv
+(the project's), timed from start to exit (imports, XLA compilation, training, checkpoints,
+the learning-curve plot and its own 20-episode greedy evaluation), then, untimed,
+``replaygpu eval RUN_DIR --episodes 20``; (b) ``sb3_dqn.py --seed S`` in the peers venv, timed
+the same way (imports, training, 20-episode greedy evaluation). The return reported for
+replaygpu is the one of ``replaygpu eval`` (episode seeds 10000.., as sb3_dqn.py's). Prints one
+line per run, then medians and the wall-clock ratio SB3 / replaygpu. Targets (issue 14):
+ratio >= 4 and greedy return >= 475 on every seed.
+
+    bash benchmarks/peers/setup.sh                      # once: the peers venv
+    .venv/bin/python benchmarks/peers/cartpole_sb3.py   # seeds 0 1 2
+    .venv/bin/python benchmarks/peers/cartpole_sb3.py --seeds 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+PEERS_PYTHON = os.path.join(HERE, ".venv-peers", "bin", "python")
+RETURN = re.compile(r"greedy evaluation.* over (\d+) episodes: mean return ([-\d.]+)")
+
+
+def load() -> str:
+    return "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+
+
+def timed(cmd: list[str]) -> tuple[float, str]:
+    """Run ``cmd`` from the repository root; ``(seconds, stdout)``; raise with its output."""
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+    return seconds, proc.stdout
+
+
+def run_replaygpu(seed: int, root: str) -> dict[str, float]:
+    run_dir = os.path.join(root, f"cartpole-s{seed}")
+    cli = [sys.executable, "-m", "replaygpu"]
+    wall, out = timed([*cli, "demo", "cartpole", "--seed", str(seed), "--run-dir", run_dir])
+    own = float(RETURN.findall(out)[-1][1])
+    _, out = timed([*cli, "eval", run_dir, "--episodes", "20"])
+    return {"wall_s": wall, "eval_mean": float(RETURN.findall(out)[-1][1]), "own_eval": own}
+
+
+def run_sb3(seed: int) -> dict[str, float]:
+    wall, out = timed([PEERS_PYTHON, os.path.join(HERE, "sb3_dqn.py"), "--seed", str(seed)])
+    result = json.loads(out.strip().splitlines()[-1])
+    return {"wall_s": wall, "eval_mean": result["eval_mean"], "train_s": result["train_s"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    args = parser.parse_args()
+    if not os.path.exists(PEERS_PYTHON):
+        sys.exit(f"no peers venv at {PEERS_PYTHON}: run bash benchmarks/peers/setup.sh first")
+    print(f"cartpole DQN 50k env steps, whole processes, {os.cpu_count()} CPUs, {load()}")
+    runs: dict[str, list[dict[str, float]]] = {"replaygpu": [], "sb3": []}
+    with tempfile.TemporaryDirectory(prefix="peers-cartpole-") as root:
+        for seed in args.seeds:
+            r = run_replaygpu(seed, root)
+            runs["replaygpu"].append(r)
+            print(
+                f"replaygpu seed {seed}: wall {r['wall_s']:.1f} s | greedy return "
+                f"{r['eval_mean']:.1f} (demo's own eval {r['own_eval']:.1f}) | {load()}",
+                flush=True,
+            )
+            s = run_sb3(seed)
+            runs["sb3"].append(s)
+            print(
+                f"sb3       seed {seed}: wall {s['wall_s']:.1f} s (learn {s['train_s']:.1f} s) | "
+                f"greedy return {s['eval_mean']:.1f} | {load()}",
+                flush=True,
+            )
+    for name, rs in runs.items():
+        wins = sum(r["eval_mean"] >= 475 for r in rs)
+        wall = statistics.median(r["wall_s"] for r in rs)
+        ret = statistics.median(r["eval_mean"] for r in rs)
+        print(
+            f"{name:9} median wall {wall:.1f} s, median return {ret:.1f}, "
+            f">= 475 in {wins}/{len(rs)}"
+        )
+    ratio = statistics.median(r["wall_s"] for r in runs["sb3"]) / statistics.median(
+        r["wall_s"] for r in runs["replaygpu"]
+    )
+    print(f"wall-clock ratio SB3 / replaygpu (medians): {ratio:.2f}x (target >= 4x)")
+
+
+if __name__ == "__main__":
+    main()

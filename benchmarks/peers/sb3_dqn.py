@@ -1,0 +1,77 @@
+"""Stable-Baselines3 DQN on CartPole-v1 with rl-zoo3's hyperparameters, then a greedy evaluation.
+
+Runs in the peers venv (``bash benchmarks/peers/setup.sh``), started by ``cartpole_sb3.py`` as a
+whole process, so its wall-clock counts the imports as the replaygpu demo's does. Prints one
+JSON line: ``{"seed", "train_s", "eval_mean", "eval_min"}``.
+
+    benchmarks/peers/.venv-peers/bin/python benchmarks/peers/sb3_dqn.py --seed 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import gymnasium as gym
+import numpy as np
+from stable_baselines3 import DQN
+
+# rl-zoo3 hyperparams/dqn.yml, CartPole-v1 (n_timesteps 5e4).
+ZOO_CARTPOLE = {
+    "policy": "MlpPolicy",
+    "learning_rate": 2.3e-3,
+    "batch_size": 64,
+    "buffer_size": 100_000,
+    "learning_starts": 1000,
+    "gamma": 0.99,
+    "target_update_interval": 10,
+    "train_freq": 256,
+    "gradient_steps": 128,
+    "exploration_fraction": 0.16,
+    "exploration_final_eps": 0.04,
+    "policy_kwargs": {"net_arch": [256, 256]},
+}
+STEPS = 50_000
+
+
+def evaluate(model: DQN, episodes: int, seed: int) -> np.ndarray:
+    """Greedy returns of ``episodes`` episodes, env seeds ``seed + i`` (as `replaygpu eval`)."""
+    env = gym.make("CartPole-v1")
+    returns = np.zeros(episodes)
+    for ep in range(episodes):
+        obs, _ = env.reset(seed=seed + ep)
+        done = False
+        while not done:
+            action, _ = model.predict(obs, deterministic=True)
+            obs, reward, terminated, truncated, _ = env.step(int(action))
+            returns[ep] += float(reward)
+            done = terminated or truncated
+    env.close()
+    return returns
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--episodes", type=int, default=20)
+    args = parser.parse_args()
+    model = DQN(env=gym.make("CartPole-v1"), seed=args.seed, device="cpu", **ZOO_CARTPOLE)
+    start = time.perf_counter()
+    model.learn(total_timesteps=STEPS)
+    train_s = time.perf_counter() - start
+    returns = evaluate(model, args.episodes, seed=10_000)
+    print(
+        json.dumps(
+            {
+                "seed": args.seed,
+                "train_s": train_s,
+                "eval_mean": float(returns.mean()),
+                "eval_min": float(returns.min()),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
