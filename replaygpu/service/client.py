@@ -130,6 +130,7 @@ class ReplayClient:
             classify=lambda err: connect_error(err, address, tls),
         )
         self._cond = self._outbox.cond  # one lock for the partial buffer and the outbox
+        self._filling = threading.Event()  # set while a request is being filled
         self._flusher = threading.Thread(
             target=self._flush_loop, name="replaygpu-client-flush", daemon=True
         )
@@ -317,6 +318,7 @@ class ReplayClient:
             for k, f in self.spec.items()
         ]
         self._partial_since = time.monotonic()
+        self._filling.set()
 
     def _fill_partial(self, cols: Mapping[str, np.ndarray], start: int, n: int) -> int:
         """Copy rows ``start:`` of ``cols`` into the request being filled, sealing it when
@@ -360,12 +362,22 @@ class ReplayClient:
             self._outbox.wait_until_acked(timeout)
 
     def _flush_loop(self) -> None:
+        """Seal the request being filled once its oldest row waited ``max_delay_s``. Sleeps
+        while none is being filled: hundreds of idle clients in one process cost no wakeups."""
         delay = self.config.max_delay_s
-        with self._cond:
-            while not self._outbox.closing:
-                if self._partial_n and time.monotonic() - self._partial_since >= delay:
+        while True:
+            self._filling.wait()
+            with self._cond:
+                if self._outbox.closing:
+                    return
+                if not self._partial_n:  # sealed meanwhile (full, or flushed)
+                    self._filling.clear()  # under the lock: `_new_partial` sets it under it
+                    continue
+                left = self._partial_since + delay - time.monotonic()
+                if left <= 0:
                     self._seal_partial()
-                self._cond.wait(delay / 2)
+                else:
+                    self._cond.wait(left)
 
     # -- the server's rate limit ----------------------------------------------------------------
 
@@ -475,6 +487,7 @@ class ReplayClient:
             flushed = True
         finally:
             self._outbox.close(drop=not (flush and flushed))
+            self._filling.set()  # wake the flusher to see the outbox closing
             self._flusher.join()
             self._channel.close()
 

@@ -93,6 +93,12 @@ class SequenceLedger(tf.Module):
             self._sync_from_variable()
             return {str(k): int(v) for k, v in self._seqs.items()}
 
+    def actors(self) -> int:
+        """How many actors the ledger holds."""
+        with self._lock:
+            self._sync_from_variable()
+            return len(self._seqs)
+
     def advance(self, actor_id: str, seq: int) -> None:
         """Record ``seq`` as committed for ``actor_id`` (in memory; `write` persists it)."""
         with self._lock:

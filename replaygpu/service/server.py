@@ -319,7 +319,7 @@ class ReplayServer:
             "weights_version": servicer.weights.version,
             "open_streams": servicer.streams,
             "refused_streams": servicer.refused_streams,
-            "actors": len(self.ledger.snapshot()),
+            "actors": self.ledger.actors(),
             "checkpoints": self.checkpoints,
             "checkpoint_seconds": self.checkpoint_seconds,
         }

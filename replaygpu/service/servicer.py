@@ -63,6 +63,10 @@ SERVICE_NAME = replay_pb2.DESCRIPTOR.services_by_name["ReplayService"].full_name
 #: requests this large are parsed and copied on an admit thread, smaller ones on the loop
 OFF_LOOP_BYTES = 2**20
 
+#: small requests admitted on the loop per turn: a burst from hundreds of streams is admitted
+#: in turns, with health checks, Info and acks answered between them (not after the burst)
+ADMIT_PER_TURN = 16
+
 #: the codes Append answers with, counted from 0 in `Servicer.answered` (others when first seen)
 ANSWER_CODES = ("OK", "INVALID_ARGUMENT", "NOT_FOUND", "RESOURCE_EXHAUSTED", "UNAVAILABLE")
 
@@ -136,6 +140,13 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         #: previous incarnation that are still on their way into the table
         self._staged_seqs: collections.OrderedDict[str, int] = collections.OrderedDict()
         self._admit_pool = ThreadPoolExecutor(config.admit_threads, "replaygpu-admit")
+        #: Info reads TensorFlow variables and the ledger, which can wait on a commit or a
+        #: train call: it runs here, never on the loop that answers health checks and appends
+        self._info_pool = ThreadPoolExecutor(1, "replaygpu-info")
+        #: small requests waiting for their turn on the loop (`_admit_in_turns`)
+        self._waiting: collections.deque[tuple[bytes, Callable[[Any], None], asyncio.Future[Any]]]
+        self._waiting = collections.deque()
+        self._admitter: asyncio.Task[None] | None = None  # runs while any wait
         self._weights_cache: tuple[WeightSnapshot | None, Any] = (None, None)
 
     @property
@@ -152,8 +163,9 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
             )
 
     def close(self) -> None:
-        """Stop the admit threads (after the server stopped)."""
+        """Stop the admit and Info threads (after the server stopped)."""
         self._admit_pool.shutdown(wait=True, cancel_futures=True)
+        self._info_pool.shutdown(wait=True, cancel_futures=True)
 
     # -- Append ---------------------------------------------------------------------------------
 
@@ -235,11 +247,15 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         self, data: bytes, outbox: asyncio.Queue[Any], post: Callable[[Any], None]
     ) -> None:
         """Parse, validate, copy and stage one request (or ack a replay at once)."""
+        loop = asyncio.get_running_loop()
         if len(data) >= OFF_LOOP_BYTES:
-            loop = asyncio.get_running_loop()
             item = await loop.run_in_executor(self._admit_pool, self._prepare, data, post)
         else:
-            item = self._prepare(data, post)
+            prepared = loop.create_future()
+            self._waiting.append((data, post, prepared))
+            if self._admitter is None:
+                self._admitter = loop.create_task(self._admit_in_turns())
+            item = await prepared
         if item is None:  # a replay, acknowledged already
             return
         deadline = asyncio.get_running_loop().time() + self._queue.put_timeout_s
@@ -251,6 +267,23 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
             await asyncio.sleep(delay)
             delay = min(2 * delay, 0.02)
         self._note_staged(item.actor_id, item.seq)
+
+    async def _admit_in_turns(self) -> None:
+        """Prepare the waiting small requests, `ADMIT_PER_TURN` per turn of the loop, in the
+        order they arrived (one task; runs while any wait)."""
+        try:
+            while self._waiting:
+                for _ in range(min(ADMIT_PER_TURN, len(self._waiting))):
+                    data, post, prepared = self._waiting.popleft()
+                    if prepared.done():  # its stream ended meanwhile
+                        continue
+                    try:
+                        prepared.set_result(self._prepare(data, post))
+                    except Exception as err:
+                        prepared.set_exception(err)
+                await asyncio.sleep(0)
+        finally:
+            self._admitter = None
 
     def _note_staged(self, actor: str, seq: int) -> None:
         """Remember ``actor``'s highest staged seq (on the event loop; bounded like the ledger)."""
@@ -350,18 +383,20 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         if snapshot is None:
             return replay_pb2.Weights(version=self.weights.version)
         cached, message = self._weights_cache
-        if cached is not snapshot:
-            message = replay_pb2.Weights(version=snapshot.version, named=snapshot.names is not None)
-            names = snapshot.names or tuple(str(i) for i in range(len(snapshot.arrays)))
-            for name, array in zip(names, snapshot.arrays, strict=True):
-                entry = message.tensors.add()
-                entry.name = name
-                codec.encode_tensor(array, entry.tensor)
+        if cached is not snapshot:  # a new version: encoded once, off the loop (megabytes)
+            loop = asyncio.get_running_loop()
+            message = await loop.run_in_executor(self._info_pool, _weights_message, snapshot)
             self._weights_cache = (snapshot, message)
         return message
 
     async def Info(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        """The table's spec and counters, the rate limiter, and the caller's last seq."""
+        """The table's spec and counters, the rate limiter, and the caller's last seq (read on
+        the Info thread: the loop never waits for TensorFlow or the ledger's lock)."""
+        staged_seq = self._staged_seqs.get(request.actor_id, 0)  # the loop's own map
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._info_pool, self._info, request, staged_seq)
+
+    def _info(self, request: Any, staged_seq: int) -> Any:
         table = replay_pb2.TableInfo(
             name=self.table.name,
             capacity=self.table.capacity,
@@ -391,18 +426,27 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
             max_message_bytes=self.config.max_message_bytes,
             server_version=__version__,
             # committed or staged: a restarted client must not reuse a seq still in flight
-            actor_last_seq=max(
-                ledger.last(request.actor_id), self._staged_seqs.get(request.actor_id, 0)
-            )
+            actor_last_seq=max(ledger.last(request.actor_id), staged_seq)
             if request.actor_id
             else 0,
             staged_batches=len(self._queue),
             staged_bytes=self._queue.nbytes,
-            actors=len(ledger.snapshot()),
+            actors=ledger.actors(),
         )
         if self.actor_settings is not None:
             self.actor_settings.to_proto(reply.actor_settings)
         return reply
+
+
+def _weights_message(snapshot: WeightSnapshot) -> Any:
+    """The ``Weights`` message of one published snapshot."""
+    message = replay_pb2.Weights(version=snapshot.version, named=snapshot.names is not None)
+    names = snapshot.names or tuple(str(i) for i in range(len(snapshot.arrays)))
+    for name, array in zip(names, snapshot.arrays, strict=True):
+        entry = message.tensors.add()
+        entry.name = name
+        codec.encode_tensor(array, entry.tensor)
+    return message
 
 
 def handlers(servicer: Servicer) -> grpc.GenericRpcHandler:

@@ -10,6 +10,7 @@ the limit, marked retryable (`StagingFullError`), so a stalled learner pushes ba
 from __future__ import annotations
 
 import collections
+import math
 import sys
 import threading
 import time
@@ -183,7 +184,7 @@ class BufferPool:
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """An uninitialised C-contiguous, aligned array in a pooled buffer."""
         dtype = np.dtype(dtype)
-        nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+        nbytes = dtype.itemsize * math.prod(shape)
         size = self._size_class(max(1, nbytes))
         with self._lock:
             free = self._free.get(size)
