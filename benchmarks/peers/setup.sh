@@ -18,6 +18,8 @@ pins=(
   "torchrl==0.14.1"
   "tensordict==0.14.3"
   "numpy==2.4.6"
+  "ale-py==0.12.1"                     # breakout_sb3.py (the versions replaygpu's atari extra
+  "opencv-python-headless==5.0.0.93"   # resolved to here)
 )
 if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv"
@@ -27,6 +29,6 @@ fi
 "$venv/bin/python" - <<'PY'
 from importlib.metadata import version
 
-names = ("torch", "stable-baselines3", "gymnasium", "cpprb", "torchrl", "tensordict")
+names = ("torch", "stable-baselines3", "gymnasium", "cpprb", "torchrl", "tensordict", "ale-py")
 print("peers venv ready: " + ", ".join(f"{n} {version(n)}" for n in names))
 PY
