@@ -43,6 +43,24 @@ def test_train_runs_requested_steps_and_traces_once_for_any_step_count(jit_compi
     assert float(tf.norm(w)) > 0  # the update ran
 
 
+def test_without_autograph_a_plain_update_trains_and_python_control_flow_on_tensors_fails():
+    learner, w = make_regression(filled_table(), batch_size=8, autograph=False)
+    assert learner.train(5)["steps"] == 5
+    assert float(tf.norm(w)) > 0
+
+    def branching(batch):  # a Python `if` on a tensor: only autograph turns it into tf.cond
+        x = tf.reduce_mean(batch["x"])
+        if x > 0:
+            x = -x
+        return {"x": x}
+
+    table = filled_table()
+    sampler = rg.UniformSampler(table)
+    with pytest.raises((TypeError, tf.errors.OperatorNotAllowedInGraphError)):
+        rg.Learner(table, sampler, branching, batch_size=8, autograph=False).train(1)
+    assert rg.Learner(table, sampler, branching, batch_size=8).train(1)["steps"] == 1
+
+
 def test_train_metrics_are_means_over_the_steps_of_the_call():
     table = filled_table()
     # every row has id 5: the mean of per-step means is exactly 5

@@ -50,6 +50,10 @@ class Learner(tf.Module):
         batch_size: minibatch size B (in total: each of R replicas draws B / R rows).
         rate_limiter: optional `SampleToInsertRatio`; without one every requested step runs.
         jit_compile: compile the whole loop with XLA (the largest CPU win for small networks).
+        autograph: let `tf.function` convert Python control flow on tensors in ``update_fn``
+            (``if``/``for``/``while``). An update written with ``tf.cond``/``tf.while_loop``, or
+            with none, can pass False: the first call then skips the conversion (measured:
+            4.8 s -> 2.0 s for the CartPole DQN update, tracing and XLA included).
 
     Attributes:
         steps: total SGD steps run (int64 variable, checkpointed).
@@ -70,6 +74,7 @@ class Learner(tf.Module):
         batch_size: int = 256,
         rate_limiter: SampleToInsertRatio | None = None,
         jit_compile: bool = False,
+        autograph: bool = True,
     ) -> None:
         super().__init__(name="learner")
         if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
@@ -99,6 +104,7 @@ class Learner(tf.Module):
         #: rows each replica draws per step (batch_size on one device)
         self.replica_batch_size = self.batch_size // replicas
         self.jit_compile = bool(jit_compile)
+        self.autograph = bool(autograph)
         self._update_fn = update_fn
         self._replica_steps: list[Callable[[], tf.Tensor]] = []
         if self.strategy is not None:
@@ -106,7 +112,7 @@ class Learner(tf.Module):
             # A nested tf.function may hold an all-reduce only when XLA compiles it on GPUs
             # (elsewhere MirroredStrategy all-reduces by merge_call, which needs the outer graph).
             self._replica_steps = [
-                tf.function(self._replica_step, jit_compile=True)
+                tf.function(self._replica_step, jit_compile=True, autograph=self.autograph)
                 if self.jit_compile and all_gpus
                 else self._replica_step
                 for _ in table.shards
@@ -130,6 +136,7 @@ class Learner(tf.Module):
             input_signature=[tf.TensorSpec([], tf.int64)],
             jit_compile=self.jit_compile and self.strategy is None,
             reduce_retracing=True,
+            autograph=self.autograph,
         )
 
     @property
@@ -207,7 +214,7 @@ class Learner(tf.Module):
                 self.strategy.run(replica_probe)
 
         with tf.device(self.table.device):
-            tf.function(probe).get_concrete_function()
+            tf.function(probe, autograph=self.autograph).get_concrete_function()
         out = traced[0]
         if not isinstance(out, Mapping):
             raise ConfigError(
