@@ -37,6 +37,7 @@ from replaygpu.agents.checks import require_positive_ints, require_unit_interval
 from replaygpu.agents.envs import EpisodeStats, TransitionChunk, make_vector_env
 from replaygpu.agents.flags import helptext
 from replaygpu.agents.policies import (
+    batch_size_of,
     epsilon_greedy_actions,
     greedy_q_policy,
     squashed_gaussian_policy,
@@ -289,7 +290,7 @@ class _ActionChooser:
         return squashed_gaussian_policy(weights, scale, bias, self.rng)
 
     def __call__(self, policy: Callable | None, obs: np.ndarray) -> np.ndarray:
-        n, space = len(obs), self.space
+        n, space = batch_size_of(obs), self.space
         if self.config.agent == "sac":
             if policy is None:
                 return self.rng.uniform(space.low, space.high, (n, *space.shape)).astype(

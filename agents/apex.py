@@ -30,7 +30,7 @@ from replaygpu.agents.checks import (
     require_unit_interval,
     require_widths,
 )
-from replaygpu.agents.dqn import DQN
+from replaygpu.agents.dqn import DQN, obs_size
 from replaygpu.agents.dqn import check_env as dqn_check_env
 from replaygpu.agents.envs import evaluate
 from replaygpu.agents.flags import helptext
@@ -168,7 +168,7 @@ def check_env(env_id: str) -> gym.Env:
 
 def make_agent(config: ApexConfig, env: gym.Env) -> DQN:
     """The agent's networks for ``env`` (what ``replaygpu eval`` restores)."""
-    obs_dim = int(np.prod(env.observation_space.shape))
+    obs_dim = obs_size(env.observation_space)
     return DQN(obs_dim, int(env.action_space.n), config, config.learning_rate_schedule)
 
 

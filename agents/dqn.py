@@ -6,6 +6,8 @@ Acting never calls TensorFlow: the agent keeps a numpy copy of the Q-network wei
 after each training call, and picks greedy actions with `numpy_mlp`. Every ``train_freq`` env
 steps the loop appends the chunk of new transitions to the `ReplayTable` in one call and runs
 ``gradient_steps`` SGD steps in one `Learner.train` call (one XLA-compiled graph execution).
+That call runs on a background thread while the next chunk is acted (``overlap_training``), so
+acting (Python, one core) and training (the graph, without the GIL) overlap.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -79,6 +82,15 @@ class DQNConfig:
     num_envs: int = field(default=1, metadata=helptext("envs stepped together (one policy call)"))
     eval_episodes: int = field(default=20, metadata=helptext("greedy evaluation episodes"))
     jit_compile: bool = field(default=True, metadata=helptext("compile the SGD loop with XLA"))
+    overlap_training: bool = field(
+        default=True,
+        metadata=helptext(
+            "run each training call on a background thread while the next chunk is acted, "
+            "with the weights of the call before (one chunk of policy lag); every chunk still "
+            "gets gradient_steps SGD steps, and appends, target syncs and checkpoints wait "
+            "for the call in flight"
+        ),
+    )
     device: str = field(default="", metadata=helptext("TF device; empty: first GPU, else CPU"))
     storage_dtype: Literal["float32", "float16", "bfloat16"] = field(
         default="float32",
@@ -154,8 +166,7 @@ class DQN(tf.Module):
     def update(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         """One SGD step on a minibatch ``{field: [B, ...]}``; runs inside `Learner.train`."""
         gamma = self.config.gamma
-        obs = tf.reshape(tf.cast(batch["obs"], tf.float32), [tf.shape(batch["obs"])[0], -1])
-        next_obs = tf.reshape(tf.cast(batch["next_obs"], tf.float32), tf.shape(obs))
+        obs, next_obs = flat_obs(batch["obs"]), flat_obs(batch["next_obs"])
         next_q_target = self.target(next_obs)
         chooser = self.q(next_obs) if self.config.double_q else next_q_target
         next_action = tf.one_hot(tf.argmax(chooser, axis=1), self.num_actions)
@@ -184,6 +195,37 @@ class DQN(tf.Module):
         self._sync()
 
 
+def _done(result: dict[str, float]) -> Future[dict[str, float]]:
+    """A finished future holding ``result`` (a training call made on the calling thread)."""
+    future: Future[dict[str, float]] = Future()
+    future.set_result(result)
+    return future
+
+
+def flat_obs(obs: Any) -> tf.Tensor:
+    """``[B, D]`` float32 network input of an observation batch ``[B, ...]``.
+
+    A nested observation (a Dict or Tuple space's) is flattened like the actors'
+    `flat_features`: leaves in leaf-path order, each reshaped to ``[B, -1]``, concatenated.
+    """
+    if isinstance(obs, (dict, tuple)):
+        leaves = rg.flatten_nest(obs)
+        n = tf.shape(next(iter(leaves.values())))[0]
+        return tf.concat(
+            [tf.reshape(tf.cast(leaves[p], tf.float32), [n, -1]) for p in sorted(leaves)], axis=1
+        )
+    return tf.reshape(tf.cast(obs, tf.float32), [tf.shape(obs)[0], -1])
+
+
+def obs_size(space: gym.Space) -> int:
+    """D, the flat network input size of one observation of ``space`` (see `flat_obs`)."""
+    if isinstance(space, gym.spaces.Dict):
+        return sum(obs_size(s) for s in space.spaces.values())
+    if isinstance(space, gym.spaces.Tuple):
+        return sum(obs_size(s) for s in space.spaces)
+    return int(np.prod(space.shape))
+
+
 def check_env(env_id: str) -> gym.Env:
     """Make ``env_id`` and check that its actions are Discrete; returns the env (close it).
 
@@ -203,8 +245,7 @@ def check_env(env_id: str) -> gym.Env:
 
 def make_agent(config: DQNConfig, env: gym.Env) -> DQN:
     """The agent for ``env`` (its networks; what ``replaygpu eval`` restores)."""
-    obs_dim = int(np.prod(env.observation_space.shape))
-    return DQN(obs_dim, int(env.action_space.n), config)
+    return DQN(obs_size(env.observation_space), int(env.action_space.n), config)
 
 
 def greedy_policy(agent: DQN) -> Callable[[np.ndarray], np.ndarray]:
@@ -229,19 +270,26 @@ def train(
     n = config.num_envs
     spec = rg.specs_from_env(env)
     narrow = config.storage_dtype != "float32"
+    # "obs" and "next_obs", or their leaf paths for a Dict observation
+    observation_fields = rg.flatten_nest({"obs": spec["obs"], "next_obs": spec["next_obs"]})
     table = rg.ReplayTable(
         spec,
         config.buffer_size,
         device=config.device or None,
-        storage_dtypes=dict.fromkeys(("obs", "next_obs"), config.storage_dtype) if narrow else None,
+        storage_dtypes=dict.fromkeys(observation_fields, config.storage_dtype) if narrow else None,
     )
-    obs_dim = int(np.prod(env.single_observation_space.shape))
+    obs_dim = obs_size(env.single_observation_space)
     num_actions = int(env.single_action_space.n)
     with tf.device(table.device):
         agent = DQN(obs_dim, num_actions, config)
     sampler = rg.UniformSampler(table, seed=config.seed)
     learner = rg.Learner(
-        table, sampler, agent.update, batch_size=config.batch_size, jit_compile=config.jit_compile
+        table,
+        sampler,
+        agent.update,
+        batch_size=config.batch_size,
+        jit_compile=config.jit_compile,
+        autograph=False,  # the update has no Python control flow on tensors
     )
     chunk = TransitionChunk(rg.host_spec(spec), config.train_freq)
     stats = EpisodeStats(n)
@@ -255,46 +303,72 @@ def train(
         loop.restore_rng(rng)
         logger.info("resumed at env step %d, SGD step %d", env_steps, int(learner.steps.numpy()))
     act_greedy = greedy_q_policy(agent.q.numpy_weights())
+    sgd_steps = int(learner.steps.numpy())
+    # With overlap_training the training call runs on this thread while the next chunk is
+    # acted: it releases the GIL inside the graph, so acting and training share the cores.
+    # Nothing touches the table, the networks or the learner's variables meanwhile.
+    trainer = ThreadPoolExecutor(1, "dqn-train") if config.overlap_training else None
+    in_flight: tuple[Future[dict[str, float]], int] | None = None  # (call, env steps at it)
+
+    def finish_training() -> None:
+        """Wait for the call in flight; refresh the acting mirror, sync the target, record."""
+        nonlocal in_flight, act_greedy, last_sync, sgd_steps
+        if in_flight is None:
+            return
+        call, at_steps = in_flight
+        in_flight = None
+        metrics = call.result()
+        sgd_steps += int(metrics.pop("steps"))
+        act_greedy = greedy_q_policy(agent.q.numpy_weights())
+        if at_steps - last_sync >= config.target_update_interval:
+            agent.sync_target()
+            last_sync = at_steps
+        metrics["charts/epsilon"] = config.epsilon(at_steps)
+        recorder.metrics(at_steps, metrics)
 
     # a resumed run starts new episodes: env state is not checkpointed
     obs, _ = env.reset(seed=config.seed + env_steps)
     timer = TrainTimer()
     start = time.perf_counter()
-    while env_steps < config.steps:
-        # Act for one chunk of train_freq env steps with the numpy weight mirror.
-        for _ in range(config.train_freq // n):
-            actions = epsilon_greedy_actions(
-                act_greedy, obs, config.epsilon(env_steps), num_actions, rng
-            )
-            next_obs, reward, terminated, truncated, info = env.step(actions)
-            done = terminated | truncated
-            chunk.add_step(obs, actions, reward, next_obs, terminated, truncated, info)
-            env_steps += n
-            for episodic_return, length in stats.step(reward, done):
-                recorder.episode(env_steps, episodic_return, length)
-            obs = next_obs
-        table.append(chunk.take())
+    try:
+        while env_steps < config.steps:
+            # Act for one chunk of train_freq env steps with the numpy weight mirror.
+            for _ in range(config.train_freq // n):
+                actions = epsilon_greedy_actions(
+                    act_greedy, obs, config.epsilon(env_steps), num_actions, rng
+                )
+                next_obs, reward, terminated, truncated, info = env.step(actions)
+                done = terminated | truncated
+                chunk.add_step(obs, actions, reward, next_obs, terminated, truncated, info)
+                env_steps += n
+                for episodic_return, length in stats.step(reward, done):
+                    recorder.episode(env_steps, episodic_return, length)
+                obs = next_obs
+            finish_training()  # the table is written only between training calls
+            table.append(chunk.take())
 
-        # Train: gradient_steps SGD steps in one fused graph call, then refresh the mirror.
-        if env_steps > config.learning_starts:
-            metrics = timer.train(learner, config.gradient_steps)
-            act_greedy = greedy_q_policy(agent.q.numpy_weights())
-            if env_steps - last_sync >= config.target_update_interval:
-                agent.sync_target()
-                last_sync = env_steps
-            metrics.pop("steps")
-            metrics["charts/epsilon"] = config.epsilon(env_steps)
-            recorder.metrics(env_steps, metrics)
-        recorder.progress(env_steps, int(learner.steps.numpy()), stats.recent_mean)
-        if run is not None and (run.due() or env_steps >= config.steps):
-            loop.capture(env_steps, last_sync, rng)
-            run.save()
-            if run.stop.is_set():
-                break
+            # Train: gradient_steps SGD steps in one fused graph call.
+            if env_steps > config.learning_starts:
+                if trainer is not None:
+                    call = trainer.submit(timer.train, learner, config.gradient_steps)
+                    in_flight = (call, env_steps)
+                else:
+                    in_flight = (_done(timer.train(learner, config.gradient_steps)), env_steps)
+                    finish_training()
+            recorder.progress(env_steps, sgd_steps, stats.recent_mean)
+            if run is not None and (run.due() or env_steps >= config.steps):
+                finish_training()
+                loop.capture(env_steps, last_sync, rng)
+                run.save()
+                if run.stop.is_set():
+                    break
+        finish_training()
+    finally:
+        if trainer is not None:
+            trainer.shutdown(wait=True)
     elapsed = time.perf_counter() - start
     env.close()
 
-    sgd_steps = int(learner.steps.numpy())
     stopped = run is not None and run.stop.is_set() and env_steps < config.steps
     returns = (
         np.zeros(0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -45,14 +46,29 @@ def make_vector_env(env_id: str, num_envs: int, seed: int) -> gym.vector.VectorE
     return env
 
 
-def true_next_obs(obs: np.ndarray, done: np.ndarray, info: Mapping) -> np.ndarray:
-    """The next observation of each env's transition: ``info["final_obs"]`` where it ended."""
+def true_next_obs(obs: Any, done: np.ndarray, info: Mapping) -> Any:
+    """The next observation of each env's transition: ``info["final_obs"]`` where it ended.
+
+    ``obs`` is ``[N, ...]``, or a nest of them for a Dict or Tuple observation space (then
+    each ``info["final_obs"][i]`` is one env's nested observation).
+    """
     if not done.any() or "final_obs" not in info:
         return obs
-    next_obs = obs.copy()
-    for i in np.flatnonzero(info["_final_obs"]):
-        next_obs[i] = info["final_obs"][i]
-    return next_obs
+    ended = np.flatnonzero(info["_final_obs"])
+    return _with_rows(obs, ended, [info["final_obs"][i] for i in ended])
+
+
+def _with_rows(obs: Any, rows: np.ndarray, values: list[Any]) -> Any:
+    """A copy of ``obs`` (``[N, ...]`` or a nest of them) with row ``rows[j]`` set to
+    ``values[j]`` (one env's observation, nested alike)."""
+    if isinstance(obs, Mapping):
+        return {k: _with_rows(v, rows, [x[k] for x in values]) for k, v in obs.items()}
+    if isinstance(obs, tuple):
+        return tuple(_with_rows(v, rows, [x[j] for x in values]) for j, v in enumerate(obs))
+    out = obs.copy()
+    for i, value in zip(rows, values, strict=True):
+        out[i] = value
+    return out
 
 
 class EpisodeStats:
@@ -95,8 +111,10 @@ class TransitionChunk:
         self.size = size
         self.count = 0
 
-    def add(self, **fields: np.ndarray) -> None:
-        """Add ``n`` transitions given as ``field=[n, ...]`` arrays (one vector step)."""
+    def add(self, **fields: Any) -> None:
+        """Add ``n`` transitions given as ``field=[n, ...]`` arrays (one vector step); a field
+        may be a nest of them (a Dict observation) when the spec's leaves are its paths."""
+        fields = rg.flatten_batch(self.columns, fields)
         n = len(next(iter(fields.values())))
         if self.count + n > self.size:
             raise ValueError(f"chunk overflow: holds {self.count} of {self.size}, adding {n}")
@@ -106,10 +124,10 @@ class TransitionChunk:
 
     def add_step(
         self,
-        obs: np.ndarray,
+        obs: Any,
         actions: np.ndarray,
         reward: np.ndarray,
-        next_obs: np.ndarray,
+        next_obs: Any,
         terminated: np.ndarray,
         truncated: np.ndarray,
         info: dict,
@@ -146,13 +164,22 @@ def evaluate(policy: Policy, env_id: str, episodes: int, seed: int) -> np.ndarra
             obs, _ = env.reset(seed=seed + ep)
             done = False
             while not done:
-                action = policy(obs[None])[0]
+                action = policy(_one_row(obs))[0]
                 obs, reward, terminated, truncated, _ = env.step(action)
                 returns[ep] += float(reward)
                 done = terminated or truncated
     finally:
         env.close()
     return returns
+
+
+def _one_row(obs: Any) -> Any:
+    """One observation as a batch of one (``[1, ...]``; nests leaf by leaf)."""
+    if isinstance(obs, Mapping):
+        return {k: _one_row(v) for k, v in obs.items()}
+    if isinstance(obs, tuple):
+        return tuple(_one_row(v) for v in obs)
+    return np.asarray(obs)[None]
 
 
 def make_atari_env(

@@ -8,27 +8,55 @@ Weights are the ``[w0, b0, w1, b1, ...]`` lists of ``agents.networks.MLP.numpy_w
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
+import replaygpu as rg
+
 Weights = Sequence[np.ndarray]
+
+
+def batch_size_of(obs: Any) -> int:
+    """B of a ``[B, ...]`` observation batch, or of a nested one (a Dict/Tuple space's)."""
+    if isinstance(obs, (dict, tuple)):
+        return len(next(iter(rg.flatten_nest(obs).values())))
+    return len(obs)
+
+
+def flat_features(obs: Any) -> np.ndarray:
+    """``[B, D]`` float32 network input of an observation batch.
+
+    A nested observation (a Dict or Tuple space's) is flattened: its leaves, in leaf-path
+    order, each reshaped to ``[B, -1]``, concatenated; the learner's `dqn.flat_obs` does the
+    same in the graph.
+    """
+    if isinstance(obs, (dict, tuple)):
+        leaves = rg.flatten_nest(obs)
+        n = batch_size_of(obs)
+        return np.concatenate(
+            [np.asarray(leaves[p], np.float32).reshape(n, -1) for p in sorted(leaves)], axis=1
+        )
+    return np.asarray(obs, np.float32).reshape(len(obs), -1)
 
 
 def numpy_mlp(weights: Weights, x: np.ndarray) -> np.ndarray:
     """A ReLU MLP with a linear output layer: ``[B, in] -> [B, out]``."""
     n = len(weights) // 2
     for i in range(n):
-        x = x @ weights[2 * i] + weights[2 * i + 1]
+        x = x @ weights[2 * i]  # a new array: the in-place ops below never touch the input
+        x += weights[2 * i + 1]
         if i < n - 1:
-            x = np.maximum(x, 0.0)
+            np.maximum(x, 0.0, out=x)
     return x
 
 
 def greedy_q_policy(weights: Weights) -> Callable[[np.ndarray], np.ndarray]:
-    """``[B, *obs] -> [B]`` int64 argmax actions of a Q-network."""
+    """``[B, *obs] -> [B]`` int64 argmax actions of a Q-network (nested observations are
+    flattened, see `flat_features`)."""
 
     def act(obs: np.ndarray) -> np.ndarray:
-        x = np.asarray(obs, np.float32).reshape(len(obs), -1)
+        x = flat_features(obs)
         return numpy_mlp(weights, x).argmax(axis=1).astype(np.int64)
 
     return act
@@ -45,9 +73,9 @@ def epsilon_greedy_actions(
 
     The greedy policy is skipped when every env explores, which early in training is most steps.
     """
-    n = len(obs)
+    n = batch_size_of(obs)
     explore = rng.random(n) < epsilon
-    actions = rng.integers(num_actions, size=n).astype(np.int64)
+    actions = rng.integers(num_actions, size=n, dtype=np.int64)
     if not explore.all():
         actions = np.where(explore, actions, greedy(obs))
     return actions

@@ -30,11 +30,14 @@ if TYPE_CHECKING:
         ReplayError,
     )
     from replaygpu.fields import FieldSpec, HostSpec
-    from replaygpu.keys import DISCOUNT, IMPORTANCE_WEIGHTS, MASK, NSTEP, PRIORITIES
+    from replaygpu.keys import DATA, DISCOUNT, IMPORTANCE_WEIGHTS, MASK, NSTEP, PRIORITIES
     from replaygpu.learner.learner import Learner
     from replaygpu.learner.rate_limiter import SampleToInsertRatio
     from replaygpu.learner.ratio import SampleToInsertRule
     from replaygpu.memory import plan_capacity
+    from replaygpu.nest import flatten as flatten_nest
+    from replaygpu.nest import flatten_batch, pack_batch
+    from replaygpu.nest import pack as pack_nest
     from replaygpu.samplers import (
         FrameStackSampler,
         LinearSchedule,
@@ -69,8 +72,10 @@ if TYPE_CHECKING:
     from replaygpu.sharded import ShardedReplayTable, mirrored_strategy
     from replaygpu.specs import (
         TRANSITION_FIELDS,
+        NestedSpec,
         Spec,
         host_spec,
+        normalize_spec,
         spec_from_json,
         spec_to_json,
         specs_from_env,

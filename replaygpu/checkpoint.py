@@ -179,7 +179,7 @@ class Checkpointer:
         dtypes = reader.get_variable_to_dtype_map()
         prefix = re.escape(table_prefix or self._table_prefix)
         pattern = re.compile(f"^{prefix}storage/([^/]+){re.escape(_VALUE)}$")
-        saved = {m.group(1): k for k in shapes if (m := pattern.match(k))}
+        saved = {_unescape(m.group(1)): k for k in shapes if (m := pattern.match(k))}
         # the stored dtype: a field kept as float16/bfloat16 is saved so (storage_dtypes)
         want = {
             name: ([table.capacity, *leaf.shape.as_list()], table.storage_dtypes[name].name)
@@ -203,6 +203,13 @@ class Checkpointer:
                 f"([capacity, ...shape], stored dtype): {'; '.join(diffs)}. Nothing was "
                 "restored; make the table with the saved spec, capacity and storage_dtypes."
             )
+
+
+def _unescape(name: str) -> str:
+    """A field name as TensorFlow's checkpoint keys escape it back to the name: ``'/'`` is
+    saved as ``'.S'`` and ``'.'`` as ``'..'``, so leaf path ``obs/image`` of a nested spec is
+    key ``obs.Simage``."""
+    return re.sub(r"\.(.)", lambda m: "/" if m.group(1) == "S" else m.group(1), name)
 
 
 def _mismatched_variables(root: Any, reader: Any) -> list[str]:

@@ -26,3 +26,7 @@ DISCOUNT = "discount"
 
 #: Batch key ([B] int64) added by `NStepSampler`: the number of rewards summed.
 NSTEP = "nstep"
+
+#: Batch key of a table whose spec is a tuple or namedtuple at the top, when its sampler adds
+#: keys: the batch is ``{"data": <the spec's structure>, "importance_weights": ..., ...}``.
+DATA = "data"

@@ -26,7 +26,8 @@ import numpy as np
 import tensorflow as tf
 
 from replaygpu.errors import ConfigError
-from replaygpu.specs import Spec, batch_signature, normalize_spec, validate_batch
+from replaygpu.nest import Structure, flatten_batch, pack_batch, unpack_batch
+from replaygpu.specs import NestedSpec, Spec, batch_signature, normalize_structure, validate_batch
 from replaygpu.storage import ReplayTable
 
 logger = logging.getLogger(__name__)
@@ -36,7 +37,8 @@ class ShardedReplayTable(tf.Module):
     """A fixed-capacity ring of transitions split over the replicas of ``strategy``.
 
     Args:
-        spec: ``{field: tf.TensorSpec}`` of one transition (see `specs_from_env`).
+        spec: ``{field: tf.TensorSpec}`` of one transition (see `specs_from_env`), or any nest
+            of `tf.TensorSpec`, as for `ReplayTable` (fields are then leaf paths).
         capacity: transitions kept in total; each of the R shards holds ``capacity / R``
             (capacity must be a multiple of R).
         strategy: the `tf.distribute.Strategy` whose replicas (one per device) train on it.
@@ -56,7 +58,7 @@ class ShardedReplayTable(tf.Module):
 
     def __init__(
         self,
-        spec: Mapping[str, tf.TensorSpec],
+        spec: NestedSpec,
         capacity: int,
         strategy: tf.distribute.Strategy,
         shard_by: str | None = None,
@@ -75,7 +77,11 @@ class ShardedReplayTable(tf.Module):
                 "mirrored on all devices; make the table (and its samplers) outside the scope, "
                 "and only the networks and optimizers inside it"
             )
-        self.spec: Spec = normalize_spec(spec)
+        spec, structure = normalize_structure(spec)
+        #: the flat spec ``{leaf path: tf.TensorSpec}``
+        self.spec: Spec = spec
+        # held outside tf.Module's attribute tracking, which would wrap the user's dicts
+        self._structure = Structure(structure)
         devices = list(strategy.extended.worker_devices)
         replicas = len(devices)
         if replicas != strategy.num_replicas_in_sync:
@@ -107,7 +113,11 @@ class ShardedReplayTable(tf.Module):
         self.num_shards = replicas
         self.shards = [
             ReplayTable(
-                self.spec, self.capacity // replicas, device=dev, name=f"{name}_{i}", **table_kwargs
+                self.structure,
+                self.capacity // replicas,
+                device=dev,
+                name=f"{name}_{i}",
+                **table_kwargs,
             )
             for i, dev in enumerate(devices)
         ]
@@ -152,13 +162,15 @@ class ShardedReplayTable(tf.Module):
     def __len__(self) -> int:
         return self.size
 
-    def append(self, batch: Mapping[str, Any]) -> int:
+    def append(self, batch: Any) -> int:
         """Write ``n >= 1`` transitions, each row into one shard; returns n.
+
+        ``batch`` is as for `ReplayTable.append` (nested, or flat by leaf path).
 
         Raises:
             BatchError: when the batch does not match the spec; no shard is changed.
         """
-        checked = validate_batch(self.spec, batch)
+        checked = validate_batch(self.spec, self.flatten(batch))
         n = int(np.shape(next(iter(checked.values())))[0])
         self._append_fn(checked)
         return n
@@ -174,6 +186,23 @@ class ShardedReplayTable(tf.Module):
             ConfigError: outside a replica context of this table's strategy.
         """
         return self.shards[replica_index(self.strategy)]
+
+    @property
+    def structure(self) -> NestedSpec:
+        """The user's nest of `tf.TensorSpec` (``spec`` itself for a flat dict spec)."""
+        return self.spec if self._structure.flat else self._structure.value
+
+    def flatten(self, batch: Any) -> Any:
+        """A batch in this table's structure (or already flat) as ``{leaf path: value}``."""
+        return batch if self._structure.flat else flatten_batch(self.spec, batch)
+
+    def pack(self, batch: Mapping[str, Any]) -> Any:
+        """A flat sampled batch in the table's structure (see `ReplayTable.pack`)."""
+        return pack_batch(self.structure, batch)
+
+    def unpack(self, batch: Any) -> dict[str, Any]:
+        """Inverse of `pack`: ``{leaf path: value, **added keys}``."""
+        return unpack_batch(self.structure, batch)
 
     def gather(self, indices: tf.Tensor) -> dict[str, tf.Tensor]:
         """Rows ``indices`` of the calling replica's shard (inside ``strategy.run``)."""

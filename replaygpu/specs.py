@@ -1,8 +1,10 @@
 """Transition specs: what a table holds, built from gymnasium spaces, and batch validation.
 
-A spec is a flat ``dict[str, tf.TensorSpec]``; each leaf's shape is the shape of *one*
-transition's field (no batch dimension). A batch for a spec is a dict with the same keys whose
-values have shape ``[n] + leaf.shape`` for one shared ``n >= 1``.
+A spec is any `tf.nest` structure of `tf.TensorSpec` (dicts, tuples, namedtuples, nested); each
+leaf's shape is the shape of *one* transition's field (no batch dimension). Inside the library a
+spec is flat, ``dict[str, tf.TensorSpec]`` keyed by leaf path (``obs/image``; see
+`replaygpu.nest`); a flat dict spec is its own flat form. A batch for a flat spec is a dict with
+the same keys whose values have shape ``[n] + leaf.shape`` for one shared ``n >= 1``.
 """
 
 from __future__ import annotations
@@ -16,21 +18,28 @@ import tensorflow as tf
 
 from replaygpu.errors import BatchError, ConfigError
 from replaygpu.fields import FieldSpec, HostSpec, check_columns
+from replaygpu.nest import flatten, is_flat, pack
 
+#: A flat spec: ``{leaf path: tf.TensorSpec}``.
 Spec = dict[str, tf.TensorSpec]
+
+#: Any nest of `tf.TensorSpec` (a flat `Spec` is one).
+NestedSpec = Any
 
 #: Field names of the standard transition that `specs_from_env` builds.
 TRANSITION_FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
 
 
-def space_to_spec(space: gym.Space, name: str) -> tf.TensorSpec:
-    """The `tf.TensorSpec` of one element of a gymnasium space.
+def space_to_spec(space: gym.Space, name: str) -> Any:
+    """The `tf.TensorSpec` (or nest of them) of one element of a gymnasium space.
 
     Box keeps its dtype and shape (uint8 pixels stay uint8); Discrete is a scalar int64;
-    MultiDiscrete is int64 of its shape; MultiBinary is int8 of its shape.
+    MultiDiscrete is int64 of its shape; MultiBinary is int8 of its shape. Dict becomes a dict
+    of its subspaces' specs (leaves named by path, ``obs/position``), Tuple a tuple of them; they
+    nest to any depth.
 
     Raises:
-        TypeError: for spaces other than Box, Discrete, MultiDiscrete and MultiBinary.
+        ConfigError: for other spaces (Text, Graph, Sequence, OneOf, ...).
     """
     if isinstance(space, gym.spaces.Box):
         return tf.TensorSpec(space.shape, tf.as_dtype(space.dtype), name=name)
@@ -40,18 +49,32 @@ def space_to_spec(space: gym.Space, name: str) -> tf.TensorSpec:
         return tf.TensorSpec(space.shape, tf.int64, name=name)
     if isinstance(space, gym.spaces.MultiBinary):
         return tf.TensorSpec(space.shape, tf.int8, name=name)
+    if isinstance(space, gym.spaces.Dict):
+        return {k: space_to_spec(sub, f"{name}/{k}") for k, sub in space.spaces.items()}
+    if isinstance(space, gym.spaces.Tuple):
+        return tuple(space_to_spec(sub, f"{name}/{i}") for i, sub in enumerate(space.spaces))
     raise ConfigError(
-        f"space for '{name}': got {type(space).__name__}, expected Box, Discrete, MultiDiscrete "
-        "or MultiBinary; flatten other spaces (gymnasium.wrappers.FlattenObservation) first"
+        f"space for '{name}': got {type(space).__name__}, expected Box, Discrete, MultiDiscrete, "
+        "MultiBinary, or a Dict or Tuple of them; flatten other spaces "
+        "(gymnasium.wrappers.FlattenObservation) first"
     )
 
 
-def specs_from_env(env: gym.Env | Any) -> Spec:
+def _renamed(spec: Any, name: str) -> Any:
+    """``spec`` (a leaf or a nest) with each leaf named by its path under ``name``."""
+    if isinstance(spec, tf.TensorSpec):
+        return tf.TensorSpec(spec.shape, spec.dtype, name=name)
+    return pack(spec, {p: _renamed(v, f"{name}/{p}") for p, v in flatten(spec).items()})
+
+
+def specs_from_env(env: gym.Env | Any) -> dict[str, Any]:
     """The transition spec of a gymnasium env (or vector env).
 
     Returns:
         ``{"obs", "action", "reward" (float32), "next_obs", "terminated" (bool),
-        "truncated" (bool)}`` as `tf.TensorSpec`s of single transitions.
+        "truncated" (bool)}`` as `tf.TensorSpec`s of single transitions. With a Dict or
+        Tuple observation space, ``obs`` and ``next_obs`` are the same nest (see
+        `space_to_spec`); the spec is then nested and a table stores one variable per leaf.
     """
     obs_space = getattr(env, "single_observation_space", None) or env.observation_space
     act_space = getattr(env, "single_action_space", None) or env.action_space
@@ -60,23 +83,38 @@ def specs_from_env(env: gym.Env | Any) -> Spec:
         "obs": obs,
         "action": space_to_spec(act_space, "action"),
         "reward": tf.TensorSpec([], tf.float32, name="reward"),
-        "next_obs": tf.TensorSpec(obs.shape, obs.dtype, name="next_obs"),
+        "next_obs": _renamed(obs, "next_obs"),
         "terminated": tf.TensorSpec([], tf.bool, name="terminated"),
         "truncated": tf.TensorSpec([], tf.bool, name="truncated"),
     }
 
 
-def normalize_spec(spec: Mapping[str, Any]) -> Spec:
-    """Check and copy a user spec: string keys, `tf.TensorSpec` leaves with fully known shapes."""
-    if not isinstance(spec, Mapping) or not spec:
+def normalize_spec(spec: NestedSpec) -> Spec:
+    """Check a user spec and return its flat form ``{leaf path: tf.TensorSpec}``.
+
+    ``spec`` is a non-empty nest (dict, tuple, namedtuple, list) of `tf.TensorSpec` with
+    fully known shapes and string dict keys; each leaf comes back named by its path.
+    """
+    return normalize_structure(spec)[0]
+
+
+def normalize_structure(spec: NestedSpec) -> tuple[Spec, NestedSpec]:
+    """``(flat spec, structure)`` of a user spec (see `normalize_spec`).
+
+    The structure is the nest batches come back in: the flat spec itself when ``spec`` is a
+    flat dict, else ``spec``'s nest with the checked leaves.
+
+    Raises:
+        ConfigError: naming the leaf path for a leaf that is not a fully known `tf.TensorSpec`,
+            for non-string keys, clashing paths or an empty spec.
+    """
+    if not isinstance(spec, (Mapping, tuple, list)) or not spec:
         raise ConfigError(
-            f"spec: got {type(spec).__name__}, expected a non-empty dict of tf.TensorSpec; "
-            "build one with replaygpu.specs_from_env(env)"
+            f"spec: got {type(spec).__name__}, expected a non-empty dict (or tuple, namedtuple, "
+            "any nest) of tf.TensorSpec; build one with replaygpu.specs_from_env(env)"
         )
     out: Spec = {}
-    for name, leaf in spec.items():
-        if not isinstance(name, str) or not name:
-            raise ConfigError(f"spec keys must be non-empty strings, got {name!r}")
+    for name, leaf in flatten(spec).items():
         if not isinstance(leaf, tf.TensorSpec):
             raise ConfigError(
                 f"spec field '{name}': got {type(leaf).__name__}, expected tf.TensorSpec"
@@ -87,7 +125,9 @@ def normalize_spec(spec: Mapping[str, Any]) -> Spec:
                 "the full per-transition shape"
             )
         out[name] = tf.TensorSpec(leaf.shape, leaf.dtype, name=name)
-    return out
+    if not out:
+        raise ConfigError("spec: got a nest without any tf.TensorSpec leaf, expected at least one")
+    return out, (out if is_flat(spec) else pack(spec, out))
 
 
 def validate_batch(spec: Spec, batch: Mapping[str, Any]) -> dict[str, np.ndarray | tf.Tensor]:
@@ -117,9 +157,16 @@ def validate_batch(spec: Spec, batch: Mapping[str, Any]) -> dict[str, np.ndarray
     return out
 
 
-def host_spec(spec: Spec) -> HostSpec:
+def _flat(spec: NestedSpec) -> Spec:
+    """``spec`` itself when flat, else its flat form by leaf path."""
+    return spec if is_flat(spec) else normalize_spec(spec)
+
+
+def host_spec(spec: NestedSpec) -> HostSpec:
     """The host-side twin of a table spec: ``{field: FieldSpec(dtype name, shape)}``, what the
-    server, the client, actors and chunk buffers use."""
+    server, the client, actors and chunk buffers use; a nested spec's fields are its leaf
+    paths."""
+    spec = _flat(spec)
     return {k: FieldSpec(v.dtype.name, tuple(v.shape.as_list())) for k, v in spec.items()}
 
 
@@ -128,8 +175,10 @@ def batch_signature(spec: Spec) -> dict[str, tf.TensorSpec]:
     return {k: tf.TensorSpec([None, *v.shape], v.dtype, name=k) for k, v in spec.items()}
 
 
-def spec_to_json(spec: Spec) -> dict[str, dict[str, Any]]:
-    """A JSON-able description of a spec: ``{name: {"dtype": str, "shape": [int]}}``."""
+def spec_to_json(spec: NestedSpec) -> dict[str, dict[str, Any]]:
+    """A JSON-able description of a spec: ``{name: {"dtype": str, "shape": [int]}}``; a
+    nested spec is written flat, by leaf path (a table made from it stores the same leaves)."""
+    spec = _flat(spec)
     return {k: {"dtype": v.dtype.name, "shape": v.shape.as_list()} for k, v in spec.items()}
 
 

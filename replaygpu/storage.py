@@ -24,7 +24,8 @@ import tensorflow as tf
 from replaygpu.device import resolve_device
 from replaygpu.errors import ConfigError
 from replaygpu.memory import check_table_fits, describe, resolve_storage_dtypes
-from replaygpu.specs import Spec, batch_signature, normalize_spec, validate_batch
+from replaygpu.nest import Structure, flatten_batch, pack_batch, unpack_batch
+from replaygpu.specs import NestedSpec, Spec, batch_signature, normalize_structure, validate_batch
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +34,10 @@ class ReplayTable(tf.Module):
     """A fixed-capacity ring of transitions in device memory.
 
     Args:
-        spec: ``{field: tf.TensorSpec}`` of one transition (see `specs_from_env`).
+        spec: ``{field: tf.TensorSpec}`` of one transition (see `specs_from_env`), or any nest
+            of `tf.TensorSpec` (dicts, tuples, namedtuples, nested): the table then stores one
+            variable per leaf, keyed by leaf path (``obs/image``) in ``spec``, keeps the nest in
+            ``structure``, accepts batches in it and its samplers return batches in it.
         capacity: number of transitions kept; the oldest are overwritten first.
         device: where the variables live; None picks the first GPU, else the CPU.
         name: the table's name, as clients address it over gRPC (a Python identifier).
@@ -50,8 +54,9 @@ class ReplayTable(tf.Module):
         check_memory: check the table's bytes against its device's free memory before
             allocating (see `replaygpu.memory`); False skips the check.
 
-    The storage of field ``f`` is a variable of shape ``[capacity] + spec[f].shape`` and of
-    dtype ``storage_dtypes.get(f, spec[f].dtype)``.
+    Fields are leaf paths: ``spec``, ``storage``, ``storage_dtypes`` and the wire are keyed by
+    them (a flat dict spec's keys are its paths). The storage of field ``f`` is a variable of
+    shape ``[capacity] + spec[f].shape`` and of dtype ``storage_dtypes.get(f, spec[f].dtype)``.
 
     Raises:
         ConfigError: for a bad capacity, device or storage dtype.
@@ -61,7 +66,7 @@ class ReplayTable(tf.Module):
 
     def __init__(
         self,
-        spec: Mapping[str, tf.TensorSpec],
+        spec: NestedSpec,
         capacity: int,
         device: str | None = None,
         name: str = "replay",
@@ -72,7 +77,11 @@ class ReplayTable(tf.Module):
         super().__init__(name=name)
         if not isinstance(capacity, (int, np.integer)) or capacity < 1:
             raise ConfigError(f"capacity: got {capacity!r}, expected an integer >= 1")
-        self.spec: Spec = normalize_spec(spec)
+        spec, structure = normalize_structure(spec)
+        #: the flat spec ``{leaf path: tf.TensorSpec}``: what storage and the wire hold
+        self.spec: Spec = spec
+        # held outside tf.Module's attribute tracking, which would wrap the user's dicts
+        self._structure = Structure(structure)
         self.capacity = int(capacity)
         self.device = resolve_device(device)
         #: ``{field: dtype}`` as stored on the device (the spec dtype unless narrowed)
@@ -127,19 +136,21 @@ class ReplayTable(tf.Module):
     def __len__(self) -> int:
         return self.size
 
-    def append(self, batch: Mapping[str, Any]) -> int:
+    def append(self, batch: Any) -> int:
         """Write ``n >= 1`` transitions; when ``n > capacity`` only the newest ``capacity`` stay.
 
         Args:
-            batch: ``{field: [n] + spec[field].shape}`` numpy arrays, tensors or lists.
+            batch: ``{field: [n] + spec[field].shape}`` numpy arrays, tensors or lists; for a
+                nested spec, the batch in the spec's structure or flat by leaf path.
 
         Returns:
             n, the number of transitions appended.
 
         Raises:
-            BatchError: when the batch does not match the spec; the table is left unchanged.
+            BatchError: when the batch does not match the spec (naming the leaf path); the
+                table is left unchanged.
         """
-        checked = validate_batch(self.spec, batch)
+        checked = validate_batch(self.spec, self.flatten(batch))
         n = int(np.shape(next(iter(checked.values())))[0])
         self._append_fn(checked)
         return n
@@ -160,9 +171,28 @@ class ReplayTable(tf.Module):
         self.size_var.assign(tf.minimum(self.size_var + n, capacity))
         self.inserted_var.assign_add(n)
 
+    @property
+    def structure(self) -> NestedSpec:
+        """The user's nest of `tf.TensorSpec` (``spec`` itself for a flat dict spec)."""
+        return self.spec if self._structure.flat else self._structure.value
+
+    def flatten(self, batch: Any) -> Any:
+        """A batch in this table's structure (or already flat) as ``{leaf path: value}``;
+        a flat dict spec's batch is returned as is."""
+        return batch if self._structure.flat else flatten_batch(self.spec, batch)
+
+    def pack(self, batch: Mapping[str, Any]) -> Any:
+        """A flat sampled batch (leaf paths plus the keys samplers add) in the table's
+        structure; see `replaygpu.nest.pack_batch` for where added keys go."""
+        return pack_batch(self.structure, batch)
+
+    def unpack(self, batch: Any) -> dict[str, Any]:
+        """Inverse of `pack`: ``{leaf path: value, **added keys}``."""
+        return unpack_batch(self.structure, batch)
+
     def gather(self, indices: tf.Tensor) -> dict[str, tf.Tensor]:
-        """Rows at ``indices`` ([B] int64) as ``{field: [B] + shape}`` in the spec dtypes;
-        usable inside graphs."""
+        """Rows at ``indices`` ([B] int64) as flat ``{field: [B] + shape}`` in the spec dtypes
+        (samplers pack them into the structure); usable inside graphs."""
         return {k: self.read(k, indices) for k in self.storage}
 
     def read(self, field: str, indices: tf.Tensor) -> tf.Tensor:

@@ -22,3 +22,30 @@ def test_dqn_cartpole_greedy_return_is_far_above_random_within_15k_steps():
     assert result.env_steps >= 15_000
     assert result.sgd_steps == 128 * ((15_104 - 1_024) // 256 + 1)
     assert np.isfinite(recorder.last_metrics["losses/td_loss"])
+
+
+class _CallLog(NullRecorder):
+    """Records the env step of every training call's metrics."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def metrics(self, step, values):
+        super().metrics(step, values)
+        self.calls.append(step)
+
+
+def test_overlapped_training_keeps_the_sequential_schedule_of_sgd_steps_per_chunk():
+    results, logs = {}, {}
+    for overlap in (True, False):
+        logs[overlap] = _CallLog()
+        config = dqn.DQNConfig(
+            seed=3, steps=3_000, gradient_steps=8, eval_episodes=1, overlap_training=overlap
+        )
+        results[overlap] = dqn.train(config, logs[overlap])
+    chunks_after_start = [s for s in range(256, 3_072 + 1, 256) if s > 1_000]
+    for overlap in (True, False):
+        assert logs[overlap].calls == chunks_after_start  # one call per chunk, at its env step
+        assert results[overlap].sgd_steps == 8 * len(chunks_after_start)
+        assert np.isfinite(logs[overlap].last_metrics["losses/td_loss"])

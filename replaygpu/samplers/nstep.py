@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import contextlib
 import math
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
 from replaygpu.errors import ConfigError
 from replaygpu.keys import DISCOUNT, NSTEP
+from replaygpu.nest import leaves_under
 from replaygpu.samplers.base import Sampler
 from replaygpu.samplers.uniform import UniformSampler
 from replaygpu.storage import ReplayTable
@@ -74,7 +76,10 @@ class NStepSampler(Sampler):
             raise ConfigError(f"n: got {n!r}, expected an integer >= 1")
         if not (math.isfinite(gamma) and 0.0 <= gamma <= 1.0):
             raise ConfigError(f"gamma: got {gamma}, expected a number in [0, 1]")
+        # next_obs may be a nest (a Dict observation); the others are scalar leaves
         missing = [f for f in _REQUIRED if f not in table.spec]
+        if "next_obs" in missing and leaves_under(table.spec, "next_obs"):
+            missing.remove("next_obs")
         if stream_field is not None and stream_field not in table.spec:
             missing.append(stream_field)
         if missing:
@@ -94,13 +99,19 @@ class NStepSampler(Sampler):
         self.gamma = float(gamma)
         self.stream_field = stream_field
 
-    def sample(self, batch_size: int) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
-        """``(indices [B] int64, batch)`` with n-step ``reward``/``next_obs``/``discount``."""
+    def sample(self, batch_size: int) -> tuple[tf.Tensor, Any]:
+        """``(indices [B] int64, batch)`` with n-step ``reward``/``next_obs``/``discount``.
+
+        With a nested spec the batch is in the table's structure (a nested ``next_obs`` is
+        replaced leaf by leaf), ``discount`` and ``nstep`` beside its top-level keys (see
+        `replaygpu.nest.pack_batch`).
+        """
         indices, batch = self.base.sample(batch_size)
-        return indices, self.accumulate(indices, batch)
+        return indices, self.table.pack(self.accumulate(indices, self.table.unpack(batch)))
 
     def accumulate(self, indices: tf.Tensor, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        """Replace the one-step fields of ``batch`` (rows ``indices``) by n-step ones."""
+        """Replace the one-step fields of the flat ``batch`` (rows ``indices``, keyed by leaf
+        path) by n-step ones."""
         table = self.table
         storage = table.storage
         capacity = table.capacity
@@ -128,7 +139,8 @@ class NStepSampler(Sampler):
         last_terminated = tf.gather(terminated, last, batch_dims=1)
         out = dict(batch)
         out["reward"] = tf.cast(ret, table.spec["reward"].dtype)
-        out["next_obs"] = table.read("next_obs", last_row)  # spec dtype if stored narrower
+        for path in leaves_under(table.spec, "next_obs"):  # one leaf, or a nested obs' leaves
+            out[path] = table.read(path, last_row)  # spec dtype if stored narrower
         out["terminated"] = last_terminated
         out["truncated"] = tf.gather(truncated, last, batch_dims=1)
         gamma_k = tf.pow(tf.constant(self.gamma, tf.float32), tf.cast(last + 1, tf.float32))

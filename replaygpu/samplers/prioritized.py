@@ -31,6 +31,7 @@ import dataclasses
 import logging
 import math
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -219,8 +220,11 @@ class PrioritizedSampler(Sampler):
         self.sample_count.assign_add(1)
         return indices, tf.cast(weights, tf.float32)
 
-    def sample(self, batch_size: int) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+    def sample(self, batch_size: int) -> tuple[tf.Tensor, Any]:
         """``(indices [B] int64, {field: [B, ...], "importance_weights": [B] float32})``.
+
+        With a nested spec the fields come in the table's structure, ``importance_weights``
+        beside its top-level keys (see `replaygpu.nest.pack_batch`).
 
         Raises:
             EmptyTableError: when called eagerly on an empty table.
@@ -228,7 +232,7 @@ class PrioritizedSampler(Sampler):
         indices, weights = self.sample_indices(batch_size)
         batch = self.table.gather(indices)
         batch[IMPORTANCE_WEIGHTS] = weights
-        return indices, batch
+        return indices, self.table.pack(batch)
 
     def update_priorities(self, indices: tf.Tensor, priorities: tf.Tensor) -> None:
         """Set the priorities of rows ``indices`` ([B] int64) to ``priorities`` ([B] float).

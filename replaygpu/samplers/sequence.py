@@ -19,6 +19,8 @@ Two modes:
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import tensorflow as tf
 
@@ -127,8 +129,11 @@ class SequenceSampler(Sampler):
         self.short_windows.assign_add(tf.reduce_sum(tf.cast(invalid(starts), tf.int64)))
         return starts
 
-    def sample(self, batch_size: int) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+    def sample(self, batch_size: int) -> tuple[tf.Tensor, Any]:
         """``(starts [B] int64, {field: [B, T, ...], "mask": [B, T] float32})``.
+
+        With a nested spec the fields come in the table's structure, ``mask`` beside its
+        top-level keys (see `replaygpu.nest.pack_batch`).
 
         Padded steps (mask 0) hold zeros in every field.
         """
@@ -143,4 +148,4 @@ class SequenceSampler(Sampler):
             keep = tf.reshape(mask, [batch_size, self.length] + [1] * (values.shape.rank - 2))
             batch[name] = tf.where(keep, values, tf.zeros_like(values))
         batch[MASK] = tf.cast(mask, tf.float32)
-        return starts, batch
+        return starts, self.table.pack(batch)

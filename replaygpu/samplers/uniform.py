@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import tensorflow as tf
 
 from replaygpu.samplers.base import Sampler, check_not_empty
@@ -39,7 +41,8 @@ class UniformSampler(Sampler):
         size = tf.maximum(self.table.size_var.read_value(), 1)
         return self.generator.uniform([batch_size], 0, size, dtype=tf.int64)
 
-    def sample(self, batch_size: int) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
-        """``(indices [B] int64, {field: [B, ...]})``; `EmptyTableError` eagerly when empty."""
+    def sample(self, batch_size: int) -> tuple[tf.Tensor, Any]:
+        """``(indices [B] int64, {field: [B, ...]})``, the batch in the table's structure;
+        `EmptyTableError` eagerly when empty."""
         indices = self.sample_indices(batch_size)
-        return indices, self.table.gather(indices)
+        return indices, self.table.pack(self.table.gather(indices))

@@ -24,6 +24,7 @@ import numpy as np
 from replaygpu.errors import BatchError, ConfigError
 from replaygpu.fields import HostSpec, check_columns, row_nbytes
 from replaygpu.learner.ratio import SampleToInsertRule
+from replaygpu.nest import SEP, flatten_batch
 from replaygpu.service import codec, wire
 from replaygpu.service.allocator import keep_freed_memory
 from replaygpu.service.auth import TLSConfig, connect_error, make_channel, token_metadata
@@ -119,6 +120,8 @@ class ReplayClient:
         self._partial: dict[str, np.ndarray] = {}
         self._partial_n = 0
         self._bool_fields = [k for k, f in self.spec.items() if f.dtype == "bool"]
+        # a nested spec travels as leaf paths: nested transitions are flattened on the way in
+        self._nested = any(SEP in k for k in self.spec)
         #: ``(name, column being filled, dtype, shape)`` per field in spec order (for `add`);
         #: native dtype objects, so that most checks are identity checks
         self._layout: list[tuple[str, np.ndarray, np.dtype, tuple[int, ...]]] = []
@@ -205,6 +208,10 @@ class ReplayClient:
     def add(self, transition: Mapping[str, Any]) -> None:
         """Buffer one transition ``{field: value of the field's shape}``.
 
+        For a table with a nested spec, the transition may be nested like the spec
+        (``{"obs": {"image": ...}, ...}``, tuples, namedtuples) or flat by leaf path
+        (``{"obs/image": ...}``).
+
         Plain Python numbers and lists are converted to the field dtype; arrays must have it.
         Blocks while the buffer is full. Consecutive `add` and `add_batch` calls fill the same
         request, sealed at the size and delay bounds of `ClientConfig`.
@@ -213,6 +220,13 @@ class ReplayClient:
             BatchError: naming the field, expected and received dtype/shape (nothing is added).
             ServiceError: an earlier batch failed for good (raised once).
         """
+        if self._nested:
+            transition = flatten_batch(self.spec, transition)
+            if not isinstance(transition, Mapping):
+                raise BatchError(
+                    f"transition: got {type(transition).__name__}, expected a dict with fields "
+                    f"{sorted(self.spec)} (or nested like the table's spec)"
+                )
         with self._cond:
             self._outbox.raise_pending_error()
             if self._partial_n == 0:
@@ -276,6 +290,7 @@ class ReplayClient:
     def add_batch(self, columns: Mapping[str, Any]) -> None:
         """Buffer ``n`` transitions given as columns ``{field: [n, ...] array}``.
 
+        For a nested spec, ``columns`` may be nested like the spec or flat by leaf path.
         Small batches are packed together (and with `add` calls) into one request; large ones
         are split into requests of at most ``max_batch_transitions`` / ``max_batch_bytes``.
         Blocks while the buffer is full.
@@ -283,6 +298,13 @@ class ReplayClient:
         Raises:
             BatchError: naming the field, expected and received dtype/shape (nothing is added).
         """
+        if self._nested:
+            columns = flatten_batch(self.spec, columns)
+        if not isinstance(columns, Mapping):
+            raise BatchError(
+                f"batch: got {type(columns).__name__}, expected a dict with fields "
+                f"{sorted(self.spec)}"
+            )
         cols = {
             k: codec.as_field_array(v, self.spec[k][0], k, None) if k in self.spec else v
             for k, v in columns.items()

@@ -1,0 +1,184 @@
+"""Nested specs flattened at the boundary: leaf paths, ``flatten`` and ``pack``.
+
+Users describe a transition as any nest of `tf.TensorSpec` (dicts, tuples, namedtuples,
+lists, nested), the way TF-Agents and Reverb do. Everything inside replaygpu (storage, samplers,
+checkpoints, the wire) works on the *flat* spec ``{leaf path: tf.TensorSpec}``: one variable per
+leaf. A leaf path joins the keys from the root with ``'/'``: dict keys as they are, tuple and
+list items by index, namedtuple items by field name (``obs/image``, ``obs/0``, ``obs/velocity``).
+Batches are flattened the same way on the way in and packed back into the user's structure on
+the way out (`pack_batch`). A flat dict spec is its own structure and is never repacked.
+
+Imports nothing heavy (no TensorFlow), so the actor side can flatten nested transitions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from replaygpu.errors import ConfigError
+from replaygpu.keys import DATA
+
+#: Separator of leaf paths.
+SEP = "/"
+
+
+def _is_namedtuple(value: Any) -> bool:
+    return isinstance(value, tuple) and hasattr(type(value), "_fields")
+
+
+def _children(node: Any) -> list[tuple[str, Any]] | None:
+    """``[(key, child)]`` of a container (dict, tuple, namedtuple, list); None for a leaf."""
+    if isinstance(node, Mapping):
+        return [(k, v) for k, v in node.items()]
+    if _is_namedtuple(node):
+        return list(zip(type(node)._fields, node, strict=True))
+    if isinstance(node, (tuple, list)):
+        return [(str(i), v) for i, v in enumerate(node)]
+    return None
+
+
+class Structure:
+    """A nest held as a plain object: `tf.Module` attributes would wrap its dicts and lists in
+    tracking wrappers, and batches packed into it would come back in those."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        self.flat = is_flat(value)
+
+
+def is_flat(structure: Any) -> bool:
+    """Whether ``structure`` is a flat dict (every value a leaf): its own flat spec."""
+    return isinstance(structure, Mapping) and all(_children(v) is None for v in structure.values())
+
+
+def flatten(structure: Any) -> dict[str, Any]:
+    """``{leaf path: leaf}`` of a nest, in the nest's order (dict insertion order).
+
+    Raises:
+        ConfigError: for a dict key that is not a non-empty string, or two leaves with the
+            same path (e.g. ``{"a/b": x, "a": {"b": y}}``).
+    """
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, node: Any) -> None:
+        children = _children(node)
+        if children is None:
+            if prefix in out:
+                raise ConfigError(
+                    f"spec: two leaves have the path '{prefix}'; rename one of them (paths "
+                    f"join keys with '{SEP}')"
+                )
+            out[prefix] = node
+            return
+        for key, child in children:
+            if not isinstance(key, str) or not key:
+                raise ConfigError(
+                    f"spec keys must be non-empty strings, got {key!r}"
+                    + (f" under '{prefix}'" if prefix else "")
+                )
+            walk(f"{prefix}{SEP}{key}" if prefix else key, child)
+
+    if _children(structure) is None:
+        raise ConfigError(
+            f"spec: got a single {type(structure).__name__}, expected a dict, tuple or "
+            "namedtuple of tf.TensorSpec (any nesting); wrap it, e.g. {'obs': spec}"
+        )
+    walk("", structure)
+    return out
+
+
+def pack(structure: Any, flat: Mapping[str, Any]) -> Any:
+    """Rebuild ``structure``'s nest with the leaf at each path taken from ``flat``.
+
+    Dicts come back as their own type when it can be built from pairs (dict, OrderedDict),
+    tuples as tuples, namedtuples as the same namedtuple, lists as lists.
+    """
+
+    def build(prefix: str, node: Any) -> Any:
+        children = _children(node)
+        if children is None:
+            return flat[prefix]
+        values = [(k, build(f"{prefix}{SEP}{k}" if prefix else k, v)) for k, v in children]
+        if isinstance(node, Mapping):
+            try:
+                return type(node)(values)
+            except TypeError:
+                return dict(values)
+        if _is_namedtuple(node):
+            return type(node)(*(v for _, v in values))
+        return type(node)(v for _, v in values)
+
+    return build("", structure)
+
+
+def flatten_batch(paths: Collection[str], batch: Any) -> Any:
+    """A batch in a nested structure (or already flat by path) as ``{leaf path: value}``.
+
+    Walks ``batch`` guided by the known leaf ``paths``: a value at a known path is a leaf
+    (even a list or tuple of numbers); otherwise dicts, tuples and namedtuples are descended
+    into. Anything that matches no path comes out under its own path, so the batch check that
+    follows names it as unexpected. A value that is no container at all is returned as is
+    (for the batch check to reject with its own message).
+    """
+    if _children(batch) is None:
+        return batch
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, node: Any) -> None:
+        children = None if prefix in paths else _children(node)
+        if children is None or (prefix and not children):
+            out[prefix] = node
+            return
+        for key, child in children:
+            walk(f"{prefix}{SEP}{key}" if prefix else str(key), child)
+
+    walk("", batch)
+    return out
+
+
+def pack_batch(structure: Any, flat: Mapping[str, Any]) -> Any:
+    """A sampled flat batch in the table's structure, with the keys samplers add.
+
+    ``flat`` holds every leaf path of ``structure`` plus any extra keys a sampler adds
+    (``importance_weights``, ``discount``, ``nstep``, ``mask``). A flat dict structure gets
+    ``flat`` back unchanged. A dict at the top gets the extra keys beside its own; a tuple or
+    namedtuple at the top comes back as is when there are no extra keys, else as
+    ``{"data": structure, **extras}`` (`replaygpu.DATA`).
+
+    Raises:
+        ConfigError: when an extra key clashes with a top-level key of the structure.
+    """
+    if is_flat(structure):
+        return flat
+    leaves = flatten(structure)
+    extras = {k: v for k, v in flat.items() if k not in leaves}
+    packed = pack(structure, flat)
+    if isinstance(structure, Mapping):
+        clash = sorted(set(extras) & set(structure))
+        if clash:
+            raise ConfigError(
+                f"the table's spec has top-level key(s) {clash}, key(s) its sampler adds to "
+                "each batch; rename them"
+            )
+        out = dict(packed)
+        out.update(extras)
+        return out
+    return {DATA: packed, **extras} if extras else packed
+
+
+def unpack_batch(structure: Any, batch: Any) -> dict[str, Any]:
+    """Inverse of `pack_batch`: ``{leaf path: value, **extras}``."""
+    if is_flat(structure):
+        return dict(batch)
+    paths = flatten(structure)
+    if not isinstance(structure, Mapping) and isinstance(batch, Mapping) and DATA in batch:
+        extras = {k: v for k, v in batch.items() if k != DATA}
+        return {**flatten_batch(paths, batch[DATA]), **extras}
+    return flatten_batch(paths, batch)
+
+
+def leaves_under(paths: Collection[str], name: str) -> list[str]:
+    """The leaf paths at or below ``name`` (``"next_obs"`` -> ``next_obs``, or
+    ``next_obs/position``, ``next_obs/velocity``), in ``paths`` order."""
+    return [p for p in paths if p == name or p.startswith(name + SEP)]
