@@ -189,7 +189,8 @@ def check_env(env_id: str) -> gym.Env:
     """Make ``env_id`` and check that its actions are a bounded Box; returns the env (close it).
 
     Raises:
-        ConfigError: another action space (gymnasium's own errors for an unknown env id).
+        ConfigError: another action space, or an observation space other than a Box
+            (gymnasium's own errors for an unknown env id).
     """
     env = gym.make(env_id)
     space = env.action_space
@@ -198,6 +199,14 @@ def check_env(env_id: str) -> gym.Env:
         raise rg.ConfigError(
             f"env {env_id}: got action space {space}, expected a bounded Box; use the DQN "
             "agent for Discrete actions"
+        )
+    if not isinstance(env.observation_space, gym.spaces.Box):
+        observation_space = env.observation_space
+        env.close()
+        raise rg.ConfigError(
+            f"env {env_id}: got observation space {observation_space}, expected a Box (the SAC "
+            "networks take flat vectors); flatten a Dict or Tuple space with "
+            "gymnasium.wrappers.FlattenObservation, or use the DQN agent, which takes them"
         )
     return env
 

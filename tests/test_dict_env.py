@@ -190,3 +190,27 @@ def test_dqn_train_runs_on_a_dict_observation_env_with_narrow_storage():
     result = dqn.train(config)
     assert result.sgd_steps > 0 and result.env_steps >= 1_200
     assert result.eval_returns.shape == (2,) and (result.eval_returns >= 8).all()
+
+
+DICT_PENDULUM_ID = "replaygpu-tests/DictPendulum-v0"
+if DICT_PENDULUM_ID not in gym.registry:
+    gym.register(
+        DICT_PENDULUM_ID,
+        entry_point=lambda **kwargs: gym.wrappers.TransformObservation(
+            gym.make("Pendulum-v1", **kwargs),
+            lambda obs: {"cos_sin": obs[:2], "speed": obs[2:]},
+            gym.spaces.Dict(
+                {
+                    "cos_sin": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+                    "speed": gym.spaces.Box(-8.0, 8.0, (1,), np.float32),
+                }
+            ),
+        ),
+    )
+
+
+def test_sac_refuses_a_dict_observation_env_naming_the_space_and_the_fix():
+    from replaygpu.agents import sac
+
+    with pytest.raises(rg.ConfigError, match=r"expected a Box.*FlattenObservation"):
+        sac.check_env(DICT_PENDULUM_ID)
