@@ -32,9 +32,10 @@ from replaygpu.agents.checks import (
     require_positive_ints,
     require_unit_interval,
 )
+from replaygpu.agents.dqn import LinearEpsilon, QAgent
 from replaygpu.agents.envs import EpisodeStats, make_atari_env
 from replaygpu.agents.flags import helptext
-from replaygpu.agents.networks import Adam, NatureCNN, copy_weights
+from replaygpu.agents.networks import NatureCNN
 from replaygpu.agents.policies import epsilon_greedy_actions
 from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult, TrainTimer
 from replaygpu.agents.runs import LoopState, RunControl
@@ -52,7 +53,7 @@ FRAME_SHAPE = (84, 84)
 
 
 @dataclass(frozen=True)
-class AtariDQNConfig:
+class AtariDQNConfig(LinearEpsilon):
     """Atari DQN hyperparameters; defaults are the Nature / rl-zoo3 values (replay 1e5)."""
 
     env_id: str = field(default="ALE/Breakout-v5", metadata=helptext("ALE game id"))
@@ -127,15 +128,10 @@ class AtariDQNConfig:
                 f"({self.frame_stack + self.train_freq}) so stacks can be drawn"
             )
 
-    def epsilon(self, env_steps: int) -> float:
-        """Linearly decayed exploration rate after ``env_steps`` env steps."""
-        progress = min(1.0, env_steps / (self.exploration_fraction * self.steps))
-        start, end = self.exploration_initial_eps, self.exploration_final_eps
-        return start + progress * (end - start)
 
-
-class AtariDQN(tf.Module):
-    """Online and target Nature CNNs, Adam, and the in-graph DQN update on uint8 stacks.
+class AtariDQN(QAgent):
+    """`QAgent` with online and target Nature CNNs on uint8 frame stacks (the CNN turns them
+    into floats in [0, 1] itself, inside the graph).
 
     Args:
         num_actions: number of discrete actions.
@@ -143,38 +139,18 @@ class AtariDQN(tf.Module):
     """
 
     def __init__(self, num_actions: int, config: AtariDQNConfig) -> None:
-        super().__init__(name="atari_dqn")
         shape = (config.frame_stack, *FRAME_SHAPE)
-        self.config = config
-        self.num_actions = num_actions
-        self.q = NatureCNN(shape, num_actions, seed=config.seed, name="q")
-        self.target = NatureCNN(shape, num_actions, seed=config.seed, name="q_target")
-        self.optimizer = Adam(self.q.weights, config.learning_rate, config.max_grad_norm)
-        copy_weights(self.q.weights, self.target.weights)
-        self._sync = tf.function(lambda: copy_weights(self.q.weights, self.target.weights))
+        q = NatureCNN(shape, num_actions, seed=config.seed, name="q")
+        target = NatureCNN(shape, num_actions, seed=config.seed, name="q_target")
+        super().__init__(q, target, num_actions, config, name="atari_dqn")
         self.act = tf.function(
             lambda obs: tf.argmax(self.q(obs), axis=1),
             input_signature=[tf.TensorSpec([None, *shape], tf.uint8)],
         )
 
-    def update(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        """One SGD step on ``{"obs", "next_obs": [B, k, 84, 84] uint8, ...}``."""
-        next_q_target = self.target(batch["next_obs"])
-        chooser = self.q(batch["next_obs"]) if self.config.double_q else next_q_target
-        next_action = tf.one_hot(tf.argmax(chooser, axis=1), self.num_actions)
-        next_value = tf.reduce_sum(next_q_target * next_action, axis=1)
-        discount = self.config.gamma * (1.0 - tf.cast(batch["terminated"], tf.float32))
-        target = tf.stop_gradient(batch["reward"] + discount * next_value)
-        taken = tf.one_hot(batch["action"], self.num_actions)
-        with tf.GradientTape() as tape:
-            q_taken = tf.reduce_sum(self.q(batch["obs"]) * taken, axis=1)
-            loss = tf.reduce_mean(tf.keras.losses.huber(target[:, None], q_taken[:, None]))
-        self.optimizer.apply(tape.gradient(loss, self.q.weights))
-        return {"losses/td_loss": loss, "losses/q_values": tf.reduce_mean(q_taken)}
-
-    def sync_target(self) -> None:
-        """Copy the online weights into the target network."""
-        self._sync()
+    def inputs(self, obs: tf.Tensor) -> tf.Tensor:
+        """``[B, k, 84, 84]`` uint8 stacks, as the Nature CNN takes them."""
+        return obs
 
 
 class FrameWriter:

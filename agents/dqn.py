@@ -46,8 +46,24 @@ from replaygpu.agents.runs import LoopState, RunControl
 logger = logging.getLogger(__name__)
 
 
+class LinearEpsilon:
+    """The linear exploration schedule of a DQN config with ``steps``, ``exploration_fraction``
+    and ``exploration_initial_eps`` / ``exploration_final_eps`` fields (mixed into the configs)."""
+
+    steps: int
+    exploration_fraction: float
+    exploration_initial_eps: float
+    exploration_final_eps: float
+
+    def epsilon(self, env_steps: int) -> float:
+        """Linearly decayed exploration rate after ``env_steps`` env steps."""
+        progress = min(1.0, env_steps / (self.exploration_fraction * self.steps))
+        start, end = self.exploration_initial_eps, self.exploration_final_eps
+        return start + progress * (end - start)
+
+
 @dataclass(frozen=True)
-class DQNConfig:
+class DQNConfig(LinearEpsilon):
     """DQN hyperparameters; the defaults are rl-zoo3's tuned values for CartPole-v1."""
 
     env_id: str = field(
@@ -127,46 +143,51 @@ class DQNConfig:
                 f"({self.num_envs}) so that each chunk holds whole vector steps"
             )
 
-    def epsilon(self, env_steps: int) -> float:
-        """Linearly decayed exploration rate after ``env_steps`` env steps."""
-        progress = min(1.0, env_steps / (self.exploration_fraction * self.steps))
-        start, end = self.exploration_initial_eps, self.exploration_final_eps
-        return start + progress * (end - start)
 
+class QAgent(tf.Module):
+    """Online and target Q-networks, Adam, the target sync and the in-graph (double) DQN update.
 
-class DQN(tf.Module):
-    """Online and target Q-networks, the optimizer and the in-graph double-DQN update.
+    The update takes 1-step rows (``terminated`` ends bootstrapping, truncation does not) or
+    n-step rows with ``rg.DISCOUNT``, and importance weights when a prioritized sampler gives
+    them (then it returns the new priorities too). Subclasses pick the networks and how an
+    observation batch becomes their input (`inputs`).
 
     Args:
-        obs_dim: flat observation size.
+        q, target: the online and target networks (same architecture; ``target`` gets ``q``'s
+            weights); callables ``[B, ...] -> [B, num_actions]`` with a ``weights`` list.
         num_actions: number of discrete actions.
-        config: hyperparameters.
-        learning_rate: Adam's step size or schedule (`agents.networks.Schedule`); None:
-            ``config.learning_rate``.
+        config: a config with ``gamma``, ``double_q``, ``max_grad_norm``, ``learning_rate``.
+        learning_rate: Adam's step size or schedule; None: ``config.learning_rate``.
+        name: the module's name.
     """
 
     def __init__(
         self,
-        obs_dim: int,
+        q: Any,
+        target: Any,
         num_actions: int,
-        config: DQNConfig,
+        config: Any,
         learning_rate: float | Schedule | None = None,
+        name: str = "dqn",
     ) -> None:
-        super().__init__(name="dqn")
-        sizes = [obs_dim, *config.hidden_sizes, num_actions]
+        super().__init__(name=name)
         self.config = config
         self.num_actions = num_actions
-        self.q = MLP(sizes, seed=config.seed, name="q")
-        self.target = MLP(sizes, seed=config.seed, name="q_target")
+        self.q = q
+        self.target = target
         lr = config.learning_rate if learning_rate is None else learning_rate
         self.optimizer = Adam(self.q.weights, lr, config.max_grad_norm)
         copy_weights(self.q.weights, self.target.weights)
         self._sync = tf.function(lambda: copy_weights(self.q.weights, self.target.weights))
 
+    def inputs(self, obs: Any) -> tf.Tensor:
+        """The networks' input for an observation batch (a flat float32 ``[B, D]`` here)."""
+        return flat_obs(obs)
+
     def update(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         """One SGD step on a minibatch ``{field: [B, ...]}``; runs inside `Learner.train`."""
         gamma = self.config.gamma
-        obs, next_obs = flat_obs(batch["obs"]), flat_obs(batch["next_obs"])
+        obs, next_obs = self.inputs(batch["obs"]), self.inputs(batch["next_obs"])
         next_q_target = self.target(next_obs)
         chooser = self.q(next_obs) if self.config.double_q else next_q_target
         next_action = tf.one_hot(tf.argmax(chooser, axis=1), self.num_actions)
@@ -193,6 +214,30 @@ class DQN(tf.Module):
     def sync_target(self) -> None:
         """Copy the online weights into the target network."""
         self._sync()
+
+
+class DQN(QAgent):
+    """`QAgent` with MLP Q-networks over flat (or flattened Dict/Tuple) observations.
+
+    Args:
+        obs_dim: flat observation size (`obs_size`).
+        num_actions: number of discrete actions.
+        config: hyperparameters.
+        learning_rate: Adam's step size or schedule (`agents.networks.Schedule`); None:
+            ``config.learning_rate``.
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        num_actions: int,
+        config: DQNConfig,
+        learning_rate: float | Schedule | None = None,
+    ) -> None:
+        sizes = [obs_dim, *config.hidden_sizes, num_actions]
+        q = MLP(sizes, seed=config.seed, name="q")
+        target = MLP(sizes, seed=config.seed, name="q_target")
+        super().__init__(q, target, num_actions, config, learning_rate, name="dqn")
 
 
 def _done(result: dict[str, float]) -> Future[dict[str, float]]:
