@@ -93,6 +93,12 @@ DEMOS: dict[str, Demo] = {
         "ApexConfig",
         "Ape-X DQN on CartPole-v1: a gRPC learner service plus actor processes",
     ),
+    "apex-breakout": Demo(
+        "replaygpu.agents.apex_atari",
+        "ApexAtariConfig",
+        "Ape-X DQN on ALE/Breakout-v5: a frame-table learner plus Atari actor processes",
+        checkpoint_every_s=600.0,  # a checkpoint writes the whole frame table
+    ),
 }
 
 

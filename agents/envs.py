@@ -193,7 +193,7 @@ def make_atari_env(
     on a life loss: the training loop marks those terminal itself (``info["lives"]``) and
     keeps playing, as SB3's ``EpisodicLifeEnv`` does; the wrapper's own
     ``terminal_on_life_loss`` would reset the whole game at each lost life. Rewards are raw:
-    training clips them.
+    training clips them. Games that wait for FIRE to start a life (Breakout) get `FireToLaunch`.
 
     Raises:
         ConfigError: ale-py is not installed, or ``env_id`` is not an ALE game.
@@ -217,6 +217,41 @@ def make_atari_env(
     env = AtariPreprocessing(
         env, noop_max=noop_max, frame_skip=4, screen_size=84, grayscale_obs=True
     )
+    if env.unwrapped.get_action_meanings()[1:2] == ["FIRE"]:
+        env = FireToLaunch(env)
     env.reset(seed=seed)
     env.action_space.seed(seed)
     return env
+
+
+class FireToLaunch(gym.Wrapper):
+    """Presses FIRE (action 1) after a reset and after each lost life, within the same step.
+
+    Breakout waits for FIRE to launch the ball at the start of every life. SB3's AtariWrapper
+    does the same (FireResetEnv over EpisodicLifeEnv): without it a near-greedy policy that has
+    not learned to fire yet stands still until the episode's time limit, which made Ape-X
+    actors with small epsilons send thousands of useless frames. A step that loses a life
+    returns the observation after the FIRE, with both steps' rewards and the lower ``lives``,
+    so the training loop still sees the life loss (and treats the transition as terminal).
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self._lives = 0
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        obs, info = self.env.reset(**kwargs)
+        obs, _, terminated, truncated, info = self.env.step(1)
+        if terminated or truncated:  # cannot happen in Breakout; start over as SB3 does
+            obs, info = self.env.reset(**kwargs)
+        self._lives = int(info.get("lives", 0))
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        lives = int(info.get("lives", 0))
+        if lives < self._lives and not (terminated or truncated):
+            obs, more, terminated, truncated, info = self.env.step(1)
+            reward = float(reward) + float(more)
+        self._lives = int(info.get("lives", lives))
+        return obs, reward, terminated, truncated, info

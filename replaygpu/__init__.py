@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         ReplayError,
     )
     from replaygpu.fields import FieldSpec, HostSpec
+    from replaygpu.frames import frame_rows
     from replaygpu.keys import DATA, DISCOUNT, IMPORTANCE_WEIGHTS, MASK, NSTEP, PRIORITIES
     from replaygpu.learner.learner import Learner
     from replaygpu.learner.rate_limiter import SampleToInsertRatio
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
         Sampler,
         SequenceSampler,
         UniformSampler,
-        frame_rows,
         make_frame_spec,
         make_frame_table,
     )

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import replaygpu as rg
 from replaygpu.agents import atari, demos
-from replaygpu.agents.envs import make_atari_env
+from replaygpu.agents.envs import FireToLaunch, make_atari_env
 from replaygpu.agents.networks import NatureCNN
 from replaygpu.agents.progress import NullRecorder
 from replaygpu.agents.runs import RunControl
@@ -42,6 +42,23 @@ def test_preprocessed_env_gives_84x84_uint8_frames_and_lives():
     env.close()
     with pytest.raises(rg.ConfigError, match="expected an ALE game id"):
         make_atari_env("CartPole-v1", seed=0)
+
+
+def test_breakout_launches_the_ball_itself_so_a_policy_that_never_fires_loses_its_lives():
+    def lives_lost_by_noops(env, steps=3000):
+        _, info = env.reset(seed=0)
+        start = info["lives"]
+        for _ in range(steps):
+            _, _, terminated, truncated, info = env.step(0)  # NOOP, never FIRE
+            if terminated or truncated:
+                break
+        return start - info["lives"]
+
+    env = make_atari_env("ALE/Breakout-v5", seed=0)
+    assert isinstance(env, FireToLaunch)
+    assert lives_lost_by_noops(env) == 5  # every life launched, missed, and the game over
+    assert lives_lost_by_noops(env.env, steps=500) == 0  # unwrapped: the ball never comes
+    env.close()
 
 
 def test_nature_cnn_maps_uint8_stacks_to_action_values():

@@ -52,9 +52,9 @@ DEMO_FLAGS = {
         "64",
         *SMALL,
     ],
-    "breakout": [
+    "breakout": [  # a game of random play lasts about 200-250 steps: 400 ends one
         "--steps",
-        "200",
+        "400",
         "--learning-starts",
         "100",
         "--buffer-size",
@@ -76,6 +76,11 @@ DEMO_FLAGS = {
         "--actor-envs",
         "4",
         *SMALL,
+    ],
+    "apex-breakout": [
+        *("--steps", "400", "--learning-starts", "200", "--segment-steps", "100"),
+        *("--buffer-size", "2000", "--batch-size", "8", "--samples-per-insert", "1"),
+        *("--steps-per-call", "4", "--jit-compile", "off", "--eval-episodes", "1"),
     ],
 }
 

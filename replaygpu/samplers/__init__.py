@@ -1,9 +1,9 @@
 """Samplers: pure graph functions that draw minibatches from a `ReplayTable`."""
 
+from replaygpu.frames import frame_rows
 from replaygpu.samplers.base import Sampler
 from replaygpu.samplers.frame_stack import (
     FrameStackSampler,
-    frame_rows,
     make_frame_spec,
     make_frame_table,
 )

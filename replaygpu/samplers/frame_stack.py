@@ -17,7 +17,7 @@ frame repeated in the positions before it. Frames overwritten by the ring are ne
 whose stack would reach past the oldest row is not drawn, nor is the newest row while its next
 frame is not written yet.
 
-Writers use `frame_rows` to turn an actor's steps into rows.
+Writers use `frame_rows` (`replaygpu.frames`, no TensorFlow) to turn an actor's steps into rows.
 
 One writer per frame table: the layout relies on row ``i + 1`` holding the frame after row
 ``i``, so rows of several actors must not interleave in one table. Give each actor (or each
@@ -33,7 +33,7 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
-from replaygpu.errors import BatchError, ConfigError
+from replaygpu.errors import ConfigError
 from replaygpu.samplers.base import Sampler, check_not_empty
 from replaygpu.samplers.uniform import make_generator
 from replaygpu.specs import Spec
@@ -74,61 +74,6 @@ def make_frame_table(
 ) -> ReplayTable:
     """A `ReplayTable` with `make_frame_spec` rows; ``capacity`` counts rows (see module doc)."""
     return ReplayTable(make_frame_spec(frame_shape, action_spec), capacity, device, name)
-
-
-def frame_rows(
-    frames: np.ndarray,
-    actions: np.ndarray,
-    rewards: np.ndarray,
-    terminated: np.ndarray,
-    truncated: np.ndarray,
-    first: bool,
-) -> dict[str, np.ndarray]:
-    """Rows for ``n`` consecutive steps of one episode, ready for ``table.append``.
-
-    Args:
-        frames: ``[n + 1, H, W]``: the newest frame of each step's observation, then the newest
-            frame of the last step's next observation.
-        actions, rewards, terminated, truncated: ``[n]`` per step; only the last step may end
-            the episode.
-        first: whether ``frames[0]`` is the episode's reset frame. When the chunk does not end
-            the episode, ``frames[n]`` is not stored: pass it as ``frames[0]`` of the next chunk
-            with ``first=False``.
-
-    Returns:
-        ``n`` transition rows, plus the ``final`` row when the last step ended the episode.
-
-    Raises:
-        BatchError: on inconsistent lengths or an episode end before the last step.
-    """
-    frames = np.asarray(frames)
-    n = len(actions)
-    done = np.asarray(terminated, bool) | np.asarray(truncated, bool)
-    if n < 1 or frames.shape[0] != n + 1 or not (len(rewards) == len(done) == n):
-        raise BatchError(
-            f"frame_rows: got {frames.shape[0]} frames, {n} actions, {len(rewards)} rewards, "
-            f"{len(done)} done flags; expected n + 1 frames and n of each other (n >= 1)"
-        )
-    if done[:-1].any():
-        raise BatchError(
-            f"frame_rows: step {int(np.argmax(done))} of {n} ends the episode; only the last "
-            "step of a chunk may, so split the steps at episode ends"
-        )
-    ends = bool(done[-1])
-    m = n + int(ends)
-    actions = np.asarray(actions)
-    rows = {
-        "frame": frames[:m],
-        "action": np.concatenate([actions, np.zeros_like(actions[:1])])[:m],
-        "reward": np.concatenate([np.asarray(rewards, np.float32), [0.0]])[:m].astype(np.float32),
-        "terminated": np.concatenate([np.asarray(terminated, bool), [False]])[:m],
-        "truncated": np.concatenate([np.asarray(truncated, bool), [False]])[:m],
-        "first": np.zeros(m, bool),
-        "final": np.zeros(m, bool),
-    }
-    rows["first"][0] = bool(first)
-    rows["final"][n:] = True
-    return rows
 
 
 class FrameStackSampler(Sampler):

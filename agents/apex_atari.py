@@ -1,0 +1,414 @@
+"""Ape-X on pixels: a frame-table learner served over gRPC, Atari actor processes feeding it.
+
+Reads top to bottom: the config, then ``train``: build the learner (a `rg.make_frame_table`
+holding each 84x84 frame once, a `rg.FrameStackSampler` rebuilding the ``[B, 4, 84, 84]``
+stacks in the graph, the Nature CNN double-DQN update of `atari.AtariDQN`, a samples-per-insert
+rate limiter), serve it, start the actor processes (`frame_actor`, which act with a numpy copy
+of the Nature CNN and pull its weights every K env steps; actor i explores with
+eps_i = 0.4^(1 + 7 i/(N-1))), then commit their appends, train, publish weights, sync the
+target network and checkpoint until the actors delivered ``steps`` env steps and the learner
+used up its replay budget; then evaluate the greedy policy.
+
+Differences from the Ape-X paper, and why:
+
+- 1-step double-DQN targets and uniform replay: the frame sampler draws uniformly and gives
+  one-step transitions (no n-step returns, no prioritized replay over a frame table yet).
+- Rows of several actors share one frame table, which needs each episode's rows contiguous:
+  actors send whole table episodes (a life, when a lost life is terminal), each in one request
+  that the server commits contiguously; an episode longer than ``segment_steps`` is cut as a
+  time-limit truncation and continued as a new table episode whose first k-1 stacks are padded
+  with its first frame instead of the true history (see `frame_actor`).
+
+Preprocessing, reward clipping and lives are those of `atari` (``demo breakout``). The defaults
+fit a 2-core CPU in minutes (2 actors, 20k env steps, 2 sampled rows per inserted row, a replay
+of 5e4 rows = 0.35 GB); `ApexAtariConfig` says what to raise on a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing as mp
+import os
+import queue
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+import gymnasium as gym
+import numpy as np
+import tensorflow as tf
+
+import replaygpu as rg
+from replaygpu.agents import atari
+from replaygpu.agents.actor import ActorConfig
+from replaygpu.agents.checks import (
+    require,
+    require_positive,
+    require_positive_ints,
+    require_unit_interval,
+)
+from replaygpu.agents.flags import helptext
+from replaygpu.agents.frame_actor import (
+    FrameActorConfig,
+    run_frame_actor_process,
+    segment_client_config,
+)
+from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult
+from replaygpu.agents.runs import LoopState, RunControl
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ApexAtariConfig:
+    """Ape-X DQN on Atari frames: the Nature DQN's Adam 1e-4 and batch 32, with a run length
+    and replay ratio sized for a 2-core CPU (a Nature CNN SGD step of batch 32 took ~0.2 s
+    there beside two actors), which is a smoke run, not enough to learn Breakout; to learn,
+    on a GPU: --steps 10000000 --buffer-size 1000000 --learning-starts 50000
+    --samples-per-insert 8 --num-actors 8."""
+
+    env_id: str = field(default="ALE/Breakout-v5", metadata=helptext("ALE game id"))
+    seed: int = field(default=1, metadata=helptext("seed of actors, networks and sampling"))
+    steps: int = field(default=20_000, metadata=helptext("env steps collected by all actors"))
+    num_actors: int = field(default=2, metadata=helptext("actor processes"))
+    segment_steps: int = field(
+        default=1000,
+        metadata=helptext(
+            "longest table episode an actor sends in one request; longer ones are cut as "
+            "truncations (the first k-1 stacks after a cut are padded)"
+        ),
+    )
+    weight_pull_interval: int = field(
+        default=1000, metadata=helptext("actor env steps between weight pulls (K)")
+    )
+    insert_slack: int = field(
+        default=4096,
+        metadata=helptext(
+            "rows an actor may run ahead of the learner's rate limit before it waits; -1: never"
+        ),
+    )
+    learning_rate: float = field(default=1e-4, metadata=helptext("Adam step size"))
+    batch_size: int = field(default=32, metadata=helptext("minibatch size of each SGD step"))
+    buffer_size: int = field(
+        default=50_000, metadata=helptext("frame-table rows (1e6: 7.07 GB of uint8 frames)")
+    )
+    learning_starts: int = field(default=2_000, metadata=helptext("rows before the first SGD"))
+    samples_per_insert: float = field(
+        default=2.0,
+        metadata=helptext(
+            "rate limit: sampled rows per inserted row (Nature DQN: 8; Ape-X: well below 1)"
+        ),
+    )
+    steps_per_call: int = field(default=16, metadata=helptext("SGD steps per Learner.train call"))
+    target_update_interval: int = field(
+        default=250, metadata=helptext("SGD steps between target-network syncs")
+    )
+    gamma: float = field(default=0.99, metadata=helptext("discount factor"))
+    frame_stack: int = field(default=4, metadata=helptext("frames per observation stack"))
+    max_grad_norm: float = field(default=10.0, metadata=helptext("gradient clipping global norm"))
+    double_q: bool = field(default=True, metadata=helptext("double DQN targets (Ape-X: yes)"))
+    repeat_action_probability: float = field(
+        default=0.25, metadata=helptext("sticky actions of ALE v5 (Machado et al. 2018)")
+    )
+    terminal_on_life_loss: bool = field(
+        default=True, metadata=helptext("training marks a lost life terminal (game plays on)")
+    )
+    clip_rewards: bool = field(default=True, metadata=helptext("train on sign(reward)"))
+    eval_episodes: int = field(
+        default=3, metadata=helptext("evaluation games after training (0: none)")
+    )
+    eval_epsilon: float = field(
+        default=0.05, metadata=helptext("epsilon of the evaluation policy (Nature: 0.05)")
+    )
+    jit_compile: Literal["auto", "on", "off"] = field(
+        default="auto", metadata=helptext("compile the SGD loop with XLA; auto: on a GPU only")
+    )
+    address: str = field(default="127.0.0.1:0", metadata=helptext("where the learner serves"))
+    device: str = field(default="", metadata=helptext("TF device; empty: first GPU, else CPU"))
+
+    def __post_init__(self) -> None:
+        require_positive_ints(
+            self,
+            *["steps", "num_actors", "segment_steps", "weight_pull_interval", "batch_size"],
+            *["buffer_size", "steps_per_call", "target_update_interval", "frame_stack"],
+        )
+        require(self, ["learning_starts", "eval_episodes"], lambda v: v >= 0, ">= 0")
+        require(self, ["insert_slack"], lambda v: v >= -1, ">= -1 (-1: never wait)")
+        require_positive(self, "learning_rate", "samples_per_insert", "max_grad_norm")
+        require_unit_interval(self, "gamma", "repeat_action_probability", "eval_epsilon")
+        if self.learning_starts > self.steps:
+            raise rg.ConfigError(
+                f"learning_starts: got {self.learning_starts}, expected <= steps ({self.steps}); "
+                "the learner would never start"
+            )
+        if self.buffer_size <= 2 * (self.segment_steps + 1):
+            raise rg.ConfigError(
+                f"buffer_size: got {self.buffer_size}, expected > 2 * (segment_steps + 1) = "
+                f"{2 * (self.segment_steps + 1)} so a segment never overwrites the one before"
+            )
+
+    @property
+    def dqn_config(self) -> atari.AtariDQNConfig:
+        """The `atari.AtariDQNConfig` of the update and the evaluation."""
+        return atari.AtariDQNConfig(
+            env_id=self.env_id,
+            seed=self.seed,
+            steps=self.steps,
+            learning_rate=self.learning_rate,
+            batch_size=self.batch_size,
+            buffer_size=self.buffer_size,
+            learning_starts=self.learning_starts,
+            gamma=self.gamma,
+            frame_stack=self.frame_stack,
+            max_grad_norm=self.max_grad_norm,
+            double_q=self.double_q,
+            repeat_action_probability=self.repeat_action_probability,
+            terminal_on_life_loss=self.terminal_on_life_loss,
+            clip_rewards=self.clip_rewards,
+            eval_episodes=max(1, self.eval_episodes),
+            eval_epsilon=self.eval_epsilon,
+            jit_compile=self.jit_compile,
+            device=self.device,
+        )
+
+    def actor_config(self, index: int, steps: int, seed: int) -> FrameActorConfig:
+        """The config of actor ``index`` collecting ``steps`` env steps."""
+        base = ActorConfig(
+            env_id=self.env_id,
+            actor_index=index,
+            num_actors=self.num_actors,
+            actor_id_prefix="apex-atari",
+            num_envs=1,
+            seed=seed,
+            steps=steps,
+            weight_pull_interval=self.weight_pull_interval,
+            insert_slack=self.insert_slack,
+        )
+        return FrameActorConfig(
+            actor=base,
+            segment_steps=self.segment_steps,
+            frame_stack=self.frame_stack,
+            repeat_action_probability=self.repeat_action_probability,
+            terminal_on_life_loss=self.terminal_on_life_loss,
+            clip_rewards=self.clip_rewards,
+        )
+
+
+def check_env(env_id: str) -> gym.Env:
+    """`atari.check_env`: an ALE game, preprocessed; returns it (close it)."""
+    return atari.check_env(env_id)
+
+
+def make_agent(config: ApexAtariConfig, env: gym.Env) -> atari.AtariDQN:
+    """The agent's networks for ``env`` (what ``replaygpu eval`` restores)."""
+    return atari.AtariDQN(int(env.action_space.n), config.dqn_config)
+
+
+def greedy_policy(agent: atari.AtariDQN) -> Callable[[np.ndarray], np.ndarray]:
+    """``[B, k, 84, 84]`` uint8 stacks ``-> [B]`` int64 greedy actions."""
+    return atari.greedy_policy(agent)
+
+
+def evaluate_agent(
+    config: ApexAtariConfig, agent: atari.AtariDQN, episodes: int, seed: int
+) -> np.ndarray:
+    """`atari.evaluate_agent`: raw returns of ``episodes`` full games."""
+    return atari.evaluate_agent(config.dqn_config, agent, episodes, seed)
+
+
+def train(
+    config: ApexAtariConfig, recorder: Recorder | None = None, run: RunControl | None = None
+) -> TrainResult:
+    """Run the frame-table learner and ``num_actors`` actor processes, then evaluate.
+
+    With ``run``: resume from its newest checkpoint (actors collect what is left of
+    ``steps``), save periodically, stop early with a checkpoint on SIGTERM or Ctrl-C.
+
+    Raises:
+        ConfigError: ale-py missing or not an ALE game id.
+        RuntimeError: when an actor process fails.
+    """
+    recorder = recorder or NullRecorder()
+    dqn = config.dqn_config
+    probe = check_env(config.env_id)
+    num_actions = int(probe.action_space.n)
+    probe.close()
+    table = rg.make_frame_table(config.buffer_size, atari.FRAME_SHAPE, device=config.device or None)
+    with tf.device(table.device):
+        agent = atari.AtariDQN(num_actions, dqn)
+    sampler = rg.FrameStackSampler(table, config.frame_stack, seed=config.seed)
+    limiter = rg.SampleToInsertRatio(
+        config.samples_per_insert,
+        min_size_to_sample=config.learning_starts,
+        error_buffer=config.batch_size * config.steps_per_call,
+    )
+    xla = config.jit_compile == "on" or (config.jit_compile == "auto" and "GPU" in table.device)
+    learner = rg.Learner(
+        table,
+        sampler,
+        agent.update,
+        batch_size=config.batch_size,
+        rate_limiter=limiter,
+        jit_compile=xla,
+    )
+    ledger, loop = rg.SequenceLedger(), LoopState()
+    if run is not None and run.attach(
+        table=table, sampler=sampler, learner=learner, agent=agent, ledger=ledger, loop=loop
+    ):
+        logger.info("resumed at env step %d", int(loop.env_steps.numpy()))
+    base_steps, last_sync = int(loop.env_steps.numpy()), int(loop.last_sync.numpy())
+    learner.train(0)  # trace the fused loop before actors connect
+    request = segment_client_config(config.segment_steps).max_message_bytes
+    server = rg.serve(
+        learner,
+        config.address,
+        config=rg.ServerConfig(max_message_bytes=max(request, 64 << 20)),
+        ledger=ledger,
+    )
+
+    def weights() -> list[tf.Variable]:
+        return agent.q.weights  # `NatureCNN.weights` order, what `cnn_policy` reads
+
+    learner.publish_weights(weights)
+
+    ctx = mp.get_context("spawn")  # actors share nothing with us
+    stop, reports = ctx.Event(), ctx.Queue(maxsize=10_000)
+    left = max(0, config.steps - base_steps)
+    shares = [
+        left // config.num_actors + (i < left % config.num_actors) for i in range(config.num_actors)
+    ]
+    actors = [
+        ctx.Process(
+            target=run_frame_actor_process,
+            args=(config.actor_config(i, share, config.seed + base_steps), server.address),
+            kwargs=dict(stop=stop, reports=reports),
+            name=f"apex-atari-actor-{i}",
+            daemon=True,
+        )
+        for i, share in enumerate(shares)
+        if share
+    ]
+    actor_steps = [0] * config.num_actors
+    actor_stats: dict[int, dict] = {}
+    returns: list[float] = []
+    first_steps, sgd_seconds, compile_seconds = 0, 0.0, 0.0
+    start = time.perf_counter()
+
+    def env_steps() -> int:
+        return base_steps + sum(actor_steps)
+
+    try:
+        with _single_threaded_blas():
+            for proc in actors:
+                proc.start()
+        while True:
+            actors_done = all(p.exitcode == 0 for p in actors)  # before: data may still come
+            began = time.perf_counter()
+            out = rg.learner_step(server, learner, config.steps_per_call, idle_wait_s=0.2)
+            ran = int(out["steps"])
+            if ran:
+                if not first_steps:
+                    compile_seconds, first_steps = time.perf_counter() - began, ran
+                else:
+                    sgd_seconds += time.perf_counter() - began
+                sgd = int(learner.steps.numpy())
+                if sgd - last_sync >= config.target_update_interval:
+                    agent.sync_target()
+                    last_sync = sgd
+                learner.publish_weights(weights)
+                recorder.metrics(
+                    env_steps(), {k: v for k, v in out.items() if k.startswith("losses/")}
+                )
+            _drain(reports, actor_steps, actor_stats, returns, recorder, base_steps)
+            recent = float(np.mean(returns[-20:])) if returns else float("nan")
+            recorder.progress(env_steps(), int(learner.steps.numpy()), recent)
+            failed = [p.name for p in actors if p.exitcode not in (0, None)]
+            if failed:
+                raise RuntimeError(f"actor processes {failed} failed; see their log above")
+            if run is not None and run.stop.is_set():
+                break  # the final checkpoint follows
+            if run is not None and run.due():
+                loop.capture(env_steps(), last_sync)
+                run.save(server)
+            if actors_done and not ran:
+                _drain(reports, actor_steps, actor_stats, returns, recorder, base_steps)
+                break
+    finally:
+        stop.set()
+        # commit the actors' last segments while they flush, so their acks come and they exit
+        deadline = time.monotonic() + 30
+        while any(p.is_alive() for p in actors) and time.monotonic() < deadline:
+            with server.training_turn():
+                server.commit_pending()
+            time.sleep(0.05)
+        for proc in (p for p in actors if p.pid is not None):
+            if proc.is_alive():
+                proc.terminate()
+            proc.join()
+        server.stop()
+        _drain(reports, actor_steps, actor_stats, returns, recorder, base_steps)
+        reports.close()
+    elapsed = time.perf_counter() - start
+    if run is not None:
+        loop.capture(env_steps(), last_sync)
+        run.save()
+
+    stopped = run is not None and run.stop.is_set() and env_steps() < config.steps
+    eval_returns = (
+        np.zeros(0)
+        if stopped or not config.eval_episodes
+        else evaluate_agent(config, agent, config.eval_episodes, seed=config.seed + 10_000)
+    )
+    actor_rates = [s["env_steps_per_s"] for s in actor_stats.values()]
+    acked = sum(s["acked_transitions"] for s in actor_stats.values())
+    recorder.metrics(env_steps(), {"charts/rows_acked": float(acked)})  # frame-table rows
+    trained = int(learner.steps.numpy()) - first_steps
+    return TrainResult(
+        eval_returns=eval_returns,
+        env_steps=env_steps(),
+        sgd_steps=int(learner.steps.numpy()),
+        train_seconds=elapsed,
+        env_steps_per_s=float(np.sum(actor_rates)) if actor_rates else float("nan"),
+        sgd_steps_per_s=trained / sgd_seconds if sgd_seconds > 0 else float("nan"),
+        compile_seconds=compile_seconds,
+        episodes=len(returns),
+        stopped=stopped,
+    )
+
+
+@contextlib.contextmanager
+def _single_threaded_blas() -> Iterator[None]:
+    """Environment for spawned actors: one BLAS thread each (the numpy CNN's matmuls are small;
+    with a thread pool per actor on a busy CPU a forward pass took 140 ms instead of 10)."""
+    names = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    saved = {name: os.environ.get(name) for name in names}
+    os.environ.update(dict.fromkeys(names, "1"))
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _drain(reports, actor_steps, actor_stats, returns, recorder, base_steps: int) -> None:
+    """Move up to 1000 actor reports from the queue to the recorder without blocking."""
+    for _ in range(1000):
+        try:
+            kind, index, payload = reports.get_nowait()
+        except queue.Empty:
+            return
+        if kind == "episode":
+            steps, episodic_return, length = payload
+            actor_steps[index] = max(actor_steps[index], steps)
+            returns.append(episodic_return)
+            recorder.episode(base_steps + sum(actor_steps), episodic_return, length)
+        elif kind == "sent":
+            actor_steps[index] = max(actor_steps[index], payload[0])
+        elif kind == "done":
+            actor_stats[index] = dict(payload)
+            actor_steps[index] = max(actor_steps[index], int(payload["env_steps"]))
