@@ -63,7 +63,11 @@ def local_ray():
         yield
     finally:
         ray.shutdown()
-    wait_until(lambda: not descendants(os.getpid()), 30, "Ray's processes exit")
+    deadline = time.monotonic() + 30
+    while descendants(os.getpid()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = descendants(os.getpid())
+    assert not left, f"processes left 30 s after ray.shutdown(): {left}"
 
 
 @pytest.fixture()
