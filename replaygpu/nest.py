@@ -123,6 +123,8 @@ def flatten_batch(paths: Collection[str], batch: Any) -> Any:
     """
     if _children(batch) is None:
         return batch
+    if isinstance(batch, Mapping) and all(key in paths for key in batch):
+        return dict(batch)  # flat already (the per-step case of flat specs): no walk
     out: dict[str, Any] = {}
 
     def walk(prefix: str, node: Any) -> None:
