@@ -57,17 +57,25 @@ def descendants(pid):
 @pytest.fixture()
 def local_ray():
     """A local two-CPU Ray instance; after the test, Ray is shut down and none of its
-    processes is left."""
+    processes is left.
+
+    Only processes started since the fixture began count: helpers that earlier tests started
+    in this pytest process live until it exits (multiprocessing's resource tracker, started by
+    the first ``spawn`` queue, is one) and are not Ray's."""
+    before = {row[0] for row in descendants(os.getpid())}
     ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
     try:
         yield
     finally:
         ray.shutdown()
+
+    def left() -> list[tuple[int, int, int, str]]:
+        return [row for row in descendants(os.getpid()) if row[0] not in before]
+
     deadline = time.monotonic() + 30
-    while descendants(os.getpid()) and time.monotonic() < deadline:
+    while left() and time.monotonic() < deadline:
         time.sleep(0.05)
-    left = descendants(os.getpid())
-    assert not left, f"processes left 30 s after ray.shutdown(): {left}"
+    assert not left(), f"processes left 30 s after ray.shutdown(): {left()}"
 
 
 @pytest.fixture()
