@@ -241,6 +241,23 @@ def run_actor(
         raise
     finally:
         env.close()
+    return finish_run(
+        "actor", config.actor_index, env_steps, episodes, updates, start, client, report
+    )
+
+
+def finish_run(
+    kind: str,
+    index: int,
+    env_steps: int,
+    episodes: int,
+    updates: int,
+    start: float,
+    client: rg.ReplayClient,
+    report: Report | None,
+) -> dict[str, float]:
+    """An actor run's result (what `run_actor` returns), logged in one line and reported
+    (``"done"``) to the parent process when there is one."""
     seconds = time.perf_counter() - start
     result = {
         "env_steps": float(env_steps),
@@ -251,8 +268,9 @@ def run_actor(
         "acked_transitions": float(client.acked_transitions),
     }
     logger.info(
-        "actor %d: %d env steps in %.1f s (%.0f/s), %d episodes, %d weight updates",
-        config.actor_index,
+        "%s %d: %d env steps in %.1f s (%.0f/s), %d episodes, %d weight updates",
+        kind,
+        index,
         env_steps,
         seconds,
         result["env_steps_per_s"],
@@ -260,7 +278,7 @@ def run_actor(
         updates,
     )
     if report is not None:
-        report("done", config.actor_index, result)
+        report("done", index, result)
     return result
 
 

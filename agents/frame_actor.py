@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import replaygpu as rg
-from replaygpu.agents.actor import STOP_FLUSH_S, ActorConfig, Report
+from replaygpu.agents.actor import STOP_FLUSH_S, ActorConfig, Report, finish_run
 from replaygpu.agents.cnn_policy import greedy_cnn_policy
 from replaygpu.agents.envs import EpisodeStats, make_atari_env
 from replaygpu.agents.policies import epsilon_greedy_actions
@@ -249,27 +249,9 @@ def run_frame_actor(
         raise
     finally:
         env.close()
-    seconds = time.perf_counter() - start
-    result = {
-        "env_steps": float(env_steps),
-        "episodes": float(episodes),
-        "seconds": seconds,
-        "env_steps_per_s": env_steps / max(seconds, 1e-9),
-        "weight_updates": float(updates),
-        "acked_transitions": float(client.acked_transitions),
-    }
-    logger.info(
-        "frame actor %d: %d env steps in %.1f s (%.0f/s), %d episodes, %d weight updates",
-        base.actor_index,
-        env_steps,
-        seconds,
-        result["env_steps_per_s"],
-        episodes,
-        updates,
+    return finish_run(
+        "frame actor", base.actor_index, env_steps, episodes, updates, start, client, report
     )
-    if report is not None:
-        report("done", base.actor_index, result)
-    return result
 
 
 def _send(client, writer: SegmentWriter, env_steps: int, base: ActorConfig, stop, report) -> None:
