@@ -420,14 +420,4 @@ def train(
         if stopped
         else evaluate(act_greedy, config.env_id, config.eval_episodes, seed=config.seed + 10_000)
     )
-    return TrainResult(
-        eval_returns=returns,
-        env_steps=env_steps,
-        sgd_steps=sgd_steps,
-        train_seconds=elapsed,
-        env_steps_per_s=env_steps / elapsed,
-        sgd_steps_per_s=timer.steps_per_second,
-        compile_seconds=timer.compile_seconds,
-        episodes=len(getattr(recorder, "episodes", [])),
-        stopped=stopped,
-    )
+    return timer.result(returns, env_steps, sgd_steps, elapsed, recorder, stopped)

@@ -119,6 +119,29 @@ class TrainTimer:
         """SGD steps per second after the first call (NaN before a second call)."""
         return self.steps / self.seconds if self.seconds > 0 else math.nan
 
+    def result(
+        self,
+        eval_returns: np.ndarray,
+        env_steps: int,
+        sgd_steps: int,
+        train_seconds: float,
+        recorder: object,
+        stopped: bool,
+    ) -> TrainResult:
+        """The `TrainResult` of a single-process training loop timed by this timer (episodes
+        counted from ``recorder.episodes`` when it keeps them)."""
+        return TrainResult(
+            eval_returns=eval_returns,
+            env_steps=env_steps,
+            sgd_steps=sgd_steps,
+            train_seconds=train_seconds,
+            env_steps_per_s=env_steps / train_seconds,
+            sgd_steps_per_s=self.steps_per_second,
+            compile_seconds=self.compile_seconds,
+            episodes=len(getattr(recorder, "episodes", [])),
+            stopped=stopped,
+        )
+
 
 class Recorder(Protocol):
     """What an agent reports while it trains."""
