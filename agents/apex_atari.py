@@ -11,8 +11,9 @@ used up its replay budget; then evaluate the greedy policy.
 
 Differences from the Ape-X paper, and why:
 
-- 1-step double-DQN targets and uniform replay: the frame sampler draws uniformly and gives
-  one-step transitions (no n-step returns, no prioritized replay over a frame table yet).
+- Uniform replay: the frame sampler draws uniformly (no prioritized replay over a frame table
+  yet). The double-DQN targets use 3-step returns, as the paper's do, which the frame sampler
+  builds from consecutive rows of each table episode.
 - Rows of several actors share one frame table, which needs each episode's rows contiguous:
   actors send whole table episodes (a life, when a lost life is terminal), each in one request
   that the server commits contiguously; an episode longer than ``segment_steps`` is cut as a
@@ -106,6 +107,7 @@ class ApexAtariConfig:
         default=250, metadata=helptext("SGD steps between target-network syncs")
     )
     gamma: float = field(default=0.99, metadata=helptext("discount factor"))
+    n_step: int = field(default=3, metadata=helptext("n-step returns (Ape-X: 3)"))
     frame_stack: int = field(default=4, metadata=helptext("frames per observation stack"))
     max_grad_norm: float = field(default=10.0, metadata=helptext("gradient clipping global norm"))
     double_q: bool = field(default=True, metadata=helptext("double DQN targets (Ape-X: yes)"))
@@ -133,6 +135,7 @@ class ApexAtariConfig:
             self,
             *["steps", "num_actors", "segment_steps", "weight_pull_interval", "batch_size"],
             *["buffer_size", "steps_per_call", "target_update_interval", "frame_stack"],
+            "n_step",
         )
         require(self, ["learning_starts", "eval_episodes"], lambda v: v >= 0, ">= 0")
         require(self, ["insert_slack"], lambda v: v >= -1, ">= -1 (-1: never wait)")
@@ -161,6 +164,7 @@ class ApexAtariConfig:
             buffer_size=self.buffer_size,
             learning_starts=self.learning_starts,
             gamma=self.gamma,
+            n_step=self.n_step,
             frame_stack=self.frame_stack,
             max_grad_norm=self.max_grad_norm,
             double_q=self.double_q,
@@ -238,7 +242,9 @@ def train(
     table = rg.make_frame_table(config.buffer_size, atari.FRAME_SHAPE, device=config.device or None)
     with tf.device(table.device):
         agent = atari.AtariDQN(num_actions, dqn)
-    sampler = rg.FrameStackSampler(table, config.frame_stack, seed=config.seed)
+    sampler = rg.FrameStackSampler(
+        table, config.frame_stack, seed=config.seed, n_step=config.n_step, gamma=config.gamma
+    )
     limiter = rg.SampleToInsertRatio(
         config.samples_per_insert,
         min_size_to_sample=config.learning_starts,

@@ -66,6 +66,9 @@ class AtariDQNConfig(LinearEpsilon):
     )
     learning_starts: int = field(default=100_000, metadata=helptext("env steps before training"))
     gamma: float = field(default=0.99, metadata=helptext("discount factor"))
+    n_step: int = field(
+        default=1, metadata=helptext("n-step returns, drawn from the frame table (Nature: 1)")
+    )
     target_update_interval: int = field(
         default=1000, metadata=helptext("env steps between target-network syncs")
     )
@@ -106,7 +109,7 @@ class AtariDQNConfig(LinearEpsilon):
         require_positive_ints(
             self,
             *["steps", "batch_size", "buffer_size", "target_update_interval", "train_freq"],
-            *["gradient_steps", "frame_stack", "eval_episodes", "report_interval"],
+            *["gradient_steps", "frame_stack", "n_step", "eval_episodes", "report_interval"],
         )
         require(self, ["learning_starts"], lambda v: v >= 0, ">= 0")
         require_unit_interval(
@@ -260,7 +263,9 @@ def train(
     table = rg.make_frame_table(config.buffer_size, FRAME_SHAPE, device=config.device or None)
     with tf.device(table.device):
         agent = AtariDQN(num_actions, config)
-    sampler = rg.FrameStackSampler(table, config.frame_stack, seed=config.seed)
+    sampler = rg.FrameStackSampler(
+        table, config.frame_stack, seed=config.seed, n_step=config.n_step, gamma=config.gamma
+    )
     xla = config.jit_compile == "on" or (config.jit_compile == "auto" and "GPU" in table.device)
     learner = rg.Learner(
         table, sampler, agent.update, batch_size=config.batch_size, jit_compile=xla

@@ -176,7 +176,8 @@ def _check_run_file(directory: str, algorithm: str, config: Any) -> dict[str, An
                 f"checkpoint folder {directory!r} holds a run of {saved.get('algorithm')}, "
                 f"not {algorithm}; pass another --checkpoint-dir"
             )
-        old = saved.get("config", {})
+        # A field the saved run lacks came in a later version; the run had its default.
+        old = {**_jsonable(_defaults(config)), **saved.get("config", {})}
         diffs = [
             f"{name}: saved {old.get(name)!r}, given {value!r}"
             for name, value in values.items()
@@ -190,6 +191,17 @@ def _check_run_file(directory: str, algorithm: str, config: Any) -> dict[str, An
             )
         return None
     return current
+
+
+def _defaults(config: Any) -> dict[str, Any]:
+    """The config class's default of each field that has one."""
+    out = {}
+    for f in dataclasses.fields(config):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return out
 
 
 def _write_json(path: str, value: Any) -> None:

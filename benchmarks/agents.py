@@ -11,10 +11,20 @@
   apex  Ape-X DQN on CartPole-v1 with 2 actor processes (ApexConfig defaults: 80k env steps,
         3-step returns, batch 128, 32 samples per insert, lr 2e-3 decayed linearly to 0).
         Target: greedy evaluation >= 475; reports actor env steps/s and learner SGD steps/s.
+  breakout  DQN with the Nature CNN on Breakout under the Atari-100k protocol: 100k agent steps
+        (400k frames), no sticky actions, replay 1e5, training from step 1600, epsilon 1 -> 0.01
+        over the first 10k steps, one SGD step (batch 32) every 4 agent steps, target synced
+        every 1000 steps, Adam 1e-4, double DQN on 3-step returns; 10 evaluation games at
+        epsilon 0.05. ``--breakout-one-step`` trains the Nature/SB3 variant instead (1-step,
+        no double DQN), which benchmarks/peers/breakout_sb3.py --atari100k compares with SB3.
+        Random play scores 1.7. Target: mean >= 5 (3x random). About 20 min per seed on a
+        2-core CPU, so not in CI; tests/test_atari.py runs the same code for a few hundred
+        steps.
 
 Prints one line per run, then per-agent medians over runs. Run:
     python benchmarks/agents.py                      # dqn (3 seeds), sac (1 seed), apex (3)
     python benchmarks/agents.py --only dqn --seeds 0 1 2
+    python benchmarks/agents.py --only breakout --breakout-seeds 0 1 2
 """
 
 from __future__ import annotations
@@ -41,7 +51,26 @@ def load() -> str:
     return f"load average {one:.2f} {five:.2f} {fifteen:.2f}"
 
 
-def run_one(kind: str, seed: int, actor_envs: int = 1) -> dict[str, float]:
+BREAKOUT_100K = dict(
+    steps=100_000,
+    buffer_size=100_000,
+    learning_starts=1600,
+    repeat_action_probability=0.0,
+    exploration_fraction=0.1,
+    exploration_final_eps=0.01,
+    train_freq=4,
+    gradient_steps=1,
+    target_update_interval=1000,
+    learning_rate=1e-4,
+    eval_episodes=10,
+    eval_epsilon=0.05,
+    n_step=3,
+    double_q=True,
+)
+NATURE_TARGETS = dict(n_step=1, double_q=False)
+
+
+def run_one(kind: str, seed: int, actor_envs: int = 1, one_step: bool = False) -> dict[str, float]:
     """Train one agent from scratch and measure it."""
     start = time.perf_counter()
     if kind == "dqn":
@@ -57,6 +86,11 @@ def run_one(kind: str, seed: int, actor_envs: int = 1) -> dict[str, float]:
 
         config = apex.ApexConfig(seed=seed, num_actors=2, actor_envs=actor_envs, eval_episodes=20)
         result = apex.train(config)
+    elif kind == "breakout":
+        from replaygpu.agents import atari
+
+        targets = NATURE_TARGETS if one_step else {}
+        result = atari.train(atari.AtariDQNConfig(seed=seed, **{**BREAKOUT_100K, **targets}))
     else:
         raise ValueError(kind)
     total = time.perf_counter() - start
@@ -74,7 +108,7 @@ def run_one(kind: str, seed: int, actor_envs: int = 1) -> dict[str, float]:
     }
 
 
-TARGETS = {"dqn": 475.0, "sac": -200.0, "apex": 475.0}
+TARGETS = {"dqn": 475.0, "sac": -200.0, "apex": 475.0, "breakout": 5.0}
 
 
 def main() -> None:
@@ -83,7 +117,7 @@ def main() -> None:
         "--only",
         nargs="*",
         default=["dqn", "sac", "apex"],
-        choices=["dqn", "sac", "apex"],
+        choices=["dqn", "sac", "apex", "breakout"],
         help="which agents to run",
     )
     parser.add_argument(
@@ -91,6 +125,12 @@ def main() -> None:
     )
     parser.add_argument("--sac-seeds", nargs="*", type=int, default=[0])
     parser.add_argument("--apex-seeds", nargs="*", type=int, default=[0, 1, 2])
+    parser.add_argument("--breakout-seeds", nargs="*", type=int, default=[0, 1, 2])
+    parser.add_argument(
+        "--breakout-one-step",
+        action="store_true",
+        help="Breakout with 1-step targets and no double DQN (the Nature / SB3 DQN)",
+    )
     parser.add_argument("--apex-envs", type=int, default=1, help="envs per Ape-X actor")
     args = parser.parse_args()
 
@@ -102,11 +142,16 @@ def main() -> None:
         f"python {platform.python_version()}, tensorflow {tf.__version__}, "
         f"{os.cpu_count()} CPUs, TF+agents import {import_s:.1f} s; {load()}"
     )
-    seeds = {"dqn": args.seeds, "sac": args.sac_seeds, "apex": args.apex_seeds}
+    seeds = {
+        "dqn": args.seeds,
+        "sac": args.sac_seeds,
+        "apex": args.apex_seeds,
+        "breakout": args.breakout_seeds,
+    }
     for kind in args.only:
         rows = []
         for seed in seeds[kind]:
-            row = run_one(kind, seed, args.apex_envs)
+            row = run_one(kind, seed, args.apex_envs, args.breakout_one_step)
             rows.append(row)
             print(
                 f"{kind} seed {seed}: greedy eval mean {row['eval_mean']:.1f} "

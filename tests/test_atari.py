@@ -4,6 +4,7 @@ shapes, finite losses, SGD steps taken, and a stop / resume round trip through c
 from __future__ import annotations
 
 import argparse
+import json
 
 import numpy as np
 import pytest
@@ -147,3 +148,27 @@ def test_frame_stack_sampler_feeds_uint8_stacks_of_real_frames():
 def test_config_rejects_a_buffer_too_small_for_stacks():
     with pytest.raises(rg.ConfigError, match="buffer_size: got 6"):
         small_config(buffer_size=6)
+
+
+def test_atari_dqn_trains_on_n_step_returns_from_the_frame_table():
+    recorder = NullRecorder()
+    result = atari.train(small_config(steps=200, n_step=3, eval_episodes=1), recorder)
+    assert result.sgd_steps == (200 - LEARNING_STARTS) // TRAIN_FREQ
+    assert np.isfinite(recorder.last_metrics["losses/td_loss"])
+
+
+def test_a_run_saved_before_a_config_field_existed_resumes_with_its_default(tmp_path):
+    """run.json of an older version lacks n_step: the run had n_step=1, so resuming with 1 is
+    the same run and resuming with 3 is refused."""
+    ckpt = str(tmp_path / "checkpoints")
+    run = RunControl(ckpt, 3600.0, atari.__name__, small_config())
+    run.attach(counter=tf.Variable(1, dtype=tf.int64))
+    run.save()
+    run_file = tmp_path / "checkpoints" / "run.json"
+    saved = json.loads(run_file.read_text())
+    del saved["config"]["n_step"]
+    run_file.write_text(json.dumps(saved))
+
+    RunControl(ckpt, 3600.0, atari.__name__, small_config())  # the same run
+    with pytest.raises(rg.ConfigError, match="n_step: saved 1, given 3"):
+        RunControl(ckpt, 3600.0, atari.__name__, small_config(n_step=3))

@@ -173,3 +173,98 @@ def test_sampler_rejects_a_table_without_frame_fields():
     table = rg.ReplayTable({"obs": tf.TensorSpec([2], tf.float32)}, 8, "CPU")
     with pytest.raises(rg.ConfigError, match="make_frame_table"):
         rg.FrameStackSampler(table)
+
+
+def n_step_reference(refs, t, n, gamma):
+    """The n-step transition from transition t of `record`'s refs (whole episodes appended)."""
+    ret, j = 0.0, 0
+    while True:
+        _, next_obs, _, reward, term, trunc = refs[t + j]
+        ret += gamma**j * reward
+        if term or trunc or j == n - 1:
+            return ret, next_obs, term, trunc, j + 1
+        j += 1
+
+
+def test_n_step_transitions_match_the_episodes_played():
+    lengths = [1, 2, 3, 5, 8, 2]
+    data, refs = record(lengths)
+    table = rg.make_frame_table(capacity=64, device="CPU")
+    table.append(data)
+    n, gamma = 3, 0.5
+    sampler = rg.FrameStackSampler(table, stack=STACK, seed=3, n_step=n, gamma=gamma)
+    row_to_ref = transition_of_row(data)
+    steps_seen = set()
+    for _ in range(4):
+        rows, batch = sampler.sample(64)
+        batch = {k: v.numpy() for k, v in batch.items()}
+        for b, r in enumerate(rows.numpy()):
+            t = row_to_ref[r]
+            assert t >= 0, "a final (frame-only) row was drawn"
+            ret, next_obs, term, trunc, m = n_step_reference(refs, t, n, gamma)
+            np.testing.assert_array_equal(batch["obs"][b], refs[t][0], err_msg=f"obs of {t}")
+            np.testing.assert_array_equal(batch["next_obs"][b], next_obs, err_msg=f"next {t}")
+            assert batch["action"][b] == refs[t][2]
+            assert batch["reward"][b] == pytest.approx(ret, rel=1e-6)
+            assert (batch["terminated"][b], batch["truncated"][b]) == (term, trunc)
+            assert batch[rg.NSTEP][b] == m
+            assert batch[rg.DISCOUNT][b] == pytest.approx(0.0 if term else gamma**m)
+            steps_seen.add(m)
+    assert steps_seen == {1, 2, 3}
+    assert int(sampler.invalid_draws.numpy()) == 0
+
+
+def test_n_step_stops_before_missing_frames():
+    """An episode left unfinished (no final row, as when a run is resumed in a new game) and the
+    newest row cut the n-step window: the return then bootstraps from the last stack whose
+    frames exist."""
+
+    def frames(*values):
+        return np.stack([np.full((84, 84), v, np.uint8) for v in values])
+
+    no = [False] * 3
+    table = rg.make_frame_table(capacity=16, device="CPU")
+    # Episode A, 3 steps, never finished: rows 0-2 hold frames 10, 11, 12 (13 is never stored).
+    table.append(rg.frame_rows(frames(10, 11, 12, 13), [0, 1, 2], [1.0, 2.0, 4.0], no, no, True))
+    # Episode B starts at row 3; its first chunk of 2 steps is the newest: rows 3-4.
+    table.append(rg.frame_rows(frames(20, 21, 22), [0, 1], [8.0, 16.0], no[:2], no[:2], True))
+    sampler = rg.FrameStackSampler(table, stack=2, seed=4, n_step=3, gamma=1.0)
+    # Row: (m, return, newest frame of next_obs). Row 2 (its next frame is missing) and row 4
+    # (the newest; its next frame is not written yet) are not drawn.
+    expected = {0: (2, 3.0, 12), 1: (1, 2.0, 12), 3: (1, 8.0, 21)}
+    seen = set()
+    for _ in range(4):
+        rows, batch = sampler.sample(32)
+        for b, r in enumerate(rows.numpy()):
+            m, ret, newest = expected[int(r)]
+            assert int(batch[rg.NSTEP][b]) == m and float(batch["reward"][b]) == ret
+            assert int(batch["next_obs"][b, -1, 0, 0]) == newest
+            assert float(batch[rg.DISCOUNT][b]) == 1.0  # nothing terminated: bootstrap
+            seen.add(int(r))
+    assert seen == set(expected)
+
+
+def test_n_step_frames_train_the_atari_update_in_xla():
+    data, _ = record([6, 6, 6])
+    table = rg.make_frame_table(capacity=32, device="CPU")
+    table.append(data)
+    sampler = rg.FrameStackSampler(table, stack=STACK, seed=5, n_step=3, gamma=0.99)
+
+    def update(batch):
+        return {
+            "discount": tf.reduce_mean(batch[rg.DISCOUNT]),
+            "reward": tf.reduce_mean(batch["reward"]),
+        }
+
+    out = rg.Learner(table, sampler, update, batch_size=16, jit_compile=True).train(10)
+    assert out["steps"] == 10 and 0.0 < out["discount"] < 1.0 and out["reward"] > 0.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"n_step": 0}, "n_step: got 0"), ({"n_step": 3, "gamma": 1.5}, "gamma: got 1.5")],
+)
+def test_sampler_rejects_bad_n_step_settings(kwargs, match):
+    table = rg.make_frame_table(capacity=16, device="CPU")
+    with pytest.raises(rg.ConfigError, match=match):
+        rg.FrameStackSampler(table, **kwargs)

@@ -2,12 +2,17 @@
 
 Runs in the peers venv (``bash benchmarks/peers/setup.sh``), started by ``breakout_sb3.py`` as
 a whole process. The env is the one ``replaygpu demo breakout`` trains on: ALE v5 with sticky
-actions 0.25, gymnasium's ``AtariPreprocessing`` (frame skip 4, 84x84 grey, up to 30 no-ops),
-4 stacked frames; SB3's ``AtariWrapper`` would add FIRE on reset, which the demo does not do.
-Life loss is not made terminal here (SB3's EpisodicLifeEnv needs the NoFrameskip stack); this
-changes no timing. Hyperparameters are rl-zoo3's Atari DQN, with ``learning_starts`` lowered so
-that a short run trains. Prints one JSON line: ``{"steps", "sgd_steps", "learn_s", "train_s"}``
-(``train_s``: seconds inside SB3's ``train`` calls, i.e. the SGD steps).
+actions (``--sticky``, 0.25 by default), gymnasium's ``AtariPreprocessing`` (frame skip 4, 84x84
+grey, up to 30 no-ops), FIRE pressed after a reset and after each lost life (as the demo's
+``FireToLaunch`` does), 4 stacked frames. Training also uses SB3's own ``EpisodicLifeEnv``
+(a lost life ends the training episode; the game plays on) and ``ClipRewardEnv`` (sign of the
+reward), as the demo does in its loop. Hyperparameters are rl-zoo3's Atari DQN, with
+``learning_starts`` lowered so that a short run trains.
+
+With ``--eval-episodes N`` it then plays N full games (no life-loss ends, raw rewards) at
+epsilon ``--eval-epsilon``, as the demo's evaluation does. Prints one JSON line:
+``{"steps", "sgd_steps", "learn_s", "train_s", "eval_returns"}`` (``train_s``: seconds inside
+SB3's ``train`` calls, i.e. the SGD steps).
 
     benchmarks/peers/.venv-peers/bin/python benchmarks/peers/sb3_breakout.py --steps 5000
 """
@@ -17,20 +22,71 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from typing import Any
 
 import ale_py
 import gymnasium as gym
+import numpy as np
 from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
 from stable_baselines3 import DQN
+from stable_baselines3.common.atari_wrappers import ClipRewardEnv, EpisodicLifeEnv
 
 
-def make_env(seed: int) -> gym.Env:
+class FireToLaunch(gym.Wrapper):
+    """FIRE after a reset and after each lost life, within the same step (the demo's wrapper)."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self._lives = 0
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        obs, info = self.env.reset(**kwargs)
+        obs, _, terminated, truncated, info = self.env.step(1)
+        if terminated or truncated:
+            obs, info = self.env.reset(**kwargs)
+        self._lives = int(info.get("lives", 0))
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        lives = int(info.get("lives", 0))
+        if lives < self._lives and not (terminated or truncated):
+            obs, more, terminated, truncated, info = self.env.step(1)
+            reward = float(reward) + float(more)
+        self._lives = int(info.get("lives", lives))
+        return obs, reward, terminated, truncated, info
+
+
+def make_env(seed: int, sticky: float, training: bool) -> gym.Env:
     gym.register_envs(ale_py)
-    env = gym.make("ALE/Breakout-v5", frameskip=1, repeat_action_probability=0.25)
+    env = gym.make("ALE/Breakout-v5", frameskip=1, repeat_action_probability=sticky)
     env = AtariPreprocessing(env, frame_skip=4, screen_size=84, grayscale_obs=True, noop_max=30)
+    env = FireToLaunch(env)
+    if training:
+        env = ClipRewardEnv(EpisodicLifeEnv(env))
     env = FrameStackObservation(env, 4)
     env.reset(seed=seed)
+    env.action_space.seed(seed)
     return env
+
+
+def evaluate(model: DQN, episodes: int, epsilon: float, seed: int, sticky: float) -> list[float]:
+    env, rng = make_env(seed, sticky, training=False), np.random.default_rng(seed)
+    returns = []
+    for ep in range(episodes):
+        obs, _ = env.reset(seed=seed + ep)
+        done, total = False, 0.0
+        while not done:
+            if rng.random() < epsilon:
+                action = int(rng.integers(env.action_space.n))
+            else:
+                action = int(model.predict(np.asarray(obs), deterministic=True)[0])
+            obs, reward, terminated, truncated, _ = env.step(action)
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    env.close()
+    return returns
 
 
 def main() -> None:
@@ -38,10 +94,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--learning-starts", type=int, default=1000)
+    parser.add_argument("--sticky", type=float, default=0.25, help="repeat_action_probability")
+    parser.add_argument("--eval-episodes", type=int, default=0)
+    parser.add_argument("--eval-epsilon", type=float, default=0.05)
     args = parser.parse_args()
     model = DQN(
         "CnnPolicy",
-        make_env(args.seed),
+        make_env(args.seed, args.sticky, training=True),
         learning_rate=1e-4,
         buffer_size=100_000,
         learning_starts=args.learning_starts,
@@ -69,6 +128,9 @@ def main() -> None:
     start = time.perf_counter()
     model.learn(total_timesteps=args.steps)
     learn_s = time.perf_counter() - start
+    returns = evaluate(
+        model, args.eval_episodes, args.eval_epsilon, args.seed + 10_000, args.sticky
+    )
     print(
         json.dumps(
             {
@@ -76,6 +138,7 @@ def main() -> None:
                 "sgd_steps": timed["steps"],
                 "learn_s": learn_s,
                 "train_s": timed["s"],
+                "eval_returns": returns,
             }
         )
     )

@@ -28,12 +28,14 @@ takes a ``stream_field`` for interleaved writers.)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from replaygpu.errors import ConfigError
+from replaygpu.keys import DISCOUNT, NSTEP
 from replaygpu.samplers.base import Sampler, check_not_empty
 from replaygpu.samplers.uniform import make_generator
 from replaygpu.specs import Spec
@@ -86,13 +88,27 @@ class FrameStackSampler(Sampler):
         max_tries: redraw rounds for rows that cannot be drawn (final rows, the newest row,
             rows whose stack was overwritten); rows still invalid after them are counted in
             ``invalid_draws``.
+        n_step: steps per transition n >= 1. With n > 1 the batch is an n-step transition
+            as `NStepSampler` gives for vector rows: ``reward`` sums ``gamma**j`` times the
+            rewards of steps ``j = 0 .. m-1`` from the drawn row, where m <= n stops at the
+            episode's end, at the newest written row and before a row whose next frame is
+            missing; ``next_obs`` is the stack m steps on, ``terminated``/``truncated`` are
+            those of step m-1, ``discount`` is ``gamma**m`` (0 when step m-1 terminated) and
+            ``nstep`` is m.
+        gamma: discount factor of the n-step return, in ``[0, 1]``.
 
     The batch holds ``obs`` and ``next_obs`` ``[B, k, H, W]`` plus ``action``, ``reward``,
-    ``terminated`` and ``truncated`` of the drawn rows.
+    ``terminated`` and ``truncated`` of the drawn rows (and ``discount``, ``nstep`` with n > 1).
     """
 
     def __init__(
-        self, table: ReplayTable, stack: int = 4, seed: int | None = None, max_tries: int = 32
+        self,
+        table: ReplayTable,
+        stack: int = 4,
+        seed: int | None = None,
+        max_tries: int = 32,
+        n_step: int = 1,
+        gamma: float = 0.99,
     ) -> None:
         super().__init__(name="frame_stack_sampler")
         missing = [f for f in FRAME_FIELDS if f not in table.spec]
@@ -105,9 +121,15 @@ class FrameStackSampler(Sampler):
             raise ConfigError(f"stack: got {stack!r}, expected an integer in [1, capacity)")
         if not isinstance(max_tries, (int, np.integer)) or max_tries < 1:
             raise ConfigError(f"max_tries: got {max_tries!r}, expected an integer >= 1")
+        if not isinstance(n_step, (int, np.integer)) or not 1 <= n_step < table.capacity:
+            raise ConfigError(f"n_step: got {n_step!r}, expected an integer in [1, capacity)")
+        if not (math.isfinite(gamma) and 0.0 <= gamma <= 1.0):
+            raise ConfigError(f"gamma: got {gamma}, expected a number in [0, 1]")
         self.table = table
         self.stack = int(stack)
         self.max_tries = int(max_tries)
+        self.n_step = int(n_step)
+        self.gamma = float(gamma)
         self.generator = make_generator(seed, table.device)
         with tf.device(table.device):
             self.invalid_draws = tf.Variable(0, dtype=tf.int64, trainable=False, name="invalid")
@@ -159,6 +181,8 @@ class FrameStackSampler(Sampler):
     def sample(self, batch_size: int) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
         """``(rows [B] int64, {"obs", "next_obs": [B, k, H, W], "action", "reward", ...})``."""
         rows, dist = self.sample_indices(batch_size)
+        if self.n_step > 1:
+            return rows, self._n_step_batch(rows, dist)
         k, capacity = self.stack, self.table.capacity
         # Offsets back from the row, oldest first: k-1, ..., 0, then -1 (the next frame).
         offsets = tf.range(k - 1, -2, -1, dtype=tf.int64)
@@ -171,3 +195,47 @@ class FrameStackSampler(Sampler):
         for name in ("action", "reward", "terminated", "truncated"):
             batch[name] = self.table.read(name, rows)  # spec dtype if stored narrower
         return rows, batch
+
+    def _n_step_batch(self, rows: tf.Tensor, dist: tf.Tensor) -> dict[str, tf.Tensor]:
+        """The n-step transitions of drawable ``rows`` (distance ``dist`` to episode start)."""
+        table, k, n, capacity = self.table, self.stack, self.n_step, self.table.capacity
+        storage = table.storage
+        steps = tf.range(n, dtype=tf.int64)
+        step_rows = (rows[:, None] + steps[None, :]) % capacity  # [B, n]: step j's row
+        terminated = tf.gather(storage["terminated"], step_rows)
+        truncated = tf.gather(storage["truncated"], step_rows)
+        # Step j + 1 is taken after step j unless step j ends the episode, it is the n-th, the
+        # frame after step j + 1 is not written yet, or that frame starts another episode.
+        ahead = (table.cursor.read_value() - 1 - rows) % capacity  # [B] rows written after
+        next_first = tf.gather(storage["first"], (step_rows + 2) % capacity)
+        stop = (
+            terminated
+            | truncated
+            | (steps[None, :] >= n - 1)
+            | (steps[None, :] + 2 > ahead[:, None])
+            | next_first
+        )
+        last = tf.reduce_min(tf.where(stop, steps[None, :], n), axis=1)  # [B] step m - 1
+        m = last + 1
+        powers = tf.constant([self.gamma**j for j in range(n)], tf.float32)
+        rewards = tf.cast(table.read("reward", step_rows), tf.float32)
+        used = steps[None, :] <= last[:, None]
+        ret = tf.reduce_sum(tf.where(used, rewards * powers, tf.zeros_like(rewards)), axis=1)
+        last_terminated = tf.gather(terminated, last, batch_dims=1)
+        # Both stacks in one read: k frames back from the row, then k back from row + m (the
+        # episode start is m rows further back from there).
+        back = tf.range(k - 1, -1, -1, dtype=tf.int64)  # oldest first
+        obs_rows = rows[:, None] - tf.minimum(back[None, :], dist[:, None])
+        next_rows = (rows + m)[:, None] - tf.minimum(back[None, :], (dist + m)[:, None])
+        frames = table.read("frame", tf.concat([obs_rows, next_rows], axis=1) % capacity)
+        gamma_m = tf.pow(tf.constant(self.gamma, tf.float32), tf.cast(m, tf.float32))
+        return {
+            "obs": frames[:, :k],
+            "next_obs": frames[:, k:],
+            "action": table.read("action", rows),
+            "reward": tf.cast(ret, table.spec["reward"].dtype),
+            "terminated": last_terminated,
+            "truncated": tf.gather(truncated, last, batch_dims=1),
+            DISCOUNT: gamma_m * (1.0 - tf.cast(last_terminated, tf.float32)),
+            NSTEP: m,
+        }
