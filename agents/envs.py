@@ -35,15 +35,82 @@ def make_vector_env(env_id: str, num_envs: int, seed: int) -> gym.vector.VectorE
             f"env id: got {env_id!r}, which gymnasium does not know; expected a registered id "
             "such as 'CartPole-v1' (see gymnasium.pprint_registry())"
         )
-    env = gym.make_vec(
-        env_id,
-        num_envs=num_envs,
-        vectorization_mode="sync",
-        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
-    )
+    if num_envs == 1:
+        env: gym.vector.VectorEnv = OneEnv(gym.make(env_id))
+    else:
+        env = gym.make_vec(
+            env_id,
+            num_envs=num_envs,
+            vectorization_mode="sync",
+            vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+        )
     env.reset(seed=seed)
     env.action_space.seed(seed)
     return env
+
+
+class OneEnv(gym.vector.VectorEnv):
+    """One env as a vector env of size 1 with `SyncVectorEnv`'s same-step autoreset.
+
+    Observations, rewards and flags are those of ``SyncVectorEnv`` with
+    ``AutoresetMode.SAME_STEP`` and one env (a test steps both side by side). The info is not
+    merged per key: it holds ``final_obs``/``final_info`` (with their ``_`` masks) on the step
+    that ends an episode and nothing else. That merging, the batched copy and the deep copy
+    cost about 45 us a step, twice CartPole's own step, which the DQN demo's 50k steps paid.
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        self.env = env
+        self.num_envs = 1
+        self.single_observation_space = env.observation_space
+        self.single_action_space = env.action_space
+        self.observation_space = gym.vector.utils.batch_space(env.observation_space, 1)
+        self.action_space = gym.vector.utils.batch_space(env.action_space, 1)
+        self.metadata = {**env.metadata, "autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
+        self.spec = env.spec
+        self._box = isinstance(env.observation_space, gym.spaces.Box)
+
+    def _batch(self, obs: Any) -> Any:
+        if self._box:
+            return np.asarray(obs, self.single_observation_space.dtype)[None]
+        return gym.vector.utils.concatenate(
+            self.single_observation_space,
+            [obs],
+            gym.vector.utils.create_empty_array(self.single_observation_space, 1),
+        )
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        obs, _ = self.env.reset(seed=seed, options=options)
+        return self._batch(obs), {}
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+        action = next(iter(gym.vector.utils.iterate(self.action_space, actions)))
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        out: dict[str, Any] = {}
+        if terminated or truncated:
+            final_obs = np.empty(1, object)
+            final_obs[0] = obs
+            final_info = np.empty(1, object)
+            final_info[0] = info
+            out = {
+                "final_obs": final_obs,
+                "_final_obs": np.ones(1, bool),
+                "final_info": final_info,
+                "_final_info": np.ones(1, bool),
+            }
+            obs, _ = self.env.reset()
+        return (
+            self._batch(obs),
+            np.array([reward], np.float64),
+            np.array([terminated], bool),
+            np.array([truncated], bool),
+            out,
+        )
+
+    def close(self, **kwargs: Any) -> None:
+        self.env.close()
 
 
 def true_next_obs(obs: Any, done: np.ndarray, info: Mapping) -> Any:

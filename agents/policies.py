@@ -71,13 +71,17 @@ def epsilon_greedy_actions(
 ) -> np.ndarray:
     """``[B]`` int64 actions: uniform with probability ``epsilon`` (per env), else greedy.
 
-    The greedy policy is skipped when every env explores, which early in training is most steps.
+    The greedy policy is skipped when every env explores, which early in training is most steps,
+    and the random actions are not drawn when none does, which late in training is most steps.
     """
     n = batch_size_of(obs)
     explore = rng.random(n) < epsilon
-    actions = rng.integers(num_actions, size=n, dtype=np.int64)
-    if not explore.all():
-        actions = np.where(explore, actions, greedy(obs))
+    exploring = np.count_nonzero(explore)
+    if exploring == n:
+        return rng.integers(num_actions, size=n, dtype=np.int64)
+    actions = greedy(obs)
+    if exploring:
+        actions = np.where(explore, rng.integers(num_actions, size=n, dtype=np.int64), actions)
     return actions
 
 

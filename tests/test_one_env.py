@@ -1,0 +1,79 @@
+"""`OneEnv` (make_vector_env with one env) steps exactly as gymnasium's SyncVectorEnv with
+same-step autoreset: observations, rewards, flags and the final observation of each episode."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import replaygpu as rg
+from replaygpu.agents.envs import OneEnv, TransitionChunk, make_vector_env, true_next_obs
+
+DICT_SPACE = gym.spaces.Dict(
+    {
+        "position": gym.spaces.Box(-np.inf, np.inf, (2,), np.float32),
+        "velocity": gym.spaces.Box(-np.inf, np.inf, (2,), np.float32),
+    }
+)
+
+
+def dict_cartpole():
+    return gym.wrappers.TransformObservation(
+        gym.make("CartPole-v1"),
+        lambda obs: {"position": obs[[0, 2]], "velocity": obs[[1, 3]]},
+        DICT_SPACE,
+    )
+
+
+def leaves(obs):
+    return rg.flatten_nest(obs) if isinstance(obs, dict) else {"": obs}
+
+
+@pytest.mark.parametrize("make", [lambda: gym.make("CartPole-v1"), dict_cartpole])
+def test_one_env_steps_as_sync_vector_env_with_same_step_autoreset(make):
+    ours = OneEnv(make())
+    theirs = gym.vector.SyncVectorEnv([make], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    assert ours.observation_space == theirs.observation_space
+    assert ours.action_space == theirs.action_space
+    a, _ = ours.reset(seed=3)
+    b, _ = theirs.reset(seed=3)
+    actions = np.random.default_rng(0).integers(2, size=(600, 1))
+    episodes = 0
+    for action in actions:
+        for k, v in leaves(a).items():
+            np.testing.assert_array_equal(v, leaves(b)[k])
+            assert v.dtype == leaves(b)[k].dtype and v.shape == leaves(b)[k].shape
+        a, ra, ta, ua, ia = ours.step(action)
+        b, rb, tb, ub, ib = theirs.step(action)
+        np.testing.assert_array_equal(ra, rb)
+        np.testing.assert_array_equal(ta, tb)
+        np.testing.assert_array_equal(ua, ub)
+        assert ra.dtype == rb.dtype and ta.dtype == tb.dtype
+        done = ta | ua
+        if done[0]:
+            episodes += 1
+            mine, gyms = true_next_obs(a, done, ia), true_next_obs(b, done, ib)
+            for k, v in leaves(mine).items():
+                np.testing.assert_array_equal(v, leaves(gyms)[k])
+    assert episodes >= 10  # random CartPole episodes last about 20 steps
+    ours.close()
+    theirs.close()
+
+
+def test_make_vector_env_takes_one_env_for_one_and_a_chunk_holds_its_steps():
+    env = make_vector_env("CartPole-v1", 1, seed=0)
+    assert isinstance(env, OneEnv) and env.num_envs == 1
+    assert not isinstance(make_vector_env("CartPole-v1", 2, seed=0), OneEnv)
+    spec = rg.specs_from_env(env)
+    chunk = TransitionChunk(rg.host_spec(spec), 64)
+    obs, _ = env.reset(seed=0)
+    for _ in range(64):
+        action = np.zeros(1, np.int64)
+        next_obs, reward, terminated, truncated, info = env.step(action)
+        chunk.add_step(obs, action, reward, next_obs, terminated, truncated, info)
+        obs = next_obs
+    batch = chunk.take()
+    assert batch["obs"].shape == (64, 4) and batch["terminated"].sum() >= 1
+    # Within an episode each row's next_obs is the next row's obs.
+    cont = ~(batch["terminated"][:-1] | batch["truncated"][:-1])
+    np.testing.assert_array_equal(batch["next_obs"][:-1][cont], batch["obs"][1:][cont])
+    env.close()
