@@ -17,11 +17,13 @@ exponential(1) priorities before timing.
                         steps, sample + update_fn + priority write in each), jit_compile=False;
               loop+xla  the same loop compiled whole with jit_compile=True.
 
-Each library runs in its own subprocess (the peers in benchmarks/peers/.venv-peers, made by
-setup.sh; replaygpu in this interpreter's venv), one per (capacity, round, library), the
-libraries alternating within each round; a subprocess prints one JSON line with the median
-seconds per step over --repeats timed runs. Reports the median over rounds and the speed of
-each replaygpu mode over the best peer (target at 1e6 rows: >= 2x). Run:
+Each library runs in its own subprocess (cpprb in benchmarks/peers/.venv-peers, TorchRL in
+benchmarks/peers/.venv-torchrl, both made by setup.sh: TorchRL's C++ extension needs the torch
+its wheel was built against, 2.14.1; replaygpu in this interpreter's venv), one per (capacity,
+round, library), the libraries alternating within each round; a subprocess prints one JSON
+line with the median seconds per step over --repeats timed runs. Reports the median over
+rounds and the speed of each replaygpu mode over the best peer (target at 1e6 rows: >= 2x).
+Run:
 
     bash benchmarks/peers/setup.sh
     .venv/bin/python benchmarks/peers/prioritized.py            # ~5 min on 2 cores
@@ -44,11 +46,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 PEERS_PYTHON = os.path.join(HERE, ".venv-peers", "bin", "python")
+TORCHRL_PYTHON = os.path.join(HERE, ".venv-torchrl", "bin", "python")
 BATCH = 256
 OBS_DIM = 8
 ALPHA, BETA = 0.6, 0.4
 CHUNK = 100_000
 PEERS = ("cpprb", "torchrl")
+PEER_PYTHONS = {"cpprb": PEERS_PYTHON, "torchrl": TORCHRL_PYTHON}
 MODES = ("eager", "loop", "loop+xla")
 
 
@@ -123,7 +127,7 @@ def bench_torchrl(capacity: int, args: argparse.Namespace) -> dict[str, float]:
         n = len(priorities)
         td = TensorDict({k: torch.from_numpy(v) for k, v in data.items()}, batch_size=[n])
         index = rb.extend(td)
-        rb.update_priority(index, torch.from_numpy(priorities))
+        rb.update_priority(index, torch.from_numpy(priorities).float())  # fp32 sum tree
 
     def step() -> None:
         batch, info = rb.sample(return_info=True)
@@ -206,7 +210,7 @@ def child(args: argparse.Namespace) -> None:
 
 
 def run_child(lib: str, capacity: int, args: argparse.Namespace) -> dict[str, float]:
-    python = sys.executable if lib == "replaygpu" else PEERS_PYTHON
+    python = PEER_PYTHONS.get(lib, sys.executable)
     cmd = [python, os.path.abspath(__file__), "--child", lib, "--capacity", str(capacity)]
     cmd += ["--steps", str(args.steps), "--loop-steps", str(args.loop_steps)]
     cmd += ["--repeats", str(args.repeats)]
@@ -231,8 +235,9 @@ def main() -> None:
     if args.child:
         child(args)
         return
-    if not os.path.exists(PEERS_PYTHON):
-        sys.exit(f"no peers venv at {PEERS_PYTHON}: run bash benchmarks/peers/setup.sh first")
+    missing = [p for p in PEERS if not os.path.exists(PEER_PYTHONS[p])]
+    if len(missing) == len(PEERS):
+        sys.exit(f"no peer venvs at {HERE}: run bash benchmarks/peers/setup.sh first")
     load = "load average {:.2f} {:.2f} {:.2f}".format
     print(
         f"prioritized sample + priority update, batch {BATCH}, obs dim {OBS_DIM}, alpha {ALPHA}, "
@@ -241,8 +246,10 @@ def main() -> None:
         f"{load(*os.getloadavg())}",
         flush=True,
     )
+    for lib in missing:
+        print(f"  {lib}: no venv at {PEER_PYTHONS[lib]} (bash benchmarks/peers/setup.sh), left out")
     libs = ["replaygpu", *PEERS]
-    peers = list(PEERS)
+    peers = [p for p in PEERS if p not in missing]
     for capacity in args.capacities:
         rounds: dict[str, list[float]] = {}
         for r in range(args.rounds):
