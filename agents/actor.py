@@ -233,9 +233,7 @@ def run_actor(
             obs = next_obs
         if chunk.count:
             client.add_batch(_streams(chunk.take(), config))
-        # stopped (SIGTERM): flush within a container's grace period; done: wait for the acks
-        stopped = stop is not None and stop.is_set()
-        client.close(timeout=min(STOP_FLUSH_S, config.retry_deadline_s) if stopped else None)
+        close_client(client, stop, config.retry_deadline_s)
     except BaseException:
         client.close(flush=False)
         raise
@@ -244,6 +242,15 @@ def run_actor(
     return finish_run(
         "actor", config.actor_index, env_steps, episodes, updates, start, client, report
     )
+
+
+def close_client(
+    client: rg.ReplayClient, stop: threading.Event | None, retry_deadline_s: float
+) -> None:
+    """Flush and close an actor's client: a stopped actor (SIGTERM) flushes for at most
+    `STOP_FLUSH_S`, within a container's grace period; a finished one waits for every ack."""
+    stopped = stop is not None and stop.is_set()
+    client.close(timeout=min(STOP_FLUSH_S, retry_deadline_s) if stopped else None)
 
 
 def finish_run(

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import replaygpu as rg
-from replaygpu.agents.actor import STOP_FLUSH_S, ActorConfig, Report, finish_run
+from replaygpu.agents.actor import ActorConfig, Report, close_client, finish_run
 from replaygpu.agents.cnn_policy import greedy_cnn_policy
 from replaygpu.agents.envs import EpisodeStats, make_atari_env
 from replaygpu.agents.policies import epsilon_greedy_actions
@@ -242,8 +242,7 @@ def run_frame_actor(
                 _send(client, writer, env_steps, base, stop, report)
         writer.end()  # the unfinished segment, as a truncation
         _send(client, writer, env_steps, base, None, report)
-        stopped = stop is not None and stop.is_set()
-        client.close(timeout=min(STOP_FLUSH_S, base.retry_deadline_s) if stopped else None)
+        close_client(client, stop, base.retry_deadline_s)
     except BaseException:
         client.close(flush=False)
         raise
