@@ -1,8 +1,9 @@
 """Gymnasium helpers shared by the agents: vector envs, transition chunks, greedy evaluation.
 
-Agents step a `gymnasium.vector.SyncVectorEnv` with same-step autoreset: when an episode ends,
-``step`` already returns the first observation of the next one and puts the true last
-observation in ``info["final_obs"]``, so every step yields one valid transition per env.
+Agents step a `gymnasium.vector.SyncVectorEnv` with same-step autoreset (`OneEnv`, which
+behaves the same for a single env, for one): when an episode ends, ``step`` already returns the
+first observation of the next one and puts the true last observation in ``info["final_obs"]``,
+so every step yields one valid transition per env.
 Transitions go to the replay table in chunks (one `ReplayTable.append` per chunk), never one
 append per step.
 """
