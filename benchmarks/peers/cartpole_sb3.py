@@ -13,6 +13,7 @@ ratio >= 4 and greedy return >= 475 on every seed.
     bash benchmarks/peers/setup.sh                      # once: the peers venv
     .venv/bin/python benchmarks/peers/cartpole_sb3.py   # seeds 0 1 2
     .venv/bin/python benchmarks/peers/cartpole_sb3.py --seeds 0
+    .venv/bin/python benchmarks/peers/cartpole_sb3.py --demo-flags=--no-double-q  # SB3's DQN
 """
 
 from __future__ import annotations
@@ -47,10 +48,11 @@ def timed(cmd: list[str]) -> tuple[float, str]:
     return seconds, proc.stdout
 
 
-def run_replaygpu(seed: int, root: str) -> dict[str, float]:
+def run_replaygpu(seed: int, root: str, flags: list[str]) -> dict[str, float]:
     run_dir = os.path.join(root, f"cartpole-s{seed}")
     cli = [sys.executable, "-m", "replaygpu"]
-    wall, out = timed([*cli, "demo", "cartpole", "--seed", str(seed), "--run-dir", run_dir])
+    demo = [*cli, "demo", "cartpole", "--seed", str(seed), "--run-dir", run_dir, *flags]
+    wall, out = timed(demo)
     own = float(RETURN.findall(out)[-1][1])
     _, out = timed([*cli, "eval", run_dir, "--episodes", "20"])
     return {"wall_s": wall, "eval_mean": float(RETURN.findall(out)[-1][1]), "own_eval": own}
@@ -65,6 +67,12 @@ def run_sb3(seed: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument(
+        "--demo-flags",
+        default="",
+        help="extra flags of `replaygpu demo cartpole`, e.g. --no-double-q (then both sides "
+        "train the same algorithm: rl-zoo3's SB3 DQN is not double DQN)",
+    )
     args = parser.parse_args()
     if not os.path.exists(PEERS_PYTHON):
         sys.exit(f"no peers venv at {PEERS_PYTHON}: run bash benchmarks/peers/setup.sh first")
@@ -72,7 +80,7 @@ def main() -> None:
     runs: dict[str, list[dict[str, float]]] = {"replaygpu": [], "sb3": []}
     with tempfile.TemporaryDirectory(prefix="peers-cartpole-") as root:
         for seed in args.seeds:
-            r = run_replaygpu(seed, root)
+            r = run_replaygpu(seed, root, args.demo_flags.split())
             runs["replaygpu"].append(r)
             print(
                 f"replaygpu seed {seed}: wall {r['wall_s']:.1f} s | greedy return "
