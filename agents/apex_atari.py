@@ -35,7 +35,7 @@ import queue
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -69,6 +69,9 @@ class ApexAtariConfig:
     there beside two actors), which is a smoke run, not enough to learn Breakout; to learn,
     on a GPU: --steps 10000000 --buffer-size 1000000 --learning-starts 50000
     --samples-per-insert 8 --num-actors 8."""
+
+    #: values of fields added later, for runs saved before them (`runs.RunControl` resumes)
+    LEGACY_VALUES: ClassVar[dict[str, Any]] = {"n_step": 1}
 
     env_id: str = field(default="ALE/Breakout-v5", metadata=helptext("ALE game id"))
     seed: int = field(default=1, metadata=helptext("seed of actors, networks and sampling"))

@@ -176,8 +176,10 @@ def _check_run_file(directory: str, algorithm: str, config: Any) -> dict[str, An
                 f"checkpoint folder {directory!r} holds a run of {saved.get('algorithm')}, "
                 f"not {algorithm}; pass another --checkpoint-dir"
             )
-        # A field the saved run lacks came in a later version; the run had its default.
-        old = {**_jsonable(_defaults(config)), **saved.get("config", {})}
+        # A field the saved run lacks came in a later version: the run had what the code did
+        # before it, its default unless the config class says otherwise (LEGACY_VALUES).
+        legacy = {**_defaults(config), **getattr(type(config), "LEGACY_VALUES", {})}
+        old = {**_jsonable(legacy), **saved.get("config", {})}
         diffs = [
             f"{name}: saved {old.get(name)!r}, given {value!r}"
             for name, value in values.items()

@@ -156,3 +156,24 @@ def test_the_frame_actor_and_its_row_maker_import_no_tensorflow():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "False"
+
+
+def test_an_apex_run_saved_before_n_step_existed_resumes_as_the_one_step_run_it_was(tmp_path):
+    """Ape-X on pixels trained 1-step targets before n_step came (now 3 by default): its old
+    run.json, which lacks the field, resumes with --n-step 1 and refuses the new default."""
+    import json
+
+    from replaygpu.agents.runs import RunControl
+
+    ckpt = str(tmp_path / "checkpoints")
+    run = RunControl(ckpt, 3600.0, apex_atari.__name__, apex_atari.ApexAtariConfig(n_step=1))
+    run.attach(counter=tf.Variable(1, dtype=tf.int64))
+    run.save()
+    run_file = tmp_path / "checkpoints" / "run.json"
+    saved = json.loads(run_file.read_text())
+    del saved["config"]["n_step"]
+    run_file.write_text(json.dumps(saved))
+
+    RunControl(ckpt, 3600.0, apex_atari.__name__, apex_atari.ApexAtariConfig(n_step=1))
+    with pytest.raises(rg.ConfigError, match="n_step: saved 1, given 3"):
+        RunControl(ckpt, 3600.0, apex_atari.__name__, apex_atari.ApexAtariConfig())

@@ -34,8 +34,9 @@ def test_one_env_steps_as_sync_vector_env_with_same_step_autoreset(make):
     theirs = gym.vector.SyncVectorEnv([make], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     assert ours.observation_space == theirs.observation_space
     assert ours.action_space == theirs.action_space
-    a, _ = ours.reset(seed=3)
-    b, _ = theirs.reset(seed=3)
+    a, info_a = ours.reset(seed=3)
+    b, info_b = theirs.reset(seed=3)
+    assert info_a.keys() == info_b.keys()
     actions = np.random.default_rng(0).integers(2, size=(600, 1))
     episodes = 0
     for action in actions:
@@ -48,6 +49,7 @@ def test_one_env_steps_as_sync_vector_env_with_same_step_autoreset(make):
         np.testing.assert_array_equal(ta, tb)
         np.testing.assert_array_equal(ua, ub)
         assert ra.dtype == rb.dtype and ta.dtype == tb.dtype
+        assert ia.keys() == ib.keys()
         done = ta | ua
         if done[0]:
             episodes += 1
@@ -77,3 +79,26 @@ def test_make_vector_env_takes_one_env_for_one_and_a_chunk_holds_its_steps():
     cont = ~(batch["terminated"][:-1] | batch["truncated"][:-1])
     np.testing.assert_array_equal(batch["next_obs"][:-1][cont], batch["obs"][1:][cont])
     env.close()
+
+
+def test_one_env_passes_the_env_info_as_sync_vector_env_does():
+    """Atari's info carries ``lives`` every step; the vector info holds it as ``[1]`` arrays."""
+    pytest.importorskip("ale_py")
+    from replaygpu.agents.envs import make_atari_env
+
+    ours = OneEnv(make_atari_env("ALE/Breakout-v5", seed=0))
+    theirs = gym.vector.SyncVectorEnv(
+        [lambda: make_atari_env("ALE/Breakout-v5", seed=0)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
+    ours.reset(seed=1)
+    theirs.reset(seed=1)
+    for _ in range(20):
+        a, _, _, _, ia = ours.step(np.array([3]))
+        b, _, _, _, ib = theirs.step(np.array([3]))
+        np.testing.assert_array_equal(a, b)
+        assert ia.keys() == ib.keys() and "lives" in ia
+        np.testing.assert_array_equal(ia["lives"], ib["lives"])
+    ours.close()
+    ours.close()  # a second close is a no-op
+    theirs.close()

@@ -6,7 +6,9 @@ actions (``--sticky``, 0.25 by default), gymnasium's ``AtariPreprocessing`` (fra
 grey, up to 30 no-ops), FIRE pressed after a reset and after each lost life (as the demo's
 ``FireToLaunch`` does), 4 stacked frames. Training also uses SB3's own ``EpisodicLifeEnv``
 (a lost life ends the training episode; the game plays on) and ``ClipRewardEnv`` (sign of the
-reward), as the demo does in its loop. Hyperparameters are rl-zoo3's Atari DQN, with
+reward), as the demo does in its loop; one difference: after a lost life, ``EpisodicLifeEnv``'s
+reset plays one extra NOOP step (4 frames) that the agent does not see, where the demo starts
+the new stack from the frame after FIRE. Hyperparameters are rl-zoo3's Atari DQN, with
 ``learning_starts`` lowered so that a short run trains.
 
 With ``--eval-episodes N`` it then plays N full games (no life-loss ends, raw rewards) at
