@@ -71,18 +71,17 @@ def epsilon_greedy_actions(
 ) -> np.ndarray:
     """``[B]`` int64 actions: uniform with probability ``epsilon`` (per env), else greedy.
 
-    The greedy policy is skipped when every env explores, which early in training is most steps,
-    and the random actions are not drawn when none does, which late in training is most steps.
+    The greedy policy is skipped when every env explores, which early in training is most steps.
     """
     n = batch_size_of(obs)
     explore = rng.random(n) < epsilon
+    # Drawn every call, used or not: the random stream (and so a seed's run) stays what it was.
+    random_actions = rng.integers(num_actions, size=n, dtype=np.int64)
     exploring = np.count_nonzero(explore)
     if exploring == n:
-        return rng.integers(num_actions, size=n, dtype=np.int64)
+        return random_actions
     actions = greedy(obs)
-    if exploring:
-        actions = np.where(explore, rng.integers(num_actions, size=n, dtype=np.int64), actions)
-    return actions
+    return np.where(explore, random_actions, actions) if exploring else actions
 
 
 def squashed_gaussian_policy(
