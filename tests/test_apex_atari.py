@@ -161,18 +161,12 @@ def test_the_frame_actor_and_its_row_maker_import_no_tensorflow():
 def test_an_apex_run_saved_before_n_step_existed_resumes_as_the_one_step_run_it_was(tmp_path):
     """Ape-X on pixels trained 1-step targets before n_step came (now 3 by default): its old
     run.json, which lacks the field, resumes with --n-step 1 and refuses the new default."""
-    import json
+    from run_files import save_run_lacking
 
     from replaygpu.agents.runs import RunControl
 
     ckpt = str(tmp_path / "checkpoints")
-    run = RunControl(ckpt, 3600.0, apex_atari.__name__, apex_atari.ApexAtariConfig(n_step=1))
-    run.attach(counter=tf.Variable(1, dtype=tf.int64))
-    run.save()
-    run_file = tmp_path / "checkpoints" / "run.json"
-    saved = json.loads(run_file.read_text())
-    del saved["config"]["n_step"]
-    run_file.write_text(json.dumps(saved))
+    save_run_lacking(ckpt, apex_atari.__name__, apex_atari.ApexAtariConfig(n_step=1), "n_step")
 
     RunControl(ckpt, 3600.0, apex_atari.__name__, apex_atari.ApexAtariConfig(n_step=1))
     with pytest.raises(rg.ConfigError, match="n_step: saved 1, given 3"):

@@ -4,11 +4,11 @@ shapes, finite losses, SGD steps taken, and a stop / resume round trip through c
 from __future__ import annotations
 
 import argparse
-import json
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from run_files import save_run_lacking
 
 import replaygpu as rg
 from replaygpu.agents import atari, demos
@@ -161,13 +161,7 @@ def test_a_run_saved_before_a_config_field_existed_resumes_with_its_default(tmp_
     """run.json of an older version lacks n_step: the run had n_step=1, so resuming with 1 is
     the same run and resuming with 3 is refused."""
     ckpt = str(tmp_path / "checkpoints")
-    run = RunControl(ckpt, 3600.0, atari.__name__, small_config())
-    run.attach(counter=tf.Variable(1, dtype=tf.int64))
-    run.save()
-    run_file = tmp_path / "checkpoints" / "run.json"
-    saved = json.loads(run_file.read_text())
-    del saved["config"]["n_step"]
-    run_file.write_text(json.dumps(saved))
+    save_run_lacking(ckpt, atari.__name__, small_config(), "n_step")
 
     RunControl(ckpt, 3600.0, atari.__name__, small_config())  # the same run
     with pytest.raises(rg.ConfigError, match="n_step: saved 1, given 3"):
