@@ -2,6 +2,8 @@
 
 import ast
 import inspect
+import itertools
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import replaygpu as rg
@@ -9,46 +11,54 @@ from replaygpu import errors
 from replaygpu.service import status
 
 PACKAGE = Path(rg.__file__).parent
+ROOT = PACKAGE.parent
+# agents/ installs as replaygpu.agents (pyproject's package-dir), so its modules are named so
+SOURCES = {PACKAGE: "replaygpu", ROOT / "agents": "replaygpu.agents"}
 
 
 def _module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    folder = next(folder for folder in SOURCES if path.is_relative_to(folder))
+    parts = path.relative_to(folder).with_suffix("").parts
+    return ".".join([SOURCES[folder], *(parts[:-1] if parts[-1] == "__init__" else parts)])
 
 
-def _module_level_imports(tree: ast.Module, module: str, modules: set[str]) -> set[str]:
-    """replaygpu modules ``module`` imports outside functions, type-checking imports included
-    (a cycle hidden behind ``if TYPE_CHECKING`` is still two modules that need each other);
-    ``from pkg import name`` counts as importing ``pkg.name`` when that is a module."""
-    found: set[str] = set()
-    stack: list[ast.AST] = list(tree.body)
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (ast.If, ast.Try)):
-            for field in ("body", "orelse", "finalbody", "handlers"):
-                stack.extend(getattr(node, field, []))
-            continue
-        if isinstance(node, ast.ExceptHandler):
-            stack.extend(node.body)
-        elif isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+def _imports(tree: ast.Module, module: str, modules: set[str], is_package: bool) -> dict[str, int]:
+    """``{package module: line of its first import}`` for every import in ``module``'s source:
+    in function, method and class bodies, under ``if TYPE_CHECKING`` and in ``try`` blocks alike
+    (a cycle hidden behind a deferred import is still two modules that need each other), relative
+    imports resolved. ``from pkg import name`` counts as importing ``pkg.name`` when that is a
+    module, else ``pkg``; importing a package counts as importing its ``__init__``."""
+    package = module if is_package else module.rpartition(".")[0]
+    found: dict[str, int] = {}
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
             for alias in node.names:
-                child = f"{node.module}.{alias.name}"
-                found.add(child if child in modules else node.module)
-    return {name for name in found if name in modules and name != module}
+                child = f"{base}.{alias.name}"
+                names.append(child if child in modules else base)
+        for name in names:
+            if name in modules and name != module:
+                found.setdefault(name, node.lineno)
+    return found
 
 
-def _import_graph() -> dict[str, set[str]]:
-    files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+def _import_graph() -> dict[str, dict[str, int]]:
+    """``{module: {module it imports: line}}`` over replaygpu/ and agents/."""
+    files = {_module_name(p): p for folder in SOURCES for p in folder.rglob("*.py")}
     modules = set(files)
     return {
-        name: _module_level_imports(ast.parse(path.read_text()), name, modules)
+        name: _imports(ast.parse(path.read_text()), name, modules, path.stem == "__init__")
         for name, path in files.items()
     }
 
 
-def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+def _find_cycle(graph: Mapping[str, Iterable[str]]) -> list[str] | None:
     state: dict[str, int] = {}  # 1: on the current path, 2: done
     path: list[str] = []
 
@@ -70,15 +80,89 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def _find_cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """One cycle for each knot of modules that import each other (strongly connected set), so a
+    failure names every knot to untie, not just the first."""
+    reach = {node: _reachable(graph, node) for node in graph}
+    knots = {frozenset(n for n in reach[node] if node in reach[n]) for node in graph}
+    cycles = []
+    for knot in knots:
+        inside = {node: [n for n in graph[node] if n in knot] for node in knot}
+        if cycle := _find_cycle(inside):
+            cycles.append(cycle)
+    return sorted(cycles)
+
+
+def _reachable(graph: Mapping[str, Iterable[str]], start: str) -> set[str]:
+    seen, stack = {start}, [start]
+    while stack:
+        for nxt in graph[stack.pop()]:
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return seen
+
+
+def _describe(cycle: list[str], graph: dict[str, dict[str, int]]) -> str:
+    steps = [f"{a} (line {graph[a][b]}) -> {b}" for a, b in itertools.pairwise(cycle)]
+    return "\n  ".join(steps)
+
+
 def test_no_module_of_the_package_imports_itself_back_through_a_cycle():
     graph = _import_graph()
-    assert graph.get("replaygpu.service.server")
-    assert _find_cycle(graph) is None, " -> ".join(_find_cycle(graph) or [])
+    assert graph.get("replaygpu.service.server") and graph.get("replaygpu.agents.dqn")
+    cycles = _find_cycles(graph)
+    assert not cycles, f"{len(cycles)} import cycles:\n" + "\n".join(
+        f"- {' -> '.join(cycle)}\n  {_describe(cycle, graph)}" for cycle in cycles
+    )
 
 
 def test_the_cycle_finder_finds_a_cycle():
     assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _find_cycle({"a": {"b"}, "b": set()}) is None
+    two = {"a": {"b"}, "b": {"a", "c"}, "c": {"d"}, "d": {"c"}, "e": {"a"}}
+    assert _find_cycles(two) == [["a", "b", "a"], ["c", "d", "c"]]
+
+
+def test_the_import_graph_counts_imports_inside_functions_classes_and_relative_ones():
+    source = """
+import os
+from typing import TYPE_CHECKING
+if TYPE_CHECKING:
+    from replaygpu.specs import Spec
+def f():
+    import replaygpu.errors
+class C:
+    from replaygpu.service import status
+    def g(self):
+        from . import loop
+        from ..samplers.uniform import UniformSampler
+        from .. import keys
+"""
+    modules = {
+        "replaygpu",
+        "replaygpu.specs",
+        "replaygpu.errors",
+        "replaygpu.keys",
+        "replaygpu.service",
+        "replaygpu.service.status",
+        "replaygpu.service.loop",
+        "replaygpu.service.client",
+        "replaygpu.samplers",
+        "replaygpu.samplers.uniform",
+    }
+    found = _imports(ast.parse(source), "replaygpu.service.client", modules, is_package=False)
+    not_imported = {
+        "replaygpu",
+        "replaygpu.service",
+        "replaygpu.service.client",
+        "replaygpu.samplers",
+    }
+    assert set(found) == modules - not_imported
+    assert found["replaygpu.errors"] == 7  # the function-level import, with its line
+    init = ast.parse("from . import loop\nfrom .. import x")  # in replaygpu/service/__init__.py
+    from_init = _imports(init, "replaygpu.service", modules, is_package=True)
+    assert set(from_init) == {"replaygpu.service.loop", "replaygpu"}
 
 
 def test_every_exported_name_resolves_and_the_replaygpu_imports_are_the_one_list():
