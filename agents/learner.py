@@ -20,9 +20,9 @@ from typing import Any
 import tensorflow as tf
 
 import replaygpu as rg
-from replaygpu.agents import apex, dqn, sac
+from replaygpu.agents import apex_config, dqn, sac
 from replaygpu.agents.actor import STREAM_FIELD
-from replaygpu.agents.apex import ApexConfig
+from replaygpu.agents.apex_config import DEVICES_HELP, ApexConfig
 from replaygpu.agents.checks import require_positive, require_positive_ints
 from replaygpu.agents.flags import helptext
 from replaygpu.agents.progress import NullRecorder, Recorder
@@ -51,7 +51,7 @@ class SACLearnerConfig(sac.SACConfig):
         default=256, metadata=helptext("actor env steps between weight pulls")
     )
     address: str = field(default="127.0.0.1:0", metadata=helptext("where the learner serves"))
-    devices: str = field(default="", metadata=apex.DEVICES_HELP)
+    devices: str = field(default="", metadata=DEVICES_HELP)
 
     def __post_init__(self) -> None:
         if self.steps == 0:  # until stopped: check the other fields as if the run had a length
@@ -74,7 +74,7 @@ def make_agent(config: Any, env: Any) -> Any:
     """The networks of a learner run (what ``replaygpu eval`` restores)."""
     if isinstance(config, SACLearnerConfig):
         return sac.make_agent(config, env)
-    return apex.make_agent(config, env)
+    return apex_config.make_agent(config, env)
 
 
 def greedy_policy(agent: Any) -> Any:
@@ -183,14 +183,12 @@ class LearnerService:
         c = self.config
         if self.kind == "sac":
             return rg.UniformSampler(self.table, seed=c.seed)
-        if c.prioritized:
-            base = rg.PrioritizedSampler(
-                self.table, alpha=c.priority_alpha, beta=c.priority_beta, seed=c.seed
-            )
-        else:
-            base = rg.UniformSampler(self.table, seed=c.seed)
+        distribution = (
+            rg.Prioritized(c.priority_alpha, c.priority_beta) if c.prioritized else rg.Uniform()
+        )
         # Actors' batches interleave in the table; the stream field keeps a return in one env.
-        return rg.NStepSampler(base, n=c.n_step, gamma=c.gamma, stream_field=STREAM_FIELD)
+        view = rg.NStep(c.n_step, c.gamma, stream_field=STREAM_FIELD)
+        return rg.Sampler(self.table, distribution, view, seed=c.seed)
 
     def _policy_net(self) -> Any:
         return self.agent.q if self.kind == "dqn" else self.agent.actor
