@@ -1,9 +1,9 @@
 """Ape-X on pixels: a frame-table learner served over gRPC, Atari actor processes feeding it.
 
 Reads top to bottom: the config, then ``train``: build the learner (a `rg.make_frame_table`
-holding each 84x84 frame once, a `rg.FrameStackSampler` rebuilding the ``[B, 4, 84, 84]``
-stacks in the graph, the Nature CNN double-DQN update of `atari.AtariDQN`, a samples-per-insert
-rate limiter), serve it, start the actor processes (`frame_actor`, which act with a numpy copy
+holding each 84x84 frame once, prioritized replay whose `rg.FrameStack` view rebuilds the
+``[B, 4, 84, 84]`` stacks and 3-step returns in the graph, the Nature CNN double-DQN update of
+`atari.AtariDQN`, a samples-per-insert rate limiter), serve it, start the actor processes (`frame_actor`, which act with a numpy copy
 of the Nature CNN and pull its weights every K env steps; actor i explores with
 eps_i = 0.4^(1 + 7 i/(N-1))), then commit their appends, train, publish weights, sync the
 target network and checkpoint until the actors delivered ``steps`` env steps and the learner
@@ -11,9 +11,9 @@ used up its replay budget; then evaluate the greedy policy.
 
 Differences from the Ape-X paper, and why:
 
-- Uniform replay: the frame sampler draws uniformly (no prioritized replay over a frame table
-  yet). The double-DQN targets use 3-step returns, as the paper's do, which the frame sampler
-  builds from consecutive rows of each table episode.
+- Prioritized replay as in the paper (alpha 0.6, beta 0.4, priorities |TD error| of the 3-step
+  double-DQN targets), but the priorities of new rows are the max priority seen so far, not
+  ones the actors compute from their own Q-values: actors would need the target network too.
 - Rows of several actors share one frame table, which needs each episode's rows contiguous:
   actors send whole table episodes (a life, when a lost life is terminal), each in one request
   that the server commits contiguously; an episode longer than ``segment_steps`` is cut as a
@@ -71,7 +71,7 @@ class ApexAtariConfig:
     --samples-per-insert 8 --num-actors 8."""
 
     #: values of fields added later, for runs saved before them (`runs.RunControl` resumes)
-    LEGACY_VALUES: ClassVar[dict[str, Any]] = {"n_step": 1}
+    LEGACY_VALUES: ClassVar[dict[str, Any]] = {"n_step": 1, "prioritized": False}
 
     env_id: str = field(default="ALE/Breakout-v5", metadata=helptext("ALE game id"))
     seed: int = field(default=1, metadata=helptext("seed of actors, networks and sampling"))
@@ -111,6 +111,13 @@ class ApexAtariConfig:
     )
     gamma: float = field(default=0.99, metadata=helptext("discount factor"))
     n_step: int = field(default=3, metadata=helptext("n-step returns (Ape-X: 3)"))
+    prioritized: bool = field(
+        default=True, metadata=helptext("prioritized replay (Ape-X: yes; off: uniform)")
+    )
+    priority_alpha: float = field(default=0.6, metadata=helptext("priority exponent (Ape-X: 0.6)"))
+    priority_beta: float = field(
+        default=0.4, metadata=helptext("importance-weight exponent (Ape-X: 0.4)")
+    )
     frame_stack: int = field(default=4, metadata=helptext("frames per observation stack"))
     max_grad_norm: float = field(default=10.0, metadata=helptext("gradient clipping global norm"))
     double_q: bool = field(default=True, metadata=helptext("double DQN targets (Ape-X: yes)"))
@@ -168,6 +175,9 @@ class ApexAtariConfig:
             learning_starts=self.learning_starts,
             gamma=self.gamma,
             n_step=self.n_step,
+            prioritized=self.prioritized,
+            priority_alpha=self.priority_alpha,
+            priority_beta=self.priority_beta,
             frame_stack=self.frame_stack,
             max_grad_norm=self.max_grad_norm,
             double_q=self.double_q,
@@ -245,9 +255,7 @@ def train(
     table = rg.make_frame_table(config.buffer_size, atari.FRAME_SHAPE, device=config.device or None)
     with tf.device(table.device):
         agent = atari.AtariDQN(num_actions, dqn)
-    sampler = rg.FrameStackSampler(
-        table, config.frame_stack, seed=config.seed, n_step=config.n_step, gamma=config.gamma
-    )
+    sampler = atari.make_frame_sampler(table, dqn)
     limiter = rg.SampleToInsertRatio(
         config.samples_per_insert,
         min_size_to_sample=config.learning_starts,

@@ -5,7 +5,7 @@ the training loop.
 
 One env (``agents.envs.make_atari_env``: frame skip 4, 84x84 grey, up to 30 no-ops) writes its
 steps into a `rg.make_frame_table` in order with `rg.frame_rows`, so each 84x84 uint8 frame is
-stored once; the `rg.FrameStackSampler` rebuilds the ``[B, 4, 84, 84]`` uint8 stacks in the
+stored once; the `rg.FrameStack` view rebuilds the ``[B, 4, 84, 84]`` uint8 stacks in the
 graph and the update converts them to float (`NatureCNN`). A capacity of 1e6 rows is 7.07 GB.
 Training marks a lost life terminal (the game plays on, as SB3's ``EpisodicLifeEnv``) and
 clips rewards with ``np.sign``; the learning curve and the evaluation report raw full-game
@@ -69,6 +69,12 @@ class AtariDQNConfig(LinearEpsilon):
     n_step: int = field(
         default=1, metadata=helptext("n-step returns, drawn from the frame table (Nature: 1)")
     )
+    prioritized: bool = field(
+        default=False,
+        metadata=helptext("prioritized replay over the frame table (Nature: no; Ape-X: yes)"),
+    )
+    priority_alpha: float = field(default=0.6, metadata=helptext("priority exponent"))
+    priority_beta: float = field(default=0.4, metadata=helptext("importance-weight exponent"))
     target_update_interval: int = field(
         default=1000, metadata=helptext("env steps between target-network syncs")
     )
@@ -121,6 +127,7 @@ class AtariDQNConfig(LinearEpsilon):
             "eval_epsilon",
         )
         require_positive(self, "learning_rate", "max_grad_norm")
+        require(self, ["priority_alpha", "priority_beta"], lambda v: v >= 0, ">= 0")
         if not 0.0 < self.exploration_fraction <= 1.0:
             raise rg.ConfigError(
                 f"exploration_fraction: got {self.exploration_fraction}, expected in (0, 1]"
@@ -130,6 +137,21 @@ class AtariDQNConfig(LinearEpsilon):
                 f"buffer_size: got {self.buffer_size}, expected > frame_stack + train_freq "
                 f"({self.frame_stack + self.train_freq}) so stacks can be drawn"
             )
+
+
+def make_frame_sampler(table: rg.ReplayTable, config: AtariDQNConfig) -> rg.Sampler:
+    """The frame-stack sampler of ``config``: uniform or prioritized, with its n-step returns.
+
+    A prioritized sample belongs to its transition row (the row of ``obs``'s newest frame); the
+    update's |TD error| goes back there, and final rows are never drawn.
+    """
+    distribution = (
+        rg.Prioritized(config.priority_alpha, config.priority_beta)
+        if config.prioritized
+        else rg.Uniform()
+    )
+    view = rg.FrameStack(config.frame_stack, n_step=config.n_step, gamma=config.gamma)
+    return rg.Sampler(table, distribution, view, seed=config.seed)
 
 
 class AtariDQN(QAgent):
@@ -263,9 +285,7 @@ def train(
     table = rg.make_frame_table(config.buffer_size, FRAME_SHAPE, device=config.device or None)
     with tf.device(table.device):
         agent = AtariDQN(num_actions, config)
-    sampler = rg.FrameStackSampler(
-        table, config.frame_stack, seed=config.seed, n_step=config.n_step, gamma=config.gamma
-    )
+    sampler = make_frame_sampler(table, config)
     xla = config.jit_compile == "on" or (config.jit_compile == "auto" and "GPU" in table.device)
     learner = rg.Learner(
         table, sampler, agent.update, batch_size=config.batch_size, jit_compile=xla

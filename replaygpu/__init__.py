@@ -40,17 +40,24 @@ if TYPE_CHECKING:
     from replaygpu.nest import flatten_batch, pack_batch
     from replaygpu.nest import pack as pack_nest
     from replaygpu.samplers import (
+        Distribution,
+        FrameStack,
         FrameStackSampler,
         LinearSchedule,
+        NStep,
         NStepSampler,
+        Prioritized,
         PrioritizedSampler,
         Sampler,
+        Sequence,
         SequenceSampler,
+        Transition,
+        Uniform,
         UniformSampler,
+        View,
         make_frame_spec,
         make_frame_table,
     )
-    from replaygpu.samplers.sharded import ShardedSampler
     from replaygpu.service.auth import TLSConfig
     from replaygpu.service.client import ReplayClient
     from replaygpu.service.config import ActorSettings, ClientConfig, ServerConfig
@@ -81,6 +88,7 @@ if TYPE_CHECKING:
         specs_from_env,
     )
     from replaygpu.storage import ReplayTable
+    from replaygpu.table import Table
 
 
 def _read_exports() -> dict[str, tuple[str, str]]:

@@ -19,8 +19,8 @@ import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from replaygpu.errors import CheckpointMismatchError, ConfigError
-from replaygpu.sharded import ShardedReplayTable
 from replaygpu.storage import ReplayTable
+from replaygpu.table import Table
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class Checkpointer:
     def __init__(
         self,
         directory: str | os.PathLike[str],
-        table: ReplayTable | ShardedReplayTable | None = None,
+        table: Table | None = None,
         sampler: Any = None,
         learner: Any = None,
         max_to_keep: int = 3,
@@ -120,10 +120,8 @@ class Checkpointer:
         if path is None:
             return None
         reader = tf.train.load_checkpoint(path)
-        if isinstance(self.table, ShardedReplayTable):
+        if self.table is not None:
             self._check_shards(self.table, path, reader)
-        elif self.table is not None:
-            self._check_table(self.table, path, reader)
         mismatches = _mismatched_variables(self._checkpoint, reader)
         if mismatches:
             raise CheckpointMismatchError(
@@ -132,7 +130,7 @@ class Checkpointer:
                 f"{f' (and {len(mismatches) - 8} more)' if len(mismatches) > 8 else ''}. "
                 "Nothing was restored; build the networks and table as in the saved run."
             )
-        shards = getattr(self.table, "shards", [self.table] if self.table is not None else [])
+        shards = self.table.shards if self.table is not None else []
         table_vars = {id(v) for shard in shards for v in shard.storage.values()}
         others = list(
             {
@@ -155,22 +153,24 @@ class Checkpointer:
         logger.info("restored checkpoint %s", path)
         return path
 
-    def _check_shards(self, table: ShardedReplayTable, path: str, reader: Any) -> None:
-        """A sharded table restores only onto as many shards as it was saved from."""
-        prefix = re.escape(self._table_prefix)
-        pattern = re.compile(f"^{prefix}shards/([0-9]+)/storage/")
+    def _check_shards(self, table: Table, path: str, reader: Any) -> None:
+        """Each shard's fields against the checkpoint; a table restores only onto as many
+        shards as it was saved from (a plain table is one)."""
+        prefix = self._table_prefix
+        paths = _object_paths(self._checkpoint, table.shards)
+        pattern = re.compile(f"^{re.escape(prefix)}((?:[^/]+/)*?)storage/")
         keys = reader.get_variable_to_shape_map()
-        saved = {int(m.group(1)) for k in keys if (m := pattern.match(k))}
+        saved = {m.group(1) for k in keys if (m := pattern.match(k))}
         if len(saved) != table.num_shards:
-            held = f"{len(saved)} shards" if saved else "no sharded table"
+            held = f"{len(saved)} shards" if saved else "no table"
             raise CheckpointMismatchError(
-                f"checkpoint {path} holds {held} under '{self._table_prefix}', but table "
+                f"checkpoint {path} holds {held} under '{prefix}', but table "
                 f"'{table.name}' has {table.num_shards} (one per replica); nothing was restored. "
                 f"Restore onto a strategy with {len(saved) or 'the saved number of'} replicas: "
                 "shards are not re-split"
             )
-        for i, shard in enumerate(table.shards):
-            self._check_table(shard, path, reader, f"{self._table_prefix}shards/{i}/")
+        for shard in table.shards:
+            self._check_table(shard, path, reader, paths[id(shard)])
 
     def _check_table(
         self, table: ReplayTable, path: str, reader: Any, table_prefix: str | None = None
@@ -246,6 +246,26 @@ def _mismatched_variables(root: Any, reader: Any) -> list[str]:
             if name in saved:
                 stack.append((child, saved[name], f"{path}/{name}" if path else name))
     return sorted(found)
+
+
+def _object_paths(root: Any, targets: list[Any]) -> dict[int, str]:
+    """``{id(target): "its/checkpoint/path/"}`` for each of ``targets`` reachable from ``root``,
+    found by walking the checkpoint dependencies (so the keys follow the objects' layout)."""
+    view = tf.train.TrackableView(root)
+    wanted = {id(t) for t in targets}
+    found: dict[int, str] = {}
+    queue: list[tuple[Any, str]] = [(root, "")]
+    seen: set[int] = set()
+    while queue and len(found) < len(wanted):
+        obj, path = queue.pop(0)
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if id(obj) in wanted:
+            found[id(obj)] = path
+        for name, child in view.children(obj).items():
+            queue.append((child, f"{path}{name}/"))
+    return found
 
 
 def _variables_of(obj: Any) -> list[tf.Variable]:

@@ -155,6 +155,11 @@ class ShardedReplayTable(tf.Module):
         return int(self.inserted_var.numpy())
 
     @property
+    def stream_contiguous(self) -> bool:
+        """Whether each stream's rows stay in one shard in order: only with ``shard_by``."""
+        return self.shard_by is not None
+
+    @property
     def shard_sizes(self) -> list[int]:
         """Filled rows of each shard."""
         return [shard.size for shard in self.shards]
@@ -179,13 +184,21 @@ class ShardedReplayTable(tf.Module):
         """The smallest shard's size (int64 scalar, usable inside graphs)."""
         return tf.reduce_min(tf.stack([s.size_var.read_value() for s in self.shards]))
 
+    def local_index(self) -> int:
+        """The index of the calling replica's shard (inside ``strategy.run``).
+
+        Raises:
+            ConfigError: outside a replica context of this table's strategy.
+        """
+        return replica_index(self.strategy)
+
     def local_shard(self) -> ReplayTable:
         """The shard of the replica calling (inside ``strategy.run``).
 
         Raises:
             ConfigError: outside a replica context of this table's strategy.
         """
-        return self.shards[replica_index(self.strategy)]
+        return self.shards[self.local_index()]
 
     @property
     def structure(self) -> NestedSpec:

@@ -136,6 +136,40 @@ class ReplayTable(tf.Module):
     def __len__(self) -> int:
         return self.size
 
+    # The table protocol (`replaygpu.table.Table`): a plain table is a table of one shard.
+    @property
+    def shards(self) -> list[ReplayTable]:
+        """``[self]``: a plain table is its only shard."""
+        return [self]
+
+    @property
+    def num_shards(self) -> int:
+        """1: a plain table is its only shard."""
+        return 1
+
+    @property
+    def strategy(self) -> None:
+        """None: no replicas; the learner samples this table directly."""
+        return None
+
+    @property
+    def shard_by(self) -> None:
+        """None: every row is in the one shard."""
+        return None
+
+    @property
+    def stream_contiguous(self) -> bool:
+        """True: rows stay in append order, so every stream's rows keep their order."""
+        return True
+
+    def local_index(self) -> int:
+        """0: the one shard."""
+        return 0
+
+    def min_shard_size(self) -> tf.Tensor:
+        """The filled rows (int64 scalar, usable inside graphs)."""
+        return self.size_var.read_value()
+
     def append(self, batch: Any) -> int:
         """Write ``n >= 1`` transitions; when ``n > capacity`` only the newest ``capacity`` stay.
 

@@ -87,14 +87,14 @@ def test_restore_into_table_of_other_spec_fails_and_leaves_table_as_it_was(
     row["id"] = np.array([7, 8, 9])
     other.append(row)
     before = {k: v.numpy().copy() for k, v in other.storage.items()}
-    state_before = other_sampler.generator.state.numpy().copy()
+    state_before = other_sampler.index.generator.state.numpy().copy()
     ckpt = rg.Checkpointer(tmp_path, table=other, sampler=other_sampler, learner=other_learner)
     with pytest.raises(rg.CheckpointMismatchError, match=pattern):
         ckpt.restore()
     for k, v in other.storage.items():
         np.testing.assert_array_equal(v.numpy(), before[k])
     assert other.size == 3 and other.total_inserted == 3
-    np.testing.assert_array_equal(other_sampler.generator.state.numpy(), state_before)
+    np.testing.assert_array_equal(other_sampler.index.generator.state.numpy(), state_before)
 
 
 def test_restore_with_mismatched_network_rolls_back_every_variable(tmp_path):
@@ -107,12 +107,12 @@ def test_restore_with_mismatched_network_rolls_back_every_variable(tmp_path):
     fill(table2, 100, 3)
     ids_before = table2.storage["id"].numpy().copy()
     wrong_w = tf.Variable([1.0, 2.0, 3.0])  # saved w has shape [2]
-    state_before = sampler2.generator.state.numpy().copy()
+    state_before = sampler2.index.generator.state.numpy().copy()
     ckpt = rg.Checkpointer(tmp_path, table=table2, sampler=sampler2, learner=learner2, w=wrong_w)
     with pytest.raises(rg.CheckpointMismatchError, match=r"'w': live \(\[3\], 'float32'\)"):
         ckpt.restore()
     np.testing.assert_array_equal(wrong_w.numpy(), [1.0, 2.0, 3.0])
     np.testing.assert_array_equal(table2.storage["id"].numpy(), ids_before)
     assert table2.size == 3 and table2.total_inserted == 3
-    np.testing.assert_array_equal(sampler2.generator.state.numpy(), state_before)
+    np.testing.assert_array_equal(sampler2.index.generator.state.numpy(), state_before)
     assert int(learner2.steps.numpy()) == 0

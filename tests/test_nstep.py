@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 import replaygpu as rg
+from replaygpu.samplers.prioritized import PrioritizedIndex
 
 SPEC = {
     "obs": tf.TensorSpec([1], tf.float32),
@@ -146,24 +147,32 @@ def test_rejects_tables_without_the_fields_and_bad_parameters():
         rg.NStepSampler(table).update_priorities(tf.constant([0], tf.int64), tf.constant([1.0]))
 
 
-class CountingPrioritizedSampler(rg.PrioritizedSampler):
-    """A real `PrioritizedSampler` that counts how many times its ``sync`` runs in a graph."""
+class CountingIndex(PrioritizedIndex):
+    """A real `PrioritizedIndex` that counts how many times its ``sync`` runs in a graph."""
 
-    def __init__(self, table: rg.ReplayTable, **kwargs) -> None:
-        super().__init__(table, **kwargs)
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
         self.sync_runs = tf.Variable(0, dtype=tf.int64, trainable=False, name="sync_runs")
 
-    def sync(self) -> None:
+    def sync(self, view) -> None:
         self.sync_runs.assign_add(1)
-        super().sync()
+        super().sync(view)
+
+
+class CountingPrioritized(rg.Prioritized):
+    """`rg.Prioritized` whose indexes count their syncs (a distribution of one's own)."""
+
+    def build(self, table, seed, num_shards):
+        return CountingIndex(table, self, seed, num_shards)
 
 
 @pytest.mark.parametrize("jit_compile", [False, True])
 def test_wrapped_prioritized_sampler_syncs_once_per_train_call_not_per_step(jit_compile):
     table = rg.ReplayTable(SPEC, capacity=256, device="CPU")
     table.append(rows_from_episodes([([1.0, -2.0, 0.5, 3.0, -1.0], "term")] * 8))
-    base = CountingPrioritizedSampler(table, alpha=0.6, beta=0.4, seed=1)
-    sampler = rg.NStepSampler(base, n=3, gamma=0.9)
+    distribution = CountingPrioritized(alpha=0.6, beta=0.4)
+    sampler = rg.Sampler(table, distribution, rg.NStep(3, gamma=0.9), seed=1)
+    base = sampler.index
     assert sampler.keeps_priorities
 
     def update(batch):
@@ -187,7 +196,8 @@ def test_priorities_without_a_prioritized_sampler_raise_config_error():
     uniform = rg.UniformSampler(table, seed=0)
     nstep = rg.NStepSampler(uniform, n=2)
     assert not uniform.keeps_priorities and not nstep.keeps_priorities
-    with pytest.raises(rg.ConfigError, match="UniformSampler keeps no priorities"):
+    message = r"NStepSampler\(Uniform x NStep\) keeps no priorities"
+    with pytest.raises(rg.ConfigError, match=message):
         nstep.update_priorities(tf.constant([0], tf.int64), tf.constant([1.0]))
 
     def update(batch):

@@ -18,7 +18,7 @@ def make_table(rows: int, capacity: int | None = None) -> rg.ReplayTable:
 
 
 def draw_counts(sampler: rg.PrioritizedSampler, rows: int, calls: int = 40) -> np.ndarray:
-    draws = np.concatenate([sampler.sample_indices(1000)[0].numpy() for _ in range(calls)])
+    draws = np.concatenate([sampler.sample_indices(1000).numpy() for _ in range(calls)])
     return np.bincount(draws, minlength=rows)
 
 
@@ -82,13 +82,43 @@ def test_new_rows_get_the_largest_priority_seen_so_far():
     np.testing.assert_allclose(probs.sum(), 1.0)
 
 
-def test_nonfinite_priorities_get_the_max_and_are_counted():
+def test_nonfinite_priorities_in_the_graph_get_the_max_and_are_counted():
     table = make_table(4)
     sampler = rg.PrioritizedSampler(table, alpha=1.0, seed=0)
-    sampler.update_priorities(tf.constant([0, 1], tf.int64), tf.constant([3.0, np.nan]))
+    sampler.sync()
+    # Inside a graph (the learner loop), as update_fn's output: one NaN loss must not poison
+    # the tree nor stop the run.
+    tf.function(sampler.update_priorities)(
+        tf.constant([0, 1], tf.int64), tf.constant([3.0, np.nan])
+    )
     leaves = sampler.tree.leaves().numpy()
     assert np.all(np.isfinite(leaves)) and leaves[1] == pytest.approx(3.0)
     assert int(sampler.nonfinite_priorities.numpy()) == 1
+
+
+@pytest.mark.parametrize(
+    ("indices", "priorities", "named"),
+    [
+        ([0, 1], [3.0, np.nan], "priorities: got \\[nan\\]"),
+        ([0, 1], [3.0, np.inf], "priorities: got \\[inf\\]"),
+        ([0, 1], [-1.0, 2.0], "priorities: got \\[-1.0\\]"),
+        ([0, 9], [1.0, 2.0], "indices: rows \\[9\\] were never drawn"),
+        ([0, -1], [1.0, 2.0], "indices: rows \\[-1\\] were never drawn"),
+        ([0, 1], [1.0], "priorities: got float64 of shape \\(1,\\)"),
+    ],
+    ids=["nan", "inf", "negative", "unfilled-row", "negative-row", "length"],
+)
+def test_eager_update_refuses_bad_priorities_and_rows_and_writes_nothing(
+    indices, priorities, named
+):
+    table = make_table(4, capacity=16)
+    sampler = rg.PrioritizedSampler(table, alpha=1.0, seed=0)
+    sampler.update_priorities(np.array([2]), np.array([5.0]))
+    before = sampler.tree.leaves().numpy().copy()
+    with pytest.raises(rg.BatchError, match=named):
+        sampler.update_priorities(np.array(indices), np.array(priorities))
+    np.testing.assert_array_equal(sampler.tree.leaves().numpy(), before)
+    assert float(sampler.max_leaf.numpy()) == pytest.approx(5.0)
 
 
 def test_huge_priorities_keep_the_total_finite_and_draws_in_filled_rows():
@@ -98,7 +128,7 @@ def test_huge_priorities_keep_the_total_finite_and_draws_in_filled_rows():
     sampler.update_priorities(tf.constant([3, 4], tf.int64), huge)
     assert np.isfinite(float(sampler.tree.total()))
     assert int(sampler.nonfinite_priorities.numpy()) == 0
-    indices = sampler.sample_indices(64)[0].numpy()
+    indices = sampler.sample_indices(64).numpy()
     assert indices.max() < 50 and set(indices) <= {3, 4}
 
 
@@ -182,10 +212,10 @@ def test_checkpoint_saves_after_eager_sampling_of_several_batch_sizes(tmp_path):
     sampler.sample(4)
     sampler.sample(8)
     rg.Checkpointer(tmp_path, table=table, sampler=sampler).save()
-    expected = sampler.sample_indices(8)[0].numpy()
+    expected = sampler.sample_indices(8).numpy()
     restored = rg.PrioritizedSampler(table, seed=99)
     rg.Checkpointer(tmp_path, table=table, sampler=restored).restore()
-    np.testing.assert_array_equal(restored.sample_indices(8)[0].numpy(), expected)
+    np.testing.assert_array_equal(restored.sample_indices(8).numpy(), expected)
 
 
 def test_rejects_bad_configuration_with_clear_errors():

@@ -7,6 +7,8 @@ prioritized weights are those of the probabilities the shards sample with, check
 onto the same number of shards only, and a served sharded table ingests over gRPC exactly.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -14,6 +16,7 @@ from service_helpers import SPEC, columns
 
 import replaygpu as rg
 from replaygpu.agents.networks import Adam
+from replaygpu.samplers.distribution import Index
 from replaygpu.sharded import replica_index
 
 DEVICES = ["/cpu:0", "/cpu:1"]
@@ -133,9 +136,16 @@ def test_prioritized_weights_are_those_of_the_probabilities_sampled_with(strateg
     table.append(columns(range(8)))  # shard 0: ids 0 2 4 6, shard 1: 1 3 5 7
     sampler = rg.PrioritizedSampler(table, alpha=1.0, beta=0.5, epsilon=1e-9, seed=0)
     priority = {0: 1.0, 2: 1.0, 4: 1.0, 6: 1.0, 1: 1.0, 3: 2.0, 5: 4.0, 7: 8.0}
-    for shard, local in zip(table.shards, sampler.per_shard, strict=True):
+    for shard, index in zip(table.shards, sampler.indexes, strict=True):
         ids = shard.storage["id"].numpy()
-        local.update_priorities(tf.range(4, dtype=tf.int64), [priority[i] for i in ids])
+        values = tf.constant([priority[i] for i in ids], tf.float64)
+
+        @tf.function
+        def set_priorities(index=index, values=values):
+            index.sync(sampler.view)
+            index.write(tf.range(4, dtype=tf.int64), values)
+
+        set_priorities()
     ids, weights = sample_in_replicas(strategy, sampler, 64, 20)
     # per-draw probability of row i of shard s is p_i / (R * T_s); T_0 = 4, T_1 = 15
     totals = [4.0, 15.0]
@@ -151,19 +161,30 @@ def test_prioritized_weights_are_those_of_the_probabilities_sampled_with(strateg
             )
 
 
-class CyclicSampler(rg.Sampler):
-    """Rows ``0, 1, 2, ...`` in order (wrapping): deterministic minibatches for comparisons."""
+class CyclicIndex(Index):
+    """Rows ``0, 1, 2, ...`` of a shard in order (wrapping)."""
 
     def __init__(self, table):
-        super().__init__(name="cyclic_sampler")
+        super().__init__(name="cyclic_index")
         self.table = table
         with tf.device(table.device):
             self.next_row = tf.Variable(0, dtype=tf.int64, trainable=False)
 
-    def sample(self, batch_size):
+    def draw(self, batch_size, stratified=True):
         start = self.next_row.assign_add(batch_size) - batch_size
-        indices = (start + tf.range(batch_size, dtype=tf.int64)) % self.table.size_var
-        return indices, self.table.gather(indices)
+        return (start + tf.range(batch_size, dtype=tf.int64)) % self.table.size_var, None
+
+
+@dataclasses.dataclass(frozen=True)
+class Cyclic(rg.Distribution):
+    """Deterministic minibatches for comparisons: a distribution of one's own."""
+
+    def build(self, table, seed, num_shards):
+        return CyclicIndex(table)
+
+
+def cyclic_sampler(table):
+    return rg.Sampler(table, Cyclic())
 
 
 def make_regression(scope):
@@ -190,12 +211,12 @@ def test_sharded_learner_reaches_the_single_device_weights_on_the_same_minibatch
     single_table = rg.ReplayTable(SPEC, 32, device="/cpu:0")
     single_table.append(columns(range(32)))
     single_vars, single_update = make_regression(tf.name_scope("single"))
-    single = rg.Learner(single_table, CyclicSampler(single_table), single_update, batch_size=8)
+    single = rg.Learner(single_table, cyclic_sampler(single_table), single_update, batch_size=8)
 
     table = rg.ShardedReplayTable(SPEC, 32, strategy)
     table.append(columns(range(32)))
     sharded_vars, sharded_update = make_regression(strategy.scope())
-    sharded = rg.Learner(table, CyclicSampler(table), sharded_update, batch_size=8)
+    sharded = rg.Learner(table, cyclic_sampler(table), sharded_update, batch_size=8)
 
     for _ in range(3):
         got_single, got_sharded = single.train(40), sharded.train(40)
@@ -248,7 +269,7 @@ def test_prioritized_nstep_learner_runs_on_streams_sharded_by_actor(strategy):
     sampler = rg.NStepSampler(
         rg.PrioritizedSampler(table, seed=0), n=3, gamma=0.5, stream_field="stream"
     )
-    assert isinstance(sampler, rg.ShardedSampler) and sampler.keeps_priorities
+    assert sampler.keeps_priorities and len(sampler.indexes) == 2
 
     def update(b):
         return {
@@ -264,7 +285,7 @@ def test_prioritized_nstep_learner_runs_on_streams_sharded_by_actor(strategy):
     # every neighbour would be another stream's and each return 1.0)
     assert out["steps"] == 10 and out["ret_max"] == pytest.approx(1.75)
     assert 1.5 < out["ret"] <= 1.75
-    assert all(t.numpy() > 0 for s in sampler.per_shard for t in [s.base.sample_count])
+    assert all(index.sample_count.numpy() > 0 for index in sampler.indexes)
 
 
 def test_checkpoint_restores_onto_the_same_number_of_shards_only(strategy, tmp_path):
@@ -290,7 +311,7 @@ def test_checkpoint_restores_onto_the_same_number_of_shards_only(strategy, tmp_p
         rg.Checkpointer(tmp_path, table=one).restore()
     assert one.shards[0].storage["id"].numpy()[0] == 7 and one.total_inserted == 1
     plain = rg.ReplayTable(SPEC, 20)
-    with pytest.raises(rg.CheckpointMismatchError, match=r"no replay table"):
+    with pytest.raises(rg.CheckpointMismatchError, match=r"holds 2 shards.*has 1"):
         rg.Checkpointer(tmp_path, table=plain).restore()
 
 

@@ -27,9 +27,8 @@ from replaygpu.errors import ConfigError
 from replaygpu.keys import PRIORITIES
 from replaygpu.learner.rate_limiter import SampleToInsertRatio
 from replaygpu.learner.weights import WeightStore
-from replaygpu.samplers.base import Sampler, check_not_empty
-from replaygpu.sharded import ShardedReplayTable, replica_index
-from replaygpu.storage import ReplayTable
+from replaygpu.samplers.sampler import Sampler, check_not_empty
+from replaygpu.table import Table
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +67,7 @@ class Learner(tf.Module):
 
     def __init__(
         self,
-        table: ReplayTable | ShardedReplayTable,
+        table: Table,
         sampler: Sampler,
         update_fn: UpdateFn,
         batch_size: int = 256,
@@ -89,8 +88,8 @@ class Learner(tf.Module):
                 "sampler: it samples another table than the learner's; pass one "
                 "made with this table"
             )
-        self.strategy = table.strategy if isinstance(table, ShardedReplayTable) else None
-        replicas = table.num_shards if self.strategy is not None else 1
+        self.strategy = table.strategy
+        replicas = table.num_shards
         if batch_size % replicas:
             raise ConfigError(
                 f"batch_size: got {batch_size}, expected a multiple of the table's {replicas} "
@@ -163,8 +162,7 @@ class Learner(tf.Module):
         if num_steps < 0:
             raise ConfigError(f"num_steps: got {num_steps}, expected >= 0")
         if self.rate_limiter is None:
-            for shard in getattr(self.table, "shards", [self.table]):
-                check_not_empty(shard)
+            check_not_empty(self.table)
         if self._metric_names is None:
             self._metric_names = self._check_update_fn()
         with tf.device(self.table.device):
@@ -244,7 +242,7 @@ class Learner(tf.Module):
 
     def _run_replica_step(self) -> tf.Tensor:
         """The calling replica's step function (inside ``strategy.run``)."""
-        return self._replica_steps[replica_index(self.strategy)]()
+        return self._replica_steps[self.table.local_index()]()
 
     def _train_graph(self, num_steps: tf.Tensor) -> tf.Tensor:
         table = self.table
@@ -256,8 +254,7 @@ class Learner(tf.Module):
                     table.inserted_var.read_value(), table.size_var.read_value(), self.batch_size
                 ),
             )
-        filled = table.size_var.read_value() if self.strategy is None else table.min_shard_size()
-        n = tf.where(filled > 0, allowed, tf.zeros_like(allowed))
+        n = tf.where(table.min_shard_size() > 0, allowed, tf.zeros_like(allowed))
         names = self.metric_names
 
         def body(i: tf.Tensor, sums: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:

@@ -17,6 +17,11 @@ frame repeated in the positions before it. Frames overwritten by the ring are ne
 whose stack would reach past the oldest row is not drawn, nor is the newest row while its next
 frame is not written yet.
 
+The `FrameStack` view reads them back; with any distribution (``rg.Sampler(table,
+rg.Prioritized(), rg.FrameStack(4, n_step=3))`` is the replay of Ape-X on Atari), a sample
+belongs to its transition row: the row of ``obs``'s newest frame. Final rows, which hold no
+transition, are never drawn (a prioritized index gives them priority 0).
+
 Writers use `frame_rows` (`replaygpu.frames`, no TensorFlow) to turn an actor's steps into rows.
 
 One writer per frame table: the layout relies on row ``i + 1`` holding the frame after row
@@ -28,18 +33,20 @@ takes a ``stream_field`` for interleaved writers.)
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from collections.abc import Sequence
+from typing import ClassVar
 
 import numpy as np
 import tensorflow as tf
 
 from replaygpu.errors import ConfigError
 from replaygpu.keys import DISCOUNT, NSTEP
-from replaygpu.samplers.base import Sampler, check_not_empty
-from replaygpu.samplers.uniform import make_generator
+from replaygpu.samplers.nstep import check_n_step, n_step_window
+from replaygpu.samplers.view import View
 from replaygpu.specs import Spec
 from replaygpu.storage import ReplayTable
+from replaygpu.table import Table
 
 FRAME_FIELDS = ("frame", "action", "reward", "terminated", "truncated", "first", "final")
 
@@ -78,65 +85,74 @@ def make_frame_table(
     return ReplayTable(make_frame_spec(frame_shape, action_spec), capacity, device, name)
 
 
-class FrameStackSampler(Sampler):
-    """Draws transition rows uniformly and rebuilds their ``[k, H, W]`` obs/next_obs stacks.
+@dataclasses.dataclass(frozen=True)
+class FrameStack(View):
+    """Transitions of a frame table with their ``[k, H, W]`` obs/next_obs stacks rebuilt.
 
     Args:
-        table: a table with `make_frame_spec` fields, appended with `frame_rows`.
         stack: frames per stack k >= 1.
-        seed: seed of the random stream; None for a nondeterministic one.
-        max_tries: redraw rounds for rows that cannot be drawn (final rows, the newest row,
-            rows whose stack was overwritten); rows still invalid after them are counted in
-            ``invalid_draws``.
         n_step: steps per transition n >= 1. With n > 1 the batch is an n-step transition
-            as `NStepSampler` gives for vector rows: ``reward`` sums ``gamma**j`` times the
-            rewards of steps ``j = 0 .. m-1`` from the drawn row, where m <= n stops at the
-            episode's end, at the newest written row and before a row whose next frame is
-            missing; ``next_obs`` is the stack m steps on, ``terminated``/``truncated`` are
-            those of step m-1, ``discount`` is ``gamma**m`` (0 when step m-1 terminated) and
-            ``nstep`` is m.
+            as `NStep` gives for vector rows (one implementation, `n_step_window`):
+            ``reward`` sums ``gamma**j`` times the rewards of steps ``j = 0 .. m-1`` from the
+            drawn row, where m <= n stops at the episode's end, at the newest written row and
+            before a row whose next frame is missing; ``next_obs`` is the stack m steps on,
+            ``terminated``/``truncated`` are those of step m-1, ``discount`` is ``gamma**m``
+            (0 when step m-1 terminated) and ``nstep`` is m.
         gamma: discount factor of the n-step return, in ``[0, 1]``.
 
     The batch holds ``obs`` and ``next_obs`` ``[B, k, H, W]`` plus ``action``, ``reward``,
     ``terminated`` and ``truncated`` of the drawn rows (and ``discount``, ``nstep`` with n > 1).
+    A row cannot be drawn when it is a final row, the newest row (its next frame is not written
+    yet), or its stack would reach past the oldest row.
     """
 
-    def __init__(
-        self,
-        table: ReplayTable,
-        stack: int = 4,
-        seed: int | None = None,
-        max_tries: int = 32,
-        n_step: int = 1,
-        gamma: float = 0.99,
-    ) -> None:
-        super().__init__(name="frame_stack_sampler")
+    stack: int = 4
+    n_step: int = 1
+    gamma: float = 0.99
+
+    needs_stream_rows: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.stack, (int, np.integer)) or self.stack < 1:
+            raise ConfigError(f"stack: got {self.stack!r}, expected an integer >= 1")
+        check_n_step(self.n_step, self.gamma, "n_step")
+        object.__setattr__(self, "stack", int(self.stack))
+        object.__setattr__(self, "n_step", int(self.n_step))
+        object.__setattr__(self, "gamma", float(self.gamma))
+
+    @property
+    def added_keys(self) -> tuple[str, ...]:
+        return (DISCOUNT, NSTEP) if self.n_step > 1 else ()
+
+    @property
+    def checks_rows(self) -> bool:
+        return True
+
+    @property
+    def lookahead(self) -> int:
+        return 1
+
+    def check(self, table: Table) -> None:
         missing = [f for f in FRAME_FIELDS if f not in table.spec]
         if missing:
             raise ConfigError(
                 f"table '{table.name}' lacks frame-table field(s) {missing}; make it with "
                 "replaygpu.make_frame_table"
             )
-        if not isinstance(stack, (int, np.integer)) or not 1 <= stack < table.capacity:
-            raise ConfigError(f"stack: got {stack!r}, expected an integer in [1, capacity)")
-        if not isinstance(max_tries, (int, np.integer)) or max_tries < 1:
-            raise ConfigError(f"max_tries: got {max_tries!r}, expected an integer >= 1")
-        if not isinstance(n_step, (int, np.integer)) or not 1 <= n_step < table.capacity:
-            raise ConfigError(f"n_step: got {n_step!r}, expected an integer in [1, capacity)")
-        if not (math.isfinite(gamma) and 0.0 <= gamma <= 1.0):
-            raise ConfigError(f"gamma: got {gamma}, expected a number in [0, 1]")
-        self.table = table
-        self.stack = int(stack)
-        self.max_tries = int(max_tries)
-        self.n_step = int(n_step)
-        self.gamma = float(gamma)
-        self.generator = make_generator(seed, table.device)
-        with tf.device(table.device):
-            self.invalid_draws = tf.Variable(0, dtype=tf.int64, trainable=False, name="invalid")
+        capacity = table.shards[0].capacity
+        if self.stack >= capacity:
+            raise ConfigError(
+                f"stack: got {self.stack}, expected an integer in [1, capacity={capacity})"
+            )
+        if self.n_step >= capacity:
+            raise ConfigError(
+                f"n_step: got {self.n_step}, expected an integer in [1, capacity={capacity})"
+            )
+        super().check(table)
 
-    def _history(self, rows: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def history(self, table: ReplayTable, rows: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Distance back to the episode start, capped at k-1, and validity of each row."""
-        table, k, capacity = self.table, self.stack, self.table.capacity
+        k, capacity = self.stack, table.capacity
         storage = table.storage
         back = tf.range(k, dtype=tf.int64)
         first = tf.gather(storage["first"], (rows[:, None] - back[None, :]) % capacity)
@@ -156,86 +172,57 @@ class FrameStackSampler(Sampler):
         )
         return dist, valid
 
-    def sample_indices(self, batch_size: int) -> tuple[tf.Tensor, tf.Tensor]:
-        """``(rows [B] int64, distance to episode start [B] int64 capped at k-1)``."""
-        check_not_empty(self.table)
-        size = tf.maximum(self.table.size_var.read_value(), 1)
-        rows = self.generator.uniform([batch_size], 0, size, dtype=tf.int64)
+    def valid(self, table: ReplayTable, rows: tf.Tensor) -> tf.Tensor:
+        return self.history(table, rows)[1]
 
-        def body(tries: tf.Tensor, r: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            fresh = self.generator.uniform([batch_size], 0, size, dtype=tf.int64)
-            return tries + 1, tf.where(self._history(r)[1], r, fresh)
+    def settled_invalid(self, table: ReplayTable, rows: tf.Tensor) -> tf.Tensor:
+        """Final rows, and rows whose next row (written) starts another episode."""
+        storage, capacity = table.storage, table.capacity
+        ahead = (table.cursor.read_value() - 1 - rows) % capacity
+        next_first = tf.gather(storage["first"], (rows + 1) % capacity) & (ahead >= 1)
+        return tf.gather(storage["final"], rows) | next_first
 
-        _, rows = tf.while_loop(
-            lambda tries, r: tf.logical_and(
-                tries < self.max_tries, tf.logical_not(tf.reduce_all(self._history(r)[1]))
-            ),
-            body,
-            (tf.constant(0, tf.int64), rows),
-            parallel_iterations=1,
-        )
-        dist, valid = self._history(rows)
-        self.invalid_draws.assign_add(tf.reduce_sum(tf.cast(tf.logical_not(valid), tf.int64)))
-        return rows, dist
-
-    def sample(self, batch_size: int) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
-        """``(rows [B] int64, {"obs", "next_obs": [B, k, H, W], "action", "reward", ...})``."""
-        rows, dist = self.sample_indices(batch_size)
+    def read(self, table: ReplayTable, rows: tf.Tensor) -> dict[str, tf.Tensor]:
+        """``{"obs", "next_obs": [B, k, H, W], "action", "reward", ...}`` of ``rows``."""
+        dist = self.history(table, rows)[0]
         if self.n_step > 1:
-            return rows, self._n_step_batch(rows, dist)
-        k, capacity = self.stack, self.table.capacity
+            return self._n_step_batch(table, rows, dist)
+        k, capacity = self.stack, table.capacity
         # Offsets back from the row, oldest first: k-1, ..., 0, then -1 (the next frame).
         offsets = tf.range(k - 1, -2, -1, dtype=tf.int64)
         source = tf.minimum(offsets[None, :], dist[:, None])
-        frames = self.table.read("frame", (rows[:, None] - source) % capacity)  # [B, k+1, ...]
+        frames = table.read("frame", (rows[:, None] - source) % capacity)  # [B, k+1, ...]
         batch = {
             "obs": frames[:, :k],
             "next_obs": frames[:, 1:],
         }
         for name in ("action", "reward", "terminated", "truncated"):
-            batch[name] = self.table.read(name, rows)  # spec dtype if stored narrower
-        return rows, batch
+            batch[name] = table.read(name, rows)  # spec dtype if stored narrower
+        return batch
 
-    def _n_step_batch(self, rows: tf.Tensor, dist: tf.Tensor) -> dict[str, tf.Tensor]:
+    def _n_step_batch(
+        self, table: ReplayTable, rows: tf.Tensor, dist: tf.Tensor
+    ) -> dict[str, tf.Tensor]:
         """The n-step transitions of drawable ``rows`` (distance ``dist`` to episode start)."""
-        table, k, n, capacity = self.table, self.stack, self.n_step, self.table.capacity
-        storage = table.storage
-        steps = tf.range(n, dtype=tf.int64)
-        step_rows = (rows[:, None] + steps[None, :]) % capacity  # [B, n]: step j's row
-        terminated = tf.gather(storage["terminated"], step_rows)
-        truncated = tf.gather(storage["truncated"], step_rows)
-        # Step j + 1 is taken after step j unless step j ends the episode, it is the n-th, the
-        # frame after step j + 1 is not written yet, or that frame starts another episode.
-        ahead = (table.cursor.read_value() - 1 - rows) % capacity  # [B] rows written after
-        next_first = tf.gather(storage["first"], (step_rows + 2) % capacity)
-        stop = (
-            terminated
-            | truncated
-            | (steps[None, :] >= n - 1)
-            | (steps[None, :] + 2 > ahead[:, None])
-            | next_first
+        k, capacity = self.stack, table.capacity
+
+        def next_frame_starts_episode(step_rows: tf.Tensor) -> tf.Tensor:
+            # Step j + 1 is not taken when the frame after it starts another episode.
+            return tf.gather(table.storage["first"], (step_rows + 2) % capacity)
+
+        fields, _, last = n_step_window(
+            table, rows, self.n_step, self.gamma, next_written=2, cut=next_frame_starts_episode
         )
-        last = tf.reduce_min(tf.where(stop, steps[None, :], n), axis=1)  # [B] step m - 1
         m = last + 1
-        powers = tf.constant([self.gamma**j for j in range(n)], tf.float32)
-        rewards = tf.cast(table.read("reward", step_rows), tf.float32)
-        used = steps[None, :] <= last[:, None]
-        ret = tf.reduce_sum(tf.where(used, rewards * powers, tf.zeros_like(rewards)), axis=1)
-        last_terminated = tf.gather(terminated, last, batch_dims=1)
         # Both stacks in one read: k frames back from the row, then k back from row + m (the
         # episode start is m rows further back from there).
         back = tf.range(k - 1, -1, -1, dtype=tf.int64)  # oldest first
         obs_rows = rows[:, None] - tf.minimum(back[None, :], dist[:, None])
         next_rows = (rows + m)[:, None] - tf.minimum(back[None, :], (dist + m)[:, None])
         frames = table.read("frame", tf.concat([obs_rows, next_rows], axis=1) % capacity)
-        gamma_m = tf.pow(tf.constant(self.gamma, tf.float32), tf.cast(m, tf.float32))
         return {
             "obs": frames[:, :k],
             "next_obs": frames[:, k:],
             "action": table.read("action", rows),
-            "reward": tf.cast(ret, table.spec["reward"].dtype),
-            "terminated": last_terminated,
-            "truncated": tf.gather(truncated, last, batch_dims=1),
-            DISCOUNT: gamma_m * (1.0 - tf.cast(last_terminated, tf.float32)),
-            NSTEP: m,
+            **fields,
         }

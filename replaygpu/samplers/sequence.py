@@ -1,151 +1,213 @@
-"""Windows of T consecutive rows for recurrent agents, never crossing an episode boundary.
+"""Windows of T consecutive rows for recurrent agents, never crossing an episode or a stream.
 
 Episode starts: by default row ``r`` starts an episode when row ``r - 1`` ended one
 (``terminated`` or ``truncated``), which is what the standard transition spec already stores.
 A table may instead carry an explicit bool field (``start_field``, e.g. ``"episode_start"``)
 set on the first row of each episode; use it when an actor can stop mid-episode without a
-terminal flag. Either way the table must hold one stream of transitions in time order (one
-table per actor, or actors that append whole episodes).
+terminal flag. Several streams may share a table when each appends whole sequences or episodes
+and the table has an integer stream field (``stream_field``, or a sharded table's ``shard_by``):
+a window stops where the stream changes.
+
+A sample belongs to its start row: with any distribution the start is drawn (in proportion to
+priority with `Prioritized`), weighted and updated there.
 
 Two modes:
 
 - ``pad=False`` (default): every window lies inside one episode and inside the written rows.
-  Start rows are drawn uniformly and the invalid ones redrawn (rejection sampling, exact
-  uniform over valid windows) up to ``max_tries`` rounds; a window still invalid then (episodes
-  shorter than T) is returned padded as below and counted in ``short_windows``.
-- ``pad=True``: the start row is uniform over all rows; steps after the episode ends (or past
-  the newest row) are zero-filled and have ``mask`` 0.
+  Invalid starts are redrawn (exact over valid windows) up to the sampler's ``max_tries``
+  rounds; a window still invalid then (episodes shorter than T) is returned padded as below and
+  counted in ``invalid_draws``. A start whose window crosses an episode or a stream never
+  becomes valid: a prioritized index gives it priority 0.
+- ``pad=True``: every row may start a window; steps after the episode ends (or past the newest
+  row) are zero-filled and have ``mask`` 0.
+
+Burn-in: ``burn_in`` rows *before* the start are prepended (``[B, burn_in + T]``), for a
+recurrent network to warm up its state on; burn-in steps of another episode or stream, or older
+than the oldest row, are zero-filled with ``mask`` 0. They never make a start invalid.
+
+N-step: with ``n_step > 1`` every step of the window is an n-step transition (the `NStep`
+view's fields, ``discount`` and ``nstep`` ``[B, L]`` beside them), computed by the same
+`n_step_window`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import ClassVar
 
 import numpy as np
 import tensorflow as tf
 
 from replaygpu.errors import ConfigError
-from replaygpu.keys import MASK
-from replaygpu.samplers.base import Sampler, check_not_empty
-from replaygpu.samplers.uniform import make_generator
+from replaygpu.keys import DISCOUNT, MASK, NSTEP
+from replaygpu.samplers.nstep import NStep, check_n_step, check_transition_fields
+from replaygpu.samplers.view import View
 from replaygpu.storage import ReplayTable
+from replaygpu.table import Table
 
 
-class SequenceSampler(Sampler):
-    """Draws ``[B, T]`` windows of consecutive rows that stay within one episode.
+@dataclasses.dataclass(frozen=True)
+class Sequence(View):
+    """``[B, burn_in + T]`` windows of consecutive rows that stay within one episode and stream.
 
     Args:
-        table: the table, appended in time order.
-        length: window length T >= 1.
-        seed: seed of the random stream; None for a nondeterministic one.
+        length: window length T >= 1 (after the burn-in).
+        burn_in: rows before the start to prepend, >= 0.
         pad: allow windows that run past the episode end, with a mask (see module doc).
         start_field: bool field marking the first row of each episode; None derives starts
             from ``terminated | truncated`` of the previous row.
-        max_tries: rejection rounds before a window is returned padded (``pad=False``).
+        stream_field: integer field naming each row's stream; None uses the table's
+            ``shard_by`` (None on a plain table: one stream).
+        n_step: n-step transitions at every step (1: the rows as stored).
+        gamma: discount factor of the n-step returns.
+
+    The batch holds every field as ``[B, L, ...]`` (``L = burn_in + T``) and ``mask`` ([B, L]
+    float32, 1 where a step is real); padded steps hold zeros in every field.
     """
 
-    def __init__(
-        self,
-        table: ReplayTable,
-        length: int,
-        seed: int | None = None,
-        pad: bool = False,
-        start_field: str | None = None,
-        max_tries: int = 32,
-    ) -> None:
-        super().__init__(name="sequence_sampler")
-        if not isinstance(length, (int, np.integer)) or not 1 <= length <= table.capacity:
+    length: int = 16
+    burn_in: int = 0
+    pad: bool = False
+    start_field: str | None = None
+    stream_field: str | None = None
+    n_step: int = 1
+    gamma: float = 0.99
+
+    needs_stream_rows: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.length, (int, np.integer)) or self.length < 1:
+            raise ConfigError(f"length: got {self.length!r}, expected an integer >= 1")
+        if not isinstance(self.burn_in, (int, np.integer)) or self.burn_in < 0:
+            raise ConfigError(f"burn_in: got {self.burn_in!r}, expected an integer >= 0")
+        check_n_step(self.n_step, self.gamma, "n_step")
+        for name in ("length", "burn_in", "n_step"):
+            object.__setattr__(self, name, int(getattr(self, name)))
+        object.__setattr__(self, "pad", bool(self.pad))
+        object.__setattr__(self, "gamma", float(self.gamma))
+
+    @property
+    def added_keys(self) -> tuple[str, ...]:
+        return (MASK, DISCOUNT, NSTEP) if self.n_step > 1 else (MASK,)
+
+    @property
+    def checks_rows(self) -> bool:
+        return not self.pad
+
+    @property
+    def lookahead(self) -> int:
+        return self.length - 1
+
+    def for_table(self, table: Table) -> Sequence:
+        if self.stream_field is None and table.shard_by is not None:
+            return dataclasses.replace(self, stream_field=table.shard_by)
+        return self
+
+    def check(self, table: Table) -> None:
+        capacity = table.shards[0].capacity
+        if self.burn_in + self.length > capacity:
             raise ConfigError(
-                f"length: got {length!r}, expected an integer in [1, capacity={table.capacity}]"
+                f"length: got {self.length} (burn_in {self.burn_in}), expected burn_in + length "
+                f"<= the capacity of a shard ({capacity})"
             )
-        if not isinstance(max_tries, (int, np.integer)) or max_tries < 1:
-            raise ConfigError(f"max_tries: got {max_tries!r}, expected an integer >= 1")
-        need = [start_field] if start_field is not None else ["terminated", "truncated"]
+        need = [self.start_field] if self.start_field is not None else ["terminated", "truncated"]
+        if self.stream_field is not None:
+            need.append(self.stream_field)
         missing = [f for f in need if f not in table.spec]
         if missing:
             raise ConfigError(
-                f"table '{table.name}' lacks field(s) {missing} that mark episode boundaries; it "
-                f"has {sorted(table.spec)}"
+                f"table '{table.name}' lacks field(s) {missing} that mark episode and stream "
+                f"boundaries; it has {sorted(table.spec)}"
             )
-        if start_field is not None and table.spec[start_field].dtype != tf.bool:
+        if self.start_field is not None and table.spec[self.start_field].dtype != tf.bool:
             raise ConfigError(
-                f"start_field '{start_field}': got dtype {table.spec[start_field].dtype.name}, "
-                "expected bool"
+                f"start_field '{self.start_field}': got dtype "
+                f"{table.spec[self.start_field].dtype.name}, expected bool"
             )
-        if MASK in table.spec:
-            raise ConfigError(
-                f"table '{table.name}' has a field '{MASK}', the key this sampler adds; rename it"
-            )
-        self.table = table
-        self.length = int(length)
-        self.pad = bool(pad)
-        self.start_field = start_field
-        self.max_tries = int(max_tries)
-        self.generator = make_generator(seed, table.device)
-        with tf.device(table.device):
-            self.short_windows = tf.Variable(0, dtype=tf.int64, trainable=False, name="short")
+        if self.n_step > 1:
+            check_transition_fields(table, self.stream_field, "Sequence(n_step > 1)")
+        super().check(table)
 
-    def window_mask(self, starts: tf.Tensor) -> tf.Tensor:
-        """``[B, T]`` bool: step t of the window at ``starts`` is in the start's episode."""
-        table = self.table
-        capacity = table.capacity
-        offsets = tf.range(self.length, dtype=tf.int64)
-        rows = (starts[:, None] + offsets[None, :]) % capacity
-        ahead = (table.cursor.read_value() - 1 - starts) % capacity
+    def _starts_episode(self, table: ReplayTable, rows: tf.Tensor) -> tf.Tensor:
+        """Whether each of ``rows`` (any shape) is the first row of an episode."""
         if self.start_field is not None:
-            boundary = tf.gather(table.storage[self.start_field], rows)
-        else:
-            done = tf.gather(table.storage["terminated"], rows) | tf.gather(
-                table.storage["truncated"], rows
-            )
-            boundary = tf.concat([tf.zeros_like(done[:, :1]), done[:, :-1]], axis=1)
-        # Step 0 is always in the episode; a start at step t >= 1 ends the window before t.
+            return tf.gather(table.storage[self.start_field], rows)
+        before = (rows - 1) % table.capacity
+        return tf.gather(table.storage["terminated"], before) | tf.gather(
+            table.storage["truncated"], before
+        )
+
+    def _other_stream(self, table: ReplayTable, rows: tf.Tensor, starts: tf.Tensor) -> tf.Tensor:
+        """``[B, L]`` bool: rows of another stream than their window's start row."""
+        if self.stream_field is None:
+            return tf.zeros_like(rows, tf.bool)
+        stream = table.storage[self.stream_field]
+        return tf.gather(stream, rows) != tf.gather(stream, starts)[:, None]
+
+    def _boundaries(self, table: ReplayTable, starts: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """``([B, T] bool: step t >= 1 starts another episode or stream, [B] rows ahead)``."""
+        offsets = tf.range(self.length, dtype=tf.int64)
+        rows = (starts[:, None] + offsets[None, :]) % table.capacity
+        boundary = self._starts_episode(table, rows) | self._other_stream(table, rows, starts)
+        # Step 0 is always in the episode; a boundary at step t >= 1 ends the window before t.
         boundary = tf.concat([tf.zeros_like(boundary[:, :1]), boundary[:, 1:]], axis=1)
+        ahead = (table.cursor.read_value() - 1 - starts) % table.capacity
+        return boundary, ahead
+
+    def window_mask(self, table: ReplayTable, starts: tf.Tensor) -> tf.Tensor:
+        """``[B, T]`` bool: step t of the window at ``starts`` is in the start's episode."""
+        offsets = tf.range(self.length, dtype=tf.int64)
+        boundary, ahead = self._boundaries(table, starts)
         cut = boundary | (offsets[None, :] > ahead[:, None])
         first_cut = tf.reduce_min(tf.where(cut, offsets[None, :], self.length), axis=1)
         return offsets[None, :] < first_cut[:, None]
 
-    def sample_indices(self, batch_size: int) -> tf.Tensor:
-        """``[B]`` int64 start rows (valid windows when ``pad=False`` and possible)."""
-        check_not_empty(self.table)
-        size = tf.maximum(self.table.size_var.read_value(), 1)
-        starts = self.generator.uniform([batch_size], 0, size, dtype=tf.int64)
+    def valid(self, table: ReplayTable, rows: tf.Tensor) -> tf.Tensor:
+        return tf.reduce_all(self.window_mask(table, rows), axis=1)
+
+    def settled_invalid(self, table: ReplayTable, rows: tf.Tensor) -> tf.Tensor | None:
+        """Starts whose window crosses an episode or stream within the written rows."""
         if self.pad:
-            return starts
+            return None
+        offsets = tf.range(self.length, dtype=tf.int64)
+        boundary, ahead = self._boundaries(table, rows)
+        return tf.reduce_any(boundary & (offsets[None, :] <= ahead[:, None]), axis=1)
 
-        def invalid(s: tf.Tensor) -> tf.Tensor:
-            return tf.logical_not(tf.reduce_all(self.window_mask(s), axis=1))
+    def _burn_in_mask(self, table: ReplayTable, starts: tf.Tensor) -> tf.Tensor:
+        """``[B, burn_in]`` bool, oldest first: burn-in row ``start - j`` is in the start's
+        episode and stream and not older than the oldest row."""
+        capacity = table.capacity
+        back = tf.range(1, self.burn_in + 1, dtype=tf.int64)  # nearest first
+        rows = (starts[:, None] - back[None, :]) % capacity
+        # Row start - j is cut off when any of rows start - j + 1 .. start begins an episode.
+        blocked = self._starts_episode(table, (rows + 1) % capacity)
+        blocked = blocked | self._other_stream(table, rows, starts)
+        oldest = (table.cursor.read_value() - table.size_var.read_value()) % capacity
+        age = (starts - oldest) % capacity
+        blocked = blocked | (back[None, :] > age[:, None])
+        kept = tf.equal(tf.cumsum(tf.cast(blocked, tf.int64), axis=1), 0)
+        return tf.reverse(kept, axis=[1])
 
-        def body(tries: tf.Tensor, s: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            fresh = self.generator.uniform([batch_size], 0, size, dtype=tf.int64)
-            return tries + 1, tf.where(invalid(s), fresh, s)
-
-        _, starts = tf.while_loop(
-            lambda tries, s: tf.logical_and(tries < self.max_tries, tf.reduce_any(invalid(s))),
-            body,
-            (tf.constant(0, tf.int64), starts),
-            parallel_iterations=1,
-        )
-        self.short_windows.assign_add(tf.reduce_sum(tf.cast(invalid(starts), tf.int64)))
-        return starts
-
-    def sample(self, batch_size: int) -> tuple[tf.Tensor, Any]:
-        """``(starts [B] int64, {field: [B, T, ...], "mask": [B, T] float32})``.
-
-        With a nested spec the fields come in the table's structure, ``mask`` beside its
-        top-level keys (see `replaygpu.nest.pack_batch`).
-
-        Padded steps (mask 0) hold zeros in every field.
-        """
-        starts = self.sample_indices(batch_size)
-        mask = self.window_mask(starts)
-        rows = (starts[:, None] + tf.range(self.length, dtype=tf.int64)[None, :]) % (
-            self.table.capacity
-        )
+    def read(self, table: ReplayTable, rows: tf.Tensor) -> dict[str, tf.Tensor]:
+        """The windows at start rows ``rows``: ``{field: [B, L, ...], "mask": [B, L]}``."""
+        starts = rows
+        batch_size = starts.shape[0]
+        mask = self.window_mask(table, starts)
+        if self.burn_in:
+            mask = tf.concat([self._burn_in_mask(table, starts), mask], axis=1)
+        steps = self.burn_in + self.length
+        offsets = tf.range(-self.burn_in, self.length, dtype=tf.int64)
+        window = (starts[:, None] + offsets[None, :]) % table.capacity  # [B, L]
+        flat = tf.reshape(window, [-1])
+        if self.n_step > 1:
+            view = NStep(self.n_step, self.gamma, self.stream_field)
+            values = view.read(table, flat)
+        else:
+            values = table.gather(flat)
         batch = {}
-        for name in self.table.storage:
-            values = self.table.read(name, rows)  # spec dtype if stored narrower
-            keep = tf.reshape(mask, [batch_size, self.length] + [1] * (values.shape.rank - 2))
-            batch[name] = tf.where(keep, values, tf.zeros_like(values))
+        for name, value in values.items():
+            value = tf.reshape(value, [batch_size, steps, *value.shape[1:]])
+            keep = tf.reshape(mask, [batch_size, steps] + [1] * (value.shape.rank - 2))
+            batch[name] = tf.where(keep, value, tf.zeros_like(value))
         batch[MASK] = tf.cast(mask, tf.float32)
-        return starts, self.table.pack(batch)
+        return batch

@@ -124,7 +124,9 @@ class SumTree(tf.Module):
     def get(self, indices: tf.Tensor) -> tf.Tensor:
         """Leaf values at ``indices`` ([B] int64) as ``[B]`` float64."""
         indices = tf.cast(indices, tf.int64)
-        return tf.gather_nd(self.leaf_rows, self._split(indices))
+        # a row gather, then the column: XLA has no gather_nd of a resource variable
+        rows = tf.gather(self.leaf_rows, indices // self.fanout)
+        return tf.gather(rows, indices % self.fanout, batch_dims=1)
 
     def leaves(self) -> tf.Tensor:
         """All ``capacity`` leaf values, ``[capacity]`` float64."""

@@ -1,48 +1,39 @@
-"""Uniform sampling over the filled rows of a table."""
+"""Uniform sampling over the filled rows of a shard."""
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
 
 import tensorflow as tf
 
-from replaygpu.samplers.base import Sampler, check_not_empty
+from replaygpu.samplers.distribution import Distribution, Index, make_generator
 from replaygpu.storage import ReplayTable
 
-
-def make_generator(seed: int | None, device: str) -> tf.random.Generator:
-    """A Philox `tf.random.Generator` on ``device``; nondeterministic when ``seed`` is None."""
-    with tf.device(device):
-        if seed is None:
-            return tf.random.Generator.from_non_deterministic_state()
-        return tf.random.Generator.from_seed(seed)
+__all__ = ["Uniform", "UniformIndex", "make_generator"]
 
 
-class UniformSampler(Sampler):
+class UniformIndex(Index):
     """Draws rows uniformly from ``[0, table.size)``.
 
-    The random stream comes from a `tf.random.Generator` this sampler owns, so checkpointing the
+    The random stream comes from a `tf.random.Generator` this index owns, so checkpointing the
     sampler checkpoints the stream: a restored learner draws the minibatches the original would
     have drawn.
-
-    Args:
-        table: the table to sample from.
-        seed: seed of the random stream; None for a nondeterministic one.
     """
 
-    def __init__(self, table: ReplayTable, seed: int | None = None) -> None:
-        super().__init__(name="uniform_sampler")
+    def __init__(self, table: ReplayTable, seed: int | None) -> None:
+        super().__init__(name="uniform_index")
         self.table = table
         self.generator = make_generator(seed, table.device)
 
-    def sample_indices(self, batch_size: int) -> tf.Tensor:
-        """``[B]`` int64 row indices, uniform over the filled rows."""
-        check_not_empty(self.table)
+    def draw(self, batch_size: int, stratified: bool = True) -> tuple[tf.Tensor, None]:
+        """``([B] int64 rows uniform over the filled rows, None)``."""
         size = tf.maximum(self.table.size_var.read_value(), 1)
-        return self.generator.uniform([batch_size], 0, size, dtype=tf.int64)
+        return self.generator.uniform([batch_size], 0, size, dtype=tf.int64), None
 
-    def sample(self, batch_size: int) -> tuple[tf.Tensor, Any]:
-        """``(indices [B] int64, {field: [B, ...]})``, the batch in the table's structure;
-        `EmptyTableError` eagerly when empty."""
-        indices = self.sample_indices(batch_size)
-        return indices, self.table.pack(self.table.gather(indices))
+
+@dataclasses.dataclass(frozen=True)
+class Uniform(Distribution):
+    """Every filled row equally likely (the `UniformIndex` of each shard)."""
+
+    def build(self, table: ReplayTable, seed: int | None, num_shards: int) -> UniformIndex:
+        return UniformIndex(table, seed)

@@ -38,9 +38,8 @@ from replaygpu.service.ledger import SequenceLedger
 from replaygpu.service.servicer import SERVICE_NAME, Servicer, handlers
 from replaygpu.service.staging import BufferPool, StagedBatch, StagingQueue
 from replaygpu.service.status import InvalidBatchError
-from replaygpu.sharded import ShardedReplayTable
 from replaygpu.specs import host_spec
-from replaygpu.storage import ReplayTable
+from replaygpu.table import Table
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +60,7 @@ class ReplayServer:
 
     def __init__(
         self,
-        target: Learner | ReplayTable | ShardedReplayTable,
+        target: Learner | Table,
         address: str,
         token: str | None,
         tls: TLSConfig | None,
@@ -72,7 +71,7 @@ class ReplayServer:
             self.learner: Learner | None = target
             self.table = target.table
             weights = target.weight_store
-        elif isinstance(target, (ReplayTable, ShardedReplayTable)):
+        elif isinstance(target, Table):
             self.learner, self.table, weights = None, target, WeightStore()
         else:
             raise ConfigError(
@@ -368,7 +367,7 @@ class ReplayServer:
 
 
 def serve(
-    target: Learner | ReplayTable | ShardedReplayTable,
+    target: Learner | Table,
     address: str = "127.0.0.1:0",
     token: str | None = None,
     tls: TLSConfig | None = None,

@@ -402,7 +402,7 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
             capacity=self.table.capacity,
             size=self.table.size,
             inserted=self.table.total_inserted,
-            device=", ".join(t.device for t in getattr(self.table, "shards", [self.table])),
+            device=", ".join(t.device for t in self.table.shards),
         )
         for name, (dtype, shape) in self.spec.items():
             table.spec.add(name=name, dtype=dtype, shape=shape)

@@ -1,0 +1,96 @@
+"""Index distributions: which rows of a shard a sampler draws.
+
+A distribution is a frozen config (`Uniform`, `Prioritized`) that builds one `Index` per shard of
+a table: the variables that draw rows there (a `tf.random.Generator`, a sum tree, ...). It knows
+nothing of what a drawn row becomes; that is the view's part (`replaygpu.samplers.view`), and
+the `Sampler` puts the two together, so every distribution works with every view.
+
+Adding a distribution (recency, say) means one config with ``build`` and one `Index` with
+``draw``; the sampler, the learner loop, sharding and checkpoints need no change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, ClassVar
+
+import tensorflow as tf
+
+from replaygpu.errors import ConfigError
+
+if TYPE_CHECKING:
+    from replaygpu.samplers.view import View
+    from replaygpu.storage import ReplayTable
+
+
+def make_generator(seed: int | None, device: str) -> tf.random.Generator:
+    """A Philox `tf.random.Generator` on ``device``; nondeterministic when ``seed`` is None."""
+    with tf.device(device):
+        if seed is None:
+            return tf.random.Generator.from_non_deterministic_state()
+        return tf.random.Generator.from_seed(seed)
+
+
+class Index(tf.Module):
+    """One shard's drawing state. Subclasses set ``table`` and ``generator`` and override
+    ``draw``; those that keep priorities override the rest.
+
+    All methods are graph functions of the index's variables and its shard, usable inside the
+    learner's ``tf.while_loop`` and under XLA.
+    """
+
+    keeps_priorities: ClassVar[bool] = False
+    table: ReplayTable
+    generator: tf.random.Generator
+
+    def draw(self, batch_size: int, stratified: bool = True) -> tuple[tf.Tensor, tf.Tensor | None]:
+        """``(rows [B] int64, odds [B] float64 or None)``: rows of ``[0, size)``.
+
+        ``odds`` is what `weigh` turns into importance weights (None: all rows equally likely).
+        ``stratified=False`` asks for independent draws: the sampler redraws rejected rows so,
+        which keeps the marginal distribution exact over the rows a view accepts.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not implement draw")
+
+    def weigh(self, odds: tf.Tensor | None) -> tf.Tensor | None:
+        """Importance weights ``[B]`` float32 of one minibatch's final draws, or None; counts
+        the minibatch (a beta schedule reads the count)."""
+        return None
+
+    def across_shards(self, weights: tf.Tensor) -> tf.Tensor:
+        """``weights`` renormalised over all shards (inside ``strategy.run``); as is here."""
+        return weights
+
+    def sync(self, view: View) -> None:
+        """Take in the rows appended since the last call (nothing to do here)."""
+        return None
+
+    def write(self, indices: tf.Tensor, priorities: tf.Tensor) -> None:
+        """Store new priorities of rows ``indices``.
+
+        Raises:
+            ConfigError: always, in this default: the index keeps no priorities.
+        """
+        raise ConfigError(
+            f"update_fn returned 'priorities', but {type(self).__name__} keeps no priorities; "
+            "sample with rg.Prioritized() (e.g. rg.PrioritizedSampler) or drop the 'priorities' "
+            "key"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Distribution:
+    """Base of the distribution configs: ``build`` makes the `Index` of one shard.
+
+    Attributes:
+        keeps_priorities: whether ``update_priorities`` stores anything.
+        xla: whether the sampler compiles its draw and priority write as XLA clusters when the
+            surrounding loop is not compiled.
+    """
+
+    keeps_priorities: ClassVar[bool] = False
+    xla = False  # a plain class attribute: a subclass may make it a field
+
+    def build(self, table: ReplayTable, seed: int | None, num_shards: int) -> Index:
+        """The `Index` of shard ``table``, one of ``num_shards``."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement build")

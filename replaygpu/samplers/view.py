@@ -1,0 +1,85 @@
+"""Views: what a drawn row becomes (a transition, an n-step transition, a frame stack, a sequence).
+
+A view is a frozen config with pure graph functions over one shard (a `ReplayTable`) and the rows
+an index distribution drew there; it holds no variables, so one view serves every shard and
+every distribution. What a view declares, the `Sampler` acts on:
+
+- ``needs_stream_rows``: it reads rows after (or before) the drawn one that must come from the
+  same stream, so the table must keep each stream's rows together (``table.stream_contiguous``:
+  any plain table, a sharded one only with ``shard_by``);
+- ``checks_rows`` / ``valid``: some rows cannot be drawn now (a frame table's final rows, a
+  window that would cross an episode); the sampler redraws them;
+- ``settled_invalid`` and ``lookahead``: which of those never will be, so a prioritized index
+  gives them priority 0 instead of drawing and rejecting them for ever;
+- ``added_keys``: the keys ``read`` adds beside the table's fields.
+
+A sample belongs to the row it was drawn at: the first row of a frame-stack transition or of a
+sequence. Its priority, its importance weight and ``update_priorities`` all address that row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import tensorflow as tf
+
+from replaygpu.errors import ConfigError
+from replaygpu.storage import ReplayTable
+from replaygpu.table import Table
+
+
+@dataclasses.dataclass(frozen=True)
+class View:
+    """Base of the views. Subclasses override ``read`` and what they need of the rest."""
+
+    needs_stream_rows: ClassVar[bool] = False
+
+    @property
+    def added_keys(self) -> tuple[str, ...]:
+        """Keys ``read`` adds to a batch beside the table's fields."""
+        return ()
+
+    @property
+    def checks_rows(self) -> bool:
+        """Whether ``valid`` can refuse a row (False: every filled row can be drawn)."""
+        return False
+
+    @property
+    def lookahead(self) -> int:
+        """How many rows after a drawn row decide whether it can ever be drawn."""
+        return 0
+
+    def for_table(self, table: Table) -> View:
+        """This view as it samples ``table`` (a view that cuts at stream changes takes the
+        table's ``shard_by`` as its stream field when it names none)."""
+        return self
+
+    def check(self, table: Table) -> None:
+        """Raise `ConfigError` when ``table`` lacks what this view reads (called once)."""
+        clash = sorted(set(self.added_keys) & set(table.spec))
+        if clash:
+            raise ConfigError(
+                f"table '{table.name}' has field(s) {clash}, keys {type(self).__name__} adds to "
+                "each batch; rename them"
+            )
+
+    def valid(self, table: ReplayTable, rows: tf.Tensor) -> tf.Tensor:
+        """``[B]`` bool: whether each of ``rows`` ([B] int64) can be drawn now."""
+        return tf.ones_like(rows, tf.bool)
+
+    def settled_invalid(self, table: ReplayTable, rows: tf.Tensor) -> tf.Tensor | None:
+        """``[B]`` bool: rows that cannot be drawn until overwritten; None when there are none."""
+        return None
+
+    def read(self, table: ReplayTable, rows: tf.Tensor) -> dict[str, tf.Tensor]:
+        """The flat batch (leaf paths and ``added_keys``) of the samples drawn at ``rows``."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement read")
+
+
+@dataclasses.dataclass(frozen=True)
+class Transition(View):
+    """The drawn rows as stored: ``{field: [B, ...]}`` in the table's structure."""
+
+    def read(self, table: ReplayTable, rows: tf.Tensor) -> dict[str, tf.Tensor]:
+        return table.gather(rows)
