@@ -3,11 +3,11 @@
 Reads top to bottom: the config, then ``train``: build the learner (a `rg.make_frame_table`
 holding each 84x84 frame once, prioritized replay whose `rg.FrameStack` view rebuilds the
 ``[B, 4, 84, 84]`` stacks and 3-step returns in the graph, the Nature CNN double-DQN update of
-`atari.AtariDQN`, a samples-per-insert rate limiter), serve it, start the actor processes (`frame_actor`, which act with a numpy copy
-of the Nature CNN and pull its weights every K env steps; actor i explores with
-eps_i = 0.4^(1 + 7 i/(N-1))), then commit their appends, train, publish weights, sync the
-target network and checkpoint until the actors delivered ``steps`` env steps and the learner
-used up its replay budget; then evaluate the greedy policy.
+`atari.AtariDQN`, a samples-per-insert rate limiter), serve it, start the actor processes
+(`frame_actor`, which act with a numpy copy of the Nature CNN and pull its weights every K env
+steps; actor i explores with eps_i = 0.4^(1 + 7 i/(N-1))), then commit their appends, train,
+publish weights, sync the target network and checkpoint until the actors delivered ``steps``
+env steps and the learner used up its replay budget; then evaluate the greedy policy.
 
 Differences from the Ape-X paper, and why:
 
