@@ -137,7 +137,7 @@ class Sampler(tf.Module):
         self._write_xla = tf.function(
             self._write, jit_compile=True, reduce_retracing=True, autograph=False
         )
-        self._update_fn = tf.function(self._synced_update, reduce_retracing=True, autograph=False)
+        self._update_fn = tf.function(self._guarded_update, reduce_retracing=True, autograph=False)
         self._sync_fn = tf.function(self._sync_all, autograph=False)
 
     # -- what the learner asks ------------------------------------------------------------------
@@ -234,8 +234,7 @@ class Sampler(tf.Module):
             write = self._write_xla if self.distribution.xla else self._write
             write(i, indices, priorities)
             return
-        with tf.device(self.table.device):
-            self._update_fn(*self._checked_update(indices, priorities))
+        self._checked_update(indices, priorities)
 
     def probabilities(self) -> np.ndarray:
         """Sampling probability of every row of a plain table, ``[capacity]`` float64.
@@ -372,50 +371,62 @@ class Sampler(tf.Module):
     def _write(self, shard_index: int, indices: tf.Tensor, priorities: tf.Tensor) -> None:
         self.indexes[shard_index].write(indices, priorities)
 
-    def _synced_update(self, indices: tf.Tensor, priorities: tf.Tensor) -> None:
-        # Eager calls come in all sizes (an XLA cluster would compile once per size): plain
-        # ops. New rows are taken in first, so they do not overwrite this update at the next
-        # sample.
+    def _guarded_update(self, rows: tf.Tensor, values: tf.Tensor) -> tuple[tf.Tensor, ...]:
+        """Sync, check and (only when every row and value is good) write an eager update.
+
+        One graph call, as the write alone was: new rows are taken in first, so they do not
+        overwrite this update at the next sample. Plain ops: eager calls come in every size (an
+        XLA cluster would compile once per size). Returns ``(ok, good rows [B], good values
+        [B])``.
+        """
         index = self.index
         index.sync(self.view)
-        index.write(indices, priorities)
+        in_range = (rows >= 0) & (rows < self.table.size_var.read_value())
+        drawable = in_range & (index.tree.get(tf.where(in_range, rows, 0)) > 0)
+        finite = tf.math.is_finite(values) & (values >= 0)
+        ok = tf.reduce_all(drawable) & tf.reduce_all(finite)
 
-    def _checked_update(self, indices: Any, priorities: Any) -> tuple[tf.Tensor, tf.Tensor]:
-        """``(indices, priorities)`` of an eager update, checked; `BatchError` when bad."""
-        index = self.index
-        rows = np.asarray(indices)
-        values = np.asarray(priorities)
-        if rows.ndim != 1 or not np.issubdtype(rows.dtype, np.integer):
+        def write() -> tf.Tensor:
+            index.write(rows, values)
+            return tf.constant(True)
+
+        written = tf.cond(ok, write, lambda: tf.constant(False))
+        return written, drawable, finite
+
+    def _checked_update(self, indices: Any, priorities: Any) -> None:
+        """An eager ``update_priorities``: written whole, or refused with a `BatchError`."""
+        rows = tf.convert_to_tensor(indices)
+        values = tf.convert_to_tensor(priorities)
+        if rows.shape.rank != 1 or not rows.dtype.is_integer:
             raise BatchError(
-                f"update_priorities: indices: got {rows.dtype} of shape {rows.shape}, expected "
-                "[B] integers (the rows sample() returned)"
+                f"update_priorities: indices: got {rows.dtype.name} of shape {rows.shape}, "
+                "expected [B] integers (the rows sample() returned)"
             )
-        if values.shape != rows.shape or not np.issubdtype(values.dtype, np.number):
+        if values.shape != rows.shape or not (values.dtype.is_floating or values.dtype.is_integer):
             raise BatchError(
-                f"update_priorities: priorities: got {values.dtype} of shape {values.shape}, "
-                f"expected [B={rows.shape[0]}] numbers, one per index"
+                f"update_priorities: priorities: got {values.dtype.name} of shape "
+                f"{tuple(values.shape)}, expected [B={rows.shape[0]}] numbers, one per index"
             )
-        bad = ~np.isfinite(values) | (values < 0)
+        with tf.device(self.table.device):
+            written, drawable, finite = self._update_fn(
+                tf.cast(rows, tf.int64), tf.cast(values, tf.float64)
+            )
+        if bool(written):
+            return
+        bad = ~finite.numpy()
         if bad.any():
+            got = values.numpy()[bad][:4].tolist()
             raise BatchError(
-                f"update_priorities: priorities: got {values[bad][:4].tolist()} at positions "
+                f"update_priorities: priorities: got {got} at positions "
                 f"{np.flatnonzero(bad)[:4].tolist()}, expected finite numbers >= 0 (e.g. "
                 "|TD error|); nothing was written"
             )
-        self.sync()
-        size = self.table.size
-        outside = (rows < 0) | (rows >= size)
-        undrawable = np.zeros_like(outside)
-        if not outside.any() and len(rows):
-            undrawable = index.tree.get(tf.constant(rows, tf.int64)).numpy() <= 0
-        wrong = outside | undrawable
-        if wrong.any():
-            raise BatchError(
-                f"update_priorities: indices: rows {rows[wrong][:4].tolist()} were never drawn "
-                f"(expected rows the sampler returned: filled rows in [0, {size}) that "
-                f"{type(self.view).__name__} can draw); nothing was written"
-            )
-        return tf.constant(rows, tf.int64), tf.constant(values, tf.float64)
+        wrong = ~drawable.numpy()
+        raise BatchError(
+            f"update_priorities: indices: rows {rows.numpy()[wrong][:4].tolist()} were never "
+            f"drawn (expected rows the sampler returned: filled rows in [0, {self.table.size}) "
+            f"that {type(self.view).__name__} can draw); nothing was written"
+        )
 
     def __repr__(self) -> str:
         shards = self.table.num_shards
