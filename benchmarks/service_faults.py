@@ -39,8 +39,8 @@ import grpc
 import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from replaygpu.service import wire
 from replaygpu.service.client import ReplayClient
+from replaygpu.service.wire.append_request import _len_field, encode_append_request
 from replaygpu.v1 import replay_pb2, replay_pb2_grpc
 
 SPEC = {
@@ -258,8 +258,8 @@ def tensor(name: str, dtype: str, shape: list[int], data: bytes) -> bytes:
 
 def request_with(fields: list[bytes], actor: str = "hostile", seq: int = 1) -> bytes:
     head = replay_pb2.AppendRequest(table="replay", actor_id=actor, seq=seq).SerializeToString()
-    batch = b"".join(wire._len_field(1, len(f)) + f for f in fields)
-    return head + wire._len_field(4, len(batch)) + batch
+    batch = b"".join(_len_field(1, len(f)) + f for f in fields)
+    return head + _len_field(4, len(batch)) + batch
 
 
 def hostile(folder: pathlib.Path) -> None:
@@ -274,7 +274,7 @@ def hostile(folder: pathlib.Path) -> None:
         rss0 = server.rss_mb()
         long_id = "a" * 2**20
         answers = [
-            send_raw(channel, wire.encode_append_request("replay", long_id + str(i), 1, good))
+            send_raw(channel, encode_append_request("replay", long_id + str(i), 1, good))
             for i in range(50)
         ]
         refused = sum(a.startswith("INVALID_ARGUMENT") for a in answers)

@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from replaygpu.service.loop import step as learner_step
     from replaygpu.service.metrics import MetricsServer, start_metrics_server
     from replaygpu.service.server import serve
-    from replaygpu.service.status import (
+    from replaygpu.service.wire.status import (
         AuthenticationError,
         InvalidBatchError,
         ResourceExhaustedError,

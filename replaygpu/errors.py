@@ -1,6 +1,6 @@
 """Library errors, each saying what was wrong, what was received, what was expected, and the fix.
 
-The service layer maps these to gRPC status codes in one place (`replaygpu.service.status`).
+The service layer maps these to gRPC status codes in one place (`replaygpu.service.wire.status`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ import pytest
 
 from replaygpu.errors import BatchError
 from replaygpu.fields import DTYPE_NAMES, check_columns, numpy_dtype
-from replaygpu.service import codec, wire
+from replaygpu.service.wire import codec
+from replaygpu.service.wire.append_request import encode_append_request, parse_append_request
 from replaygpu.v1 import replay_pb2
 
 
@@ -112,8 +113,8 @@ def test_decode_names_the_field_of_an_unknown_dtype():
 
 
 def test_decode_reads_a_wire_view_without_a_copy():
-    data = wire.encode_append_request("t", "a", 1, {"obs": np.arange(6, dtype=np.int16)})
-    ((name, view),) = wire.parse_append_request(data).fields
+    data = encode_append_request("t", "a", 1, {"obs": np.arange(6, dtype=np.int16)})
+    ((name, view),) = parse_append_request(data).fields
     array = codec.decode_tensor(view, name)
     np.testing.assert_array_equal(array, np.arange(6))
     assert np.shares_memory(array, np.frombuffer(data, np.uint8))

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from service_helpers import SPEC, columns, free_port
 
 import replaygpu as rg
-from replaygpu.service import wire
+from replaygpu.service.wire.append_request import encode_append_request
 from replaygpu.v1 import replay_pb2, replay_pb2_grpc
 
 ROW_BYTES = 8 + 4 * 4  # id int64 + obs float32[4]
@@ -37,9 +37,7 @@ def scrape(url):
 
 
 def append_request(seq, cols, actor="raw"):
-    return replay_pb2.AppendRequest.FromString(
-        wire.encode_append_request("replay", actor, seq, cols)
-    )
+    return replay_pb2.AppendRequest.FromString(encode_append_request("replay", actor, seq, cols))
 
 
 def answers(samples, code):

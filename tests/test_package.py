@@ -8,7 +8,7 @@ from pathlib import Path
 
 import replaygpu as rg
 from replaygpu import errors
-from replaygpu.service import status
+from replaygpu.service.wire import status
 
 PACKAGE = Path(rg.__file__).parent
 ROOT = PACKAGE.parent
@@ -133,7 +133,7 @@ if TYPE_CHECKING:
 def f():
     import replaygpu.errors
 class C:
-    from replaygpu.service import status
+    from replaygpu.service.wire import status
     def g(self):
         from . import loop
         from ..samplers.uniform import UniformSampler
@@ -145,7 +145,7 @@ class C:
         "replaygpu.errors",
         "replaygpu.keys",
         "replaygpu.service",
-        "replaygpu.service.status",
+        "replaygpu.service.wire.status",
         "replaygpu.service.loop",
         "replaygpu.service.client",
         "replaygpu.samplers",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from replaygpu.service import generate_protos
+from replaygpu.service.wire import generate_protos
 
 
 def test_checked_in_generated_code_matches_a_fresh_generation(tmp_path):
@@ -22,7 +22,7 @@ def test_checked_in_generated_code_matches_a_fresh_generation(tmp_path):
         )
     # a subprocess: protoc and an already-imported TensorFlow do not share a process well
     subprocess.run(
-        [sys.executable, "-m", "replaygpu.service.generate_protos", "--out", str(tmp_path)],
+        [sys.executable, "-m", "replaygpu.service.wire.generate_protos", "--out", str(tmp_path)],
         check=True,
         capture_output=True,
     )
@@ -31,6 +31,6 @@ def test_checked_in_generated_code_matches_a_fresh_generation(tmp_path):
         checked_in = (generate_protos.REPO_ROOT / rel).read_text()
         assert fresh == checked_in, (
             f"{rel} differs from a fresh generation; regenerate it with "
-            "python -m replaygpu.service.generate_protos"
+            "python -m replaygpu.service.wire.generate_protos"
         )
     assert Path(generate_protos.REPO_ROOT / "replaygpu/v1/__init__.py").is_file()

@@ -12,8 +12,8 @@ import tensorflow as tf
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import replaygpu as rg
-from replaygpu.service import wire
-from replaygpu.service.status import AuthenticationError
+from replaygpu.service.wire.append_request import encode_append_request
+from replaygpu.service.wire.status import AuthenticationError
 from replaygpu.v1 import replay_pb2, replay_pb2_grpc
 
 SPEC = {
@@ -51,7 +51,7 @@ def stored_ids(table):
 
 
 def append_request(seq, cols, actor="raw", table="replay"):
-    return replay_pb2.AppendRequest.FromString(wire.encode_append_request(table, actor, seq, cols))
+    return replay_pb2.AppendRequest.FromString(encode_append_request(table, actor, seq, cols))
 
 
 def learner_over(table):
@@ -89,7 +89,7 @@ def test_bytes_that_are_not_an_append_request_are_invalid_and_write_nothing(empt
         append = channel.stream_stream(
             "/replaygpu.v1.ReplayService/Append", request_serializer=lambda b: b
         )
-        good = wire.encode_append_request("replay", "raw", 1, columns([1, 2]))
+        good = encode_append_request("replay", "raw", 1, columns([1, 2]))
         with pytest.raises(grpc.RpcError) as err:
             list(append(iter([good[:-3]])))  # truncated inside the last tensor
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -183,9 +183,9 @@ def test_actor_ids_are_bounded_on_both_sides(actor_id, problem):
     with rg.serve(table) as server:
         with pytest.raises(rg.ConfigError, match=problem):
             rg.ReplayClient(server.address, actor_id=actor_id)
-        from replaygpu.service import wire
+        from replaygpu.service.wire.append_request import encode_append_request
 
-        data = wire.encode_append_request("replay", actor_id, 1, columns([1]))
+        data = encode_append_request("replay", actor_id, 1, columns([1]))
         with grpc.insecure_channel(server.address) as channel:
             call = channel.stream_stream(
                 "/replaygpu.v1.ReplayService/Append",

@@ -6,11 +6,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replaygpu.service import codec, wire
+from replaygpu.service.wire import codec
+from replaygpu.service.wire.append_request import (
+    AppendView,
+    WireFormatError,
+    _encode_varint,
+    _len_field,
+    encode_append_request,
+    parse_append_request,
+)
 from replaygpu.v1 import replay_pb2
 
 
-def _as_tuple(view: wire.AppendView) -> tuple:
+def _as_tuple(view: AppendView) -> tuple:
     fields = [(n, t.dtype, list(t.shape), bytes(t.data)) for n, t in view.fields]
     return view.table, view.actor_id, view.seq, fields
 
@@ -22,11 +30,11 @@ def _protobuf_tuple(data: bytes) -> tuple:
 
 
 def _tag(number: int, wire_type: int) -> bytes:
-    return wire._encode_varint(number << 3 | wire_type)
+    return _encode_varint(number << 3 | wire_type)
 
 
 def _len(number: int, payload: bytes) -> bytes:
-    return wire._len_field(number, len(payload)) + payload
+    return _len_field(number, len(payload)) + payload
 
 
 _text = st.text(max_size=8)
@@ -53,13 +61,13 @@ _requests = st.builds(
 @given(_requests)
 def test_every_protobuf_serialized_request_parses_to_the_same_values(message):
     data = message.SerializeToString()
-    assert _as_tuple(wire.parse_append_request(data)) == _protobuf_tuple(data)
+    assert _as_tuple(parse_append_request(data)) == _protobuf_tuple(data)
 
 
 def test_tensor_data_are_views_of_the_received_bytes_without_a_copy():
     columns = {"obs": np.arange(2 * 84 * 84, dtype=np.uint8).reshape(2, 84, 84)}
-    data = wire.encode_append_request("replay", "actor-1", 7, columns)
-    view = wire.parse_append_request(data)
+    data = encode_append_request("replay", "actor-1", 7, columns)
+    view = parse_append_request(data)
     ((name, tensor),) = view.fields
     assert (view.table, view.actor_id, view.seq, name) == ("replay", "actor-1", 7, "obs")
     assert tensor.data.obj is data
@@ -69,34 +77,32 @@ def test_tensor_data_are_views_of_the_received_bytes_without_a_copy():
 
 
 def test_unusual_but_valid_encodings_follow_protobuf_merge_rules():
-    tensor_a = _len(1, b"uint8") + _tag(2, 0) + wire._encode_varint(2)  # unpacked shape
-    tensor_b = _len(2, wire._encode_varint(3)) + _len(3, b"abcdef")  # packed; merges into tensor_a
+    tensor_a = _len(1, b"uint8") + _tag(2, 0) + _encode_varint(2)  # unpacked shape
+    tensor_b = _len(2, _encode_varint(3)) + _len(3, b"abcdef")  # packed; merges into tensor_a
     named = _len(1, b"obs") + _len(2, tensor_a) + _len(2, tensor_b)
-    unknown = (
-        _tag(9, 0) + wire._encode_varint(5) + _tag(10, 1) + b"\0" * 8 + _tag(11, 5) + b"\0" * 4
-    )
+    unknown = _tag(9, 0) + _encode_varint(5) + _tag(10, 1) + b"\0" * 8 + _tag(11, 5) + b"\0" * 4
     data = b"".join(
         [
             _len(4, _len(1, named)),  # batch before the header, sent in two parts
-            _tag(3, 0) + wire._encode_varint(1),
+            _tag(3, 0) + _encode_varint(1),
             _len(1, b"first"),
             unknown,
             _len(1, b"replay"),  # the last value of a scalar wins
-            _tag(3, 0) + wire._encode_varint(5),
+            _tag(3, 0) + _encode_varint(5),
             _tag(2, 5) + b"\0" * 4,  # a known field with another wire type: unknown
             _len(2, b"actor"),
             _len(4, _len(1, _len(1, b"done") + _len(2, _len(1, b"bool")))),
         ]
     )
-    assert _as_tuple(wire.parse_append_request(data)) == _protobuf_tuple(data)
+    assert _as_tuple(parse_append_request(data)) == _protobuf_tuple(data)
     assert _protobuf_tuple(data)[3][0] == ("obs", "uint8", [2, 3], b"abcdef")
 
 
 def test_unknown_groups_are_skipped_like_protobuf_skips_them():
-    inner = _tag(13, 3) + _tag(0, 0) + wire._encode_varint(1) + _tag(13, 4)  # field 0 allowed
-    group = _tag(12, 3) + _tag(1, 0) + wire._encode_varint(4) + inner + _tag(12, 4)
-    data = _len(1, b"replay") + group + _tag(3, 0) + wire._encode_varint(9)
-    assert _as_tuple(wire.parse_append_request(data)) == _protobuf_tuple(data)
+    inner = _tag(13, 3) + _tag(0, 0) + _encode_varint(1) + _tag(13, 4)  # field 0 allowed
+    group = _tag(12, 3) + _tag(1, 0) + _encode_varint(4) + inner + _tag(12, 4)
+    data = _len(1, b"replay") + group + _tag(3, 0) + _encode_varint(9)
+    assert _as_tuple(parse_append_request(data)) == _protobuf_tuple(data)
     assert _protobuf_tuple(data)[:3] == ("replay", "", 9)
 
 
@@ -115,8 +121,8 @@ def test_unknown_groups_are_skipped_like_protobuf_skips_them():
 def test_malformed_bytes_are_rejected_like_protobuf_rejects_them(data):
     with pytest.raises(Exception):  # noqa: B017 (protobuf's DecodeError)
         replay_pb2.AppendRequest.FromString(data)
-    with pytest.raises(wire.WireFormatError):
-        wire.parse_append_request(data)
+    with pytest.raises(WireFormatError):
+        parse_append_request(data)
 
 
 def _in_field(index: int, tensor: bytes) -> bytes:
@@ -166,8 +172,8 @@ def _in_field(index: int, tensor: bytes) -> bytes:
 def test_malformed_bytes_are_reported_with_the_field_and_the_problem(data, message):
     with pytest.raises(Exception):  # noqa: B017 (protobuf's DecodeError)
         replay_pb2.AppendRequest.FromString(data)
-    with pytest.raises(wire.WireFormatError, match=message):
-        wire.parse_append_request(data)
+    with pytest.raises(WireFormatError, match=message):
+        parse_append_request(data)
 
 
 def test_append_request_encoding_matches_protobuf_byte_for_byte():
@@ -177,7 +183,7 @@ def test_append_request_encoding_matches_protobuf_byte_for_byte():
         "big_endian": np.arange(7, dtype=">i8"),
         "done": np.ones(7, bool),
     }
-    fast = wire.encode_append_request("replay", "actor-1", 42, columns)
+    fast = encode_append_request("replay", "actor-1", 42, columns)
     message = replay_pb2.AppendRequest(table="replay", actor_id="actor-1", seq=42)
     little = {k: v.astype(v.dtype.newbyteorder("<")) for k, v in columns.items()}
     for name, array in little.items():

@@ -1,4 +1,4 @@
-"""Differential tests: `wire.parse_append_request` accepts exactly the bytes protobuf's own parser
+"""Differential tests: `parse_append_request` accepts exactly the bytes protobuf's own parser
 (``replay_pb2.AppendRequest.FromString``) accepts, and reads the same values from them.
 
 Three sources of bytes: valid requests (protobuf's serializer and `encode_append_request`),
@@ -15,7 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from replaygpu.fields import DTYPE_NAMES
-from replaygpu.service import wire
+from replaygpu.service.wire.append_request import (
+    WireFormatError,
+    encode_append_request,
+    parse_append_request,
+)
 from replaygpu.v1 import replay_pb2
 
 _SETTINGS = {
@@ -36,10 +40,10 @@ def _protobuf(data: bytes) -> tuple | None:
 
 
 def _wire(data: bytes) -> tuple | None:
-    """The request's content as `wire.parse_append_request` reads it, or None on rejection."""
+    """The request's content as `parse_append_request` reads it, or None on rejection."""
     try:
-        view = wire.parse_append_request(data)
-    except wire.WireFormatError as err:
+        view = parse_append_request(data)
+    except WireFormatError as err:
         assert str(err).startswith("AppendRequest"), f"error does not name the field: {err}"
         return None
     fields = [(n, t.dtype, list(t.shape), bytes(t.data)) for n, t in view.fields]
@@ -137,7 +141,7 @@ def _encoded_requests(draw: st.DrawFn) -> bytes:
         count = n * int(np.prod(extra))
         raw = draw(st.binary(min_size=count, max_size=count))
         columns[name] = np.frombuffer(raw, np.uint8).astype(dtype).reshape((n, *extra))
-    return wire.encode_append_request(draw(_text), draw(_text), draw(_int64), columns)
+    return encode_append_request(draw(_text), draw(_text), draw(_int64), columns)
 
 
 _valid = st.one_of(_requests.map(lambda m: m.SerializeToString()), _encoded_requests())
@@ -390,4 +394,4 @@ for _level, _depth in _DEPTH.items():
 @pytest.mark.parametrize(("data", "accepted"), list(_CASES.values()), ids=list(_CASES))
 def test_hostile_case_is_judged_like_protobuf(data, accepted):
     content = _assert_same(data)
-    assert (content is not None) == accepted, "protobuf's rule changed; update wire.py"
+    assert (content is not None) == accepted, "protobuf's rule changed; update append_request.py"

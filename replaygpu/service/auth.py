@@ -27,7 +27,7 @@ from typing import Any
 import grpc
 
 from replaygpu.errors import ConfigError
-from replaygpu.service.status import (
+from replaygpu.service.wire.status import (
     AuthenticationError,
     ServiceError,
     TLSError,

@@ -25,12 +25,13 @@ from replaygpu.errors import BatchError, ConfigError
 from replaygpu.fields import HostSpec, check_columns, row_nbytes
 from replaygpu.learner.ratio import SampleToInsertRule
 from replaygpu.nest import SEP, flatten_batch
-from replaygpu.service import codec, wire
 from replaygpu.service.allocator import keep_freed_memory
 from replaygpu.service.auth import TLSConfig, connect_error, make_channel, token_metadata
 from replaygpu.service.config import MAX_ACTOR_ID_BYTES, ClientConfig, actor_id_problem
 from replaygpu.service.outbox import Outbox
-from replaygpu.service.status import (
+from replaygpu.service.wire import codec
+from replaygpu.service.wire.append_request import encode_append_request
+from replaygpu.service.wire.status import (
     ServiceUnavailableError,
     TableNotFoundError,
     error_from_rpc,
@@ -363,7 +364,7 @@ class ReplayClient:
 
     def _seal(self, columns: Mapping[str, np.ndarray], reserved: bool = False) -> None:
         seq = self._next_seq
-        data = wire.encode_append_request(self.table, self.actor_id, seq, columns)
+        data = encode_append_request(self.table, self.actor_id, seq, columns)
         if not reserved:
             self._outbox.wait_for_room(len(data))
         self._next_seq += 1

@@ -35,7 +35,7 @@ from replaygpu.errors import BatchError
 from replaygpu.service.journal import Journal
 from replaygpu.service.ledger import SequenceLedger
 from replaygpu.service.staging import BufferPool, StagedBatch, StagingQueue
-from replaygpu.service.status import InvalidBatchError, ServiceUnavailableError
+from replaygpu.service.wire.status import InvalidBatchError, ServiceUnavailableError
 from replaygpu.storage import ReplayTable
 
 logger = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from typing import Any
 import grpc
 
 from replaygpu.service.config import ClientConfig
-from replaygpu.service.status import (
+from replaygpu.service.wire.status import (
     ServiceError,
     ServiceUnavailableError,
     TLSError,

@@ -37,7 +37,7 @@ from replaygpu.service.journal import Journal
 from replaygpu.service.ledger import SequenceLedger
 from replaygpu.service.servicer import SERVICE_NAME, Servicer, handlers
 from replaygpu.service.staging import BufferPool, StagedBatch, StagingQueue
-from replaygpu.service.status import InvalidBatchError
+from replaygpu.service.wire.status import InvalidBatchError
 from replaygpu.specs import host_spec
 from replaygpu.table import Table
 

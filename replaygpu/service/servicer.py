@@ -5,7 +5,7 @@ an open Append stream costs a coroutine, not a thread, and health checks and Inf
 for a free worker. An ``Append`` stream reads top to bottom here:
 
 1. gRPC hands each request over as the received bytes (no deserializer);
-2. **parse** (`wire.parse_append_request`: tensor data stay views of the received bytes);
+2. **parse** (`parse_append_request`: tensor data stay views of the received bytes);
 3. **validate** the header (table, actor, seq, size) and every field's dtype and shape against
    the table's host spec before decoding anything;
 4. a replay of an already committed seq is acknowledged at once and dropped; otherwise
@@ -37,11 +37,12 @@ from replaygpu._version import __version__
 from replaygpu.errors import BatchError
 from replaygpu.fields import HostSpec, check_columns
 from replaygpu.learner.weights import WeightSnapshot, WeightStore
-from replaygpu.service import codec, wire
 from replaygpu.service.config import ActorSettings, ServerConfig, actor_id_problem
 from replaygpu.service.ingest import Ingest
 from replaygpu.service.staging import BufferPool, StagedBatch, StagingQueue
-from replaygpu.service.status import (
+from replaygpu.service.wire import codec
+from replaygpu.service.wire.append_request import WireFormatError, parse_append_request
+from replaygpu.service.wire.status import (
     InvalidBatchError,
     ResourceExhaustedError,
     ServiceError,
@@ -300,11 +301,11 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         back from the journal (accepted under the limits of its time)."""
         size = len(data)
         try:
-            request = wire.parse_append_request(data)
-        except wire.WireFormatError as err:
+            request = parse_append_request(data)
+        except WireFormatError as err:
             raise InvalidBatchError(
-                f"AppendRequest of {size} bytes is not a valid message ({err}); send requests "
-                "made by ReplayClient or replaygpu.service.wire.encode_append_request"
+                f"AppendRequest of {size} bytes is not a valid message ({err}); send requests made "
+                "by ReplayClient or replaygpu.service.wire.append_request.encode_append_request"
             ) from None
         seq = request.seq
         if self.closing:
@@ -451,7 +452,7 @@ def _weights_message(snapshot: WeightSnapshot) -> Any:
 
 def handlers(servicer: Servicer) -> grpc.GenericRpcHandler:
     """The generated service's handlers, but Append's requests arrive as their bytes (parsed
-    by `wire`, zero-copy)."""
+    by `parse_append_request`, zero-copy)."""
     return grpc.method_handlers_generic_handler(
         SERVICE_NAME,
         {

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from replaygpu.service.status import ServiceUnavailableError, StagingFullError
+from replaygpu.service.wire.status import ServiceUnavailableError, StagingFullError
 
 
 @dataclass

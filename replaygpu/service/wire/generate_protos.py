@@ -5,8 +5,8 @@ The ``.proto`` path mirrors the Python package (``replaygpu.v1``), so compiling 
 imports (``from replaygpu.v1 import replay_pb2``) work inside the package. Run from the
 repository root with the pinned grpcio-tools::
 
-    python -m replaygpu.service.generate_protos          # rewrite replaygpu/v1/
-    python -m replaygpu.service.generate_protos --out /tmp/gen   # write elsewhere (the test)
+    python -m replaygpu.service.wire.generate_protos          # rewrite replaygpu/v1/
+    python -m replaygpu.service.wire.generate_protos --out /tmp/gen   # write elsewhere (the test)
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ logger = logging.getLogger(__name__)
 
 #: The grpcio-tools version the checked-in code was generated with (pinned in the test extra).
 GRPCIO_TOOLS_VERSION = "1.85.1"
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 PROTO_ROOT = REPO_ROOT / "protos"
 PROTO_FILES = ("replaygpu/v1/replay.proto",)
 #: Files the generator writes, relative to the output root.
@@ -71,7 +71,7 @@ def generate(out_root: Path = REPO_ROOT) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line entry: ``python -m replaygpu.service.generate_protos [--out DIR]``."""
+    """Command line entry: ``python -m replaygpu.service.wire.generate_protos [--out DIR]``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO_ROOT, help="output root (default: repo)")
     args = parser.parse_args(argv)

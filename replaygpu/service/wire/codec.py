@@ -5,7 +5,7 @@ is one ``tobytes`` per field and decoding one ``np.frombuffer`` (no copy, no per
 Python), so a batch of 16k transitions costs a handful of memcpys.
 
 The AppendRequest format itself (its one-copy encoder and zero-copy parser) is in
-`replaygpu.service.wire`; field specs and the batch check in `replaygpu.fields`.
+`append_request`; field specs and the batch check in `replaygpu.fields`.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ _MAX_NBYTES = 2**63 - 1
 
 
 def decode_tensor(tensor: Any, field: str = "tensor") -> np.ndarray:
-    """A read-only array view of a Tensor message's bytes (or a `wire.TensorView`'s).
+    """A read-only array view of a Tensor message's bytes (or an `append_request.TensorView`'s).
 
     Every size is computed with Python integers (no wrap-around) and checked before the array
     is made: the shape must have at most 64 non-negative dimensions, and the data exactly
