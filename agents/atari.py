@@ -3,7 +3,7 @@
 Reads top to bottom: the config, the agent (networks + the in-graph update), the frame writer,
 the training loop.
 
-One env (``agents.envs.make_atari_env``: frame skip 4, 84x84 grey, up to 30 no-ops) writes its
+One env (``envs.make_atari_env``: frame skip 4, 84x84 grey, up to 30 no-ops) writes its
 steps into a `rg.make_frame_table` in order with `rg.frame_rows`, so each 84x84 uint8 frame is
 stored once; the `rg.FrameStack` view rebuilds the ``[B, 4, 84, 84]`` uint8 stacks in the
 graph and the update converts them to float (`NatureCNN`). A capacity of 1e6 rows is 7.07 GB.

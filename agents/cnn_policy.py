@@ -1,6 +1,6 @@
 """The Nature CNN's forward pass in numpy, so Atari actors act without TensorFlow.
 
-Mirrors `agents.networks.NatureCNN` exactly (same weight list, same NHWC layout and flattening
+Mirrors `networks.NatureCNN` exactly (same weight list, same NHWC layout and flattening
 order): ``[B, k, H, W]`` uint8 stacks are scaled to ``[0, 1]``, moved to ``[B, H, W, k]`` and
 go through three VALID ReLU convolutions and a ReLU dense layer to linear action values. Each
 convolution gathers its patches with ``np.lib.stride_tricks.sliding_window_view`` and does one

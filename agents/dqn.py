@@ -223,7 +223,7 @@ class DQN(QAgent):
         obs_dim: flat observation size (`obs_size`).
         num_actions: number of discrete actions.
         config: hyperparameters.
-        learning_rate: Adam's step size or schedule (`agents.networks.Schedule`); None:
+        learning_rate: Adam's step size or schedule (`networks.Schedule`); None:
             ``config.learning_rate``.
     """
 

@@ -2,7 +2,7 @@
 
 Acting one environment step at a time must not pay a TensorFlow call per step, so agents keep a
 numpy copy of their policy weights (refreshed after each training call) and act with
-`agents.policies.numpy_mlp`. Plain variables make that mirror a list of arrays in a fixed order.
+`policies.numpy_mlp`. Plain variables make that mirror a list of arrays in a fixed order.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class MLP(tf.Module):
         return x
 
     def numpy_weights(self) -> list[np.ndarray]:
-        """A numpy copy of the weights for `agents.policies.numpy_mlp` (one read per variable)."""
+        """A numpy copy of the weights for `policies.numpy_mlp` (one read per variable)."""
         return [v.numpy() for v in self.weights]
 
 

@@ -2,7 +2,7 @@
 
 Actors (Ape-X actor processes, the acting loops of DQN and SAC) choose actions with these, so
 acting costs a few small matrix products per vector step instead of a TensorFlow call.
-Weights are the ``[w0, b0, w1, b1, ...]`` lists of ``agents.networks.MLP.numpy_weights()``.
+Weights are the ``[w0, b0, w1, b1, ...]`` lists of ``networks.MLP.numpy_weights()``.
 """
 
 from __future__ import annotations
