@@ -206,11 +206,19 @@ def test_the_batch_keys_are_exported_as_constants():
 
 
 def test_the_wheel_installs_the_agents_under_replaygpu_and_marks_the_package_typed(tmp_path):
+    import shutil
     import subprocess
     import sys
     import zipfile
 
-    root = PACKAGE.parent
+    # a copy of the sources: setuptools builds in the tree and reuses its build/ folder, which
+    # keeps modules moved or deleted since (they would ship in the wheel)
+    root = tmp_path / "src"
+    root.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, root / name)
+    for name in ("replaygpu", "agents"):
+        shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
          "-w", str(tmp_path), str(root)],
@@ -226,6 +234,10 @@ def test_the_wheel_installs_the_agents_under_replaygpu_and_marks_the_package_typ
         "replaygpu/py.typed",
     } <= names
     assert not any(name.startswith(("agents/", "tests/", "benchmarks/")) for name in names)
+    # pyproject lists the packages one by one: a subpackage left off it is missing here
+    modules = {path.relative_to(ROOT).as_posix() for path in PACKAGE.rglob("*.py")}
+    shipped = {name for name in names if name.endswith(".py") and "/agents/" not in name}
+    assert shipped == modules, f"missing: {modules - shipped}, extra: {shipped - modules}"
     metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
     text = zipfile.ZipFile(wheel).read(metadata).decode()
     assert "Requires-Dist: grpcio>=1.85.1" in text  # the generated code's floor
