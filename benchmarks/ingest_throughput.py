@@ -35,7 +35,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from replaygpu.service.client import ClientConfig, ReplayClient
+from replaygpu.service.actor.client import ClientConfig, ReplayClient
 from replaygpu.v1 import replay_pb2
 
 MB = 1e6

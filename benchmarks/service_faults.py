@@ -39,7 +39,7 @@ import grpc
 import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from replaygpu.service.client import ReplayClient
+from replaygpu.service.actor.client import ReplayClient
 from replaygpu.service.wire.append_request import _len_field, encode_append_request
 from replaygpu.v1 import replay_pb2, replay_pb2_grpc
 

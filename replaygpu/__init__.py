@@ -3,7 +3,7 @@
 The public API, re-exported here; agents and users import only these names. Internals stay
 importable from their modules (``replaygpu.samplers.sum_tree.SumTree``, ...).
 
-Names are imported lazily on first use (PEP 562), so ``import replaygpu.service.client`` (the
+Names are imported lazily on first use (PEP 562), so ``import replaygpu.service.actor.client`` (the
 actor side) does not import TensorFlow; ``replaygpu.ReplayTable`` and friends import it when
 first touched. The import block under ``if TYPE_CHECKING:`` below is the one list of exported
 names: static analysers read it as it stands, and ``_EXPORTS`` is read off it at import time.
@@ -58,8 +58,8 @@ if TYPE_CHECKING:
         make_frame_spec,
         make_frame_table,
     )
+    from replaygpu.service.actor.client import ReplayClient
     from replaygpu.service.auth import TLSConfig
-    from replaygpu.service.client import ReplayClient
     from replaygpu.service.config import ActorSettings, ClientConfig, ServerConfig
     from replaygpu.service.ledger import SequenceLedger
     from replaygpu.service.loop import run as run_learner

@@ -29,7 +29,7 @@ leave_the_cpu_to_the_server()  # before grpc starts any thread
 
 import numpy as np  # noqa: E402
 
-from replaygpu.service.client import ReplayClient  # noqa: E402
+from replaygpu.service.actor.client import ReplayClient  # noqa: E402
 
 
 def columns(ids):

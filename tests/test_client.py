@@ -19,7 +19,7 @@ def test_importing_the_client_does_not_import_tensorflow():
     code = (
         "import sys\n"
         "import replaygpu\n"
-        "from replaygpu.service.client import ReplayClient\n"
+        "from replaygpu.service.actor.client import ReplayClient\n"
         "replaygpu.ReplayClient, replaygpu.ClientConfig, replaygpu.TLSConfig\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'tensorflow')\n"
         "assert not loaded, loaded\n"

@@ -135,9 +135,9 @@ def f():
 class C:
     from replaygpu.service.wire import status
     def g(self):
-        from . import loop
-        from ..samplers.uniform import UniformSampler
-        from .. import keys
+        from . import outbox
+        from ...samplers.uniform import UniformSampler
+        from ... import keys
 """
     modules = {
         "replaygpu",
@@ -146,23 +146,25 @@ class C:
         "replaygpu.keys",
         "replaygpu.service",
         "replaygpu.service.wire.status",
-        "replaygpu.service.loop",
-        "replaygpu.service.client",
+        "replaygpu.service.actor",
+        "replaygpu.service.actor.outbox",
+        "replaygpu.service.actor.client",
         "replaygpu.samplers",
         "replaygpu.samplers.uniform",
     }
-    found = _imports(ast.parse(source), "replaygpu.service.client", modules, is_package=False)
+    found = _imports(ast.parse(source), "replaygpu.service.actor.client", modules, is_package=False)
     not_imported = {
         "replaygpu",
         "replaygpu.service",
-        "replaygpu.service.client",
+        "replaygpu.service.actor",
+        "replaygpu.service.actor.client",
         "replaygpu.samplers",
     }
     assert set(found) == modules - not_imported
     assert found["replaygpu.errors"] == 7  # the function-level import, with its line
-    init = ast.parse("from . import loop\nfrom .. import x")  # in replaygpu/service/__init__.py
-    from_init = _imports(init, "replaygpu.service", modules, is_package=True)
-    assert set(from_init) == {"replaygpu.service.loop", "replaygpu"}
+    init = ast.parse("from . import outbox\nfrom ... import x")  # in service/actor/__init__.py
+    from_init = _imports(init, "replaygpu.service.actor", modules, is_package=True)
+    assert set(from_init) == {"replaygpu.service.actor.outbox", "replaygpu"}
 
 
 def test_every_exported_name_resolves_and_the_replaygpu_imports_are_the_one_list():

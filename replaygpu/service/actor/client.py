@@ -3,9 +3,9 @@
 Transitions collect in a columnar buffer and are sealed into one ``AppendRequest`` when it
 holds ``max_batch_transitions`` transitions or ``max_batch_bytes`` bytes, or when the oldest
 waited ``max_delay_s`` (a background flusher). Sealed requests go to the client's `Outbox`
-(``replaygpu/service/outbox.py``), which streams them, keeps them until acknowledged (bounded by
-``max_buffer_bytes``: `add` blocks when full) and resends them in order after a reconnect, with
-exponential backoff; nothing is duplicated or lost. `flush` waits for the acks.
+(``outbox.py`` beside this module), which streams them, keeps them until acknowledged (bounded
+by ``max_buffer_bytes``: `add` blocks when full) and resends them in order after a reconnect,
+with exponential backoff; nothing is duplicated or lost. `flush` waits for the acks.
 
 This module imports no TensorFlow: an actor process starts fast and stays small.
 """
@@ -25,10 +25,10 @@ from replaygpu.errors import BatchError, ConfigError
 from replaygpu.fields import HostSpec, check_columns, row_nbytes
 from replaygpu.learner.ratio import SampleToInsertRule
 from replaygpu.nest import SEP, flatten_batch
+from replaygpu.service.actor.outbox import Outbox
 from replaygpu.service.allocator import keep_freed_memory
 from replaygpu.service.auth import TLSConfig, connect_error, make_channel, token_metadata
 from replaygpu.service.config import MAX_ACTOR_ID_BYTES, ClientConfig, actor_id_problem
-from replaygpu.service.outbox import Outbox
 from replaygpu.service.wire import codec
 from replaygpu.service.wire.append_request import encode_append_request
 from replaygpu.service.wire.status import (

@@ -1,0 +1,8 @@
+"""The actor side of the service: what an actor process runs, without TensorFlow.
+
+- `client`: `ReplayClient`, the public API (buffer transitions, flush, pull weights);
+- `outbox`: sealed requests awaiting their ack, and the thread that streams them.
+
+Nothing here imports TensorFlow or the learner side, so an actor starts fast and stays small
+(``tests/test_client.py`` checks it). This package re-exports nothing.
+"""
