@@ -15,21 +15,47 @@ Sections (each runs in its own subprocess so big tables are freed before the nex
   frames       resident memory (RSS delta) of a 1e6-row 84x84 uint8 frame table, then
                frame-stacked (k=4) sampling from it: obs and next_obs [256, 4, 84, 84] rebuilt
                in the graph and max-reduced by update_fn, in the fused loop, with and without XLA.
+  prioritized-frames
+               uniform vs prioritized frame stacks (k=4) from a 1e6-row 84x84 frame table, with
+               XLA, --rounds x --repeats calls each, taking turns; the prioritized one is
+               ``rg.Sampler(table, rg.Prioritized(), rg.FrameStack(4))``, so on a replaygpu
+               without that API (or without ~9 GiB free) it prints a skip line. Target
+               prioritized / uniform <= 1.5x.
+  combos       (not part of "all") every sampler combination through the old names (so one
+               script runs on every revision), timed "before" on a git worktree of --before
+               (default 112fcfe) and "after" on the working tree (or a worktree of --after),
+               call by call in turn, in one long-lived worker process per side and table:
+               uniform / prioritized rows, n-step over each, sequences (T=16), frame stacks (k=4,
+               n_step 1 and 3), each with and without XLA; uniform / prioritized / n-step on a
+               ShardedReplayTable over 2 logical CPUs (without XLA: a sharded loop on CPUs runs
+               without it anyway). Per combination the median us/step of each side and the
+               ratio after / before (median of back-to-back pairs; target <= 1.1), then the
+               worst ratio.
 
 Prints medians of --repeats timed calls and the ratios the targets are stated in. Run:
     python benchmarks/replay_features.py              # all sections (~10 min on 2 cores)
     python benchmarks/replay_features.py --quick      # shorter loops, capacities 1e4 and 1e5
+    python benchmarks/replay_features.py --section combos [--before REV] [--after REV]
+        [--rounds 3] [--quick]                      # ~3 min on 2 cores, --quick too
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import math
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -37,7 +63,6 @@ import numpy as np
 import tensorflow as tf
 
 import replaygpu as rg
-from replaygpu.samplers.sum_tree import SumTree
 
 BATCH = 256
 OBS_DIM = 8
@@ -57,6 +82,17 @@ def rss_bytes() -> int:
     """Resident set size of this process (Linux /proc)."""
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def timed_call(learner: rg.Learner, steps: int) -> float:
+    """Seconds per step of one ``learner.train(steps)`` call, after an untimed call of
+    ``steps / 5`` steps that refills the caches something else has just used."""
+    learner.train(max(1, steps // 5))
+    start = time.perf_counter()
+    out = learner.train(steps)
+    sec = (time.perf_counter() - start) / steps
+    assert out["steps"] == steps
+    return sec
 
 
 def time_calls(learner: rg.Learner, steps: int, repeats: int) -> float:
@@ -209,6 +245,9 @@ def bench_tree(args: argparse.Namespace) -> None:
 
 def measure_tree(capacity: int, args: argparse.Namespace) -> None:
     """Time ``find`` and ``set`` of a filled `SumTree` alone, beside the uniform Learner step."""
+    # Imported here, not at the top: the combos workers run this file on other revisions.
+    from replaygpu.samplers.sum_tree import SumTree
+
     tree = SumTree(capacity, fanout=args.fanout)
     write_exponential_priorities(tree.set, capacity)
     total = float(tree.total().numpy())
@@ -242,6 +281,13 @@ def measure_tree(capacity: int, args: argparse.Namespace) -> None:
             f"{(uniform + t_find + t_set) / uniform:.2f}x",
             flush=True,
         )
+
+
+def frames_update(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+    """Reads every pixel of both stacks once (a max over uint8 writes nothing big)."""
+    obs = tf.cast(tf.reduce_max(batch["obs"]), tf.float32)
+    nxt = tf.cast(tf.reduce_max(batch["next_obs"]), tf.float32)
+    return {"pixels": obs + nxt + tf.reduce_sum(batch["reward"])}
 
 
 def fill_frame_table(table: rg.ReplayTable, rows: int, episode: int) -> int:
@@ -295,16 +341,9 @@ def bench_frames(args: argparse.Namespace) -> None:
         flush=True,
     )
     sampler = rg.FrameStackSampler(table, stack=4, seed=0)
-
-    def update(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        # Read every pixel of both stacks once (a max over uint8 writes nothing big).
-        obs = tf.cast(tf.reduce_max(batch["obs"]), tf.float32)
-        nxt = tf.cast(tf.reduce_max(batch["next_obs"]), tf.float32)
-        return {"pixels": obs + nxt + tf.reduce_sum(batch["reward"])}
-
     steps = max(10, args.steps // 10)
     for xla in (False, True):
-        learner = rg.Learner(table, sampler, update, batch_size=BATCH, jit_compile=xla)
+        learner = rg.Learner(table, sampler, frames_update, batch_size=BATCH, jit_compile=xla)
         sec = time_calls(learner, steps, args.repeats)
         print(
             f"  frame-stacked sampling k=4, xla={xla!s:5}: {sec * 1e3:6.2f} ms/step, "
@@ -314,21 +353,481 @@ def bench_frames(args: argparse.Namespace) -> None:
     assert int(sampler.invalid_draws.numpy()) == 0
 
 
+# ---- prioritized-frames: the new sampler API (distribution x view), working tree only ----
+
+
+def pixel_update(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+    """Reads every pixel of both stacks; ``"priorities"`` ``|mean of each obs stack|`` [B]."""
+    obs = batch["obs"]
+    row_mean = tf.reduce_mean(tf.cast(obs, tf.float32), axis=list(range(1, len(obs.shape))))
+    weights = batch.get(rg.IMPORTANCE_WEIGHTS, tf.ones_like(row_mean))
+    nxt = tf.cast(tf.reduce_max(batch["next_obs"]), tf.float32)
+    value = tf.reduce_mean(tf.cast(weights, tf.float32) * row_mean) + nxt
+    return {"pixels": value + tf.reduce_sum(batch["reward"]), "priority": tf.abs(row_mean)}
+
+
+def pixel_uniform_update(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+    out = pixel_update(batch)
+    return {"pixels": out["pixels"]}
+
+
+def pixel_prioritized_update(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+    out = pixel_update(batch)
+    return {"pixels": out["pixels"], rg.PRIORITIES: out["priority"]}
+
+
+def available_bytes() -> int:
+    """MemAvailable of this machine (Linux /proc)."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no MemAvailable in /proc/meminfo")
+
+
+def bench_prioritized_frames(args: argparse.Namespace) -> None:
+    missing = [name for name in ("Prioritized", "FrameStack") if not hasattr(rg, name)]
+    if missing:
+        print(
+            f"prioritized-frames: skipped: replaygpu at {Path(rg.__file__).parent} has no "
+            f"{', '.join('rg.' + m for m in missing)} (the rg.Sampler(table, distribution, "
+            "view) API this section measures)",
+            flush=True,
+        )
+        return
+    rows = 100_000 if args.quick else 1_000_000
+    need = rows * (84 * 84 + 16) + 2 * 2**30  # the table plus ~2 GiB for TF, XLA and the fill
+    if available_bytes() < need:
+        print(
+            f"prioritized-frames: skipped: a {rows:,d}-row frame table needs about "
+            f"{need / 2**30:.1f} GiB free, {available_bytes() / 2**30:.1f} GiB available",
+            flush=True,
+        )
+        return
+    table = rg.make_frame_table(rows, device="/CPU:0")
+    start = time.perf_counter()
+    transitions = fill_frame_table(table, rows, episode=1000)
+    print(
+        f"prioritized-frames: {rows:,d}-row 84x84 frame table ({table.nbytes / 1e9:.2f} GB), "
+        f"{transitions:,d} transitions written in {time.perf_counter() - start:.1f} s; batch "
+        f"{BATCH}, k=4, XLA loop, update_fn reads every pixel (and returns |mean obs| as "
+        "priorities for the prioritized one)",
+        flush=True,
+    )
+    samplers = {
+        "uniform": (rg.FrameStackSampler(table, stack=4, seed=0), pixel_uniform_update),
+        "prioritized": (
+            rg.Sampler(table, rg.Prioritized(), rg.FrameStack(4), seed=0),
+            pixel_prioritized_update,
+        ),
+    }
+    learners = {
+        kind: rg.Learner(table, sampler, fn, batch_size=BATCH, jit_compile=True)
+        for kind, (sampler, fn) in samplers.items()
+    }
+    steps = max(10, args.steps // 10)
+    for learner in learners.values():
+        learner.train(steps)  # trace and compile
+    times: dict[str, list[float]] = {kind: [] for kind in learners}
+    for i in range(args.rounds * args.repeats):  # call by call, in turn which goes first
+        for kind in list(learners) if i % 2 == 0 else list(reversed(learners)):
+            times[kind].append(timed_call(learners[kind], steps))
+    med = {kind: statistics.median(t) for kind, t in times.items()}
+    for kind, sec in med.items():
+        print(
+            f"  {kind:11} frame stack k=4, xla=True: {sec * 1e3:6.2f} ms/step, "
+            f"{BATCH / sec:,.0f} transitions/s (median of {len(times[kind])} calls of {steps})",
+            flush=True,
+        )
+    print(
+        f"  prioritized / uniform: {med['prioritized'] / med['uniform']:.2f}x (target <= 1.5x)",
+        flush=True,
+    )
+    del learners, samplers, table
+
+
+# ---- combos: every sampler combination, before vs after a change, alternating ----
+
+#: the reply line of a combos worker (anything else it prints is passed through)
+REPLY = "@@combo "
+SIDES = ("before", "after")
+#: combos: the shortest timed call, in seconds (short calls are the noisiest on a shared machine)
+COMBO_CALL_S = 0.1
+SEQUENCE_T = 16
+COMBO_SPEC = {**SPEC, "stream": tf.TensorSpec([], tf.int64)}
+UpdateFn = Callable[[dict[str, tf.Tensor]], dict[str, tf.Tensor]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Combo:
+    """One sampler combination, built through the old names so every revision runs it.
+
+    Attributes:
+        name: as printed.
+        table: the worker (and table) it runs in: "vector", "frames" or "sharded".
+        make: ``make(table) -> (sampler, update_fn)``.
+        xla: the ``jit_compile`` settings to time (a sharded loop on CPUs runs without XLA
+            whatever it is asked, so those time only False).
+    """
+
+    name: str
+    table: str
+    make: Callable[[Any], tuple[Any, UpdateFn]]
+    xla: tuple[bool, ...] = (False, True)
+
+
+def prioritized(table: Any) -> Any:
+    return rg.PrioritizedSampler(table, alpha=0.6, beta=0.4, seed=1)
+
+
+def sequence_update(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+    mask = batch[rg.MASK]
+    value = tf.reduce_mean(batch["obs"]) + tf.reduce_mean(batch["next_obs"])
+    return {"value": value + tf.reduce_mean(batch["reward"] * mask)}
+
+
+COMBOS = [
+    Combo("uniform rows", "vector", lambda t: (rg.UniformSampler(t, seed=1), uniform_update)),
+    Combo("prioritized rows", "vector", lambda t: (prioritized(t), prioritized_update)),
+    Combo(
+        "n-step over uniform",
+        "vector",
+        lambda t: (rg.NStepSampler(t, n=NSTEP_N, gamma=0.99, seed=1), uniform_update),
+    ),
+    Combo(
+        NSTEP_PRIO,
+        "vector",
+        lambda t: (rg.NStepSampler(prioritized(t), n=NSTEP_N, gamma=0.99), prioritized_update),
+    ),
+    Combo(
+        f"sequence T={SEQUENCE_T}",
+        "vector",
+        lambda t: (rg.SequenceSampler(t, SEQUENCE_T, seed=1), sequence_update),
+    ),
+    Combo(
+        "frame stack k=4",
+        "frames",
+        lambda t: (rg.FrameStackSampler(t, stack=4, seed=1), frames_update),
+    ),
+    Combo(
+        "frame stack k=4 n=3",
+        "frames",
+        lambda t: (rg.FrameStackSampler(t, stack=4, seed=1, n_step=3, gamma=0.99), frames_update),
+    ),
+    Combo(
+        "sharded uniform",
+        "sharded",
+        lambda t: (rg.UniformSampler(t, seed=1), uniform_update),
+        xla=(False,),
+    ),
+    Combo(
+        "sharded prioritized", "sharded", lambda t: (prioritized(t), prioritized_update), (False,)
+    ),
+    Combo(
+        "sharded n-step",
+        "sharded",
+        lambda t: (
+            rg.NStepSampler(t, n=NSTEP_N, gamma=0.99, seed=1, stream_field="stream"),
+            uniform_update,
+        ),
+        xla=(False,),
+    ),
+]
+
+
+def combo_capacities(quick: bool) -> dict[str, int]:
+    """Rows of each worker's table."""
+    if quick:
+        return {"vector": 20_000, "frames": 20_000, "sharded": 20_000}
+    return {"vector": 100_000, "frames": 100_000, "sharded": 100_000}
+
+
+def fill_streams(table: Any, capacity: int) -> None:
+    """``capacity`` vector rows: episodes ending with probability 0.01 a step (mean length
+    100), written by 8 actors (``stream`` 0-7) in turn, 1000 consecutive rows each."""
+    rng = np.random.default_rng(0)
+    for start in range(0, capacity, 10_000):
+        n = min(10_000, capacity - start)
+        obs = rng.normal(size=(n + 1, OBS_DIM)).astype(np.float32)
+        table.append(
+            {
+                "obs": obs[:-1],
+                "action": rng.integers(0, 4, n),
+                "reward": rng.normal(size=n).astype(np.float32),
+                "next_obs": obs[1:],
+                "terminated": rng.random(n) < 0.01,
+                "truncated": np.zeros(n, bool),
+                "stream": (start + np.arange(n)) // 1000 % 8,
+            }
+        )
+
+
+def combo_worker(args: argparse.Namespace) -> None:
+    """Serve the parent of `bench_combos`: build one table, then time what stdin asks.
+
+    Each stdin line is ``[combo name, xla, steps]`` (JSON); the reply is one line, `REPLY` and
+    the seconds per step of one `timed_call` (its untimed call first refills the caches that the
+    other side's process has just used; a learner's first call, which traces and compiles, is a
+    whole untimed call). Learners are made on first use and kept.
+    """
+    # Each of the ~10 learners here traces once (their tracing counts say so), but TensorFlow
+    # counts the traces of all instances of Learner._train_graph and warns of "retracing".
+    tf.get_logger().setLevel("ERROR")
+    strategy = None
+    if args.group == "sharded":  # before any other TensorFlow op
+        strategy = rg.mirrored_strategy("/cpu:0,/cpu:1")
+    capacity = combo_capacities(args.quick)[args.group]
+    if args.group == "frames":
+        table = rg.make_frame_table(capacity, device="/CPU:0")
+        fill_frame_table(table, capacity, episode=500)
+    else:
+        if strategy is None:
+            table = rg.ReplayTable(COMBO_SPEC, capacity)
+        else:
+            table = rg.ShardedReplayTable(COMBO_SPEC, capacity, strategy, shard_by="stream")
+        fill_streams(table, capacity)
+    combos = {c.name: c for c in COMBOS if c.table == args.group}
+    learners: dict[tuple[str, bool], rg.Learner] = {}
+    print(REPLY + json.dumps({"replaygpu": rg.__file__}), flush=True)
+    for line in sys.stdin:
+        name, xla, steps = json.loads(line)
+        learner = learners.get((name, xla))
+        if learner is None:
+            sampler, fn = combos[name].make(table)
+            learner = rg.Learner(table, sampler, fn, batch_size=BATCH, jit_compile=xla)
+            learner.train(steps)
+            learners[(name, xla)] = learner
+        sec = timed_call(learner, steps)
+        assert learner.trace_count == 1, f"{name}: the loop was traced {learner.trace_count} times"
+        print(REPLY + json.dumps({"time": sec}), flush=True)
+
+
+class Worker:
+    """A `combo_worker` subprocess importing replaygpu from ``tree``."""
+
+    def __init__(
+        self, side: str, tree: Path, group: str, args: argparse.Namespace, cwd: Path
+    ) -> None:
+        self.label = f"{side} {group}"
+        cmd = [sys.executable, __file__, "--section", "combo-worker", "--group", group]
+        cmd += ["--quick"] if args.quick else []
+        self.proc = subprocess.Popen(
+            cmd,
+            env=tree_env(tree),
+            cwd=cwd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def reply(self) -> dict[str, Any]:
+        """The next reply line, passing other output through."""
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith(REPLY):
+                return json.loads(line[len(REPLY) :])
+            print(f"  [{self.label}] {line}", end="")
+        raise RuntimeError(f"combos worker '{self.label}' exited with {self.proc.wait()}")
+
+    def ask(self, name: str, xla: bool, steps: int) -> float:
+        """Seconds per step of one timed call of ``steps`` steps of combination ``name``."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps([name, xla, steps]) + "\n")
+        self.proc.stdin.flush()
+        return self.reply()["time"]
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()  # the worker's loop ends at EOF
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def tree_env(tree: Path) -> dict[str, str]:
+    """The environment of a process that imports replaygpu from ``tree`` (the installed
+    editable finder comes after ``PYTHONPATH``)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), env.get("PYTHONPATH")]))
+    return env
+
+
+def check_tree(side: str, tree: Path, cwd: Path) -> None:
+    """Print where ``side`` imports replaygpu from; raise unless it is ``tree``.
+
+    Runs in ``cwd``, a folder without a replaygpu (``python -c`` puts the current folder first
+    on sys.path, ahead of ``PYTHONPATH``)."""
+    got = subprocess.run(
+        [sys.executable, "-c", "import replaygpu; print(replaygpu.__file__)"],
+        env=tree_env(tree),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    print(f"  {side:6}: replaygpu from {got}", flush=True)
+    if not Path(got).resolve().is_relative_to(tree.resolve()):
+        raise RuntimeError(f"{side}: replaygpu imported from {got}, expected under {tree}")
+
+
+def git(*argv: str, cwd: Path) -> str:
+    done = subprocess.run(["git", *argv], cwd=cwd, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"git {' '.join(argv)}: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def measure_combos(
+    workers: dict[tuple[str, str], Worker], args: argparse.Namespace
+) -> tuple[dict[tuple[str, bool], dict[str, list[list[float]]]], dict[tuple[str, bool], int]]:
+    """``{(combo, xla): {side: [seconds per step of each call] per round}}`` and
+    ``{(combo, xla): steps per call}``.
+
+    First each side runs each combination once, untimed (it traces and compiles), with
+    ``--steps`` steps a call (a tenth for frames); the steps are then raised where a call would
+    last less than `COMBO_CALL_S` (the same steps on both sides). A round times every
+    combination ``--repeats`` times on each side, call by call, the sides taking turns (before,
+    after, after, before, ...), so a burst of load from another process falls on both alike."""
+    plan = [(c, xla) for c in COMBOS for xla in c.xla]
+    steps = {}
+    for combo, xla in plan:
+        base = max(10, args.steps // 10) if combo.table == "frames" else args.steps
+        sec = max(workers[(side, combo.table)].ask(combo.name, xla, base) for side in SIDES)
+        steps[(combo.name, xla)] = max(base, math.ceil(COMBO_CALL_S / sec))
+    rounds, repeats = args.rounds, args.repeats
+    times = {(c.name, xla): {"before": [], "after": []} for c, xla in plan}
+    for r in range(rounds):
+        start = time.perf_counter()
+        for i, (combo, xla) in enumerate(plan):
+            got: dict[str, list[float]] = {"before": [], "after": []}
+            for j in range(repeats):
+                for side in ("before", "after") if (r + i + j) % 2 == 0 else ("after", "before"):
+                    worker = workers[(side, combo.table)]
+                    got[side].append(worker.ask(combo.name, xla, steps[(combo.name, xla)]))
+            for side, calls in got.items():
+                times[(combo.name, xla)][side].append(calls)
+        print(f"  round {r + 1}/{rounds} done in {time.perf_counter() - start:.0f} s", flush=True)
+    return times, steps
+
+
+def report_combos(
+    times: dict[tuple[str, bool], dict[str, list[list[float]]]], steps: dict[tuple[str, bool], int]
+) -> None:
+    """Per combination: the median seconds per step of each side over all calls, and the ratio
+    after / before as the median of the ratios of the calls made back to back (pairs share the
+    machine's load of the moment, so a burst or a slow phase of the shared machine cancels
+    out); then the range of that median over single rounds (how noisy the ratio is)."""
+    print(
+        f"  {'combination':24} {'xla':5} {'steps':>6} {'before us':>10} {'after us':>10} "
+        f"{'after/before':>12}  per-round range"
+    )
+    worst = (0.0, "")
+    for (name, xla), sides in times.items():
+        before, after = (
+            statistics.median([t for calls in sides[s] for t in calls]) for s in ("before", "after")
+        )
+        pairs = [
+            [a / b for b, a in zip(b_calls, a_calls, strict=True)]
+            for b_calls, a_calls in zip(sides["before"], sides["after"], strict=True)
+        ]
+        ratio = statistics.median([q for rnd in pairs for q in rnd])
+        rounds = [statistics.median(rnd) for rnd in pairs]
+        worst = max(worst, (ratio, f"{name}, xla={xla}"))
+        print(
+            f"  {name:24} {xla!s:5} {steps[(name, xla)]:6d} {before * 1e6:10.1f} "
+            f"{after * 1e6:10.1f} "
+            f"{ratio:11.2f}x  {min(rounds):.2f}-{max(rounds):.2f}",
+            flush=True,
+        )
+    verdict = "met" if worst[0] <= 1.1 else "NOT met"
+    print(f"  worst ratio: {worst[0]:.2f}x ({worst[1]}); target <= 1.1x: {verdict}", flush=True)
+
+
+def bench_combos(args: argparse.Namespace) -> None:
+    root = Path(__file__).resolve().parents[1]
+    tmp = Path(tempfile.mkdtemp(prefix="replaygpu-combos-"))
+    trees: dict[str, Path] = {}
+    workers: dict[tuple[str, str], Worker] = {}
+    try:
+        for side, rev in (("before", args.before), ("after", args.after)):
+            if rev is None:
+                trees[side] = root
+                continue
+            trees[side] = tmp / side
+            git("worktree", "add", "--detach", str(trees[side]), rev, cwd=root)
+        names = {
+            side: git("rev-parse", "--short", rev, cwd=root) if rev else "working tree"
+            for side, rev in (("before", args.before), ("after", args.after))
+        }
+        caps = combo_capacities(args.quick)
+        print(
+            f"combos: before = {args.before} ({names['before']}), after = "
+            f"{args.after or 'the working tree'} ({names['after']}); batch {BATCH}, "
+            f"{args.steps} steps/call ({max(10, args.steps // 10)} for frames) or more for a "
+            f"call of >= {COMBO_CALL_S} s, {args.rounds} rounds of {args.repeats} calls per "
+            "side, alternating call by call; ratio = median of back-to-back pairs; rows: vector "
+            f"{caps['vector']:,d}, frames {caps['frames']:,d} (84x84), sharded "
+            f"{caps['sharded']:,d} over /cpu:0,/cpu:1",
+            flush=True,
+        )
+        for side, tree in trees.items():
+            check_tree(side, tree, tmp)
+        groups = sorted({c.table for c in COMBOS})
+        for side, tree in trees.items():
+            for group in groups:
+                workers[(side, group)] = Worker(side, tree, group, args, tmp)
+        for (side, group), worker in workers.items():
+            got = worker.reply()["replaygpu"]
+            if not Path(got).resolve().is_relative_to(trees[side].resolve()):
+                raise RuntimeError(f"worker {side} {group} imported replaygpu from {got}")
+        report_combos(*measure_combos(workers, args))
+    finally:
+        for worker in workers.values():
+            worker.close()
+        for tree in trees.values():
+            if tree != root:
+                subprocess.run(
+                    ["git", "worktree", "remove", "--force", str(tree)],
+                    cwd=root,
+                    check=False,
+                    capture_output=True,
+                )
+        shutil.rmtree(tmp, ignore_errors=True)
+        subprocess.run(["git", "worktree", "prune"], cwd=root, check=False)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sections = ["prioritized", "tree", "frames", "all"]
-    parser.add_argument("--section", choices=sections, default="all")
+    sections = ["prioritized", "tree", "frames", "prioritized-frames", "combos", "all"]
+    parser.add_argument(
+        "--section",
+        choices=[*sections, "combo-worker"],
+        default="all",
+        help="'all' runs every section but combos; combo-worker is combos' own subprocess",
+    )
     parser.add_argument("--steps", type=int, default=500, help="SGD steps per timed call")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--fanout", type=int, default=8, help="sum tree fanout (prioritized)")
+    parser.add_argument(
+        "--before", default="112fcfe", help="combos: the git revision timed as 'before'"
+    )
+    parser.add_argument(
+        "--after", default=None, help="combos: a revision timed as 'after' (default: working tree)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="combos, prioritized-frames: alternating rounds"
+    )
+    parser.add_argument("--group", choices=["vector", "frames", "sharded"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.section == "all":
         print(
             f"# {time.strftime('%Y-%m-%d')} {platform.node()} {platform.processor() or ''} "
             f"{os.cpu_count()} cores, tensorflow {tf.__version__}, load {os.getloadavg()}"
         )
-        for section in ("prioritized", "tree", "frames"):
+        for section in ("prioritized", "tree", "frames", "prioritized-frames"):
             cmd = [
                 sys.executable,
                 __file__,
@@ -340,11 +839,20 @@ def main() -> None:
                 str(args.repeats),
                 "--fanout",
                 str(args.fanout),
+                "--rounds",
+                str(args.rounds),
             ] + (["--quick"] if args.quick else [])
             subprocess.run(cmd, check=True)
         print(f"# load after: {os.getloadavg()}")
         return
-    sections = {"prioritized": bench_prioritized, "tree": bench_tree, "frames": bench_frames}
+    sections = {
+        "prioritized": bench_prioritized,
+        "tree": bench_tree,
+        "frames": bench_frames,
+        "prioritized-frames": bench_prioritized_frames,
+        "combos": bench_combos,
+        "combo-worker": combo_worker,
+    }
     sections[args.section](args)
 
 
