@@ -329,3 +329,35 @@ def test_sampling_and_inserting_share_one_rule():
         assert room == pytest.approx(100 + (64 + sampled) / 4.0 - inserted)
     with pytest.raises(rg.ConfigError, match="samples_per_insert"):
         rg.SampleToInsertRule(0.0, 1, 0.0)
+
+
+def test_the_client_reads_the_actor_settings_a_learner_announces_frames_included(empty_table):
+    table = rg.ReplayTable(SPEC, capacity=16, device="/CPU:0")
+    with rg.serve(table) as bare, rg.ReplayClient(bare.address, actor_id="s0") as client:
+        assert client.actor_settings is None  # a bare serve asks nothing of its actors
+    frames = rg.ActorSettings(
+        env_id="ALE/Breakout-v5",
+        epsilon_base=0.3,
+        weight_pull_interval=1000,
+        seed=7,
+        num_actors=3,
+        frame_stack=4,
+        segment_steps=250,
+        repeat_action_probability=0.0,
+        terminal_on_life_loss=False,
+        clip_rewards=False,
+    )
+    vector = rg.ActorSettings(env_id="Pendulum-v1", agent="sac", hidden_sizes=(64, 64))
+    for settings in (frames, vector):
+        with (
+            rg.serve(empty_table, actor_settings=settings) as server,
+            rg.ReplayClient(server.address, actor_id="s1") as client,
+        ):
+            assert client.actor_settings == settings  # every field through Info and back
+
+
+def test_actor_settings_refuse_frames_for_a_policy_that_is_no_q_network():
+    with pytest.raises(rg.ConfigError, match="agent: got 'sac' with frame_stack=4"):
+        rg.ActorSettings(env_id="ALE/Breakout-v5", agent="sac", frame_stack=4)
+    with pytest.raises(rg.ConfigError, match="frame_stack=-1"):
+        rg.ActorSettings(env_id="CartPole-v1", frame_stack=-1)

@@ -146,7 +146,7 @@ class ActorSettings:
 
     ``replaygpu learner`` sets it so that ``replaygpu actor ADDRESS`` needs nothing but the
     address: the env, the policy network and its exploration come from here, the weights from
-    ``GetWeights``.
+    ``GetWeights``. The field names are those of the actor's own config, which takes them over.
 
     Attributes:
         env_id: gymnasium env id.
@@ -159,6 +159,15 @@ class ActorSettings:
         stream_field: an int64 table field holding each row's env id, or "" if none.
         seed: the run's base seed.
         num_actors: the actors of the whole fleet, each with its own index in ``[0, N)``.
+        frame_stack: k > 0 for a frame-table learner (`make_frame_table`): actors play an ALE
+            game, act with the Nature CNN on ``[k, 84, 84]`` frame stacks and send whole
+            episode segments (`frame_rows`); 0: vector transitions.
+        segment_steps: frames: the longest table episode an actor sends in one request;
+            longer ones are cut as truncations.
+        repeat_action_probability: frames: ALE's sticky-action probability.
+        terminal_on_life_loss: frames: a lost life ends the table episode as terminal (the
+            game plays on).
+        clip_rewards: frames: rows carry ``sign(reward)``.
     """
 
     env_id: str
@@ -171,6 +180,11 @@ class ActorSettings:
     stream_field: str = ""
     seed: int = 1
     num_actors: int = 1
+    frame_stack: int = 0
+    segment_steps: int = 1000
+    repeat_action_probability: float = 0.25
+    terminal_on_life_loss: bool = True
+    clip_rewards: bool = True
 
     def __post_init__(self) -> None:
         if not self.env_id:
@@ -181,6 +195,21 @@ class ActorSettings:
             raise ConfigError(
                 f"ActorSettings: weight_pull_interval={self.weight_pull_interval}, "
                 f"num_envs={self.num_envs} and num_actors={self.num_actors}, expected all >= 1"
+            )
+        if self.frame_stack < 0 or self.segment_steps < 1:
+            raise ConfigError(
+                f"ActorSettings: frame_stack={self.frame_stack} and segment_steps="
+                f"{self.segment_steps}, expected >= 0 (0: vector transitions) and >= 1"
+            )
+        if self.frame_stack and self.agent != "dqn":
+            raise ConfigError(
+                f"ActorSettings.agent: got {self.agent!r} with frame_stack={self.frame_stack}, "
+                "expected 'dqn' (frame actors act with a Nature CNN Q-network)"
+            )
+        if not 0.0 <= self.repeat_action_probability <= 1.0:
+            raise ConfigError(
+                "ActorSettings.repeat_action_probability: got "
+                f"{self.repeat_action_probability}, expected in [0, 1]"
             )
 
     def to_proto(self, message: Any) -> None:
@@ -195,6 +224,11 @@ class ActorSettings:
         message.stream_field = self.stream_field
         message.seed = self.seed
         message.num_actors = self.num_actors
+        message.frame_stack = self.frame_stack
+        message.segment_steps = self.segment_steps
+        message.repeat_action_probability = self.repeat_action_probability
+        message.terminal_on_life_loss = self.terminal_on_life_loss
+        message.clip_rewards = self.clip_rewards
 
     @classmethod
     def from_proto(cls, message: Any) -> ActorSettings:
@@ -214,4 +248,10 @@ class ActorSettings:
             stream_field=message.stream_field,
             seed=int(message.seed),
             num_actors=int(message.num_actors) or 1,  # 0: a learner from before this field
+            # a learner from before the frame fields sends 0s: a vector learner
+            frame_stack=int(message.frame_stack),
+            segment_steps=int(message.segment_steps) or cls.segment_steps,
+            repeat_action_probability=message.repeat_action_probability,
+            terminal_on_life_loss=message.terminal_on_life_loss,
+            clip_rewards=message.clip_rewards,
         )

@@ -127,7 +127,7 @@ class TableInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., spec: _Optional[_Iterable[_Union[FieldSpec, _Mapping]]] = ..., capacity: _Optional[int] = ..., size: _Optional[int] = ..., inserted: _Optional[int] = ..., sampled: _Optional[int] = ..., device: _Optional[str] = ..., rate_limiter: _Optional[_Union[RateLimiterInfo, _Mapping]] = ...) -> None: ...
 
 class ActorSettings(_message.Message):
-    __slots__ = ("env_id", "agent", "hidden_sizes", "epsilon_base", "epsilon_alpha", "weight_pull_interval", "num_envs", "stream_field", "seed", "num_actors")
+    __slots__ = ("env_id", "agent", "hidden_sizes", "epsilon_base", "epsilon_alpha", "weight_pull_interval", "num_envs", "stream_field", "seed", "num_actors", "frame_stack", "segment_steps", "repeat_action_probability", "terminal_on_life_loss", "clip_rewards")
     ENV_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_FIELD_NUMBER: _ClassVar[int]
     HIDDEN_SIZES_FIELD_NUMBER: _ClassVar[int]
@@ -138,6 +138,11 @@ class ActorSettings(_message.Message):
     STREAM_FIELD_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     NUM_ACTORS_FIELD_NUMBER: _ClassVar[int]
+    FRAME_STACK_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_STEPS_FIELD_NUMBER: _ClassVar[int]
+    REPEAT_ACTION_PROBABILITY_FIELD_NUMBER: _ClassVar[int]
+    TERMINAL_ON_LIFE_LOSS_FIELD_NUMBER: _ClassVar[int]
+    CLIP_REWARDS_FIELD_NUMBER: _ClassVar[int]
     env_id: str
     agent: str
     hidden_sizes: _containers.RepeatedScalarFieldContainer[int]
@@ -148,7 +153,12 @@ class ActorSettings(_message.Message):
     stream_field: str
     seed: int
     num_actors: int
-    def __init__(self, env_id: _Optional[str] = ..., agent: _Optional[str] = ..., hidden_sizes: _Optional[_Iterable[int]] = ..., epsilon_base: _Optional[float] = ..., epsilon_alpha: _Optional[float] = ..., weight_pull_interval: _Optional[int] = ..., num_envs: _Optional[int] = ..., stream_field: _Optional[str] = ..., seed: _Optional[int] = ..., num_actors: _Optional[int] = ...) -> None: ...
+    frame_stack: int
+    segment_steps: int
+    repeat_action_probability: float
+    terminal_on_life_loss: bool
+    clip_rewards: bool
+    def __init__(self, env_id: _Optional[str] = ..., agent: _Optional[str] = ..., hidden_sizes: _Optional[_Iterable[int]] = ..., epsilon_base: _Optional[float] = ..., epsilon_alpha: _Optional[float] = ..., weight_pull_interval: _Optional[int] = ..., num_envs: _Optional[int] = ..., stream_field: _Optional[str] = ..., seed: _Optional[int] = ..., num_actors: _Optional[int] = ..., frame_stack: _Optional[int] = ..., segment_steps: _Optional[int] = ..., repeat_action_probability: _Optional[float] = ..., terminal_on_life_loss: _Optional[bool] = ..., clip_rewards: _Optional[bool] = ...) -> None: ...
 
 class InfoResponse(_message.Message):
     __slots__ = ("tables", "weights_version", "learner_steps", "staged_batches", "staged_bytes", "max_message_bytes", "server_version", "actors", "actor_last_seq", "actor_settings")

@@ -28,7 +28,12 @@ from replaygpu.nest import SEP, flatten_batch
 from replaygpu.service.actor.outbox import Outbox
 from replaygpu.service.allocator import keep_freed_memory
 from replaygpu.service.auth import TLSConfig, connect_error, make_channel, token_metadata
-from replaygpu.service.config import MAX_ACTOR_ID_BYTES, ClientConfig, actor_id_problem
+from replaygpu.service.config import (
+    MAX_ACTOR_ID_BYTES,
+    ActorSettings,
+    ClientConfig,
+    actor_id_problem,
+)
 from replaygpu.service.wire import codec
 from replaygpu.service.wire.append_request import encode_append_request
 from replaygpu.service.wire.status import (
@@ -113,6 +118,9 @@ class ReplayClient:
         self.spec: HostSpec = info[0]
         #: the rule of the learner's rate limiter (None without one), see `wait_for_insert_room`
         self.rate_limit: SampleToInsertRule | None = info[2]
+        #: what the learner asks its actors to run (env, policy, exploration), as announced
+        #: when the client connected; None from a server that sets none (``replaygpu serve``)
+        self.actor_settings: ActorSettings | None = info[3]
         self._next_seq = info[1] + 1
         row = row_nbytes(self.spec)
         self._rows = max(
@@ -152,8 +160,9 @@ class ReplayClient:
 
     # -- connecting -----------------------------------------------------------------------------
 
-    def _connect(self) -> tuple[HostSpec, int, SampleToInsertRule | None]:
-        """Ask the server for the table's spec and this actor's last seq (``Info``).
+    def _connect(self) -> tuple[HostSpec, int, SampleToInsertRule | None, ActorSettings | None]:
+        """Ask the server for the table's spec, this actor's last seq, its rate limit and its
+        actor settings (``Info``).
 
         A server that is down or restarting (connection refused, UNAVAILABLE) is waited for,
         with backoff, up to ``retry_deadline_s``; the channel's own reconnect backoff is capped
@@ -202,6 +211,9 @@ class ReplayClient:
             codec.host_spec_from_proto(table.spec),
             int(info.actor_last_seq),
             _rate_limit(table),
+            ActorSettings.from_proto(info.actor_settings)
+            if info.HasField("actor_settings")
+            else None,
         )
 
     # -- adding ---------------------------------------------------------------------------------
