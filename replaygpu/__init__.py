@@ -61,11 +61,11 @@ if TYPE_CHECKING:
     from replaygpu.service.actor.client import ReplayClient
     from replaygpu.service.auth import TLSConfig
     from replaygpu.service.config import ActorSettings, ClientConfig, ServerConfig
-    from replaygpu.service.ledger import SequenceLedger
-    from replaygpu.service.loop import run as run_learner
-    from replaygpu.service.loop import step as learner_step
+    from replaygpu.service.learner.ledger import SequenceLedger
+    from replaygpu.service.learner.loop import run as run_learner
+    from replaygpu.service.learner.loop import step as learner_step
+    from replaygpu.service.learner.server import serve
     from replaygpu.service.metrics import MetricsServer, start_metrics_server
-    from replaygpu.service.server import serve
     from replaygpu.service.wire.status import (
         AuthenticationError,
         InvalidBatchError,

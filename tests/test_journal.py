@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from replaygpu.errors import ConfigError, ReplayError
-from replaygpu.service.journal import (
+from replaygpu.service.learner.journal import (
     HEADER_BYTES,
     Journal,
     JournalConfig,
@@ -282,7 +282,7 @@ def test_a_second_journal_on_the_same_directory_is_refused(tmp_path):
 FULL_DISK_CHILD = textwrap.dedent(
     """
     import resource, signal, sys
-    from replaygpu.service.journal import Journal, JournalError
+    from replaygpu.service.learner.journal import Journal, JournalError
 
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
     journal = Journal(sys.argv[1])
@@ -322,7 +322,7 @@ def test_a_failed_write_fails_the_journal_and_reopening_recovers(tmp_path):
 CHILD = textwrap.dedent(
     """
     import itertools, sys
-    from replaygpu.service.journal import Journal, JournalConfig
+    from replaygpu.service.learner.journal import Journal, JournalConfig
 
     def payload(n, size):  # cheap_payload: most of the time goes to write and sync
         return n.to_bytes(4, "little") + (n.to_bytes(4, "little") * (size // 4 + 1))[:size]

@@ -110,7 +110,7 @@ def _describe(cycle: list[str], graph: dict[str, dict[str, int]]) -> str:
 
 def test_no_module_of_the_package_imports_itself_back_through_a_cycle():
     graph = _import_graph()
-    assert graph.get("replaygpu.service.server") and graph.get("replaygpu.agents.dqn")
+    assert graph.get("replaygpu.service.learner.server") and graph.get("replaygpu.agents.dqn")
     cycles = _find_cycles(graph)
     assert not cycles, f"{len(cycles)} import cycles:\n" + "\n".join(
         f"- {' -> '.join(cycle)}\n  {_describe(cycle, graph)}" for cycle in cycles
@@ -184,7 +184,7 @@ def test_internals_are_not_exported_but_stay_importable_from_their_modules():
     for name in ("batch_signature", "validate_batch", "resolve_device", "SumTree", "ReplayServer"):
         assert name not in rg.__all__ and not hasattr(rg, name), name
     from replaygpu.samplers.sum_tree import SumTree
-    from replaygpu.service.server import ReplayServer
+    from replaygpu.service.learner.server import ReplayServer
     from replaygpu.specs import batch_signature, validate_batch
 
     assert all(callable(x) for x in (SumTree, ReplayServer, batch_signature, validate_batch))

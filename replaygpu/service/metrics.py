@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import threading
     from wsgiref.simple_server import WSGIServer
 
-    from replaygpu.service.server import ReplayServer
+    from replaygpu.service.learner.server import ReplayServer
 
 logger = logging.getLogger(__name__)
 

@@ -3,8 +3,8 @@
 The `Ingest` sits between the Append handlers (which parse, validate and stage batches) and the
 table. One rule decides who commits:
 
-- a served `Learner`'s table is written by its training loop (`replaygpu.service.loop`), which
-  calls `commit_pending` between train calls, on the training thread, so sampling never sees
+- a served `Learner`'s table is written by its training loop (`loop`), which calls
+  `commit_pending` between train calls, on the training thread, so sampling never sees
   a half-written table (n-step and frame-stack validity depend on the cursor and size);
 - a bare served `ReplayTable` has a background committer thread (`start`).
 
@@ -32,9 +32,9 @@ import numpy as np
 import tensorflow as tf
 
 from replaygpu.errors import BatchError
-from replaygpu.service.journal import Journal
-from replaygpu.service.ledger import SequenceLedger
-from replaygpu.service.staging import BufferPool, StagedBatch, StagingQueue
+from replaygpu.service.learner.journal import Journal
+from replaygpu.service.learner.ledger import SequenceLedger
+from replaygpu.service.learner.staging import BufferPool, StagedBatch, StagingQueue
 from replaygpu.service.wire.status import InvalidBatchError, ServiceUnavailableError
 from replaygpu.storage import ReplayTable
 
@@ -80,7 +80,7 @@ class Ingest:
         buffers: the pool the staged arrays came from; they go back to it once committed.
         sampled: returns the learner's sampled-transitions count for the acks (0 without one).
         journal: durable mode: batches are journalled (and fsynced) before they are written
-            and acknowledged (`replaygpu.service.journal`).
+            and acknowledged (`journal`).
     """
 
     def __init__(

@@ -38,8 +38,8 @@ from replaygpu.errors import BatchError
 from replaygpu.fields import HostSpec, check_columns
 from replaygpu.learner.weights import WeightSnapshot, WeightStore
 from replaygpu.service.config import ActorSettings, ServerConfig, actor_id_problem
-from replaygpu.service.ingest import Ingest
-from replaygpu.service.staging import BufferPool, StagedBatch, StagingQueue
+from replaygpu.service.learner.ingest import Ingest
+from replaygpu.service.learner.staging import BufferPool, StagedBatch, StagingQueue
 from replaygpu.service.wire import codec
 from replaygpu.service.wire.append_request import WireFormatError, parse_append_request
 from replaygpu.service.wire.status import (

@@ -2,8 +2,8 @@
 checkpoints and stop.
 
 The RPCs themselves (Append's parse -> validate -> stage -> ack, GetWeights, Info) are in
-`replaygpu.service.servicer`; committing staged batches to the table in
-`replaygpu.service.ingest`; the training loop of a served learner in `replaygpu.service.loop`.
+`servicer`; committing staged batches to the table in `ingest`; the training loop of a served
+learner in `loop` (all beside this module, in `replaygpu.service.learner`).
 
 Who writes the table:
 
@@ -31,12 +31,12 @@ from replaygpu.learner.weights import WeightStore
 from replaygpu.service.allocator import freeze_long_lived_objects, keep_freed_memory
 from replaygpu.service.auth import TLSConfig, TokenInterceptor, warn_if_exposed
 from replaygpu.service.config import ActorSettings, ServerConfig
-from replaygpu.service.eventloop import EventLoopThread
-from replaygpu.service.ingest import Ingest
-from replaygpu.service.journal import Journal
-from replaygpu.service.ledger import SequenceLedger
-from replaygpu.service.servicer import SERVICE_NAME, Servicer, handlers
-from replaygpu.service.staging import BufferPool, StagedBatch, StagingQueue
+from replaygpu.service.learner.eventloop import EventLoopThread
+from replaygpu.service.learner.ingest import Ingest
+from replaygpu.service.learner.journal import Journal
+from replaygpu.service.learner.ledger import SequenceLedger
+from replaygpu.service.learner.servicer import SERVICE_NAME, Servicer, handlers
+from replaygpu.service.learner.staging import BufferPool, StagedBatch, StagingQueue
 from replaygpu.service.wire.status import InvalidBatchError
 from replaygpu.specs import host_spec
 from replaygpu.table import Table

@@ -1,0 +1,15 @@
+"""The learner side of the service: what runs in the process that owns the table.
+
+An Append request travels through it in this order:
+
+- `server`: `serve` and `ReplayServer`, the lifecycle (start, health, checkpoints, stop);
+- `servicer`: the RPCs (Append's parse -> validate -> stage -> ack, GetWeights, Info), on the
+  asyncio loop of `eventloop`;
+- `staging`: the bounded queue and buffer pool between the gRPC handlers and the committer;
+- `ingest`: commits staged batches to the table exactly once per (actor, seq);
+- `ledger`: the last committed seq per actor, checkpointed with the table;
+- `journal`: durable acknowledgements, an append-only log of the raw requests;
+- `loop`: a served learner's training loop (`rg.run_learner`, `rg.learner_step`).
+
+This package re-exports nothing.
+"""
