@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: `ActorConfig` fields whose flags come from `replaygpu.service.commands.add_client_flags`.
+#: `ActorConfig` fields whose flags come from `replaygpu.service.ops.commands.add_client_flags`.
 _CLIENT_FIELDS = ("token", "tls_ca", "tls_cert", "tls_key", "server_name")
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 #: `ActorConfig` fields a learner's `rg.ActorSettings` sets unless given as flags.
@@ -46,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``actor`` subcommand."""
     from replaygpu.agents.actor import ActorConfig
     from replaygpu.agents.flags import add_config_flags
-    from replaygpu.service.commands import add_client_flags
+    from replaygpu.service.ops.commands import add_client_flags
 
     parser = subparsers.add_parser(
         "actor",
@@ -145,8 +145,8 @@ def _learner_settings(args: argparse.Namespace) -> Any:
     import grpc
 
     import replaygpu as rg
-    from replaygpu.service.auth import connect_error, make_channel, token_metadata
-    from replaygpu.service.commands import client_tls
+    from replaygpu.service.ops.auth import connect_error, make_channel, token_metadata
+    from replaygpu.service.ops.commands import client_tls
     from replaygpu.v1 import replay_pb2, replay_pb2_grpc
 
     tls = client_tls(args)

@@ -37,7 +37,7 @@ def learner_parser(agent: str) -> argparse.ArgumentParser:
     """The full flag parser of ``replaygpu learner --agent AGENT``."""
     from replaygpu.agents.flags import add_config_flags
     from replaygpu.agents.learner import AGENTS
-    from replaygpu.service.commands import add_server_security_flags, port_number
+    from replaygpu.service.ops.commands import add_server_security_flags, port_number
 
     config_cls, _ = AGENTS[agent]
     parser = argparse.ArgumentParser(
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     from replaygpu.agents.flags import config_from_args
     from replaygpu.agents.learner import AGENTS, LearnerService
     from replaygpu.agents.runs import RunControl
-    from replaygpu.service.commands import server_tls
+    from replaygpu.service.ops.commands import server_tls
 
     agent = _agent_of(args.options)
     parser = learner_parser(agent)
@@ -138,7 +138,7 @@ def _train(service: Any) -> None:
 
 
 def _start_metrics(port: int, service: Any) -> Any:
-    from replaygpu.service.metrics import start_metrics_server
+    from replaygpu.service.ops.metrics import start_metrics_server
 
     host = service.address.rsplit(":", 1)[0]
     return start_metrics_server(port, service.server, service.stats, address=host)

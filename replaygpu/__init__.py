@@ -59,13 +59,13 @@ if TYPE_CHECKING:
         make_frame_table,
     )
     from replaygpu.service.actor.client import ReplayClient
-    from replaygpu.service.auth import TLSConfig
     from replaygpu.service.config import ActorSettings, ClientConfig, ServerConfig
     from replaygpu.service.learner.ledger import SequenceLedger
     from replaygpu.service.learner.loop import run as run_learner
     from replaygpu.service.learner.loop import step as learner_step
     from replaygpu.service.learner.server import serve
-    from replaygpu.service.metrics import MetricsServer, start_metrics_server
+    from replaygpu.service.ops.auth import TLSConfig
+    from replaygpu.service.ops.metrics import MetricsServer, start_metrics_server
     from replaygpu.service.wire.status import (
         AuthenticationError,
         InvalidBatchError,

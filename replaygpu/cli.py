@@ -21,9 +21,9 @@ import sys
 COMMANDS = {
     "learner": "replaygpu.agents.learner_cli",
     "actor": "replaygpu.agents.actor_cli",
-    "serve": "replaygpu.service.commands",
-    "info": "replaygpu.service.commands",
-    "health": "replaygpu.service.commands",
+    "serve": "replaygpu.service.ops.commands",
+    "info": "replaygpu.service.ops.commands",
+    "health": "replaygpu.service.ops.commands",
     "demo": "replaygpu.agents.demos",
     "eval": "replaygpu.agents.demos",
 }

@@ -53,7 +53,7 @@ class ClientConfig:
         keep_freed_memory: tune glibc so freed request buffers are reused rather than
             unmapped (no page faults per request; process-wide, keeps up to
             ``max_buffer_bytes`` of freed heap; see
-            `replaygpu.service.allocator.keep_freed_memory`).
+            `replaygpu.service.ops.allocator.keep_freed_memory`).
     """
 
     max_batch_transitions: int = 8192
@@ -108,11 +108,11 @@ class ServerConfig:
         shutdown_grace_s: on `stop`, how long in-flight RPCs get to finish.
         keep_freed_memory: tune glibc so freed batch buffers are reused rather than unmapped
             (3x faster commits of large batches; process-wide; see
-            `replaygpu.service.allocator.keep_freed_memory`).
+            `replaygpu.service.ops.allocator.keep_freed_memory`).
         freeze_gc: at start, collect once and move every Python object alive to the garbage
             collector's permanent generation (`gc.freeze`), so full collections during ingest
             do not walk TensorFlow's long-lived objects and stall health checks (process-wide;
-            see `replaygpu.service.allocator.freeze_long_lived_objects`).
+            see `replaygpu.service.ops.allocator.freeze_long_lived_objects`).
     """
 
     max_message_bytes: int = 64 * MiB

@@ -26,14 +26,14 @@ from replaygpu.fields import HostSpec, check_columns, row_nbytes
 from replaygpu.learner.ratio import SampleToInsertRule
 from replaygpu.nest import SEP, flatten_batch
 from replaygpu.service.actor.outbox import Outbox
-from replaygpu.service.allocator import keep_freed_memory
-from replaygpu.service.auth import TLSConfig, connect_error, make_channel, token_metadata
 from replaygpu.service.config import (
     MAX_ACTOR_ID_BYTES,
     ActorSettings,
     ClientConfig,
     actor_id_problem,
 )
+from replaygpu.service.ops.allocator import keep_freed_memory
+from replaygpu.service.ops.auth import TLSConfig, connect_error, make_channel, token_metadata
 from replaygpu.service.wire import codec
 from replaygpu.service.wire.append_request import encode_append_request
 from replaygpu.service.wire.status import (
@@ -166,10 +166,10 @@ class ReplayClient:
 
         A server that is down or restarting (connection refused, UNAVAILABLE) is waited for,
         with backoff, up to ``retry_deadline_s``; the channel's own reconnect backoff is capped
-        at 1 s (`replaygpu.service.auth.channel_options`), so the client is in within about
+        at 1 s (`replaygpu.service.ops.auth.channel_options`), so the client is in within about
         2 s of the server coming up. A TLS handshake that can never succeed (untrusted
         certificate, TLS on one side only, a client certificate missing or refused) raises
-        `TLSError` at once, saying what to change (`replaygpu.service.auth.connect_error`).
+        `TLSError` at once, saying what to change (`replaygpu.service.ops.auth.connect_error`).
         """
         started = time.monotonic()
         limit = self.config.retry_deadline_s

@@ -28,8 +28,6 @@ from replaygpu.errors import ConfigError, ReplayError
 from replaygpu.fields import DTYPE_NAMES, row_nbytes
 from replaygpu.learner.learner import Learner
 from replaygpu.learner.weights import WeightStore
-from replaygpu.service.allocator import freeze_long_lived_objects, keep_freed_memory
-from replaygpu.service.auth import TLSConfig, TokenInterceptor, warn_if_exposed
 from replaygpu.service.config import ActorSettings, ServerConfig
 from replaygpu.service.learner.eventloop import EventLoopThread
 from replaygpu.service.learner.ingest import Ingest
@@ -37,6 +35,8 @@ from replaygpu.service.learner.journal import Journal
 from replaygpu.service.learner.ledger import SequenceLedger
 from replaygpu.service.learner.servicer import SERVICE_NAME, Servicer, handlers
 from replaygpu.service.learner.staging import BufferPool, StagedBatch, StagingQueue
+from replaygpu.service.ops.allocator import freeze_long_lived_objects, keep_freed_memory
+from replaygpu.service.ops.auth import TLSConfig, TokenInterceptor, warn_if_exposed
 from replaygpu.service.wire.status import InvalidBatchError
 from replaygpu.specs import host_spec
 from replaygpu.table import Table
@@ -299,7 +299,7 @@ class ReplayServer:
 
     def stats(self) -> dict[str, float]:
         """The service's counters and gauges now, read where they are kept (for
-        `replaygpu.service.metrics`): ``ingested_transitions`` and ``ingested_bytes`` (of Append
+        `replaygpu.service.ops.metrics`): ``ingested_transitions`` and ``ingested_bytes`` (of Append
         requests this process committed), ``staged_batches``, ``staged_bytes``, ``table_size``,
         ``table_capacity``, ``table_inserted``, ``sampled`` (by the learner), ``weights_version``,
         ``open_streams``, ``refused_streams``, ``actors`` (in the ledger), ``checkpoints`` and

@@ -110,7 +110,7 @@ _BY_CODE[grpc.StatusCode.DEADLINE_EXCEEDED] = ServiceUnavailableError
 #: (TSI_PROTOCOL_FAILURE): SSL_ERROR_SSL: error:1000007d:SSL routines:OPENSSL_internal:
 #: CERTIFICATE_VERIFY_FAILED: unable to get local issuer certificate". A plaintext client at a
 #: TLS server and a client without an accepted certificate at an mTLS server only see "Socket
-#: closed"; `replaygpu.service.auth.connect_error` probes the server to tell those apart.
+#: closed"; `replaygpu.service.ops.auth.connect_error` probes the server to tell those apart.
 TLS_FAILURES: tuple[tuple[tuple[str, ...], str], ...] = (
     (
         ("hostname verification check failed",),

@@ -13,7 +13,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from replaygpu.service.auth import TLSConfig
+    from replaygpu.service.ops.auth import TLSConfig
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ def server_tls(args: argparse.Namespace) -> TLSConfig | None:
             certificate and key that do not match (nothing is served).
     """
     from replaygpu.errors import ConfigError
-    from replaygpu.service.auth import TLSConfig
+    from replaygpu.service.ops.auth import TLSConfig
 
     missing = [flag for flag in ("tls_cert", "tls_key") if not getattr(args, flag)]
     if args.tls_ca and missing:
@@ -162,7 +162,7 @@ def client_tls(args: argparse.Namespace) -> TLSConfig | None:
     Raises:
         ConfigError: a file is missing or unreadable, or certificate and key do not match.
     """
-    from replaygpu.service.auth import TLSConfig
+    from replaygpu.service.ops.auth import TLSConfig
 
     files = (args.tls_ca, args.tls_cert, args.tls_key, args.server_name)
     if not any(files):
@@ -232,7 +232,7 @@ def run_serve(args: argparse.Namespace) -> int:
     metrics = None
     try:
         if args.metrics_port is not None:
-            from replaygpu.service.metrics import start_metrics_server
+            from replaygpu.service.ops.metrics import start_metrics_server
 
             host = server.address.rsplit(":", 1)[0]
             metrics = start_metrics_server(args.metrics_port, server, address=host)
@@ -262,7 +262,7 @@ def run_info(args: argparse.Namespace) -> int:
     import grpc
     from google.protobuf import json_format
 
-    from replaygpu.service.auth import connect_error, make_channel, token_metadata
+    from replaygpu.service.ops.auth import connect_error, make_channel, token_metadata
     from replaygpu.v1 import replay_pb2, replay_pb2_grpc
 
     tls = client_tls(args)
@@ -308,7 +308,7 @@ def run_health(args: argparse.Namespace) -> int:
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     from replaygpu.errors import ReplayError
-    from replaygpu.service.auth import connect_error, make_channel, token_metadata
+    from replaygpu.service.ops.auth import connect_error, make_channel, token_metadata
 
     where = f"replaygpu health: {args.address} (service {args.service!r})"
     try:
