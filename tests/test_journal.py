@@ -17,10 +17,9 @@ from pathlib import Path
 import pytest
 
 from replaygpu.errors import ConfigError, ReplayError
-from replaygpu.service.learner.journal import (
+from replaygpu.service.learner.journal import Journal, JournalConfig
+from replaygpu.service.learner.journal_files import (
     HEADER_BYTES,
-    Journal,
-    JournalConfig,
     JournalCorruptError,
     JournalError,
     segment_name,

@@ -6,11 +6,8 @@ table is durably saved it calls ``journal.checkpointed()``. On restart, after re
 checkpoint, the server feeds ``journal.replay()`` back through its exactly-once path (records
 already in the checkpoint are dropped there as duplicates by ``(actor, seq)``). No TensorFlow.
 
-Layout: a directory of segments ``journal-000001.log``, ``journal-000002.log``, ... and a
-``journal.lock`` held with ``flock`` while a `Journal` is open (one server per directory).
-A record is framed as ``[magic "RGJ1"][u32 length][u32 crc32(payload)][u32 crc32(the 12 bytes
-before)][payload]``, little-endian. The header checksum makes the length trustworthy, so a
-flipped length bit is reported as corruption instead of looking like a record cut short.
+The files (segments, the record format, how records are read and checked, the directory
+lock) are described in `journal_files`; this module holds the `Journal` that writes them.
 
 Guarantees and limits:
 
@@ -38,59 +35,32 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import logging
-import mmap
 import os
-import re
-import struct
 import threading
-import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
-from replaygpu.errors import ConfigError, ReplayError
+from replaygpu.errors import ConfigError
+from replaygpu.service.learner.journal_files import (
+    HEADER_BYTES,
+    MAX_RECORD_BYTES,
+    JournalError,
+    fsync_dir,
+    lock_directory,
+    record_header,
+    segment_name,
+    segment_numbers,
+    segment_records,
+    valid_end,
+)
 
 logger = logging.getLogger(__name__)
 
 MiB = 2**20
-MAGIC = b"RGJ1"
-_PREFIX = struct.Struct("<4sII")  # magic, payload length, crc32 of the payload
-_HEADER = struct.Struct("<4sIII")  # ... and crc32 of the prefix
-HEADER_BYTES = _HEADER.size
-MAX_RECORD_BYTES = 2**32 - 1
-LOCK_NAME = "journal.lock"
-_SEGMENT = re.compile(r"journal-(\d{6,})\.log")
 _IOV_MAX = 1024  # buffers per writev: IOV_MAX on Linux and macOS
 _datasync = getattr(os, "fdatasync", os.fsync)
-
-
-class JournalError(ReplayError, RuntimeError):
-    """The journal cannot be used: it is closed, or a write or fsync failed earlier."""
-
-
-class JournalCorruptError(JournalError):
-    """A journal segment holds bytes that are not a valid record, and not as a torn tail.
-
-    Attributes:
-        path: the segment file.
-        offset: byte offset of the first bad record in it (the bytes before it are valid).
-        reason: what is wrong there.
-    """
-
-    def __init__(self, path: Path, offset: int, reason: str, detail: str = "") -> None:
-        super().__init__(
-            f"journal segment {path} is corrupt at byte offset {offset}: {reason}"
-            f"{f' ({detail})' if detail else ''}. Nothing was skipped or truncated. To keep "
-            f"the records before it, truncate the file to {offset} bytes; to start over from "
-            f"the checkpoint alone, move the journal directory aside. Either way the records "
-            f"from that offset on are lost."
-        )
-        self.path = path
-        self.offset = offset
-        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -109,96 +79,6 @@ class JournalConfig:
         value = self.segment_bytes
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"JournalConfig.segment_bytes: got {value!r}, expected an int >= 1")
-
-
-def segment_name(number: int) -> str:
-    """The file name of segment ``number`` (``journal-000001.log`` for 1)."""
-    return f"journal-{number:06d}.log"
-
-
-class _Bad(NamedTuple):
-    reason: str
-    torn: bool  # only a write cut short makes this (a partial header, or a payload past EOF)
-
-
-def _record_at(view: memoryview, offset: int, end: int) -> tuple[int, int] | _Bad:
-    """``(start, stop)`` of the payload of the record at ``offset``, or why there is none."""
-    if end - offset < HEADER_BYTES:
-        return _Bad(f"a partial record header of {end - offset} bytes", torn=True)
-    magic, length, crc, header_crc = _HEADER.unpack_from(view, offset)
-    if magic != MAGIC:
-        return _Bad(f"no record magic (found {magic!r}, expected {MAGIC!r})", torn=False)
-    if zlib.crc32(view[offset : offset + _PREFIX.size]) != header_crc:
-        return _Bad("the record header fails its checksum", torn=False)
-    start = offset + HEADER_BYTES
-    if start + length > end:
-        return _Bad(f"a record of {length} bytes runs past the end at {end}", torn=True)
-    if zlib.crc32(view[start : start + length]) != crc:
-        return _Bad(f"the {length}-byte record fails its checksum", torn=False)
-    return start, start + length
-
-
-def _valid_record_after(mm: mmap.mmap, view: memoryview, offset: int, end: int) -> int | None:
-    """The offset of the first whole valid record after ``offset``, if any."""
-    pos = offset
-    while (pos := mm.find(MAGIC, pos + 1, end)) >= 0:
-        if not isinstance(_record_at(view, pos, end), _Bad):
-            return pos
-    return None
-
-
-@contextlib.contextmanager
-def _mapped(path: Path, size: int) -> Iterator[tuple[mmap.mmap, memoryview]]:
-    """The first ``size`` (> 0) bytes of ``path``, memory-mapped read-only."""
-    with open(path, "rb") as file, mmap.mmap(file.fileno(), size, access=mmap.ACCESS_READ) as mm:
-        view = memoryview(mm)
-        try:
-            yield mm, view
-        finally:
-            view.release()
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _segment_records(path: Path, size: int) -> Iterator[bytes]:
-    """The records in the first ``size`` bytes of segment ``path``; raises at a bad one."""
-    if size == 0:
-        return
-    with _mapped(path, size) as (_, view):
-        offset = 0
-        while offset < size:
-            record = _record_at(view, offset, size)
-            if isinstance(record, _Bad):
-                raise JournalCorruptError(path, offset, record.reason)
-            yield bytes(view[record[0] : record[1]])
-            offset = record[1]
-
-
-def _lock_directory(directory: Path) -> int:
-    """Take ``journal.lock`` in ``directory`` (its descriptor), or raise ConfigError."""
-    fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
-        raise ConfigError(
-            f"journal directory {directory} is in use by another journal (process {holder}); "
-            f"two servers cannot share one journal: give each its own directory, or stop the "
-            f"other one first"
-        ) from None
-    except BaseException:
-        os.close(fd)
-        raise
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
 
 
 class Journal:
@@ -229,12 +109,12 @@ class Journal:
         try:
             if not self._dir.is_dir():
                 self._dir.mkdir(parents=True)
-                _fsync_dir(self._dir.resolve().parent)
+                fsync_dir(self._dir.resolve().parent)
         except OSError as exc:
             raise ConfigError(f"journal directory {self._dir}: cannot create it: {exc}") from exc
         self._lock = threading.Lock()
         self._gc_lock = threading.Lock()
-        self._lock_fd = _lock_directory(self._dir)
+        self._lock_fd = lock_directory(self._dir)
         self._fd = -1
         self._sizes: dict[int, int] = {}  # segment number -> bytes, the current one last
         self._current = 0
@@ -260,16 +140,7 @@ class Journal:
         return self._dir / segment_name(number)
 
     def _open_segments(self) -> None:
-        numbers = []
-        for name in os.listdir(self._dir):
-            if (match := _SEGMENT.fullmatch(name)) and segment_name(int(match[1])) == name:
-                numbers.append(int(match[1]))
-        numbers.sort()
-        for expected, number in enumerate(numbers, start=numbers[0] if numbers else 0):
-            if number != expected:
-                raise JournalCorruptError(
-                    self._path(expected), 0, "the segment is missing", f"found {number} after it"
-                )
+        numbers = segment_numbers(self._dir)
         if not numbers:
             self._create(1)
             return
@@ -277,7 +148,7 @@ class Journal:
         last = numbers[-1]
         path = self._path(last)
         size = self._sizes[last]
-        end, bad = self._valid_end(path, size)
+        end, bad = valid_end(path, size)
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         self._current = last
         if bad is not None:
@@ -294,31 +165,12 @@ class Journal:
             self._sizes[last] = end
             self._truncated = size - end
 
-    @staticmethod
-    def _valid_end(path: Path, size: int) -> tuple[int, _Bad | None]:
-        """Where the valid records of the last segment end, and what follows (None: the end)."""
-        offset = 0
-        if size == 0:
-            return offset, None
-        with _mapped(path, size) as (mm, view):
-            while offset < size:
-                record = _record_at(view, offset, size)
-                if isinstance(record, _Bad):
-                    later = None if record.torn else _valid_record_after(mm, view, offset, size)
-                    if later is not None:
-                        raise JournalCorruptError(
-                            path, offset, record.reason, f"a valid record follows at {later}"
-                        )
-                    return offset, record
-                offset = record[1]
-        return offset, None
-
     def _create(self, number: int) -> None:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
         self._fd = os.open(self._path(number), flags, 0o600)
         self._current = number
         self._sizes[number] = 0
-        _fsync_dir(self._dir)
+        fsync_dir(self._dir)
 
     def _usable(self) -> None:
         if self._closed:
@@ -365,8 +217,7 @@ class Journal:
                     f"Journal.append: record {index} is {view.nbytes} bytes, over the "
                     f"{MAX_RECORD_BYTES}-byte limit of a journal record; nothing was written"
                 )
-            prefix = _PREFIX.pack(MAGIC, view.nbytes, zlib.crc32(view))
-            frames.append((prefix + struct.pack("<I", zlib.crc32(prefix)), view))
+            frames.append((record_header(view), view))
         with self._lock:
             self._usable()
             written = 0
@@ -484,7 +335,7 @@ class Journal:
                 try:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(self._path(number))
-                    _fsync_dir(self._dir)
+                    fsync_dir(self._dir)
                 except OSError as exc:
                     with self._lock:
                         for kept in doomed[done:]:
@@ -515,7 +366,7 @@ class Journal:
             plan = [(self._path(number), size) for number, size in sorted(self._sizes.items())]
         for path, size in plan:
             try:
-                yield from _segment_records(path, size)
+                yield from segment_records(path, size)
             except FileNotFoundError as exc:
                 raise JournalError(
                     f"journal segment {path} was deleted during replay (checkpointed() ran); "

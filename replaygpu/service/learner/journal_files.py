@@ -1,0 +1,208 @@
+"""The journal's files on disk: segment names, the record format, reading and checking records,
+and the directory lock. No TensorFlow; the `Journal` that writes them is in `journal`.
+
+Layout: a directory of segments ``journal-000001.log``, ``journal-000002.log``, ... and a
+``journal.lock`` held with ``flock`` while a `Journal` is open (one server per directory).
+A record is framed as ``[magic "RGJ1"][u32 length][u32 crc32(payload)][u32 crc32(the 12 bytes
+before)][payload]``, little-endian. The header checksum makes the length trustworthy, so a
+flipped length bit is reported as corruption instead of looking like a record cut short.
+
+Reading tells a torn tail (what a write cut short leaves behind) from corruption: `valid_end`
+finds where the valid records of the last segment end and what follows them, `segment_records`
+reads a whole segment back; both raise `JournalCorruptError` naming the file and offset. The
+rules (what counts as torn, what is truncated) are the journal's guarantees, listed in
+`journal`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import mmap
+import os
+import re
+import struct
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+from replaygpu.errors import ConfigError, ReplayError
+
+MAGIC = b"RGJ1"
+_PREFIX = struct.Struct("<4sII")  # magic, payload length, crc32 of the payload
+_HEADER = struct.Struct("<4sIII")  # ... and crc32 of the prefix
+HEADER_BYTES = _HEADER.size
+MAX_RECORD_BYTES = 2**32 - 1
+LOCK_NAME = "journal.lock"
+_SEGMENT = re.compile(r"journal-(\d{6,})\.log")
+
+
+class JournalError(ReplayError, RuntimeError):
+    """The journal cannot be used: it is closed, or a write or fsync failed earlier."""
+
+
+class JournalCorruptError(JournalError):
+    """A journal segment holds bytes that are not a valid record, and not as a torn tail.
+
+    Attributes:
+        path: the segment file.
+        offset: byte offset of the first bad record in it (the bytes before it are valid).
+        reason: what is wrong there.
+    """
+
+    def __init__(self, path: Path, offset: int, reason: str, detail: str = "") -> None:
+        super().__init__(
+            f"journal segment {path} is corrupt at byte offset {offset}: {reason}"
+            f"{f' ({detail})' if detail else ''}. Nothing was skipped or truncated. To keep "
+            f"the records before it, truncate the file to {offset} bytes; to start over from "
+            f"the checkpoint alone, move the journal directory aside. Either way the records "
+            f"from that offset on are lost."
+        )
+        self.path = path
+        self.offset = offset
+        self.reason = reason
+
+
+def segment_name(number: int) -> str:
+    """The file name of segment ``number`` (``journal-000001.log`` for 1)."""
+    return f"journal-{number:06d}.log"
+
+
+def segment_numbers(directory: Path) -> list[int]:
+    """The numbers of the segments in ``directory``, ascending.
+
+    Raises:
+        JournalCorruptError: a segment is missing between the first and the last.
+    """
+    numbers = []
+    for name in os.listdir(directory):
+        if (match := _SEGMENT.fullmatch(name)) and segment_name(int(match[1])) == name:
+            numbers.append(int(match[1]))
+    numbers.sort()
+    for expected, number in enumerate(numbers, start=numbers[0] if numbers else 0):
+        if number != expected:
+            raise JournalCorruptError(
+                directory / segment_name(expected),
+                0,
+                "the segment is missing",
+                f"found {number} after it",
+            )
+    return numbers
+
+
+def record_header(payload: memoryview) -> bytes:
+    """The header that frames ``payload`` (a byte view under `MAX_RECORD_BYTES`) as a record."""
+    prefix = _PREFIX.pack(MAGIC, payload.nbytes, zlib.crc32(payload))
+    return prefix + struct.pack("<I", zlib.crc32(prefix))
+
+
+class BadRecord(NamedTuple):
+    """Why there is no valid record at an offset."""
+
+    reason: str
+    torn: bool  # only a write cut short makes this (a partial header, or a payload past EOF)
+
+
+def record_at(view: memoryview, offset: int, end: int) -> tuple[int, int] | BadRecord:
+    """``(start, stop)`` of the payload of the record at ``offset``, or why there is none."""
+    if end - offset < HEADER_BYTES:
+        return BadRecord(f"a partial record header of {end - offset} bytes", torn=True)
+    magic, length, crc, header_crc = _HEADER.unpack_from(view, offset)
+    if magic != MAGIC:
+        return BadRecord(f"no record magic (found {magic!r}, expected {MAGIC!r})", torn=False)
+    if zlib.crc32(view[offset : offset + _PREFIX.size]) != header_crc:
+        return BadRecord("the record header fails its checksum", torn=False)
+    start = offset + HEADER_BYTES
+    if start + length > end:
+        return BadRecord(f"a record of {length} bytes runs past the end at {end}", torn=True)
+    if zlib.crc32(view[start : start + length]) != crc:
+        return BadRecord(f"the {length}-byte record fails its checksum", torn=False)
+    return start, start + length
+
+
+def _valid_record_after(mm: mmap.mmap, view: memoryview, offset: int, end: int) -> int | None:
+    """The offset of the first whole valid record after ``offset``, if any."""
+    pos = offset
+    while (pos := mm.find(MAGIC, pos + 1, end)) >= 0:
+        if not isinstance(record_at(view, pos, end), BadRecord):
+            return pos
+    return None
+
+
+@contextlib.contextmanager
+def _mapped(path: Path, size: int) -> Iterator[tuple[mmap.mmap, memoryview]]:
+    """The first ``size`` (> 0) bytes of ``path``, memory-mapped read-only."""
+    with open(path, "rb") as file, mmap.mmap(file.fileno(), size, access=mmap.ACCESS_READ) as mm:
+        view = memoryview(mm)
+        try:
+            yield mm, view
+        finally:
+            view.release()
+
+
+def segment_records(path: Path, size: int) -> Iterator[bytes]:
+    """The records in the first ``size`` bytes of segment ``path``; raises at a bad one."""
+    if size == 0:
+        return
+    with _mapped(path, size) as (_, view):
+        offset = 0
+        while offset < size:
+            record = record_at(view, offset, size)
+            if isinstance(record, BadRecord):
+                raise JournalCorruptError(path, offset, record.reason)
+            yield bytes(view[record[0] : record[1]])
+            offset = record[1]
+
+
+def valid_end(path: Path, size: int) -> tuple[int, BadRecord | None]:
+    """Where the valid records of the last segment end, and what follows (None: the end).
+
+    Raises:
+        JournalCorruptError: a bad record that is not a torn tail (a valid one follows it).
+    """
+    offset = 0
+    if size == 0:
+        return offset, None
+    with _mapped(path, size) as (mm, view):
+        while offset < size:
+            record = record_at(view, offset, size)
+            if isinstance(record, BadRecord):
+                later = None if record.torn else _valid_record_after(mm, view, offset, size)
+                if later is not None:
+                    raise JournalCorruptError(
+                        path, offset, record.reason, f"a valid record follows at {later}"
+                    )
+                return offset, record
+            offset = record[1]
+    return offset, None
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make the entries of ``directory`` (files created or deleted in it) durable."""
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def lock_directory(directory: Path) -> int:
+    """Take ``journal.lock`` in ``directory`` (its descriptor), or raise ConfigError."""
+    fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise ConfigError(
+            f"journal directory {directory} is in use by another journal (process {holder}); "
+            f"two servers cannot share one journal: give each its own directory, or stop the "
+            f"other one first"
+        ) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
