@@ -139,8 +139,6 @@ class Sequence(View):
 
     def _other_stream(self, table: ReplayTable, rows: tf.Tensor, starts: tf.Tensor) -> tf.Tensor:
         """``[B, L]`` bool: rows of another stream than their window's start row."""
-        if self.stream_field is None:
-            return tf.zeros_like(rows, tf.bool)
         stream = table.storage[self.stream_field]
         return tf.gather(stream, rows) != tf.gather(stream, starts)[:, None]
 
@@ -148,7 +146,15 @@ class Sequence(View):
         """``([B, T] bool: step t >= 1 starts another episode or stream, [B] rows ahead)``."""
         offsets = tf.range(self.length, dtype=tf.int64)
         rows = (starts[:, None] + offsets[None, :]) % table.capacity
-        boundary = self._starts_episode(table, rows) | self._other_stream(table, rows, starts)
+        if self.start_field is not None:
+            boundary = tf.gather(table.storage[self.start_field], rows)
+        else:  # step t starts an episode when step t - 1 ended one
+            done = tf.gather(table.storage["terminated"], rows) | tf.gather(
+                table.storage["truncated"], rows
+            )
+            boundary = tf.concat([tf.zeros_like(done[:, :1]), done[:, :-1]], axis=1)
+        if self.stream_field is not None:
+            boundary = boundary | self._other_stream(table, rows, starts)
         # Step 0 is always in the episode; a boundary at step t >= 1 ends the window before t.
         boundary = tf.concat([tf.zeros_like(boundary[:, :1]), boundary[:, 1:]], axis=1)
         ahead = (table.cursor.read_value() - 1 - starts) % table.capacity
@@ -181,7 +187,8 @@ class Sequence(View):
         rows = (starts[:, None] - back[None, :]) % capacity
         # Row start - j is cut off when any of rows start - j + 1 .. start begins an episode.
         blocked = self._starts_episode(table, (rows + 1) % capacity)
-        blocked = blocked | self._other_stream(table, rows, starts)
+        if self.stream_field is not None:
+            blocked = blocked | self._other_stream(table, rows, starts)
         oldest = (table.cursor.read_value() - table.size_var.read_value()) % capacity
         age = (starts - oldest) % capacity
         blocked = blocked | (back[None, :] > age[:, None])
@@ -198,15 +205,16 @@ class Sequence(View):
         steps = self.burn_in + self.length
         offsets = tf.range(-self.burn_in, self.length, dtype=tf.int64)
         window = (starts[:, None] + offsets[None, :]) % table.capacity  # [B, L]
-        flat = tf.reshape(window, [-1])
-        if self.n_step > 1:
+        if self.n_step > 1:  # every step an n-step transition: the rows' windows, flattened
             view = NStep(self.n_step, self.gamma, self.stream_field)
-            values = view.read(table, flat)
+            values = view.read(table, tf.reshape(window, [-1]))
+            values = {
+                k: tf.reshape(v, [batch_size, steps, *v.shape[1:]]) for k, v in values.items()
+            }
         else:
-            values = table.gather(flat)
+            values = {name: table.read(name, window) for name in table.storage}
         batch = {}
         for name, value in values.items():
-            value = tf.reshape(value, [batch_size, steps, *value.shape[1:]])
             keep = tf.reshape(mask, [batch_size, steps] + [1] * (value.shape.rank - 2))
             batch[name] = tf.where(keep, value, tf.zeros_like(value))
         batch[MASK] = tf.cast(mask, tf.float32)
