@@ -1,6 +1,7 @@
 """The actor side of the service: what an actor process runs, without TensorFlow.
 
 - `client`: `ReplayClient`, the public API (buffer transitions, flush, pull weights);
+- `connection`: its channel to the server, connecting with retries, and the unary RPCs;
 - `outbox`: sealed requests awaiting their ack, and the thread that streams them.
 
 Nothing here imports TensorFlow or the learner side, so an actor starts fast and stays small

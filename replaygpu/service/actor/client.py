@@ -5,26 +5,26 @@ holds ``max_batch_transitions`` transitions or ``max_batch_bytes`` bytes, or whe
 waited ``max_delay_s`` (a background flusher). Sealed requests go to the client's `Outbox`
 (``outbox.py`` beside this module), which streams them, keeps them until acknowledged (bounded
 by ``max_buffer_bytes``: `add` blocks when full) and resends them in order after a reconnect,
-with exponential backoff; nothing is duplicated or lost. `flush` waits for the acks.
+with exponential backoff; nothing is duplicated or lost. `flush` waits for the acks. The
+channel, connecting and the unary RPCs are the client's `Connection` (``connection.py``).
 
 This module imports no TensorFlow: an actor process starts fast and stays small.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Mapping
 from typing import Any
 
-import grpc
 import numpy as np
 
 from replaygpu.errors import BatchError, ConfigError
 from replaygpu.fields import HostSpec, check_columns, row_nbytes
 from replaygpu.learner.ratio import SampleToInsertRule
 from replaygpu.nest import SEP, flatten_batch
+from replaygpu.service.actor.connection import Connection
 from replaygpu.service.actor.outbox import Outbox
 from replaygpu.service.config import (
     MAX_ACTOR_ID_BYTES,
@@ -33,19 +33,10 @@ from replaygpu.service.config import (
     actor_id_problem,
 )
 from replaygpu.service.ops.allocator import keep_freed_memory
-from replaygpu.service.ops.auth import TLSConfig, connect_error, make_channel, token_metadata
+from replaygpu.service.ops.auth import TLSConfig
 from replaygpu.service.wire import codec
 from replaygpu.service.wire.append_request import encode_append_request
-from replaygpu.service.wire.status import (
-    ServiceUnavailableError,
-    TableNotFoundError,
-    error_from_rpc,
-)
-from replaygpu.v1 import replay_pb2, replay_pb2_grpc
-
-logger = logging.getLogger(__name__)
-
-_APPEND_METHOD = "/replaygpu.v1.ReplayService/Append"
+from replaygpu.service.wire.status import TableNotFoundError
 
 
 class _NotPlain(Exception):
@@ -101,27 +92,20 @@ class ReplayClient:
         self.config = config or ClientConfig()
         if self.config.keep_freed_memory:
             keep_freed_memory(self.config.max_buffer_bytes)
-        self._metadata = token_metadata(token)
-        self._channel, self._tls = make_channel(address, tls, self.config.max_message_bytes), tls
-        self._stub = replay_pb2_grpc.ReplayServiceStub(self._channel)
-        self._append = self._channel.stream_stream(
-            _APPEND_METHOD,
-            request_serializer=lambda b: b,  # requests are serialized once, resent as bytes
-            response_deserializer=replay_pb2.AppendAck.FromString,
-        )
+        self._connection = Connection(address, actor_id, token, tls, self.config)
         try:
-            info = self._connect()
+            reply = self._connection.connect(table)
         except BaseException:
-            self._channel.close()
+            self._connection.close()
             raise
         #: ``{field: FieldSpec}`` of the server's table
-        self.spec: HostSpec = info[0]
+        self.spec: HostSpec = reply.spec
         #: the rule of the learner's rate limiter (None without one), see `wait_for_insert_room`
-        self.rate_limit: SampleToInsertRule | None = info[2]
+        self.rate_limit: SampleToInsertRule | None = reply.rate_limit
         #: what the learner asks its actors to run (env, policy, exploration), as announced
         #: when the client connected; None from a server that sets none (``replaygpu serve``)
-        self.actor_settings: ActorSettings | None = info[3]
-        self._next_seq = info[1] + 1
+        self.actor_settings: ActorSettings | None = reply.actor_settings
+        self._next_seq = reply.last_seq + 1
         row = row_nbytes(self.spec)
         self._rows = max(
             1, min(self.config.max_batch_transitions, self.config.max_batch_bytes // row)
@@ -136,10 +120,7 @@ class ReplayClient:
         self._layout: list[tuple[str, np.ndarray, np.dtype, tuple[int, ...]]] = []
         self._partial_since = 0.0
         self._outbox = Outbox(
-            lambda requests: self._append(requests, metadata=self._metadata),
-            address,
-            self.config,
-            classify=lambda err: connect_error(err, address, tls),
+            self._connection.append, address, self.config, classify=self._connection.classify
         )
         self._cond = self._outbox.cond  # one lock for the partial buffer and the outbox
         self._filling = threading.Event()  # set while a request is being filled
@@ -157,64 +138,6 @@ class ReplayClient:
     def last_table_size(self) -> int:
         """The table's size in the latest ack."""
         return self._outbox.last_table_size
-
-    # -- connecting -----------------------------------------------------------------------------
-
-    def _connect(self) -> tuple[HostSpec, int, SampleToInsertRule | None, ActorSettings | None]:
-        """Ask the server for the table's spec, this actor's last seq, its rate limit and its
-        actor settings (``Info``).
-
-        A server that is down or restarting (connection refused, UNAVAILABLE) is waited for,
-        with backoff, up to ``retry_deadline_s``; the channel's own reconnect backoff is capped
-        at 1 s (`replaygpu.service.ops.auth.channel_options`), so the client is in within about
-        2 s of the server coming up. A TLS handshake that can never succeed (untrusted
-        certificate, TLS on one side only, a client certificate missing or refused) raises
-        `TLSError` at once, saying what to change (`replaygpu.service.ops.auth.connect_error`).
-        """
-        started = time.monotonic()
-        limit = self.config.retry_deadline_s
-        deadline = started + limit if limit is not None else float("inf")
-        delay = self.config.retry_initial_s
-        while True:
-            try:
-                # no wait_for_ready: a failed connection attempt comes back at once with its
-                # reason (wait_for_ready would hide it behind DEADLINE_EXCEEDED)
-                info = self._stub.Info(
-                    replay_pb2.InfoRequest(actor_id=self.actor_id),
-                    metadata=self._metadata,
-                    timeout=max(0.05, min(self.config.rpc_timeout_s, deadline - time.monotonic())),
-                )
-                break
-            except grpc.RpcError as err:
-                error = connect_error(err, self.address, self._tls)
-                if not error.retryable:
-                    raise error from None
-                if time.monotonic() + delay > deadline:
-                    gave_up = ServiceUnavailableError(
-                        f"{error}; no answer from the server for {time.monotonic() - started:.1f} "
-                        f"s (ClientConfig.retry_deadline_s={limit}): start it, check the "
-                        "address, or raise the deadline"
-                    )
-                    gave_up.code = error.code
-                    raise gave_up from None
-                logger.debug("connecting to %s: %s; retrying in %.2f s", self.address, error, delay)
-                time.sleep(delay)
-                delay = min(2 * delay, self.config.retry_max_s)
-        tables = {t.name: t for t in info.tables}
-        if self.table not in tables:
-            raise TableNotFoundError(
-                f"server at {self.address} has no table named {self.table!r}. "
-                f"Found: {', '.join(sorted(tables))}"
-            )
-        table = tables[self.table]
-        return (
-            codec.host_spec_from_proto(table.spec),
-            int(info.actor_last_seq),
-            _rate_limit(table),
-            ActorSettings.from_proto(info.actor_settings)
-            if info.HasField("actor_settings")
-            else None,
-        )
 
     # -- adding ---------------------------------------------------------------------------------
 
@@ -473,36 +396,19 @@ class ReplayClient:
             ``(version, weights)`` with weights as published (a dict or a list of read-only
             arrays), or None when nothing newer was published.
         """
-        reply = self._get_weights(newer_than)
+        reply = self._connection.get_weights(newer_than)
         if reply.version < newer_than and not reply.tensors:
             # the server numbers from an earlier point than our version (a restarted learner)
             # but did not send its weights (an older server): ask for whatever it has
-            reply = self._get_weights(0)
+            reply = self._connection.get_weights(0)
         if not reply.tensors or reply.version == newer_than:
             return None
         arrays = codec.decode_named(reply.tensors)
         return reply.version, arrays if reply.named else list(arrays.values())
 
-    def _get_weights(self, newer_than: int) -> Any:
-        try:
-            return self._stub.GetWeights(
-                replay_pb2.GetWeightsRequest(newer_than=newer_than),
-                metadata=self._metadata,
-                timeout=self.config.rpc_timeout_s,
-            )
-        except grpc.RpcError as err:
-            raise error_from_rpc(err, self.address) from None
-
     def info(self) -> Any:
         """The server's ``InfoResponse`` (tables, counters, weights version)."""
-        try:
-            return self._stub.Info(
-                replay_pb2.InfoRequest(actor_id=self.actor_id),
-                metadata=self._metadata,
-                timeout=self.config.rpc_timeout_s,
-            )
-        except grpc.RpcError as err:
-            raise error_from_rpc(err, self.address) from None
+        return self._connection.info()
 
     # -- closing --------------------------------------------------------------------------------
 
@@ -524,20 +430,10 @@ class ReplayClient:
             self._outbox.close(drop=not (flush and flushed))
             self._filling.set()  # wake the flusher to see the outbox closing
             self._flusher.join()
-            self._channel.close()
+            self._connection.close()
 
     def __enter__(self) -> ReplayClient:
         return self
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
         self.close(flush=exc_type is None)
-
-
-def _rate_limit(table: Any) -> SampleToInsertRule | None:
-    """The samples-per-insert rule a ``TableInfo`` describes, or None."""
-    limiter = table.rate_limiter
-    if limiter.kind != "SampleToInsertRatio" or limiter.samples_per_insert <= 0:
-        return None
-    return SampleToInsertRule(
-        limiter.samples_per_insert, int(limiter.min_size_to_sample), limiter.error_buffer
-    )

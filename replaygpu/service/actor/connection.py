@@ -1,0 +1,197 @@
+"""The client's connection to a replay server: the channel, connecting with retries, the RPCs.
+
+A `ReplayClient` (in `client`) owns one `Connection`: it connects through it (``Info``, waited
+for with backoff while the server is down), hands its `Connection.append` to the `Outbox` that
+streams the requests, and asks it for weights and counters. Imports no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from replaygpu.fields import HostSpec
+from replaygpu.learner.ratio import SampleToInsertRule
+from replaygpu.service.config import ActorSettings, ClientConfig
+from replaygpu.service.ops.auth import TLSConfig, connect_error, make_channel, token_metadata
+from replaygpu.service.wire import codec
+from replaygpu.service.wire.status import (
+    ServiceError,
+    ServiceUnavailableError,
+    TableNotFoundError,
+    error_from_rpc,
+)
+from replaygpu.v1 import replay_pb2, replay_pb2_grpc
+
+logger = logging.getLogger(__name__)
+
+APPEND_METHOD = "/replaygpu.v1.ReplayService/Append"
+
+
+@dataclass(frozen=True)
+class ConnectReply:
+    """What a connecting client learns from the server's ``Info`` about its table.
+
+    Attributes:
+        spec: ``{field: FieldSpec}`` of the table.
+        last_seq: the last seq the server committed or staged for this actor (0: none).
+        rate_limit: the rule of the learner's rate limiter, or None without one.
+        actor_settings: what the learner asks its actors to run, or None when it sets none.
+    """
+
+    spec: HostSpec
+    last_seq: int
+    rate_limit: SampleToInsertRule | None
+    actor_settings: ActorSettings | None
+
+
+class Connection:
+    """A gRPC channel to one replay server, and the calls a `ReplayClient` makes on it.
+
+    Args:
+        address: ``host:port`` of the server.
+        actor_id: the actor the calls are made for.
+        token: bearer token, when the server requires one.
+        tls: `TLSConfig`, or None for plaintext.
+        config: the client's limits and retries (`ClientConfig`).
+    """
+
+    def __init__(
+        self,
+        address: str,
+        actor_id: str,
+        token: str | None,
+        tls: TLSConfig | None,
+        config: ClientConfig,
+    ) -> None:
+        self.address = address
+        self.actor_id = actor_id
+        self.config = config
+        self._tls = tls
+        self._metadata = token_metadata(token)
+        self._channel = make_channel(address, tls, config.max_message_bytes)
+        self._stub = replay_pb2_grpc.ReplayServiceStub(self._channel)
+        self._append = self._channel.stream_stream(
+            APPEND_METHOD,
+            request_serializer=lambda b: b,  # requests are serialized once, resent as bytes
+            response_deserializer=replay_pb2.AppendAck.FromString,
+        )
+
+    def append(self, requests: Iterator[bytes]) -> Any:
+        """Open an Append stream that sends ``requests`` (serialized AppendRequests); the call
+        it returns iterates over the acks."""
+        return self._append(requests, metadata=self._metadata)
+
+    def classify(self, err: grpc.RpcError) -> ServiceError:
+        """The library error of a failed RPC, telling a TLS mismatch from a closed connection
+        (`replaygpu.service.ops.auth.connect_error`)."""
+        return connect_error(err, self.address, self._tls)
+
+    def connect(self, table: str) -> ConnectReply:
+        """Ask the server for ``table``'s spec, this actor's last seq, its rate limit and its
+        actor settings (``Info``).
+
+        A server that is down or restarting (connection refused, UNAVAILABLE) is waited for,
+        with backoff, up to ``retry_deadline_s``; the channel's own reconnect backoff is capped
+        at 1 s (`replaygpu.service.ops.auth.channel_options`), so the client is in within about
+        2 s of the server coming up. A TLS handshake that can never succeed (untrusted
+        certificate, TLS on one side only, a client certificate missing or refused) raises
+        `TLSError` at once, saying what to change (`classify`).
+
+        Raises:
+            TableNotFoundError: the server has no such table (the message lists its tables).
+            ServiceError: a permanent error (token, TLS), or UNAVAILABLE past the deadline.
+        """
+        started = time.monotonic()
+        limit = self.config.retry_deadline_s
+        deadline = started + limit if limit is not None else float("inf")
+        delay = self.config.retry_initial_s
+        while True:
+            try:
+                # no wait_for_ready: a failed connection attempt comes back at once with its
+                # reason (wait_for_ready would hide it behind DEADLINE_EXCEEDED)
+                info = self._stub.Info(
+                    replay_pb2.InfoRequest(actor_id=self.actor_id),
+                    metadata=self._metadata,
+                    timeout=max(0.05, min(self.config.rpc_timeout_s, deadline - time.monotonic())),
+                )
+                break
+            except grpc.RpcError as err:
+                error = self.classify(err)
+                if not error.retryable:
+                    raise error from None
+                if time.monotonic() + delay > deadline:
+                    gave_up = ServiceUnavailableError(
+                        f"{error}; no answer from the server for {time.monotonic() - started:.1f} "
+                        f"s (ClientConfig.retry_deadline_s={limit}): start it, check the "
+                        "address, or raise the deadline"
+                    )
+                    gave_up.code = error.code
+                    raise gave_up from None
+                logger.debug("connecting to %s: %s; retrying in %.2f s", self.address, error, delay)
+                time.sleep(delay)
+                delay = min(2 * delay, self.config.retry_max_s)
+        tables = {t.name: t for t in info.tables}
+        if table not in tables:
+            raise TableNotFoundError(
+                f"server at {self.address} has no table named {table!r}. "
+                f"Found: {', '.join(sorted(tables))}"
+            )
+        found = tables[table]
+        return ConnectReply(
+            spec=codec.host_spec_from_proto(found.spec),
+            last_seq=int(info.actor_last_seq),
+            rate_limit=_rate_limit(found),
+            actor_settings=ActorSettings.from_proto(info.actor_settings)
+            if info.HasField("actor_settings")
+            else None,
+        )
+
+    def get_weights(self, newer_than: int) -> Any:
+        """The server's ``Weights`` reply to ``GetWeights(newer_than)``.
+
+        Raises:
+            ServiceError: the call failed.
+        """
+        try:
+            return self._stub.GetWeights(
+                replay_pb2.GetWeightsRequest(newer_than=newer_than),
+                metadata=self._metadata,
+                timeout=self.config.rpc_timeout_s,
+            )
+        except grpc.RpcError as err:
+            raise error_from_rpc(err, self.address) from None
+
+    def info(self) -> Any:
+        """The server's ``InfoResponse`` (tables, counters, weights version).
+
+        Raises:
+            ServiceError: the call failed.
+        """
+        try:
+            return self._stub.Info(
+                replay_pb2.InfoRequest(actor_id=self.actor_id),
+                metadata=self._metadata,
+                timeout=self.config.rpc_timeout_s,
+            )
+        except grpc.RpcError as err:
+            raise error_from_rpc(err, self.address) from None
+
+    def close(self) -> None:
+        """Close the channel (and any stream still open on it)."""
+        self._channel.close()
+
+
+def _rate_limit(table: Any) -> SampleToInsertRule | None:
+    """The samples-per-insert rule a ``TableInfo`` describes, or None."""
+    limiter = table.rate_limiter
+    if limiter.kind != "SampleToInsertRatio" or limiter.samples_per_insert <= 0:
+        return None
+    return SampleToInsertRule(
+        limiter.samples_per_insert, int(limiter.min_size_to_sample), limiter.error_buffer
+    )
