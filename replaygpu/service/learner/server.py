@@ -176,7 +176,7 @@ class ReplayServer:
         for data in self.journal.replay():
             records += 1
             try:
-                item = self._servicer._prepare(data, lambda _: None, replay=True)
+                item = self._servicer.prepare(data, lambda _: None, replay=True)
             except Exception as err:
                 raise ReplayError(
                     f"journal {self.journal.directory}: record {records} does not fit table "

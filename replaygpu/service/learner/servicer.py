@@ -5,9 +5,9 @@ an open Append stream costs a coroutine, not a thread, and health checks and Inf
 for a free worker. An ``Append`` stream reads top to bottom here:
 
 1. gRPC hands each request over as the received bytes (no deserializer);
-2. **parse** (`parse_append_request`: tensor data stay views of the received bytes);
+2. **parse** (`admission.parse_request`: tensor data stay views of the received bytes);
 3. **validate** the header (table, actor, seq, size) and every field's dtype and shape against
-   the table's host spec before decoding anything;
+   the table's host spec before decoding anything (`admission`);
 4. a replay of an already committed seq is acknowledged at once and dropped; otherwise
 5. **stage**: each array is copied once into an aligned pooled buffer and the whole batch put
    on the bounded staging queue (`staging`); steps 2-5 run on the loop for small requests and
@@ -35,19 +35,17 @@ import grpc
 
 from replaygpu._version import __version__
 from replaygpu.errors import BatchError
-from replaygpu.fields import HostSpec, check_columns
+from replaygpu.fields import HostSpec
 from replaygpu.learner.weights import WeightSnapshot, WeightStore
-from replaygpu.service.config import ActorSettings, ServerConfig, actor_id_problem
+from replaygpu.service.config import ActorSettings, ServerConfig
+from replaygpu.service.learner.admission import check_header, decode_columns, parse_request
 from replaygpu.service.learner.ingest import Ingest
 from replaygpu.service.learner.staging import BufferPool, StagedBatch, StagingQueue
 from replaygpu.service.wire import codec
-from replaygpu.service.wire.append_request import WireFormatError, parse_append_request
 from replaygpu.service.wire.status import (
-    InvalidBatchError,
     ResourceExhaustedError,
     ServiceError,
     ServiceUnavailableError,
-    TableNotFoundError,
     code_of,
     trailing_metadata_of,
 )
@@ -250,7 +248,7 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         """Parse, validate, copy and stage one request (or ack a replay at once)."""
         loop = asyncio.get_running_loop()
         if len(data) >= OFF_LOOP_BYTES:
-            item = await loop.run_in_executor(self._admit_pool, self._prepare, data, post)
+            item = await loop.run_in_executor(self._admit_pool, self.prepare, data, post)
         else:
             prepared = loop.create_future()
             self._waiting.append((data, post, prepared))
@@ -279,7 +277,7 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
                     if prepared.done():  # its stream ended meanwhile
                         continue
                     try:
-                        prepared.set_result(self._prepare(data, post))
+                        prepared.set_result(self.prepare(data, post))
                     except Exception as err:
                         prepared.set_exception(err)
                 await asyncio.sleep(0)
@@ -293,60 +291,21 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         while len(staged) > self.ingest.ledger.max_actors:
             staged.popitem(last=False)
 
-    def _prepare(
+    def prepare(
         self, data: bytes, post: Callable[[Any], None], replay: bool = False
     ) -> StagedBatch | None:
-        """Parse and validate one request and copy its arrays into pooled buffers; a replay of
-        a committed seq is acknowledged (``post``) and gives None. ``replay``: a request read
-        back from the journal (accepted under the limits of its time)."""
-        size = len(data)
-        try:
-            request = parse_append_request(data)
-        except WireFormatError as err:
-            raise InvalidBatchError(
-                f"AppendRequest of {size} bytes is not a valid message ({err}); send requests made "
-                "by ReplayClient or replaygpu.service.wire.append_request.encode_append_request"
-            ) from None
+        """Parse and validate one request (`admission`) and copy its arrays into pooled
+        buffers; a replay of a committed seq is acknowledged (``post``) and gives None.
+        ``replay``: a request read back from the journal (accepted under the limits of its
+        time)."""
+        request = parse_request(data)
         seq = request.seq
         if self.closing:
             raise ServiceUnavailableError(f"server at {self.address} is shutting down", seq=seq)
-        if request.table != self.table.name:
-            raise TableNotFoundError(
-                f"server at {self.address} has no table named {request.table[:200]!r}. "
-                f"Found: {self.table.name}",
-                seq=seq,
-            )
-        if size > self.config.max_message_bytes and not replay:  # a limit of the time
-            raise ResourceExhaustedError(
-                f"AppendRequest seq {seq} is {size} bytes, over max_message_bytes="
-                f"{self.config.max_message_bytes}; send smaller batches (ReplayClient splits "
-                "them at ClientConfig.max_batch_bytes)",
-                seq=seq,
-            )
-        problem = actor_id_problem(request.actor_id)
-        if problem is not None:
-            raise InvalidBatchError(
-                f"AppendRequest field 'actor_id' ({request.actor_id[:40]!r}...): {problem}; "
-                "expected 1 to 128 printable ASCII characters",
-                seq=seq,
-            )
-        if seq < 1:
-            raise InvalidBatchError(
-                f"AppendRequest field 'seq': got {seq}, expected >= 1 (seqs count from 1)", seq=seq
-            )
-        fields: dict[str, Any] = {}
-        try:
-            for name, tensor in request.fields:
-                if name in fields:
-                    raise BatchError(
-                        f"field {name[:200]!r} appears twice in the batch; send each field once",
-                        field=name,
-                    )
-                fields[name] = tensor
-            n = check_columns(self.spec, fields)
-            columns = {name: codec.decode_tensor(t, name) for name, t in fields.items()}
-        except BatchError as err:
-            raise InvalidBatchError(f"table '{self.table.name}', seq {seq}: {err}", seq) from err
+        check_header(
+            request, len(data), self.table.name, self.config.max_message_bytes, self.address, replay
+        )
+        columns, n = decode_columns(request, self.spec, self.table.name)
         actor = request.actor_id
 
         def done(ack: dict[str, Any]) -> None:
