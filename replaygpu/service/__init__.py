@@ -1,21 +1,18 @@
-"""The actor-to-learner gRPC service.
+"""The actor-to-learner gRPC service, one subpackage per side of the wire.
 
-Modules, by side of the wire:
+- `actor` (no TensorFlow): `ReplayClient` (`actor.client`), its `connection` to the server and
+  its `outbox` of unacknowledged requests;
+- `learner`: `serve` and `ReplayServer` (`learner.server`), the RPCs (`servicer`, `admission`),
+  `staging`, `ingest`, `ledger`, the durable `journal`, and a served learner's training `loop`;
+- `wire` (no TensorFlow): what both sides agree on: the ``AppendRequest`` format
+  (`append_request`), `codec`, the error <-> status code mapping (`status`), and
+  `generate_protos` for the generated code, which stays at ``replaygpu.v1`` (the proto
+  package other languages use);
+- `ops`: operating it: the ``serve`` / ``info`` / ``health`` `commands`, Prometheus `metrics`,
+  `auth` (tokens, TLS) and the `allocator` tuning both sides call.
 
-- both sides (no TensorFlow): `wire` (the AppendRequest format: one-copy encoder, zero-copy
-  parser), `codec` (numpy arrays <-> Tensor messages), `status` (library errors <-> gRPC status
-  codes), `auth` (tokens, TLS), `config` (`ClientConfig`, `ServerConfig`,
-  `ActorSettings`), `allocator`
-  (glibc tuning for large buffers), `generate_protos` (regenerates ``replaygpu.v1``);
-- actor side (no TensorFlow): `client` (`ReplayClient`) and its `outbox` (unacknowledged
-  requests and the stream thread);
-- learner side: `server` (`serve`, `ReplayServer`: lifecycle, health, checkpoints),
-  `servicer` (the RPCs: Append's parse -> validate -> stage -> ack, GetWeights, Info),
-  `staging` (the bounded queue and buffer pool between gRPC threads and the committer),
-  `ingest` (commits staged batches exactly once), `ledger` (last committed seq per actor,
-  checkpointed), `loop` (a served learner's training loop: `rg.run_learner`,
-  `rg.learner_step`), `metrics` (Prometheus ``/metrics``: `start_metrics_server`),
-  `commands` (``replaygpu serve`` / ``replaygpu info`` / ``replaygpu health``).
-
-This package re-exports nothing, so importing the client never pulls in the server.
+`config` (`ClientConfig`, `ServerConfig`, `ActorSettings`, the actor-id rule) stays here: both
+sides read it, and it imports neither. The actor side imports only `wire`, `config` and the
+TensorFlow-free `ops` modules, never `learner`. This package re-exports nothing, so importing
+the client never pulls in the server.
 """
