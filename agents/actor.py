@@ -1,19 +1,26 @@
-"""An actor: a gymnasium vector env, a numpy behaviour policy, a `ReplayClient`.
+"""The one actor loop: envs, a numpy behaviour policy, a `ReplayClient`.
 
-The policy is a dqn learner's epsilon-greedy Q-network (Ape-X) or a sac learner's sampled
-squashed Gaussian; `actor_config` builds an actor's config from the `rg.ActorSettings` that a
-learner announces in ``Info``, so ``replaygpu actor ADDRESS`` needs no other flags.
+`run_actor` steps its envs with one batched numpy policy call per vector step, sends what they
+produced with ``add_batch``, pulls new weights with ``get_weights(newer_than=version)`` every
+``weight_pull_interval`` env steps and follows the learner's samples-per-insert limit
+(``wait_for_insert_room``): only `rg.ReplayClient`'s public API. Actor ``i`` of ``N`` explores
+with ``eps_i = epsilon_base ** (1 + epsilon_alpha * i / (N - 1))`` (Ape-X).
 
-This module imports no TensorFlow, so actor processes start fast and stay small. An actor
-steps ``num_envs`` envs with one batched numpy policy call per vector step, sends its
-transitions in columnar batches with `ReplayClient.add_batch`, and pulls new weights with
-``get_weights(newer_than=version)`` every ``weight_pull_interval`` env steps. Actor ``i`` of
-``N`` explores with ``eps_i = epsilon_base ** (1 + epsilon_alpha * i / (N - 1))`` (Ape-X).
+What differs between kinds of actor is one small piece the loop takes, an `Experience`: the
+envs, the network the actor acts with, and how env steps become table rows.
 
-When the table has a ``stream`` field (`STREAM_FIELD`), the actor fills it with a global env
-id (``actor_index * num_envs + env``) and sends each batch env-major, so each env's steps lie
-in consecutive rows: ``rg.NStepSampler(..., stream_field="stream")`` then computes n-step
-returns across interleaved actors.
+- `VectorExperience` (``frame_stack`` 0): a gymnasium vector env, a dqn learner's
+  epsilon-greedy Q-network MLP or a sac learner's sampled squashed Gaussian, transitions sent
+  every ``send_interval`` vector steps. When the table has a ``stream`` field (`STREAM_FIELD`),
+  it holds a global env id (``actor_index * num_envs + env``) and each batch goes env-major, so
+  each env's steps lie in consecutive rows: ``rg.NStep(..., stream_field="stream")`` then
+  computes n-step returns across interleaved actors.
+- `frame_actor.FrameExperience` (``frame_stack`` k > 0): ALE games for a frame-table learner,
+  the Nature CNN on k-frame stacks, whole episode segments of `rg.frame_rows`.
+
+`ActorConfig.from_settings` builds an actor's config from the `rg.ActorSettings` that a learner
+announces in ``Info``, so ``replaygpu actor ADDRESS`` needs no other flags. This module imports
+no TensorFlow, so actor processes start fast and stay small.
 """
 
 from __future__ import annotations
@@ -25,17 +32,16 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import Literal, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 import gymnasium as gym
 import numpy as np
 
 import replaygpu as rg
-from replaygpu.agents.checks import require_positive_ints, require_unit_interval
-from replaygpu.agents.envs import EpisodeStats, TransitionChunk, make_vector_env
-from replaygpu.agents.flags import helptext
+from replaygpu.agents.actor_config import ActorConfig
+from replaygpu.agents.envs import EpisodeStats, Policy, TransitionChunk, make_vector_env
+from replaygpu.agents.frame_actor import FrameExperience
 from replaygpu.agents.policies import (
     batch_size_of,
     epsilon_greedy_actions,
@@ -57,111 +63,121 @@ STOP_FLUSH_S = 20.0
 #: The optional int64 table field naming the env (stream) that produced each row.
 STREAM_FIELD = "stream"
 
-#: ``report(kind, actor_index, payload)``: "episode" with (env_steps, return, length), or
-#: "done" with the actor's final stats dict.
+#: ``report(kind, actor_index, payload)``: "episode" with (env_steps, return, length), "sent"
+#: with (env_steps, env steps sent), or "done" with the actor's final stats dict.
 Report = Callable[[str, int, object], None]
 
 
-@dataclass(frozen=True)
-class ActorConfig:
-    """How one actor collects experience."""
+class Experience(Protocol):
+    """What an actor collects: its envs, the network it acts with, the rows its steps become.
 
-    env_id: str = field(default="CartPole-v1", metadata=helptext("gymnasium env id"))
-    agent: Literal["dqn", "sac"] = field(
-        default="dqn",
-        metadata=helptext(
-            "policy: dqn (epsilon-greedy Q-network, Discrete actions) or sac (squashed "
-            "Gaussian, Box actions)"
-        ),
-    )
-    actor_index: int = field(default=0, metadata=helptext("this actor's index i in [0, N)"))
-    num_actors: int = field(default=1, metadata=helptext("N, actors in the whole run"))
-    actor_id_prefix: str = field(
-        default="",
-        metadata=helptext(
-            "actor ids are PREFIX-INDEX, unique per actor (the learner's exactly-once ledger "
-            "keys on them); empty: HOSTNAME-PID, so actors on other hosts, in other "
-            "containers or in other processes never share an id"
-        ),
-    )
-    num_envs: int = field(default=8, metadata=helptext("envs stepped together per actor"))
-    seed: int = field(default=1, metadata=helptext("base seed (offset by the actor index)"))
-    steps: int = field(default=0, metadata=helptext("env steps to collect; 0: until stopped"))
-    weight_pull_interval: int = field(
-        default=400, metadata=helptext("env steps between get_weights(newer_than=version) calls")
-    )
-    send_interval: int = field(
-        default=32, metadata=helptext("vector steps buffered before one add_batch call")
-    )
-    epsilon_base: float = field(default=0.4, metadata=helptext("Ape-X epsilon base"))
-    epsilon_alpha: float = field(default=7.0, metadata=helptext("Ape-X epsilon exponent spread"))
-    insert_slack: int = field(
-        default=2048,
-        metadata=helptext(
-            "follow the server's samples-per-insert limit on the insert side: wait while the "
-            "table is more than this many rows ahead of what the learner has sampled; "
-            "-1: never wait"
-        ),
-    )
-    retry_deadline_s: float = field(
-        default=60.0, metadata=helptext("give up when the server is unreachable this long")
-    )
-    table: str = field(default="replay", metadata=helptext("table name on the server"))
-    token: str | None = field(
-        default=None, metadata=helptext("bearer token, if the server needs one")
-    )
-    tls_ca: str | None = field(
-        default=None, metadata=helptext("CA certificate that signed the server's (enables TLS)")
-    )
-    tls_cert: str | None = field(
-        default=None, metadata=helptext("client certificate, for a server that requires one")
-    )
-    tls_key: str | None = field(default=None, metadata=helptext("private key of tls_cert"))
-    server_name: str | None = field(
-        default=None, metadata=helptext("name to check the server certificate against")
-    )
+    `run_actor` calls `start` once, then for each vector step `observation`, `step` with the
+    actions chosen for it and `send`; at the end ``send(client, final=True)`` and `close`.
 
-    def __post_init__(self) -> None:
-        require_positive_ints(
-            self, "num_actors", "num_envs", "weight_pull_interval", "send_interval"
-        )
-        if not 0 <= self.actor_index < self.num_actors:
-            raise rg.ConfigError(
-                f"actor_index: got {self.actor_index}, expected in [0, num_actors="
-                f"{self.num_actors})"
-            )
-        if not self.retry_deadline_s > 0:
-            raise rg.ConfigError(f"retry_deadline_s: got {self.retry_deadline_s}, expected > 0")
-        if self.insert_slack < -1:
-            raise rg.ConfigError(f"insert_slack: got {self.insert_slack}, expected >= -1")
-        if self.steps < 0:
-            raise rg.ConfigError(f"steps: got {self.steps}, expected >= 0 (0: until stopped)")
-        require_unit_interval(self, "epsilon_base")
-        _ = self.tls  # checks the TLS files now: missing, unreadable, a key of another cert
+    Attributes:
+        num_envs: envs stepped together.
+        action_space: one env's action space.
+        client_config: the `rg.ClientConfig` the rows need (request sizes, retries).
+    """
 
-    @property
-    def tls(self) -> rg.TLSConfig | None:
-        """The client's TLS settings; None (plaintext) unless a TLS field is set.
+    num_envs: int
+    action_space: gym.Space
+    client_config: rg.ClientConfig
 
-        Raises:
-            ConfigError: a file is missing or unreadable, or certificate and key do not match.
+    def greedy(self, weights: list[np.ndarray]) -> Policy:
+        """The greedy policy of a Q-network's pulled ``weights`` (dqn)."""
+        ...
+
+    def start(self, seed: int, spec: rg.HostSpec) -> None:
+        """Reset the envs with ``seed`` and make rows of the table's ``spec`` from now on."""
+        ...
+
+    def observation(self) -> Any:
+        """``[num_envs, ...]``: what the policy acts on now."""
+        ...
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Step every env with ``actions`` and keep the rows the steps make.
+
+        Returns:
+            ``[num_envs]`` rewards as the env gave them, and whether each env's episode ended.
         """
-        if not any((self.tls_ca, self.tls_cert, self.tls_key, self.server_name)):
-            return None
-        return rg.TLSConfig(
-            cert_file=self.tls_cert,
-            key_file=self.tls_key,
-            ca_file=self.tls_ca,
-            server_name=self.server_name,
-        )
+        ...
 
-    @property
-    def epsilon(self) -> float:
-        """This actor's fixed exploration rate."""
-        if self.num_actors == 1:
-            return self.epsilon_base
-        spread = self.epsilon_alpha * self.actor_index / (self.num_actors - 1)
-        return self.epsilon_base ** (1.0 + spread)
+    def send(self, client: rg.ReplayClient, final: bool = False) -> int:
+        """Send the rows that are ready (with ``final``: all of them, the run is over).
+
+        Returns:
+            the env steps sent; 0 when nothing was ready.
+        """
+        ...
+
+    def close(self) -> None:
+        """Close the envs."""
+        ...
+
+
+class VectorExperience:
+    """Vector transitions: ``num_envs`` gymnasium envs stepped together (`make_vector_env`),
+    the Q-network MLP as the greedy policy, ``send_interval`` vector steps per ``add_batch``."""
+
+    def __init__(self, config: ActorConfig) -> None:
+        self.config, self.num_envs = config, config.num_envs
+        self.env = make_vector_env(config.env_id, config.num_envs, config.env_seed)
+        self.action_space = self.env.single_action_space
+        self.client_config = rg.ClientConfig(retry_deadline_s=config.retry_deadline_s)
+
+    def greedy(self, weights: list[np.ndarray]) -> Policy:
+        return greedy_q_policy(weights)
+
+    def start(self, seed: int, spec: rg.HostSpec) -> None:
+        self.obs, _ = self.env.reset(seed=seed)
+        self.chunk = TransitionChunk(spec, self.config.send_interval * self.num_envs)
+
+    def observation(self) -> Any:
+        return self.obs
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        next_obs, reward, terminated, truncated, info = self.env.step(actions)
+        self.chunk.add_step(self.obs, actions, reward, next_obs, terminated, truncated, info)
+        self.obs = next_obs
+        return reward, terminated | truncated
+
+    def send(self, client: rg.ReplayClient, final: bool = False) -> int:
+        rows = self.chunk.count
+        if not rows or (rows < self.chunk.size and not final):
+            return 0
+        client.add_batch(self._streams(self.chunk.take()))
+        return rows
+
+    def _streams(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """With a `STREAM_FIELD` in the table: fill it and reorder the rows env-major.
+
+        The chunk holds whole vector steps (row ``r`` is env ``r % num_envs``); env-major order
+        puts each env's steps in consecutive rows, in time order.
+        """
+        if STREAM_FIELD not in batch:
+            return batch
+        n = self.num_envs
+        rows = len(batch[STREAM_FIELD])
+        env = np.arange(rows) % n
+        batch[STREAM_FIELD] = (self.config.actor_index * n + env).astype(batch[STREAM_FIELD].dtype)
+        if n == 1:
+            return batch
+        order = np.arange(rows).reshape(-1, n).T.ravel()
+        return {k: v[order] for k, v in batch.items()}
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def make_experience(config: ActorConfig) -> Experience:
+    """The `Experience` ``config`` asks for: frames when ``frame_stack`` is set, else vectors.
+
+    Raises:
+        ConfigError: an env id gymnasium does not know (or not an ALE game, for frames).
+    """
+    return FrameExperience(config) if config.frame_stack else VectorExperience(config)
 
 
 def run_actor(
@@ -174,34 +190,33 @@ def run_actor(
 
     Returns:
         ``{"env_steps", "episodes", "seconds", "env_steps_per_s", "weight_updates",
-        "acked_transitions"}`` (transitions the server committed from this actor's batches).
+        "acked_transitions"}`` (rows the server committed from this actor's batches).
 
     Raises:
         ReplayError: when the server is unreachable or rejects the data.
     """
-    env = make_vector_env(config.env_id, config.num_envs, config.seed + 1000 * config.actor_index)
-    rng = np.random.default_rng(config.seed + 1000 * config.actor_index)
+    experience = make_experience(config)
     try:
-        choose = _ActionChooser(config, env.single_action_space, rng)
-    except rg.ConfigError:
-        env.close()
+        rng = np.random.default_rng(config.env_seed)
+        choose = _ActionChooser(config, experience, rng)
+        client = connect(config, address, experience.client_config)
+    except BaseException:
+        experience.close()
         raise
-    n = config.num_envs
-    client = rg.ReplayClient(
-        address,
-        actor_id=f"{config.actor_id_prefix or _default_prefix()}-{config.actor_index}",
-        table=config.table,
-        token=config.token or None,
-        tls=config.tls,
-        config=rg.ClientConfig(retry_deadline_s=config.retry_deadline_s),
-    )
-    chunk = TransitionChunk(client.spec, config.send_interval * n)
+    n, index = experience.num_envs, config.actor_index
     stats = EpisodeStats(n)
     version, policy = 0, None
     env_steps, since_pull, updates, episodes = 0, config.weight_pull_interval, 0, 0
-    obs, _ = env.reset(seed=config.seed + 1000 * config.actor_index)
+
+    def send(final: bool = False) -> int:
+        sent = experience.send(client, final)
+        if sent and report is not None:
+            report("sent", index, (env_steps, sent))
+        return sent
+
     start = time.perf_counter()
     try:
+        experience.start(config.env_seed, client.spec)
         while not (stop is not None and stop.is_set()):
             if config.steps and env_steps >= config.steps:
                 break
@@ -212,59 +227,26 @@ def run_actor(
                 if got is not None:
                     version, policy = got[0], choose.policy(list(got[1]))
                     updates += 1
-            actions = choose(policy, obs)
-            next_obs, reward, terminated, truncated, info = env.step(actions)
-            done = terminated | truncated
-            chunk.add_step(obs, actions, reward, next_obs, terminated, truncated, info)
+            reward, done = experience.step(choose(policy, experience.observation()))
             env_steps += n
             since_pull += n
             for episodic_return, length in stats.step(reward, done):
                 episodes += 1
                 if report is not None:
-                    report("episode", config.actor_index, (env_steps, episodic_return, length))
-            if chunk.count == chunk.size:
-                client.add_batch(_streams(chunk.take(), config))
-                if config.insert_slack >= 0:
-                    _retrying(
-                        lambda: client.wait_for_insert_room(config.insert_slack, stop),
-                        config,
-                        stop,
-                    )
-            obs = next_obs
-        if chunk.count:
-            client.add_batch(_streams(chunk.take(), config))
-        close_client(client, stop, config.retry_deadline_s)
+                    report("episode", index, (env_steps, episodic_return, length))
+            if send() and config.insert_slack >= 0:
+                room = functools.partial(client.wait_for_insert_room, config.insert_slack, stop)
+                _retrying(room, config, stop)
+        send(final=True)
+        # a stopped actor (SIGTERM) flushes within a container's grace period; a finished one
+        # waits for every ack
+        stopped = stop is not None and stop.is_set()
+        client.close(timeout=min(STOP_FLUSH_S, config.retry_deadline_s) if stopped else None)
     except BaseException:
         client.close(flush=False)
         raise
     finally:
-        env.close()
-    return finish_run(
-        "actor", config.actor_index, env_steps, episodes, updates, start, client, report
-    )
-
-
-def close_client(
-    client: rg.ReplayClient, stop: threading.Event | None, retry_deadline_s: float
-) -> None:
-    """Flush and close an actor's client: a stopped actor (SIGTERM) flushes for at most
-    `STOP_FLUSH_S`, within a container's grace period; a finished one waits for every ack."""
-    stopped = stop is not None and stop.is_set()
-    client.close(timeout=min(STOP_FLUSH_S, retry_deadline_s) if stopped else None)
-
-
-def finish_run(
-    kind: str,
-    index: int,
-    env_steps: int,
-    episodes: int,
-    updates: int,
-    start: float,
-    client: rg.ReplayClient,
-    report: Report | None,
-) -> dict[str, float]:
-    """An actor run's result (what `run_actor` returns), logged in one line and reported
-    (``"done"``) to the parent process when there is one."""
+        experience.close()
     seconds = time.perf_counter() - start
     result = {
         "env_steps": float(env_steps),
@@ -275,8 +257,7 @@ def finish_run(
         "acked_transitions": float(client.acked_transitions),
     }
     logger.info(
-        "%s %d: %d env steps in %.1f s (%.0f/s), %d episodes, %d weight updates",
-        kind,
+        "actor %d: %d env steps in %.1f s (%.0f/s), %d episodes, %d weight updates",
         index,
         env_steps,
         seconds,
@@ -289,12 +270,35 @@ def finish_run(
     return result
 
 
+def connect(
+    config: ActorConfig, address: str, client_config: rg.ClientConfig | None = None
+) -> rg.ReplayClient:
+    """The actor's `rg.ReplayClient` at ``address``: its id (``PREFIX-INDEX``), table, token and
+    TLS; ``client_config`` defaults to one with the actor's ``retry_deadline_s``.
+
+    Raises:
+        ServiceError: the server cannot be reached within ``retry_deadline_s``, refuses the
+            token or the TLS handshake, or has no such table.
+    """
+    return rg.ReplayClient(
+        address,
+        actor_id=f"{config.actor_id_prefix or default_prefix()}-{config.actor_index}",
+        table=config.table,
+        token=config.token or None,
+        tls=config.tls,
+        config=client_config or rg.ClientConfig(retry_deadline_s=config.retry_deadline_s),
+    )
+
+
 class _ActionChooser:
     """Actions for a vector step: explore uniformly until weights arrive, then the agent's
-    behaviour policy (dqn: epsilon-greedy at the actor's epsilon; sac: a sampled action)."""
+    behaviour policy (dqn: epsilon-greedy over the experience's greedy policy at the actor's
+    epsilon; sac: a sampled action)."""
 
-    def __init__(self, config: ActorConfig, space: gym.Space, rng: np.random.Generator) -> None:
-        self.config, self.space, self.rng = config, space, rng
+    def __init__(self, config: ActorConfig, experience: Experience, rng: np.random.Generator):
+        self.config, self.space, self.rng = config, experience.action_space, rng
+        self.greedy = experience.greedy
+        space = self.space
         if config.agent == "dqn" and not isinstance(space, gym.spaces.Discrete):
             raise rg.ConfigError(
                 f"env {config.env_id}: got action space {space}, expected Discrete for a dqn "
@@ -306,15 +310,15 @@ class _ActionChooser:
                 "sac actor (a learner with --agent dqn runs Discrete-action envs)"
             )
 
-    def policy(self, weights: list[np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
+    def policy(self, weights: list[np.ndarray]) -> Policy:
         """The behaviour policy over newly pulled ``weights``."""
         if self.config.agent == "dqn":
-            return greedy_q_policy(weights)
+            return self.greedy(weights)
         low, high = self.space.low.astype(np.float64), self.space.high.astype(np.float64)
         scale, bias = ((high - low) / 2).astype(np.float32), ((high + low) / 2).astype(np.float32)
         return squashed_gaussian_policy(weights, scale, bias, self.rng)
 
-    def __call__(self, policy: Callable | None, obs: np.ndarray) -> np.ndarray:
+    def __call__(self, policy: Policy | None, obs: Any) -> np.ndarray:
         n, space = batch_size_of(obs), self.space
         if self.config.agent == "sac":
             if policy is None:
@@ -328,27 +332,7 @@ class _ActionChooser:
         return epsilon_greedy_actions(policy, obs, self.config.epsilon, num_actions, self.rng)
 
 
-def actor_config(
-    settings: rg.ActorSettings, index: int, num_actors: int, **overrides: object
-) -> ActorConfig:
-    """The config of actor ``index`` of ``num_actors`` under a learner's `rg.ActorSettings`
-    (its env, agent, exploration, weight-pull interval, envs per actor and seed); ``overrides``
-    replace any field (e.g. ``steps=``, ``token=``)."""
-    base = ActorConfig(
-        env_id=settings.env_id,
-        agent=settings.agent,
-        actor_index=index,
-        num_actors=num_actors,
-        num_envs=settings.num_envs,
-        seed=settings.seed,
-        weight_pull_interval=settings.weight_pull_interval,
-        epsilon_base=settings.epsilon_base,
-        epsilon_alpha=settings.epsilon_alpha,
-    )
-    return replace(base, **overrides) if overrides else base
-
-
-def _default_prefix() -> str:
+def default_prefix() -> str:
     """``HOSTNAME-PID``: two `replaygpu actor` commands on one host with the same indices still
     get distinct ids (a shared id would make the ledger drop one actor's batches as resent)."""
     return f"{socket.gethostname()}-{os.getpid()}"
@@ -382,24 +366,6 @@ def _retrying(call: Callable[[], T], config: ActorConfig, stop: threading.Event 
             wait = min(1.0, wait * 2)
 
 
-def _streams(batch: dict[str, np.ndarray], config: ActorConfig) -> dict[str, np.ndarray]:
-    """With a `STREAM_FIELD` in the table: fill it and reorder the rows env-major.
-
-    The chunk holds whole vector steps (row ``r`` is env ``r % num_envs``); env-major order puts
-    each env's steps in consecutive rows, in time order.
-    """
-    if STREAM_FIELD not in batch:
-        return batch
-    n = config.num_envs
-    rows = len(batch[STREAM_FIELD])
-    env = np.arange(rows) % n
-    batch[STREAM_FIELD] = (config.actor_index * n + env).astype(batch[STREAM_FIELD].dtype)
-    if n == 1:
-        return batch
-    order = np.arange(rows).reshape(-1, n).T.ravel()
-    return {k: v[order] for k, v in batch.items()}
-
-
 def run_actor_process(config: ActorConfig, address: str, stop=None, reports=None) -> None:
     """Entry point of a spawned actor process.
 
@@ -407,8 +373,9 @@ def run_actor_process(config: ActorConfig, address: str, stop=None, reports=None
         config: the actor's config.
         address: the replay server's ``host:port``.
         stop: a multiprocessing Event that ends the actor.
-        reports: a bounded multiprocessing Queue for episode and final reports (dropped when
-            full, so a slow reader never blocks the actor), or None.
+        reports: a bounded multiprocessing Queue for the actor's reports (`Report`; all but the
+            final one are dropped when it is full, so a slow reader never blocks the actor), or
+            None.
     """
     import queue
     import signal

@@ -20,31 +20,22 @@ import logging
 import multiprocessing as mp
 import signal
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from replaygpu.agents.actor import ActorConfig
+    import replaygpu as rg
+    from replaygpu.agents.actor_config import ActorConfig
 
 logger = logging.getLogger(__name__)
 
 #: `ActorConfig` fields whose flags come from `replaygpu.service.ops.commands.add_client_flags`.
 _CLIENT_FIELDS = ("token", "tls_ca", "tls_cert", "tls_key", "server_name")
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-#: `ActorConfig` fields a learner's `rg.ActorSettings` sets unless given as flags.
-_LEARNER_FIELDS = (
-    "agent",
-    "num_actors",
-    "num_envs",
-    "seed",
-    "weight_pull_interval",
-    "epsilon_base",
-    "epsilon_alpha",
-)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``actor`` subcommand."""
-    from replaygpu.agents.actor import ActorConfig
+    from replaygpu.agents.actor_config import ActorConfig
     from replaygpu.agents.flags import add_config_flags
     from replaygpu.service.ops.commands import add_client_flags
 
@@ -96,7 +87,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_config_flags(parser, ActorConfig, skip=("env_id", *_CLIENT_FIELDS))
     add_client_flags(parser)
     # unset: taken from the learner's actor settings, else ActorConfig's defaults
-    parser.set_defaults(**dict.fromkeys(_LEARNER_FIELDS))
+    parser.set_defaults(**dict.fromkeys(ActorConfig.SETTINGS_FIELDS))
     parser.set_defaults(func=run)
 
 
@@ -107,70 +98,47 @@ def _config(args: argparse.Namespace) -> ActorConfig:
         ConfigError: bad flags, or no env id anywhere (a bare serve and no --env).
         ServiceError: the server cannot be asked (unreachable, wrong token, TLS).
     """
-    import dataclasses
-
     import replaygpu as rg
-    from replaygpu.agents.actor import ActorConfig
+    from replaygpu.agents.actor_config import ActorConfig
 
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(ActorConfig)}
+    given = {
+        f.name: getattr(args, f.name)
+        for f in dataclasses.fields(ActorConfig)
+        if getattr(args, f.name) is not None
+    }
     settings = _learner_settings(args)
     if settings is not None:
-        learned = {
-            "env_id": settings.env_id,
-            "agent": settings.agent,
-            "num_actors": settings.num_actors,
-            "num_envs": settings.num_envs,
-            "seed": settings.seed,
-            "weight_pull_interval": settings.weight_pull_interval,
-            "epsilon_base": settings.epsilon_base,
-            "epsilon_alpha": settings.epsilon_alpha,
-        }
-        for name, value in learned.items():
-            if values[name] is None:
-                values[name] = value
-    if values["env_id"] is None:
+        return ActorConfig.from_settings(settings, **given)
+    if "env_id" not in given:
         raise rg.ConfigError(
             f"the server at {args.address} announces no actor settings (a bare `replaygpu "
             "serve`, not a `replaygpu learner`); pass --env ENV_ID"
         )
-    defaults = ActorConfig()
-    for name in _LEARNER_FIELDS:
-        if values[name] is None:
-            values[name] = getattr(defaults, name)
-    return ActorConfig(**values)
+    return ActorConfig(**given)
 
 
-def _learner_settings(args: argparse.Namespace) -> Any:
-    """The learner's `rg.ActorSettings` from ``Info``, or None from a bare server."""
-    import grpc
+def _learner_settings(args: argparse.Namespace) -> rg.ActorSettings | None:
+    """The learner's `rg.ActorSettings` from ``Info``, or None from a bare server; waits up to
+    ``--retry-deadline-s`` for a learner that is still starting.
 
+    Raises:
+        ServiceError: the server cannot be reached in time, refuses the token or the TLS
+            handshake, or has no table ``--table``.
+    """
     import replaygpu as rg
-    from replaygpu.service.ops.auth import connect_error, make_channel, token_metadata
+    from replaygpu.agents.actor import default_prefix
     from replaygpu.service.ops.commands import client_tls
-    from replaygpu.v1 import replay_pb2, replay_pb2_grpc
 
-    tls = client_tls(args)
-    wait_s = args.retry_deadline_s if args.retry_deadline_s is not None else 60.0
-    channel = make_channel(args.address, tls, 2**20)
-    try:
-        reply = replay_pb2_grpc.ReplayServiceStub(channel).Info(
-            replay_pb2.InfoRequest(),
-            metadata=token_metadata(args.token),
-            timeout=wait_s,
-            wait_for_ready=True,  # the learner may still be starting
-        )
-    except grpc.RpcError as err:
-        if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-            raise rg.ServiceUnavailableError(
-                f"no replay server answered at {args.address} within {wait_s:g} s "
-                "(--retry-deadline-s); check the address and that the learner is running"
-            ) from None
-        raise connect_error(err, args.address, tls) from None
-    finally:
-        channel.close()
-    if not reply.HasField("actor_settings"):
-        return None
-    return rg.ActorSettings.from_proto(reply.actor_settings)
+    client = rg.ReplayClient(
+        args.address,
+        actor_id=f"{default_prefix()}-settings",  # only asks; appends nothing
+        table=args.table,
+        token=args.token or None,
+        tls=client_tls(args),
+        config=rg.ClientConfig(retry_deadline_s=args.retry_deadline_s),
+    )
+    client.close(flush=False)
+    return client.actor_settings
 
 
 def run(args: argparse.Namespace) -> int:

@@ -3,11 +3,13 @@
 Reads top to bottom: the config, then ``train``: build the learner (a `rg.make_frame_table`
 holding each 84x84 frame once, prioritized replay whose `rg.FrameStack` view rebuilds the
 ``[B, 4, 84, 84]`` stacks and 3-step returns in the graph, the Nature CNN double-DQN update of
-`atari.AtariDQN`, a samples-per-insert rate limiter), serve it, start the actor processes
-(`frame_actor`, which act with a numpy copy of the Nature CNN and pull its weights every K env
-steps; actor i explores with eps_i = 0.4^(1 + 7 i/(N-1))), then commit their appends, train,
-publish weights, sync the target network and checkpoint until the actors delivered ``steps``
-env steps and the learner used up its replay budget; then evaluate the greedy policy.
+`atari.AtariDQN`, a samples-per-insert rate limiter), serve it with the frame actors'
+`rg.ActorSettings`, start the actor processes (`fleet`: the one actor loop, `actor.run_actor`,
+with a `frame_actor.FrameExperience`, which acts with a numpy copy of the Nature CNN and pulls
+its weights every K env steps; actor i explores with eps_i = 0.4^(1 + 7 i/(N-1))), then commit
+their appends, train, publish weights, sync the target network and checkpoint until the actors
+delivered ``steps`` env steps and the learner used up its replay budget; then evaluate the
+greedy policy. More actors can join a running learner with ``replaygpu actor ADDRESS``.
 
 Differences from the Ape-X paper, and why:
 
@@ -27,13 +29,9 @@ of 5e4 rows = 0.35 GB); `ApexAtariConfig` says what to raise on a GPU.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import multiprocessing as mp
-import os
-import queue
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -43,7 +41,7 @@ import tensorflow as tf
 
 import replaygpu as rg
 from replaygpu.agents import atari
-from replaygpu.agents.actor import ActorConfig
+from replaygpu.agents.actor_config import ActorConfig
 from replaygpu.agents.checks import (
     require,
     require_positive,
@@ -51,11 +49,8 @@ from replaygpu.agents.checks import (
     require_unit_interval,
 )
 from replaygpu.agents.flags import helptext
-from replaygpu.agents.frame_actor import (
-    FrameActorConfig,
-    run_frame_actor_process,
-    segment_client_config,
-)
+from replaygpu.agents.fleet import ActorFleet, split_steps
+from replaygpu.agents.frame_actor import segment_client_config
 from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult
 from replaygpu.agents.runs import LoopState, RunControl
 
@@ -190,26 +185,33 @@ class ApexAtariConfig:
             device=self.device,
         )
 
-    def actor_config(self, index: int, steps: int, seed: int) -> FrameActorConfig:
-        """The config of actor ``index`` collecting ``steps`` env steps."""
-        base = ActorConfig(
+    @property
+    def actor_settings(self) -> rg.ActorSettings:
+        """What the actors run (served in ``Info``, so ``replaygpu actor ADDRESS`` can join)."""
+        return rg.ActorSettings(
             env_id=self.env_id,
-            actor_index=index,
+            weight_pull_interval=self.weight_pull_interval,
+            seed=self.seed,
             num_actors=self.num_actors,
+            frame_stack=self.frame_stack,
+            segment_steps=self.segment_steps,
+            repeat_action_probability=self.repeat_action_probability,
+            terminal_on_life_loss=self.terminal_on_life_loss,
+            clip_rewards=self.clip_rewards,
+        )
+
+    def actor_config(self, index: int, steps: int, seed: int) -> ActorConfig:
+        """The config of actor process ``index`` collecting ``steps`` env steps (one game
+        each, finished segments sent once they hold 256 steps)."""
+        return ActorConfig.from_settings(
+            self.actor_settings,
+            actor_index=index,
             actor_id_prefix="apex-atari",
             num_envs=1,
             seed=seed,
             steps=steps,
-            weight_pull_interval=self.weight_pull_interval,
+            send_interval=256,
             insert_slack=self.insert_slack,
-        )
-        return FrameActorConfig(
-            actor=base,
-            segment_steps=self.segment_steps,
-            frame_stack=self.frame_stack,
-            repeat_action_probability=self.repeat_action_probability,
-            terminal_on_life_loss=self.terminal_on_life_loss,
-            clip_rewards=self.clip_rewards,
         )
 
 
@@ -283,6 +285,7 @@ def train(
         config.address,
         config=rg.ServerConfig(max_message_bytes=max(request, 64 << 20)),
         ledger=ledger,
+        actor_settings=config.actor_settings,
     )
 
     def weights() -> list[tf.Variable]:
@@ -290,38 +293,24 @@ def train(
 
     learner.publish_weights(weights)
 
-    ctx = mp.get_context("spawn")  # actors share nothing with us
-    stop, reports = ctx.Event(), ctx.Queue(maxsize=10_000)
-    left = max(0, config.steps - base_steps)
-    shares = [
-        left // config.num_actors + (i < left % config.num_actors) for i in range(config.num_actors)
-    ]
-    actors = [
-        ctx.Process(
-            target=run_frame_actor_process,
-            args=(config.actor_config(i, share, config.seed + base_steps), server.address),
-            kwargs=dict(stop=stop, reports=reports),
-            name=f"apex-atari-actor-{i}",
-            daemon=True,
-        )
+    shares = split_steps(max(0, config.steps - base_steps), config.num_actors)
+    configs = [
+        config.actor_config(i, share, config.seed + base_steps)
         for i, share in enumerate(shares)
         if share
     ]
-    actor_steps = [0] * config.num_actors
-    actor_stats: dict[int, dict] = {}
-    returns: list[float] = []
+    fleet = ActorFleet(configs, server.address, recorder, base_steps, name="apex-atari-actor")
     first_steps, sgd_seconds, compile_seconds = 0, 0.0, 0.0
     start = time.perf_counter()
 
-    def env_steps() -> int:
-        return base_steps + sum(actor_steps)
+    def commit() -> None:
+        with server.training_turn():
+            server.commit_pending()
 
     try:
-        with _single_threaded_blas():
-            for proc in actors:
-                proc.start()
+        fleet.start()
         while True:
-            actors_done = all(p.exitcode == 0 for p in actors)  # before: data may still come
+            actors_done = fleet.finished  # before: data may still come
             began = time.perf_counter()
             out = rg.learner_step(server, learner, config.steps_per_call, idle_wait_s=0.2)
             ran = int(out["steps"])
@@ -336,96 +325,42 @@ def train(
                     last_sync = sgd
                 learner.publish_weights(weights)
                 recorder.metrics(
-                    env_steps(), {k: v for k, v in out.items() if k.startswith("losses/")}
+                    fleet.env_steps, {k: v for k, v in out.items() if k.startswith("losses/")}
                 )
-            _drain(reports, actor_steps, actor_stats, returns, recorder, base_steps)
-            recent = float(np.mean(returns[-20:])) if returns else float("nan")
-            recorder.progress(env_steps(), int(learner.steps.numpy()), recent)
-            failed = [p.name for p in actors if p.exitcode not in (0, None)]
-            if failed:
-                raise RuntimeError(f"actor processes {failed} failed; see their log above")
+            fleet.drain()
+            recorder.progress(fleet.env_steps, int(learner.steps.numpy()), fleet.recent_return)
+            fleet.raise_failed()
             if run is not None and run.stop.is_set():
                 break  # the final checkpoint follows
             if run is not None and run.due():
-                loop.capture(env_steps(), last_sync)
+                loop.capture(fleet.env_steps, last_sync)
                 run.save(server)
             if actors_done and not ran:
-                _drain(reports, actor_steps, actor_stats, returns, recorder, base_steps)
                 break
     finally:
-        stop.set()
-        # commit the actors' last segments while they flush, so their acks come and they exit
-        deadline = time.monotonic() + 30
-        while any(p.is_alive() for p in actors) and time.monotonic() < deadline:
-            with server.training_turn():
-                server.commit_pending()
-            time.sleep(0.05)
-        for proc in (p for p in actors if p.pid is not None):
-            if proc.is_alive():
-                proc.terminate()
-            proc.join()
+        fleet.stop(commit)
         server.stop()
-        _drain(reports, actor_steps, actor_stats, returns, recorder, base_steps)
-        reports.close()
     elapsed = time.perf_counter() - start
     if run is not None:
-        loop.capture(env_steps(), last_sync)
+        loop.capture(fleet.env_steps, last_sync)
         run.save()
 
-    stopped = run is not None and run.stop.is_set() and env_steps() < config.steps
+    stopped = run is not None and run.stop.is_set() and fleet.env_steps < config.steps
     eval_returns = (
         np.zeros(0)
         if stopped or not config.eval_episodes
         else evaluate_agent(config, agent, config.eval_episodes, seed=config.seed + 10_000)
     )
-    actor_rates = [s["env_steps_per_s"] for s in actor_stats.values()]
-    acked = sum(s["acked_transitions"] for s in actor_stats.values())
-    recorder.metrics(env_steps(), {"charts/rows_acked": float(acked)})  # frame-table rows
+    recorder.metrics(fleet.env_steps, {"charts/rows_acked": float(fleet.acked)})  # with finals
     trained = int(learner.steps.numpy()) - first_steps
     return TrainResult(
         eval_returns=eval_returns,
-        env_steps=env_steps(),
+        env_steps=fleet.env_steps,
         sgd_steps=int(learner.steps.numpy()),
         train_seconds=elapsed,
-        env_steps_per_s=float(np.sum(actor_rates)) if actor_rates else float("nan"),
+        env_steps_per_s=fleet.env_steps_per_s,
         sgd_steps_per_s=trained / sgd_seconds if sgd_seconds > 0 else float("nan"),
         compile_seconds=compile_seconds,
-        episodes=len(returns),
+        episodes=len(fleet.returns),
         stopped=stopped,
     )
-
-
-@contextlib.contextmanager
-def _single_threaded_blas() -> Iterator[None]:
-    """Environment for spawned actors: one BLAS thread each (the numpy CNN's matmuls are small;
-    with a thread pool per actor on a busy CPU a forward pass took 140 ms instead of 10)."""
-    names = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-    saved = {name: os.environ.get(name) for name in names}
-    os.environ.update(dict.fromkeys(names, "1"))
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
-def _drain(reports, actor_steps, actor_stats, returns, recorder, base_steps: int) -> None:
-    """Move up to 1000 actor reports from the queue to the recorder without blocking."""
-    for _ in range(1000):
-        try:
-            kind, index, payload = reports.get_nowait()
-        except queue.Empty:
-            return
-        if kind == "episode":
-            steps, episodic_return, length = payload
-            actor_steps[index] = max(actor_steps[index], steps)
-            returns.append(episodic_return)
-            recorder.episode(base_steps + sum(actor_steps), episodic_return, length)
-        elif kind == "sent":
-            actor_steps[index] = max(actor_steps[index], payload[0])
-        elif kind == "done":
-            actor_stats[index] = dict(payload)
-            actor_steps[index] = max(actor_steps[index], int(payload["env_steps"]))

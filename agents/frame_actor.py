@@ -1,13 +1,13 @@
-"""An Atari actor for a frame-table learner: one preprocessed ALE env, a numpy Nature CNN,
-whole episode segments per gRPC request.
+"""What makes an actor a frame actor (`FrameExperience`, the piece `actor.run_actor` takes): ALE
+games preprocessed to 84x84 grey frames, a numpy Nature CNN, whole episode segments per request.
 
 A frame table (`rg.make_frame_table`) needs each episode's rows contiguous: row ``i + 1`` must
 hold the frame after row ``i``. Rows of several actors interleave in the learner's table at
-request granularity (the server commits each request whole and contiguously), so this actor
+request granularity (the server commits each request whole and contiguously), so a frame actor
 never splits a table episode over two requests: `SegmentWriter` turns the steps of each table
 episode (a life when a lost life is terminal) into rows with `rg.frame_rows` once it ends, and
-once they hold ``send_steps`` env steps `send_segments` sends the finished segments, in groups
-of whole segments, each group one ``add_batch`` sealed into one request at once
+once they hold ``send_interval`` env steps per env `send_segments` sends the finished segments,
+in groups of whole segments, each group one ``add_batch`` sealed into one request at once
 (`segment_client_config` makes a request big enough).
 
 An episode longer than ``segment_steps`` is cut there: its last step is marked truncated (the
@@ -17,55 +17,25 @@ frame instead of the true history; the actor acts on those same padded stacks, s
 is what the learner samples. With the default 1000-step cap this touches 3 of 1000 stacks of
 long episodes only.
 
-Actor ``i`` of ``N`` explores with ``eps_i = 0.4 ** (1 + 7 i / (N - 1))`` (Ape-X, through
-`ActorConfig.epsilon`) and pulls the learner's Nature CNN weights every
-``weight_pull_interval`` env steps (`cnn_policy.greedy_cnn_policy`). Actor processes import
-no TensorFlow (`rg.frame_rows` lives in `replaygpu.frames`).
+The policy is the learner's Nature CNN, pulled as weights (`cnn_policy.greedy_cnn_policy`).
+This module imports no TensorFlow (`rg.frame_rows` lives in `replaygpu.frames`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
-import os
-import queue
-import socket
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
+import gymnasium as gym
 import numpy as np
 
 import replaygpu as rg
-from replaygpu.agents.actor import ActorConfig, Report, close_client, finish_run
+from replaygpu.agents.actor_config import ActorConfig
 from replaygpu.agents.cnn_policy import greedy_cnn_policy
-from replaygpu.agents.envs import EpisodeStats, make_atari_env
-from replaygpu.agents.policies import epsilon_greedy_actions
-
-logger = logging.getLogger(__name__)
+from replaygpu.agents.envs import Policy, make_atari_env
 
 #: bytes of one frame-table row of an 84x84 frame, with room to spare for the small fields
 ROW_BYTES = 84 * 84 + 64
-
-
-@dataclass(frozen=True)
-class FrameActorConfig:
-    """One Atari actor: the shared actor settings plus the frame-table specifics."""
-
-    actor: ActorConfig = field(default_factory=lambda: ActorConfig(env_id="ALE/Breakout-v5"))
-    segment_steps: int = 1000
-    send_steps: int = 256
-    frame_stack: int = 4
-    repeat_action_probability: float = 0.25
-    terminal_on_life_loss: bool = True
-    clip_rewards: bool = True
-
-    def __post_init__(self) -> None:
-        if min(self.segment_steps, self.send_steps, self.frame_stack) < 1:
-            raise rg.ConfigError(
-                f"segment_steps={self.segment_steps}, send_steps={self.send_steps}, "
-                f"frame_stack={self.frame_stack}: expected all >= 1"
-            )
 
 
 def segment_client_config(segment_steps: int, retry_deadline_s: float = 60.0) -> rg.ClientConfig:
@@ -171,124 +141,82 @@ def send_segments(client: rg.ReplayClient, segments: Sequence[dict[str, np.ndarr
             rows += n
 
 
-def run_frame_actor(
-    config: FrameActorConfig, address: str, stop=None, report: Report | None = None
-) -> dict[str, float]:
-    """Play ``config.actor.env_id`` into the frame-table learner at ``address``.
-
-    Returns:
-        ``{"env_steps", "episodes", "seconds", "env_steps_per_s", "weight_updates",
-        "acked_transitions"}`` (acked rows, final rows included).
+class FrameExperience:
+    """Frames of ``num_envs`` ALE games (`envs.make_atari_env`) for a frame-table learner: each
+    game's steps become whole table episodes (`SegmentWriter`), and the Nature CNN acts on the
+    ``[k, 84, 84]`` stacks the writers hold, padded as the learner's `rg.FrameStack` view
+    rebuilds them. Rewards are clipped to their sign (``clip_rewards``) and a lost life ends a
+    table episode as terminal (``terminal_on_life_loss``) while the game plays on.
 
     Raises:
-        ReplayError: when the server is unreachable or rejects the data.
+        ConfigError: ale-py missing, or ``env_id`` not an ALE game.
     """
-    base = config.actor
-    seed = base.seed + 1000 * base.actor_index
-    env = make_atari_env(base.env_id, seed, config.repeat_action_probability)
-    num_actions = int(env.action_space.n)
-    rng = np.random.default_rng(seed)
-    client = rg.ReplayClient(
-        address,
-        actor_id=f"{base.actor_id_prefix or _host_pid()}-{base.actor_index}",
-        table=base.table,
-        token=base.token or None,
-        tls=base.tls,
-        config=segment_client_config(config.segment_steps, base.retry_deadline_s),
-    )
-    writer, stats = SegmentWriter(config.frame_stack, config.segment_steps), EpisodeStats(1)
-    version, policy, updates, episodes = 0, None, 0, 0
-    env_steps, since_pull = 0, base.weight_pull_interval
-    frame, info = env.reset(seed=seed)
-    writer.start(frame)
-    lives = info.get("lives", 0)
-    start = time.perf_counter()
-    try:
-        while not (stop is not None and stop.is_set()):
-            if base.steps and env_steps >= base.steps:
-                break
-            if since_pull >= base.weight_pull_interval:
-                since_pull = 0
-                got = client.get_weights(newer_than=version)
-                if got is not None:
-                    version, policy = got[0], greedy_cnn_policy(list(got[1]))
-                    updates += 1
-            if policy is None:
-                action = int(rng.integers(num_actions))
-            else:
-                stack = writer.stack[None]
-                action = int(
-                    epsilon_greedy_actions(policy, stack, base.epsilon, num_actions, rng)[0]
+
+    def __init__(self, config: ActorConfig) -> None:
+        self.config, self.num_envs = config, config.num_envs
+        self.envs: list[gym.Env] = []
+        try:
+            for i in range(config.num_envs):
+                env = make_atari_env(
+                    config.env_id, config.env_seed + i, config.repeat_action_probability
                 )
+                self.envs.append(env)
+        except BaseException:
+            self.close()
+            raise
+        self.action_space = self.envs[0].action_space
+        self.client_config = segment_client_config(config.segment_steps, config.retry_deadline_s)
+        self.writers = [SegmentWriter(config.frame_stack, config.segment_steps) for _ in self.envs]
+        self.lives = [0] * config.num_envs
+
+    def greedy(self, weights: list[np.ndarray]) -> Policy:
+        return greedy_cnn_policy(weights)
+
+    def start(self, seed: int, spec: rg.HostSpec) -> None:
+        frame = spec.get("frame")
+        if frame is None or tuple(frame.shape) != (84, 84):
+            raise rg.ConfigError(
+                f"table {self.config.table!r} has fields {dict(spec)}; a frame actor "
+                f"(frame_stack {self.config.frame_stack}) writes a frame table of 84x84 frames "
+                "(rg.make_frame_table): serve one, or set frame_stack 0"
+            )
+        for i, (env, writer) in enumerate(zip(self.envs, self.writers, strict=True)):
+            frame, info = env.reset(seed=seed + i)
+            writer.start(frame)
+            self.lives[i] = info.get("lives", 0)
+
+    def observation(self) -> np.ndarray:
+        return np.stack([writer.stack for writer in self.writers])
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rewards, ended = np.zeros(self.num_envs), np.zeros(self.num_envs, bool)
+        for i, (env, writer) in enumerate(zip(self.envs, self.writers, strict=True)):
+            action = int(actions[i])
             frame, reward, terminated, truncated, info = env.step(action)
-            env_steps += 1
-            since_pull += 1
-            life_lost = config.terminal_on_life_loss and info.get("lives", 0) < lives
-            lives = info.get("lives", 0)
-            clipped = float(np.sign(reward)) if config.clip_rewards else float(reward)
+            lives, self.lives[i] = self.lives[i], info.get("lives", 0)
+            life_lost = self.config.terminal_on_life_loss and self.lives[i] < lives
+            clipped = float(np.sign(reward)) if self.config.clip_rewards else float(reward)
             writer.step(action, clipped, terminated or life_lost, truncated, frame)
-            done = terminated or truncated
-            for episodic_return, length in stats.step(np.array([reward]), np.array([done])):
-                episodes += 1
-                if report is not None:
-                    report("episode", base.actor_index, (env_steps, episodic_return, length))
-            if done:
+            rewards[i], ended[i] = reward, terminated or truncated
+            if ended[i]:
                 frame, info = env.reset()
-                lives = info.get("lives", 0)
+                self.lives[i] = info.get("lives", 0)
                 writer.start(frame)
             elif life_lost:
                 writer.start(frame)  # a new table episode; the game plays on
-            if writer.steps_ready >= min(config.send_steps, config.segment_steps):
-                _send(client, writer, env_steps, base, stop, report)
-        writer.end()  # the unfinished segment, as a truncation
-        _send(client, writer, env_steps, base, None, report)
-        close_client(client, stop, base.retry_deadline_s)
-    except BaseException:
-        client.close(flush=False)
-        raise
-    finally:
-        env.close()
-    return finish_run(
-        "frame actor", base.actor_index, env_steps, episodes, updates, start, client, report
-    )
+        return rewards, ended
 
+    def send(self, client: rg.ReplayClient, final: bool = False) -> int:
+        if final:
+            for writer in self.writers:
+                writer.end()  # the unfinished segment, as a truncation
+        ready = sum(writer.steps_ready for writer in self.writers)
+        batch = min(self.config.send_interval * self.num_envs, self.config.segment_steps)
+        if not ready or (ready < batch and not final):
+            return 0
+        send_segments(client, [s for writer in self.writers for s in writer.take()])
+        return ready
 
-def _send(client, writer: SegmentWriter, env_steps: int, base: ActorConfig, stop, report) -> None:
-    """Send the finished segments, report the env steps sent, then follow the learner's
-    samples-per-insert limit (wait while the table runs ahead of its sampling)."""
-    sent = writer.steps_ready
-    segments = writer.take()
-    if not segments:
-        return
-    send_segments(client, segments)
-    if report is not None:
-        report("sent", base.actor_index, (env_steps, sent))
-    if stop is not None and base.insert_slack >= 0:
-        client.wait_for_insert_room(base.insert_slack, stop)
-
-
-def _host_pid() -> str:
-    """``HOSTNAME-PID``: a default actor-id prefix no other actor process shares."""
-    return f"{socket.gethostname()}-{os.getpid()}"
-
-
-def run_frame_actor_process(config: FrameActorConfig, address: str, stop, reports) -> None:
-    """Entry point of a spawned frame actor (``reports``: a bounded multiprocessing Queue;
-    episode reports are dropped when it is full, so a slow reader never blocks the actor)."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops actors through ``stop``
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-
-    def report(kind: str, index: int, payload: object) -> None:
-        try:
-            reports.put_nowait((kind, index, payload))
-        except queue.Full:
-            if kind != "episode":
-                reports.put((kind, index, payload), timeout=10)
-
-    try:
-        run_frame_actor(config, address, stop=stop, report=report)
-    except rg.ReplayError as err:  # the server's or the config's: one line, not a traceback
-        logger.error("frame actor %d: %s: %s", config.actor.actor_index, type(err).__name__, err)
-        raise SystemExit(2) from None
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()

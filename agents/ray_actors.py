@@ -41,7 +41,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import replaygpu as rg
-from replaygpu.agents.actor import STOP_FLUSH_S, ActorConfig, _default_prefix, _retrying, run_actor
+from replaygpu.agents.actor import STOP_FLUSH_S, _retrying, connect, default_prefix, run_actor
+from replaygpu.agents.actor_config import ActorConfig
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +62,8 @@ class RayActorStatus:
         resumed_after_seq: the server's last committed seq for ``actor_id`` when this
             incarnation started (0 for a new actor); its first batch has the next seq.
         seed: the base seed of this incarnation's envs.
-        env_steps: env steps of this incarnation, as of its last finished episode or its end.
+        env_steps: env steps of this incarnation, as of its last report (an episode's end, a
+            send) or its end.
         running: whether its loop still runs.
         result: `run_actor`'s result once the loop ended, else None.
         error: ``Type: message`` of the error that ended the loop, else None.
@@ -101,7 +103,7 @@ class RayActor:
     def _run(self) -> None:
         config = self.config
         try:
-            self.resumed_after_seq = _last_seq(config, self.address, self.actor_id, self._stop)
+            self.resumed_after_seq = _last_seq(config, self.address, self._stop)
             if self.restarted:
                 logger.info(
                     "actor %d (%s) restarted by Ray: continues after seq %d, env seed %d",
@@ -117,7 +119,7 @@ class RayActor:
             logger.error("actor %d (%s): %s", config.actor_index, self.actor_id, self.error)
 
     def _report(self, kind: str, index: int, payload: object) -> None:
-        if kind == "episode" and isinstance(payload, tuple):  # (env_steps, return, length)
+        if kind != "done":  # (env_steps, ...)
             self.env_steps = int(payload[0])
 
     def status(self) -> dict[str, Any]:
@@ -295,7 +297,7 @@ def start_ray_actors(
         raise rg.ConfigError(f"num_cpus_per_actor: got {num_cpus_per_actor}, expected > 0")
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < -1:
         raise rg.ConfigError(f"max_restarts: got {max_restarts!r}, expected >= 0 (-1: no limit)")
-    prefix = config.actor_id_prefix or f"{_default_prefix()}-ray"
+    prefix = config.actor_id_prefix or f"{default_prefix()}-ray"
     configs = [
         dataclasses.replace(config, actor_index=i, actor_id_prefix=prefix)
         for i in range(config.actor_index, config.num_actors)
@@ -379,16 +381,10 @@ def _was_restarted() -> bool:
         return bool(ray.get_runtime_context().was_current_actor_reconstructed)
 
 
-def _last_seq(config: ActorConfig, address: str, actor_id: str, stop: threading.Event) -> int:
-    """The server's last seq of ``actor_id``, committed or staged (where its client continues)."""
-    client = rg.ReplayClient(
-        address,
-        actor_id=actor_id,
-        table=config.table,
-        token=config.token or None,
-        tls=config.tls,
-        config=rg.ClientConfig(retry_deadline_s=config.retry_deadline_s),
-    )
+def _last_seq(config: ActorConfig, address: str, stop: threading.Event) -> int:
+    """The server's last seq of the actor's id, committed or staged (where its client
+    continues)."""
+    client = connect(config, address)
     try:
         return int(_retrying(client.info, config, stop).actor_last_seq)
     finally:

@@ -13,7 +13,8 @@ import pytest
 import tensorflow as tf
 
 import replaygpu as rg
-from replaygpu.agents.actor import ActorConfig, run_actor
+from replaygpu.agents.actor import run_actor
+from replaygpu.agents.actor_config import ActorConfig
 from replaygpu.agents.networks import MLP
 
 
@@ -86,7 +87,8 @@ def test_actor_process_collects_without_importing_tensorflow(served_learner):
     server, table = served_learner
     code = (
         "import sys\n"
-        "from replaygpu.agents.actor import ActorConfig, run_actor\n"
+        "from replaygpu.agents.actor import run_actor\n"
+        "from replaygpu.agents.actor_config import ActorConfig\n"
         f"out = run_actor(ActorConfig(steps=200, num_envs=4), {server.address!r})\n"
         "print(int(out['env_steps']), int(out['weight_updates']), 'tensorflow' in sys.modules)\n"
     )

@@ -3,7 +3,7 @@
 import pytest
 
 import replaygpu as rg
-from replaygpu.agents.actor import ActorConfig
+from replaygpu.agents.actor_config import ActorConfig
 from replaygpu.agents.apex import ApexConfig
 from replaygpu.agents.dqn import DQNConfig
 from replaygpu.agents.sac import SACConfig

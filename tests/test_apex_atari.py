@@ -149,8 +149,8 @@ def test_the_frame_actor_and_its_row_maker_import_no_tensorflow():
     code = (
         "import sys\n"
         "import replaygpu as rg\n"
-        "from replaygpu.agents import frame_actor\n"
-        "rg.frame_rows, rg.ReplayClient, frame_actor.run_frame_actor\n"
+        "from replaygpu.agents import actor, frame_actor\n"
+        "rg.frame_rows, rg.ReplayClient, actor.run_actor, frame_actor.FrameExperience\n"
         "print('tensorflow' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -13,7 +13,8 @@ import pytest
 import tensorflow as tf
 
 import replaygpu as rg
-from replaygpu.agents.actor import ActorConfig, run_actor
+from replaygpu.agents.actor import run_actor
+from replaygpu.agents.actor_config import ActorConfig
 from replaygpu.agents.dqn import DQN, DQNConfig, obs_size
 
 ENV_ID = "replaygpu-tests/DictCartPole-v0"

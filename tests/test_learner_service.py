@@ -17,7 +17,8 @@ import tensorflow as tf
 from service_helpers import free_port
 
 import replaygpu as rg
-from replaygpu.agents.actor import actor_config, run_actor
+from replaygpu.agents.actor import run_actor
+from replaygpu.agents.actor_config import ActorConfig
 from replaygpu.agents.apex import ApexConfig
 from replaygpu.agents.learner import LearnerService, SACLearnerConfig
 from replaygpu.agents.runs import RunControl
@@ -111,7 +112,7 @@ def test_sac_learner_trains_on_a_sac_actor_in_process(tmp_path):
     try:
         settings = service.actor_settings
         assert (settings.env_id, settings.agent) == ("Pendulum-v1", "sac")
-        actor = actor_config(settings, 0, 1, steps=600, send_interval=8)
+        actor = ActorConfig.from_settings(settings, num_actors=1, steps=600, send_interval=8)
         errors: list[BaseException] = []
 
         def act() -> None:
@@ -153,7 +154,9 @@ def test_dqn_learner_over_two_devices_shards_streams_and_resumes(tmp_path):
     service = LearnerService("dqn", config, run=run)
     try:
         assert isinstance(service.table, rg.ShardedReplayTable)
-        actor = actor_config(service.actor_settings, 0, 1, steps=1200, num_envs=2)
+        actor = ActorConfig.from_settings(
+            service.actor_settings, num_actors=1, steps=1200, num_envs=2
+        )
         thread = threading.Thread(target=run_actor, args=(actor, service.address))
         thread.start()  # the learner commits its appends in service.step, on this thread
         ran = 1

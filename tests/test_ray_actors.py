@@ -20,7 +20,7 @@ import ray
 import tensorflow as tf
 
 import replaygpu as rg
-from replaygpu.agents.actor import ActorConfig
+from replaygpu.agents.actor_config import ActorConfig
 from replaygpu.agents.ray_actors import start_ray_actors
 
 NUM_ENVS = 4
@@ -189,7 +189,7 @@ def test_without_ray_installed_the_api_and_the_command_say_how_to_install_it():
         "import sys\n"
         "sys.modules['ray'] = None  # as if not installed\n"
         "import replaygpu as rg\n"
-        "from replaygpu.agents.actor import ActorConfig\n"
+        "from replaygpu.agents.actor_config import ActorConfig\n"
         "from replaygpu.agents.ray_actors import start_ray_actors\n"
         "try:\n"
         "    start_ray_actors('127.0.0.1:1', ActorConfig(), 2)\n"

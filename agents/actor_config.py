@@ -1,0 +1,185 @@
+"""How one actor collects experience: `ActorConfig`, what the actor loop (`actor.run_actor`),
+its experience kinds (`actor.VectorExperience`, `frame_actor.FrameExperience`) and the drivers
+that start actors all read, so none of them imports another for it.
+
+A learner decides the fields of `rg.ActorSettings` (the env, the policy, the exploration, the
+frame preprocessing) and announces them in ``Info``; `ActorConfig.from_settings` takes them over
+under the same names, so ``replaygpu actor ADDRESS`` needs no other flags. This module imports
+no TensorFlow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
+
+import replaygpu as rg
+from replaygpu.agents.checks import require_positive_ints, require_unit_interval
+from replaygpu.agents.flags import helptext
+
+
+@dataclass(frozen=True)
+class ActorConfig:
+    """How one actor collects experience: vector transitions (``frame_stack`` 0) or the frames
+    of an ALE game for a frame-table learner (``frame_stack`` k > 0)."""
+
+    #: the fields a learner's `rg.ActorSettings` sets (same names there)
+    SETTINGS_FIELDS: ClassVar[tuple[str, ...]] = (
+        "env_id",
+        "agent",
+        "num_actors",
+        "num_envs",
+        "seed",
+        "weight_pull_interval",
+        "epsilon_base",
+        "epsilon_alpha",
+        "frame_stack",
+        "segment_steps",
+        "repeat_action_probability",
+        "terminal_on_life_loss",
+        "clip_rewards",
+    )
+
+    env_id: str = field(default="CartPole-v1", metadata=helptext("gymnasium env id"))
+    agent: Literal["dqn", "sac"] = field(
+        default="dqn",
+        metadata=helptext(
+            "policy: dqn (epsilon-greedy Q-network, Discrete actions) or sac (squashed "
+            "Gaussian, Box actions)"
+        ),
+    )
+    actor_index: int = field(default=0, metadata=helptext("this actor's index i in [0, N)"))
+    num_actors: int = field(default=1, metadata=helptext("N, actors in the whole run"))
+    actor_id_prefix: str = field(
+        default="",
+        metadata=helptext(
+            "actor ids are PREFIX-INDEX, unique per actor (the learner's exactly-once ledger "
+            "keys on them); empty: HOSTNAME-PID, so actors on other hosts, in other "
+            "containers or in other processes never share an id"
+        ),
+    )
+    num_envs: int = field(default=8, metadata=helptext("envs stepped together per actor"))
+    seed: int = field(default=1, metadata=helptext("base seed (offset by the actor index)"))
+    steps: int = field(default=0, metadata=helptext("env steps to collect; 0: until stopped"))
+    weight_pull_interval: int = field(
+        default=400, metadata=helptext("env steps between get_weights(newer_than=version) calls")
+    )
+    send_interval: int = field(
+        default=32, metadata=helptext("vector steps per send (frames: of whole finished segments)")
+    )
+    epsilon_base: float = field(default=0.4, metadata=helptext("Ape-X epsilon base"))
+    epsilon_alpha: float = field(default=7.0, metadata=helptext("Ape-X epsilon exponent spread"))
+    insert_slack: int = field(
+        default=2048,
+        metadata=helptext(
+            "follow the server's samples-per-insert limit on the insert side: wait while the "
+            "table is more than this many rows ahead of what the learner has sampled; "
+            "-1: never wait"
+        ),
+    )
+    frame_stack: int = field(
+        default=0,
+        metadata=helptext(
+            "k > 0: play an ALE game for a frame-table learner, acting with the Nature CNN on "
+            "[k, 84, 84] frame stacks; 0: vector transitions"
+        ),
+    )
+    segment_steps: int = field(
+        default=1000,
+        metadata=helptext(
+            "frames: longest table episode sent in one request; longer ones are cut as "
+            "truncations (the first k-1 stacks after a cut are padded)"
+        ),
+    )
+    repeat_action_probability: float = field(
+        default=0.25, metadata=helptext("frames: ALE sticky actions (Machado et al. 2018)")
+    )
+    terminal_on_life_loss: bool = field(
+        default=True, metadata=helptext("frames: a lost life is terminal (the game plays on)")
+    )
+    clip_rewards: bool = field(default=True, metadata=helptext("frames: send sign(reward)"))
+    retry_deadline_s: float = field(
+        default=60.0, metadata=helptext("give up when the server is unreachable this long")
+    )
+    table: str = field(default="replay", metadata=helptext("table name on the server"))
+    token: str | None = field(
+        default=None, metadata=helptext("bearer token, if the server needs one")
+    )
+    tls_ca: str | None = field(
+        default=None, metadata=helptext("CA certificate that signed the server's (enables TLS)")
+    )
+    tls_cert: str | None = field(
+        default=None, metadata=helptext("client certificate, for a server that requires one")
+    )
+    tls_key: str | None = field(default=None, metadata=helptext("private key of tls_cert"))
+    server_name: str | None = field(
+        default=None, metadata=helptext("name to check the server certificate against")
+    )
+
+    def __post_init__(self) -> None:
+        require_positive_ints(
+            self, "num_actors", "num_envs", "weight_pull_interval", "send_interval"
+        )
+        require_positive_ints(self, "segment_steps")
+        if not 0 <= self.actor_index < self.num_actors:
+            raise rg.ConfigError(
+                f"actor_index: got {self.actor_index}, expected in [0, num_actors="
+                f"{self.num_actors})"
+            )
+        if not self.retry_deadline_s > 0:
+            raise rg.ConfigError(f"retry_deadline_s: got {self.retry_deadline_s}, expected > 0")
+        if self.insert_slack < -1:
+            raise rg.ConfigError(f"insert_slack: got {self.insert_slack}, expected >= -1")
+        if self.steps < 0:
+            raise rg.ConfigError(f"steps: got {self.steps}, expected >= 0 (0: until stopped)")
+        if self.frame_stack < 0:
+            raise rg.ConfigError(
+                f"frame_stack: got {self.frame_stack}, expected >= 0 (0: vector transitions)"
+            )
+        if self.frame_stack and self.agent != "dqn":
+            raise rg.ConfigError(
+                f"agent: got {self.agent!r} with frame_stack {self.frame_stack}, expected dqn "
+                "(frame actors act with a Nature CNN Q-network)"
+            )
+        require_unit_interval(self, "epsilon_base", "repeat_action_probability")
+        _ = self.tls  # checks the TLS files now: missing, unreadable, a key of another cert
+
+    @classmethod
+    def from_settings(cls, settings: rg.ActorSettings, **overrides: object) -> ActorConfig:
+        """The config a learner's `rg.ActorSettings` ask for (the `SETTINGS_FIELDS`);
+        ``overrides`` replace any field (e.g. ``actor_index=``, ``steps=``, ``token=``).
+
+        Raises:
+            ConfigError: a value out of range.
+        """
+        values = {name: getattr(settings, name) for name in cls.SETTINGS_FIELDS}
+        return cls(**{**values, **overrides})  # type: ignore[arg-type]
+
+    @property
+    def tls(self) -> rg.TLSConfig | None:
+        """The client's TLS settings; None (plaintext) unless a TLS field is set.
+
+        Raises:
+            ConfigError: a file is missing or unreadable, or certificate and key do not match.
+        """
+        if not any((self.tls_ca, self.tls_cert, self.tls_key, self.server_name)):
+            return None
+        return rg.TLSConfig(
+            cert_file=self.tls_cert,
+            key_file=self.tls_key,
+            ca_file=self.tls_ca,
+            server_name=self.server_name,
+        )
+
+    @property
+    def epsilon(self) -> float:
+        """This actor's fixed exploration rate."""
+        if self.num_actors == 1:
+            return self.epsilon_base
+        spread = self.epsilon_alpha * self.actor_index / (self.num_actors - 1)
+        return self.epsilon_base ** (1.0 + spread)
+
+    @property
+    def env_seed(self) -> int:
+        """The seed of this actor's envs and random stream: the base seed offset by the index."""
+        return self.seed + 1000 * self.actor_index
