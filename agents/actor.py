@@ -86,35 +86,23 @@ class Experience(Protocol):
 
     def greedy(self, weights: list[np.ndarray]) -> Policy:
         """The greedy policy of a Q-network's pulled ``weights`` (dqn)."""
-        ...
 
     def start(self, seed: int, spec: rg.HostSpec) -> None:
         """Reset the envs with ``seed`` and make rows of the table's ``spec`` from now on."""
-        ...
 
     def observation(self) -> Any:
         """``[num_envs, ...]``: what the policy acts on now."""
-        ...
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Step every env with ``actions`` and keep the rows the steps make.
-
-        Returns:
-            ``[num_envs]`` rewards as the env gave them, and whether each env's episode ended.
-        """
-        ...
+        """Step every env with ``actions``, keeping the rows; returns ``[num_envs]`` rewards
+        as the envs gave them and whether each env's episode ended."""
 
     def send(self, client: rg.ReplayClient, final: bool = False) -> int:
-        """Send the rows that are ready (with ``final``: all of them, the run is over).
-
-        Returns:
-            the env steps sent; 0 when nothing was ready.
-        """
-        ...
+        """Send the rows that are ready (``final``: all, the run is over); returns the env
+        steps sent, 0 when nothing was ready."""
 
     def close(self) -> None:
         """Close the envs."""
-        ...
 
 
 class VectorExperience:

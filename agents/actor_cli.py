@@ -87,7 +87,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_config_flags(parser, ActorConfig, skip=("env_id", *_CLIENT_FIELDS))
     add_client_flags(parser)
     # unset: taken from the learner's actor settings, else ActorConfig's defaults
-    parser.set_defaults(**dict.fromkeys(ActorConfig.SETTINGS_FIELDS))
+    parser.set_defaults(**dict.fromkeys(ActorConfig.settings_fields()))
     parser.set_defaults(func=run)
 
 

@@ -10,8 +10,9 @@ no TensorFlow.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import Literal
 
 import replaygpu as rg
 from replaygpu.agents.checks import require_positive_ints, require_unit_interval
@@ -22,23 +23,6 @@ from replaygpu.agents.flags import helptext
 class ActorConfig:
     """How one actor collects experience: vector transitions (``frame_stack`` 0) or the frames
     of an ALE game for a frame-table learner (``frame_stack`` k > 0)."""
-
-    #: the fields a learner's `rg.ActorSettings` sets (same names there)
-    SETTINGS_FIELDS: ClassVar[tuple[str, ...]] = (
-        "env_id",
-        "agent",
-        "num_actors",
-        "num_envs",
-        "seed",
-        "weight_pull_interval",
-        "epsilon_base",
-        "epsilon_alpha",
-        "frame_stack",
-        "segment_steps",
-        "repeat_action_probability",
-        "terminal_on_life_loss",
-        "clip_rewards",
-    )
 
     env_id: str = field(default="CartPole-v1", metadata=helptext("gymnasium env id"))
     agent: Literal["dqn", "sac"] = field(
@@ -145,14 +129,20 @@ class ActorConfig:
         _ = self.tls  # checks the TLS files now: missing, unreadable, a key of another cert
 
     @classmethod
+    def settings_fields(cls) -> tuple[str, ...]:
+        """The fields a learner's `rg.ActorSettings` set: those of the same name in both."""
+        own = {f.name for f in dataclasses.fields(cls)}
+        return tuple(f.name for f in dataclasses.fields(rg.ActorSettings) if f.name in own)
+
+    @classmethod
     def from_settings(cls, settings: rg.ActorSettings, **overrides: object) -> ActorConfig:
-        """The config a learner's `rg.ActorSettings` ask for (the `SETTINGS_FIELDS`);
+        """The config a learner's `rg.ActorSettings` ask for (the `settings_fields`);
         ``overrides`` replace any field (e.g. ``actor_index=``, ``steps=``, ``token=``).
 
         Raises:
             ConfigError: a value out of range.
         """
-        values = {name: getattr(settings, name) for name in cls.SETTINGS_FIELDS}
+        values = {name: getattr(settings, name) for name in cls.settings_fields()}
         return cls(**{**values, **overrides})  # type: ignore[arg-type]
 
     @property
