@@ -145,6 +145,32 @@ def test_demo_apex_breakout_trains_with_actor_processes_and_cleans_up():
     assert not mp.active_children()
 
 
+def test_the_actor_command_joins_a_frame_learner_with_only_its_address():
+    """The frame settings travel in Info: `replaygpu actor ADDRESS` plays the learner's ALE
+    game into its frame table, each env's table episodes whole and contiguous; a flag
+    overrides a setting (2 envs where the learner asks for 1)."""
+    pytest.importorskip("ale_py")
+    settings = rg.ActorSettings(
+        env_id="ALE/Breakout-v5", seed=5, frame_stack=K, segment_steps=40, clip_rewards=False
+    )
+    table = rg.make_frame_table(2000, (84, 84))
+    with rg.serve(table, actor_settings=settings) as server:
+        cmd = [sys.executable, "-m", "replaygpu.cli", "actor", server.address]
+        out = subprocess.run(
+            [*cmd, "--steps", "300", "--num-envs", "2"], capture_output=True, text=True, timeout=300
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert "actor 0: 300 env steps" in out.stderr, out.stderr[-3000:]
+        size = table.size
+    rows = tf.range(size, dtype=tf.int64)
+    first, final = table.read("first", rows).numpy(), table.read("final", rows).numpy()
+    truncated = table.read("truncated", rows).numpy()
+    assert size == 300 + final.sum()  # every env step, plus one final row per table episode
+    assert first[0] and np.array_equal(first[1:], final[:-1])  # episodes whole, back to back
+    lengths = np.diff(np.flatnonzero(first)) - 1  # steps of each table episode but the last
+    assert lengths.max() <= 40 and truncated.sum() >= 1  # cut at segment_steps as truncations
+
+
 def test_the_frame_actor_and_its_row_maker_import_no_tensorflow():
     code = (
         "import sys\n"
