@@ -2,27 +2,44 @@
 
 Builds the demo's DQN update (rl-zoo3's CartPole-v1 hyperparameters: batch 64, MLP 256x256) on
 a table of 50k random CartPole-shaped rows and times, in one process: the TensorFlow + agents
-import, the first ``Learner.train(128)`` call (trace + XLA compilation), and the median of
-``--calls`` further calls, scaled to the demo's 24,576 SGD steps. With and without double DQN
-(rl-zoo3's SB3 DQN is not double). No env step is taken: whatever the demo does beyond this is
-acting, logging and evaluation. Run:
+import, the first ``Learner.train(128)`` call (trace + XLA compilation), and the demo's other
+training calls (192 of 128 steps: 24,704 SGD steps in all in 50k env steps), run one after the
+other as the demo runs them. With and without double DQN (rl-zoo3's SB3 DQN is not double). No
+env step is taken: whatever the demo does beyond this is acting, logging and evaluation.
+
+``--vs-demo`` runs the floor (double DQN, the demo's default) and the demo itself as whole
+processes, alternating, one pair per seed, timed the same way from start to exit; it prints
+each run, the medians and the ratio demo / floor (issue 23's target: <= 1.15x). Run:
 
     python benchmarks/cartpole_floor.py              # both variants, one subprocess each
+    python benchmarks/cartpole_floor.py --vs-demo    # floor and demo alternating, seeds 0 1 2
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
+import resource
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-SGD_STEPS = 24_576  # 192 training calls of 128 steps in 50k env steps (train_freq 256)
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RETURN = re.compile(r"greedy evaluation over \d+ episodes: mean return ([-\d.]+)")
 
 
-def measure(double_q: bool, calls: int) -> None:
+def training_calls(steps: int, train_freq: int, learning_starts: int) -> int:
+    """How many ``Learner.train`` calls the demo makes: one after each chunk of ``train_freq``
+    env steps that ends past ``learning_starts``."""
+    chunks = -(-steps // train_freq)
+    return sum(j * train_freq > learning_starts for j in range(1, chunks + 1))
+
+
+def measure(double_q: bool) -> None:
     start = time.perf_counter()
     import numpy as np
 
@@ -32,6 +49,7 @@ def measure(double_q: bool, calls: int) -> None:
 
     import_s = time.perf_counter() - start
     config = DQNConfig(double_q=double_q)
+    calls = training_calls(config.steps, config.train_freq, config.learning_starts)
     table = rg.ReplayTable(rg.specs_from_env(make_vector_env("CartPole-v1", 1, 0)), 100_000)
     rng, n = np.random.default_rng(0), 50_000
     table.append(
@@ -52,32 +70,80 @@ def measure(double_q: bool, calls: int) -> None:
     start = time.perf_counter()
     learner.train(config.gradient_steps)
     first_s = time.perf_counter() - start
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
+    start = time.perf_counter()
+    for _ in range(calls - 1):
         learner.train(config.gradient_steps)
-        times.append(time.perf_counter() - start)
-    step_s = float(np.median(times)) / config.gradient_steps
+    rest_s = time.perf_counter() - start
+    sgd_steps = calls * config.gradient_steps
     print(
         f"double_q={double_q}: import {import_s:.1f} s, first call {first_s:.2f} s, "
-        f"{step_s * 1e3:.3f} ms a step -> {SGD_STEPS} SGD steps {step_s * SGD_STEPS:.1f} s; "
-        f"floor {import_s + first_s + step_s * SGD_STEPS:.1f} s",
+        f"{rest_s / ((calls - 1) * config.gradient_steps) * 1e3:.3f} ms a step -> "
+        f"{sgd_steps} SGD steps in {calls} calls; "
+        f"floor {import_s + first_s + rest_s:.1f} s",
         flush=True,
+    )
+
+
+def load() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def timed(cmd: list[str]) -> tuple[float, float, str]:
+    """Run ``cmd`` from the repository root: ``(wall s, CPU s of the process, stdout)``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, proc.stdout
+
+
+def vs_demo(seeds: list[int]) -> None:
+    """Floor and demo as whole processes, alternating; medians and the ratio."""
+    print(f"cartpole demo vs its floor, whole processes, {os.cpu_count()} CPUs, {load()}")
+    floors, demos = [], []
+    with tempfile.TemporaryDirectory(prefix="cartpole-floor-") as root:
+        for seed in seeds:
+            wall, cpu, out = timed([sys.executable, __file__, "--child", "double"])
+            floors.append(wall)
+            print(f"floor        : wall {wall:.1f} s, CPU {cpu:.1f} s | {out.strip()} | {load()}")
+            run_dir = os.path.join(root, f"s{seed}")
+            cmd = [sys.executable, "-m", "replaygpu", "demo", "cartpole", "--seed", str(seed)]
+            wall, cpu, out = timed([*cmd, "--run-dir", run_dir])
+            demos.append(wall)
+            ret = RETURN.findall(out)
+            print(
+                f"demo seed {seed:<3d}: wall {wall:.1f} s, CPU {cpu:.1f} s | greedy return "
+                f"{ret[-1] if ret else '?'} | {load()}",
+                flush=True,
+            )
+    floor, demo = statistics.median(floors), statistics.median(demos)
+    print(
+        f"median wall: demo {demo:.1f} s, floor {floor:.1f} s; demo / floor {demo / floor:.3f}x "
+        "(target <= 1.15x)"
     )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=40, help="timed calls of 128 steps")
+    parser.add_argument(
+        "--vs-demo", action="store_true", help="time the demo and its floor, alternating"
+    )
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="--vs-demo seeds")
     parser.add_argument("--child", choices=["double", "single"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        measure(args.child == "double", args.calls)
+        measure(args.child == "double")
         return
-    print(f"{os.cpu_count()} CPUs, load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    if args.vs_demo:
+        vs_demo(args.seeds)
+        return
+    print(f"{os.cpu_count()} CPUs, {load()}")
     for variant in ("double", "single"):  # a fresh process each: the import is measured too
-        cmd = [sys.executable, __file__, "--child", variant, "--calls", str(args.calls)]
-        subprocess.run(cmd, check=True)
+        subprocess.run([sys.executable, __file__, "--child", variant], check=True)
 
 
 if __name__ == "__main__":
