@@ -7,12 +7,14 @@ after each training call, and picks greedy actions with `numpy_mlp`. Every ``tra
 steps the loop appends the chunk of new transitions to the `ReplayTable` in one call and runs
 ``gradient_steps`` SGD steps in one `Learner.train` call (one XLA-compiled graph execution).
 That call runs on a background thread while the next chunk is acted (``overlap_training``), so
-acting (Python, one core) and training (the graph, without the GIL) overlap.
+acting (Python, one core) and training (the graph, without the GIL) overlap; `submit_training`
+hands that thread the GIL until it is inside the graph.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -240,6 +242,36 @@ class DQN(QAgent):
         super().__init__(q, target, num_actions, config, learning_rate, name="dqn")
 
 
+#: how long the acting thread steps aside after starting a training call on the trainer
+#: thread: the call's Python prelude (a size check, a tensor, the function dispatch) runs in
+#: well under a millisecond before the graph releases the GIL
+HANDOFF_S = 0.001
+
+
+def submit_training(
+    trainer: ThreadPoolExecutor, fn: Callable[..., dict[str, float]], *args: Any
+) -> Future[dict[str, float]]:
+    """``trainer.submit(fn, *args)``, then release the GIL until ``fn`` is inside its graph.
+
+    Without this the acting loop starves the trainer thread: a thread waiting for the GIL
+    gets it only after a switch interval (5 ms) of the holder's Python, and not at all while
+    the holder keeps releasing and retaking it (numpy calls do), and ``Learner.train`` asks for
+    it several times before its graph runs. In `demo cartpole` that delayed each of the 193
+    training calls by 7-14 ms and stretched them by as much again (2-3 s of the run), while
+    the GIL-free graph could have run beside the acting from the start.
+    """
+    started = threading.Event()
+
+    def run() -> dict[str, float]:
+        started.set()
+        return fn(*args)
+
+    call = trainer.submit(run)
+    started.wait(1.0)  # the trainer thread holds the GIL from here ...
+    time.sleep(HANDOFF_S)  # ... through its prelude into the graph
+    return call
+
+
 def _done(result: dict[str, float]) -> Future[dict[str, float]]:
     """A finished future holding ``result`` (a training call made on the calling thread)."""
     future: Future[dict[str, float]] = Future()
@@ -395,7 +427,7 @@ def train(
             # Train: gradient_steps SGD steps in one fused graph call.
             if env_steps > config.learning_starts:
                 if trainer is not None:
-                    call = trainer.submit(timer.train, learner, config.gradient_steps)
+                    call = submit_training(trainer, timer.train, learner, config.gradient_steps)
                     in_flight = (call, env_steps)
                 else:
                     in_flight = (_done(timer.train(learner, config.gradient_steps)), env_steps)
