@@ -13,7 +13,6 @@ steps; then evaluate the greedy policy.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import gymnasium as gym
@@ -27,9 +26,7 @@ from replaygpu.agents.apex_config import ApexConfig as ApexConfig
 from replaygpu.agents.apex_config import make_agent as make_agent
 from replaygpu.agents.dqn import DQN
 from replaygpu.agents.dqn import check_env as dqn_check_env
-from replaygpu.agents.envs import evaluate
-from replaygpu.agents.fleet import ActorFleet, split_steps
-from replaygpu.agents.learner import LearnerService
+from replaygpu.agents.learner import LearnerService, train_with_actors
 from replaygpu.agents.policies import greedy_q_policy
 from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult
 from replaygpu.agents.runs import RunControl
@@ -58,67 +55,11 @@ def train(
     Raises:
         RuntimeError: when an actor process fails.
     """
-    recorder = recorder or NullRecorder()
-    service = LearnerService("dqn", config, run)
-    service.recorder = recorder
-    table, learner = service.table, service.learner
-    # a resumed run collects only what is left, with new env seeds; steps 0: until stopped
-    inserted = table.total_inserted
-    left = max(0, config.steps - inserted)
-    shares = split_steps(left, config.num_actors) if config.steps else [0] * config.num_actors
-    configs = [
-        ActorConfig.from_settings(
-            service.actor_settings, actor_index=i, steps=share, seed=config.seed + inserted
-        )
-        for i, share in enumerate(shares)
-        if share or not config.steps
-    ]
-    fleet = ActorFleet(configs, service.address, recorder, inserted, name="apex-actor")
-    first_steps, sgd_seconds, compile_seconds = 0, 0.0, 0.0
-    start = time.perf_counter()
-    try:
-        fleet.start()
-        while True:
-            actors_done = fleet.finished  # before: data may still come
-            began = time.perf_counter()
-            ran = service.step()
-            if ran:
-                if not first_steps:
-                    compile_seconds, first_steps = time.perf_counter() - began, ran
-                else:
-                    sgd_seconds += time.perf_counter() - began
-            fleet.drain()
-            recorder.progress(table.total_inserted, service.sgd_steps, fleet.recent_return)
-            fleet.raise_failed()
-            if service.run is not None and service.run.stop.is_set():
-                break
-            if actors_done and not ran:
-                break
-    finally:
-        fleet.stop(service.commit)
-        service.close()
-    elapsed = time.perf_counter() - start
+    service = LearnerService(config, run)
 
-    stopped = (
-        service.run is not None
-        and service.run.stop.is_set()
-        and (not config.steps or table.total_inserted < config.steps)
-    )
-    greedy = greedy_q_policy(service.agent.q.numpy_weights())
-    eval_returns = (
-        np.zeros(0)
-        if stopped
-        else evaluate(greedy, config.env_id, config.eval_episodes, seed=config.seed + 10_000)
-    )
-    trained_steps = service.sgd_steps - first_steps
-    return TrainResult(
-        eval_returns=eval_returns,
-        env_steps=table.total_inserted,
-        sgd_steps=int(learner.steps.numpy()),
-        train_seconds=elapsed,
-        env_steps_per_s=fleet.env_steps_per_s,
-        sgd_steps_per_s=trained_steps / sgd_seconds if sgd_seconds > 0 else float("nan"),
-        compile_seconds=compile_seconds,
-        episodes=len(fleet.returns),
-        stopped=stopped,
-    )
+    def actor_config(index: int, steps: int, seed: int) -> ActorConfig:
+        return ActorConfig.from_settings(
+            service.actor_settings, actor_index=index, steps=steps, seed=seed
+        )
+
+    return train_with_actors(service, actor_config, recorder or NullRecorder(), "apex-actor")

@@ -11,127 +11,70 @@ transitions arrived and the replay budget is spent) or a stop signal.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
-import tensorflow as tf
+import numpy as np
 
 import replaygpu as rg
-from replaygpu.agents import apex_config, dqn, sac
-from replaygpu.agents.actor import STREAM_FIELD
-from replaygpu.agents.apex_config import DEVICES_HELP, ApexConfig
-from replaygpu.agents.checks import require_positive, require_positive_ints
-from replaygpu.agents.flags import helptext
-from replaygpu.agents.progress import NullRecorder, Recorder
+from replaygpu.agents.actor_config import ActorConfig
+
+# the configs a run.json names with this module (``replaygpu learner`` runs): re-exported so
+# ``replaygpu eval`` and resumes find them here
+from replaygpu.agents.apex_atari_config import ApexAtariConfig as ApexAtariConfig
+from replaygpu.agents.apex_config import ApexConfig as ApexConfig
+from replaygpu.agents.builders import SACLearnerConfig as SACLearnerConfig
+from replaygpu.agents.builders import builder_for
+from replaygpu.agents.fleet import ActorFleet, split_steps
+from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult
 from replaygpu.agents.runs import LoopState, RunControl
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class SACLearnerConfig(sac.SACConfig):
-    """SAC served to remote actors: `SACConfig`'s update, with a samples-per-insert rate limit
-    in place of the demo's train_freq/gradient_steps (the defaults keep its ratio: 64 steps of
-    256 rows per 64 env steps)."""
-
-    steps: int = field(
-        default=20_000,
-        metadata=helptext("env steps collected by all actors; 0: run until stopped (a service)"),
-    )
-    samples_per_insert: float = field(
-        default=256.0, metadata=helptext("rate limit: sampled rows per inserted row")
-    )
-    steps_per_call: int = field(default=64, metadata=helptext("SGD steps per Learner.train call"))
-    num_actors: int = field(default=2, metadata=helptext("actor processes (demo) / fleet size"))
-    actor_envs: int = field(default=1, metadata=helptext("envs per actor"))
-    weight_pull_interval: int = field(
-        default=256, metadata=helptext("actor env steps between weight pulls")
-    )
-    address: str = field(default="127.0.0.1:0", metadata=helptext("where the learner serves"))
-    devices: str = field(default="", metadata=DEVICES_HELP)
-
-    def __post_init__(self) -> None:
-        if self.steps == 0:  # until stopped: check the other fields as if the run had a length
-            dataclasses.replace(self, steps=1)
-        elif self.steps < 0:
-            raise rg.ConfigError(f"steps: got {self.steps}, expected >= 0 (0: until stopped)")
-        else:
-            super().__post_init__()
-        require_positive_ints(
-            self, "steps_per_call", "num_actors", "actor_envs", "weight_pull_interval"
-        )
-        require_positive(self, "samples_per_insert")
-
-
-#: ``--agent`` -> (config class, agent module)
-AGENTS: dict[str, tuple[type, Any]] = {"dqn": (ApexConfig, dqn), "sac": (SACLearnerConfig, sac)}
-
-
 def make_agent(config: Any, env: Any) -> Any:
     """The networks of a learner run (what ``replaygpu eval`` restores)."""
-    if isinstance(config, SACLearnerConfig):
-        return sac.make_agent(config, env)
-    return apex_config.make_agent(config, env)
+    return builder_for(config).make_agent(config, env)
 
 
-def greedy_policy(agent: Any) -> Any:
-    """The greedy numpy policy of a learner run's agent."""
-    return sac.greedy_policy(agent) if isinstance(agent, sac.SAC) else dqn.greedy_policy(agent)
+def evaluate_agent(config: Any, agent: Any, episodes: int, seed: int) -> np.ndarray:
+    """Returns of ``episodes`` greedy episodes of a learner run's agent (``replaygpu eval``)."""
+    return builder_for(config).evaluate(config, agent, episodes, seed)
 
 
 class LearnerService:
-    """A served learner for ``agent`` (``"dqn"`` or ``"sac"``).
+    """A served learner of any algorithm: its config's builder (`builders`) makes the parts.
 
     Args:
-        agent: which algorithm.
-        config: its `ApexConfig` or `SACLearnerConfig`.
+        config: an `ApexConfig` (DQN on vector observations), `ApexAtariConfig` (DQN on Atari
+            frames) or `SACLearnerConfig`.
         run: checkpoints and stop signals (restored from at once); None: neither.
-        token, tls, server_config: passed to `rg.serve`.
+        token, tls, server_config: passed to `rg.serve` (the builder may raise the message
+            limit: a frame actor sends whole segments).
 
     Raises:
-        ConfigError: bad env for the agent, address that cannot be bound, a checkpoint of
-            another run.
+        ConfigError: a config no builder takes, bad env for the agent, address that cannot be
+            bound, a checkpoint of another run.
     """
 
     def __init__(
         self,
-        agent: str,
         config: Any,
         run: RunControl | None = None,
         token: str | None = None,
         tls: rg.TLSConfig | None = None,
         server_config: rg.ServerConfig | None = None,
     ) -> None:
-        config_cls, module = AGENTS[agent]
-        if not isinstance(config, config_cls):
-            raise rg.ConfigError(
-                f"LearnerService: agent {agent!r} takes a {config_cls.__name__}, got "
-                f"{type(config).__name__}"
-            )
-        self.kind, self.config, self.run = agent, config, run
-        probe = module.check_env(config.env_id)
-        spec = dict(rg.specs_from_env(probe))
-        if agent == "dqn":
-            spec[STREAM_FIELD] = tf.TensorSpec([], tf.int64, name=STREAM_FIELD)  # env of a row
-        if config.devices and config.device:
-            raise rg.ConfigError(
-                f"device {config.device!r} and devices {config.devices!r}: give one of them"
-            )
-        if config.devices:  # one replay shard per device; n-step streams stay in their shard
-            strategy = rg.mirrored_strategy(config.devices)
-            shard_by = STREAM_FIELD if agent == "dqn" else None
-            self.table = rg.ShardedReplayTable(spec, config.buffer_size, strategy, shard_by)
-            scope = strategy.scope()
-        else:
-            self.table = rg.ReplayTable(spec, config.buffer_size, device=config.device or None)
-            scope = tf.device(self.table.device)
+        self.builder = builder = builder_for(config)
+        self.config, self.run = config, run
+        probe = builder.check_env(config.env_id)
+        self.table, scope = builder.make_table(config, probe)
         with scope:
-            self.agent = make_agent(config, probe)
+            self.agent = builder.make_agent(config, probe)
         probe.close()
-        self.sampler, self.policy_net = self._sampler(), self._policy_net()
+        self.sampler = builder.make_sampler(config, self.table)
         limiter = rg.SampleToInsertRatio(
             config.samples_per_insert,
             min_size_to_sample=config.learning_starts,
@@ -143,10 +86,13 @@ class LearnerService:
             self.agent.update,
             batch_size=config.batch_size,
             rate_limiter=limiter,
-            jit_compile=config.jit_compile,
+            jit_compile=builder.jit_compile(config, self.table),
         )
         self.ledger = rg.SequenceLedger()
         self.loop = LoopState()
+        #: how many env steps the run took: the table's rows, unless a driver that sees the
+        #: actors' reports counts them (a frame table holds one more row per episode)
+        self.env_steps: Callable[[], int] = lambda: self.table.total_inserted
         self.restored = None
         if run is not None:
             self.restored = run.attach(
@@ -170,43 +116,19 @@ class LearnerService:
             config.address,
             token,
             tls,
-            config=server_config,
+            config=builder.server_config(config, server_config),
             ledger=self.ledger,
             actor_settings=self.actor_settings,
         )
-        self.learner.publish_weights(self.policy_net)
+        self.learner.publish_weights(builder.policy(self.agent))
         self._last_sync = int(self.loop.last_sync.numpy())  # 0, or the restored run's
         self._rate = (time.monotonic(), self.sgd_steps, 0.0)
         self.recorder: Recorder = NullRecorder()
 
-    def _sampler(self) -> rg.Sampler:
-        c = self.config
-        if self.kind == "sac":
-            return rg.UniformSampler(self.table, seed=c.seed)
-        distribution = (
-            rg.Prioritized(c.priority_alpha, c.priority_beta) if c.prioritized else rg.Uniform()
-        )
-        # Actors' batches interleave in the table; the stream field keeps a return in one env.
-        view = rg.NStep(c.n_step, c.gamma, stream_field=STREAM_FIELD)
-        return rg.Sampler(self.table, distribution, view, seed=c.seed)
-
-    def _policy_net(self) -> Any:
-        return self.agent.q if self.kind == "dqn" else self.agent.actor
-
     @property
     def actor_settings(self) -> rg.ActorSettings:
         """What ``replaygpu actor ADDRESS`` learns from this learner's ``Info``."""
-        c = self.config
-        return rg.ActorSettings(
-            env_id=c.env_id,
-            agent=self.kind,  # type: ignore[arg-type]
-            hidden_sizes=tuple(c.hidden_sizes),
-            weight_pull_interval=c.weight_pull_interval,
-            num_envs=c.actor_envs,
-            stream_field=STREAM_FIELD if self.kind == "dqn" else "",
-            seed=c.seed,
-            num_actors=c.num_actors,
-        )
+        return self.builder.actor_settings(self.config)
 
     @property
     def address(self) -> str:
@@ -225,16 +147,19 @@ class LearnerService:
         ran = int(out["steps"])
         if ran:
             steps = self.sgd_steps
-            if self.kind == "dqn" and steps - self._last_sync >= self.config.target_update_interval:
+            if (
+                self.builder.syncs_target
+                and steps - self._last_sync >= self.config.target_update_interval
+            ):
                 self.agent.sync_target()
                 self._last_sync = steps
-            self.learner.publish_weights(self.policy_net)
+            self.learner.publish_weights(self.builder.policy(self.agent))
             self.recorder.metrics(
-                self.table.total_inserted,
+                self.env_steps(),
                 {k: v for k, v in out.items() if k.startswith("losses/")},
             )
         if self.run is not None and self.run.due() and not self.run.stop.is_set():
-            self.loop.capture(self.table.total_inserted, self._last_sync)
+            self.loop.capture(self.env_steps(), self._last_sync)
             self.run.save(self.server)
         return ran
 
@@ -275,8 +200,93 @@ class LearnerService:
         self.server.stop()
         if self.run is None or not save:
             return None
-        self.loop.capture(self.table.total_inserted, self._last_sync)
+        self.loop.capture(self.env_steps(), self._last_sync)
         path = self.run.save()
         if path:
             logger.info("final checkpoint %s (SGD step %d)", path, self.sgd_steps)
         return path
+
+
+def train_with_actors(
+    service: LearnerService,
+    actor_config: Callable[[int, int, int], ActorConfig],
+    recorder: Recorder,
+    name: str,
+) -> TrainResult:
+    """Run ``config.num_actors`` actor processes beside ``service`` until they delivered the
+    run's ``steps`` and the replay budget is spent (or a stop signal), then evaluate: the one
+    driver of ``demo apex-cartpole`` and ``demo apex-breakout``.
+
+    A resumed run's actors collect what is left of ``steps``, with new env seeds; ``steps`` 0
+    runs until stopped.
+
+    Args:
+        service: the learner service (restored from its run's checkpoint, if any).
+        actor_config: ``(index, steps, seed) -> ActorConfig`` of actor process ``index``.
+        recorder: progress bar, TensorBoard and plot.
+        name: the actor processes' name prefix.
+
+    Raises:
+        RuntimeError: when an actor process fails.
+    """
+    config = service.config
+    service.recorder = recorder
+    base = int(service.loop.env_steps.numpy())  # 0, or what the restored run had collected
+    left = max(0, config.steps - base)
+    shares = split_steps(left, config.num_actors) if config.steps else [0] * config.num_actors
+    configs = [
+        actor_config(i, share, config.seed + base)
+        for i, share in enumerate(shares)
+        if share or not config.steps
+    ]
+    fleet = ActorFleet(configs, service.address, recorder, base, name=name)
+    service.env_steps = lambda: fleet.env_steps
+    first_steps, sgd_seconds, compile_seconds = 0, 0.0, 0.0
+    start = time.perf_counter()
+    try:
+        fleet.start()
+        while True:
+            actors_done = fleet.finished  # before: data may still come
+            began = time.perf_counter()
+            ran = service.step()
+            if ran:
+                if not first_steps:
+                    compile_seconds, first_steps = time.perf_counter() - began, ran
+                else:
+                    sgd_seconds += time.perf_counter() - began
+            fleet.drain()
+            recorder.progress(fleet.env_steps, service.sgd_steps, fleet.recent_return)
+            fleet.raise_failed()
+            if service.run is not None and service.run.stop.is_set():
+                break  # the final checkpoint follows
+            if actors_done and not ran:
+                break
+    finally:
+        fleet.stop(service.commit)
+        service.close()
+    elapsed = time.perf_counter() - start
+    stopped = (
+        service.run is not None
+        and service.run.stop.is_set()
+        and (not config.steps or fleet.env_steps < config.steps)
+    )
+    eval_returns = (
+        np.zeros(0)
+        if stopped or not config.eval_episodes
+        else service.builder.evaluate(
+            config, service.agent, config.eval_episodes, seed=config.seed + 10_000
+        )
+    )
+    recorder.metrics(fleet.env_steps, {"charts/rows_acked": float(fleet.acked)})
+    trained = service.sgd_steps - first_steps
+    return TrainResult(
+        eval_returns=eval_returns,
+        env_steps=fleet.env_steps,
+        sgd_steps=service.sgd_steps,
+        train_seconds=elapsed,
+        env_steps_per_s=fleet.env_steps_per_s,
+        sgd_steps_per_s=trained / sgd_seconds if sgd_seconds > 0 else float("nan"),
+        compile_seconds=compile_seconds,
+        episodes=len(fleet.returns),
+        stopped=stopped,
+    )

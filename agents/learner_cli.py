@@ -1,6 +1,8 @@
 """`replaygpu learner --agent dqn|sac --env ENV_ID`: the standalone learner service.
 
-It serves its replay table over gRPC, trains the agent's update under a samples-per-insert rate
+One service runs every agent: DQN on vector observations, DQN on Atari frames (an ``ALE/...``
+env: a frame table, the Nature CNN, prioritized frame stacks with 3-step returns), SAC. It serves
+its replay table over gRPC, trains the agent's update under a samples-per-insert rate
 limiter as the actors' transitions arrive, and publishes weights; ``replaygpu actor ADDRESS``
 learns the env, the policy and its exploration from it. With ``--checkpoint-dir`` it resumes
 from the newest checkpoint there, saves one every ``--checkpoint-every-s`` and a last one on
@@ -33,13 +35,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run, pass_unknown=True, options=[])
 
 
-def learner_parser(agent: str) -> argparse.ArgumentParser:
-    """The full flag parser of ``replaygpu learner --agent AGENT``."""
+def learner_parser(agent: str, env_id: str | None = None) -> argparse.ArgumentParser:
+    """The full flag parser of ``replaygpu learner --agent AGENT --env ENV_ID`` (the env picks
+    the config: an ALE game runs DQN on frames)."""
+    from replaygpu.agents.builders import config_class
     from replaygpu.agents.flags import add_config_flags
-    from replaygpu.agents.learner import AGENTS
     from replaygpu.service.ops.commands import add_server_security_flags, port_number
 
-    config_cls, _ = AGENTS[agent]
+    config_cls = config_class(agent, env_id)
     parser = argparse.ArgumentParser(
         prog="replaygpu learner",
         description=f"{__doc__.split(chr(10) * 2, 1)[1].strip()}\n\nFlags of --agent {agent}: "
@@ -66,25 +69,28 @@ def learner_parser(agent: str) -> argparse.ArgumentParser:
     return parser
 
 
-def _agent_of(options: list[str]) -> str:
+def _agent_of(options: list[str]) -> tuple[str, str | None]:
+    """``(--agent, --env or --env-id)`` of the command line, before its other flags are known."""
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--agent", choices=AGENT_CHOICES, default="dqn")
+    pre.add_argument("--env", "--env-id", dest="env_id", default=None)
     known, _ = pre.parse_known_args(options)
-    return known.agent
+    return known.agent, known.env_id
 
 
 def run(args: argparse.Namespace) -> int:
     """Serve and train until the run is done or a signal stops it."""
     import replaygpu as rg
+    from replaygpu.agents.builders import config_class
     from replaygpu.agents.flags import config_from_args
-    from replaygpu.agents.learner import AGENTS, LearnerService
+    from replaygpu.agents.learner import LearnerService
     from replaygpu.agents.runs import RunControl
     from replaygpu.service.ops.commands import server_tls
 
-    agent = _agent_of(args.options)
-    parser = learner_parser(agent)
+    agent, env_id = _agent_of(args.options)
+    parser = learner_parser(agent, env_id)
     opts = parser.parse_args(args.options + (["--help"] if args.help else []))
-    config_cls, _ = AGENTS[agent]
+    config_cls = config_class(agent, env_id)
     try:
         config = config_from_args(config_cls, opts)
     except ValueError as err:
@@ -94,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     control = RunControl(opts.checkpoint_dir, opts.checkpoint_every_s, module, config)
     server_config = rg.ServerConfig(max_actors=opts.max_actors)
     with control:
-        service = LearnerService(agent, config, control, opts.token, tls, server_config)
+        service = LearnerService(config, control, opts.token, tls, server_config)
         metrics, trained = None, False
         try:
             if opts.metrics_port is not None:

@@ -132,24 +132,25 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         if args.command != "learner":
             return args
         from replaygpu.agents import learner_cli
+        from replaygpu.agents.builders import config_class
         from replaygpu.agents.flags import config_from_args
-        from replaygpu.agents.learner import AGENTS
 
         options = extra + list(args.options)
         pre = argparse.ArgumentParser(add_help=False)
         pre.add_argument("--agent", default="dqn")
-        agent = pre.parse_known_args(options)[0].agent
-        opts = _learner_parser(learner_cli, agent).parse_args(options)
-        config_from_args(AGENTS[agent][0], opts)
+        pre.add_argument("--env", "--env-id", dest="env_id", default=None)
+        known = pre.parse_known_args(options)[0]
+        opts = _learner_parser(learner_cli, known.agent, known.env_id).parse_args(options)
+        config_from_args(config_class(known.agent, known.env_id), opts)
         return opts
     except SystemExit as err:
         pytest.fail(f"`replaygpu {' '.join(argv)}` does not parse (exit {err.code})")
 
 
-def _learner_parser(module: Any, agent: str) -> argparse.ArgumentParser:
+def _learner_parser(module: Any, agent: str, env_id: str | None) -> argparse.ArgumentParser:
     if not hasattr(module, "learner_parser"):
         pytest.skip("replaygpu.agents.learner_cli has no learner_parser(agent) yet")
-    return module.learner_parser(agent)
+    return module.learner_parser(agent, env_id)
 
 
 def _subcommands() -> set[str]:

@@ -108,7 +108,7 @@ def test_sac_learner_trains_on_a_sac_actor_in_process(tmp_path):
         hidden_sizes=(16, 16),
         jit_compile=False,
     )
-    service = LearnerService("sac", config)
+    service = LearnerService(config)
     try:
         settings = service.actor_settings
         assert (settings.env_id, settings.agent) == ("Pendulum-v1", "sac")
@@ -151,7 +151,7 @@ def test_dqn_learner_over_two_devices_shards_streams_and_resumes(tmp_path):
         devices="/cpu:0,/cpu:1",
     )
     run = RunControl(str(tmp_path / "ckpt"), 3600, "dqn", config)
-    service = LearnerService("dqn", config, run=run)
+    service = LearnerService(config, run=run)
     try:
         assert isinstance(service.table, rg.ShardedReplayTable)
         actor = ActorConfig.from_settings(
@@ -173,9 +173,7 @@ def test_dqn_learner_over_two_devices_shards_streams_and_resumes(tmp_path):
     assert saved
     steps = service.sgd_steps
 
-    again = LearnerService(
-        "dqn", config, run=RunControl(str(tmp_path / "ckpt"), 3600, "dqn", config)
-    )
+    again = LearnerService(config, run=RunControl(str(tmp_path / "ckpt"), 3600, "dqn", config))
     try:
         assert again.table.shard_sizes == [600, 600] and again.sgd_steps == steps
     finally:
@@ -183,6 +181,47 @@ def test_dqn_learner_over_two_devices_shards_streams_and_resumes(tmp_path):
 
     one_device = dataclasses.replace(config, devices="/cpu:0")
     with pytest.raises(rg.CheckpointMismatchError, match=r"holds 2 shards .* has 1"):
-        LearnerService(
-            "dqn", one_device, run=RunControl(str(tmp_path / "ckpt"), 3600, "dqn", one_device)
+        LearnerService(one_device, run=RunControl(str(tmp_path / "ckpt"), 3600, "dqn", one_device))
+
+
+def test_a_frame_learner_serves_an_atari_game_to_an_actor_with_only_the_address(tmp_path):
+    """`replaygpu learner --agent dqn --env ALE/...` serves a frame table (prioritized frame
+    stacks, the Nature CNN); `replaygpu actor ADDRESS` learns the game and the frame settings
+    from Info, the learner trains on its segments and ends by itself with a checkpoint."""
+    pytest.importorskip("ale_py")
+    address = f"127.0.0.1:{free_port()}"
+    learner_cmd = cli(
+        "learner", "--agent", "dqn", "--env", "ALE/Breakout-v5", "--address", address,
+        "--checkpoint-dir", str(tmp_path / "ckpt"), "--steps", "400", "--num-actors", "1",
+        "--buffer-size", "2000", "--learning-starts", "200", "--batch-size", "8",
+        "--samples-per-insert", "1", "--steps-per-call", "4", "--segment-steps", "100",
+        "--target-update-interval", "8", "--jit-compile", "off",
+    )  # fmt: skip
+    learner = subprocess.Popen(learner_cmd, stderr=subprocess.PIPE, text=True, env=ENV)
+    lines: list[str] = []
+    try:
+        wait_for_line(learner, r"serving at", lines)
+        with rg.ReplayClient(address, actor_id="probe") as client:
+            settings = client.actor_settings
+            spec = client.info().tables[0]
+        assert settings is not None
+        assert (settings.env_id, settings.frame_stack, settings.segment_steps) == (
+            "ALE/Breakout-v5",
+            4,
+            100,
         )
+        assert {f.name for f in spec.spec} >= {"frame", "first", "final"}
+        actor = subprocess.run(
+            cli("actor", address, "--steps", "400"), capture_output=True, text=True, timeout=300
+        )
+        assert actor.returncode == 0, actor.stderr[-3000:]
+        assert "actor 0: 400 env steps" in actor.stderr, actor.stderr[-3000:]
+        _, rest = learner.communicate(timeout=300)
+        lines.append(rest)
+    finally:
+        if learner.poll() is None:
+            learner.kill()
+            learner.communicate()
+    assert learner.returncode == 0, "".join(lines)[-3000:]
+    final = re.search(r"final checkpoint \S+ \(SGD step (\d+)\)", "".join(lines))
+    assert final and int(final.group(1)) > 0

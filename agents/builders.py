@@ -1,0 +1,314 @@
+"""What a served learner is built from, per algorithm: one `learner.LearnerService` runs every
+agent by asking the builder of its config for the parts.
+
+=====================  =============  ==================================  =======================
+config                 builder        table                               sampler
+=====================  =============  ==================================  =======================
+`ApexConfig`           `VectorDQN`    transitions + the actor env's       Uniform / Prioritized x
+(``--agent dqn``)                     stream id (sharded by it with       NStep (3-step returns)
+                                      ``--devices``)
+`SACLearnerConfig`     `ServedSAC`    transitions (sharded with           Uniform x Transition
+(``--agent sac``)                     ``--devices``)
+`ApexAtariConfig`      `FrameDQN`     a frame table (each 84x84 frame     Uniform / Prioritized x
+(``--agent dqn``,                     once)                               FrameStack(4, n_step)
+an ALE env)
+=====================  =============  ==================================  =======================
+
+A builder also names the weights actors pull, the `rg.ActorSettings` that ``replaygpu actor
+ADDRESS`` learns from ``Info``, the server's message limit, whether the run syncs a target
+network, and how the greedy policy is evaluated. Adding an algorithm to the learner service is
+one config and one builder here; the service, its CLI, checkpoints and the demos' driver need no
+change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+import tensorflow as tf
+
+import replaygpu as rg
+from replaygpu.agents import apex_config, atari, dqn, sac
+from replaygpu.agents.actor import STREAM_FIELD
+from replaygpu.agents.apex_atari_config import ApexAtariConfig
+from replaygpu.agents.apex_config import DEVICES_HELP, ApexConfig
+from replaygpu.agents.checks import require_positive, require_positive_ints
+from replaygpu.agents.envs import evaluate
+from replaygpu.agents.flags import helptext
+from replaygpu.agents.frame_actor import segment_client_config
+
+Table = Any  # rg.ReplayTable or rg.ShardedReplayTable
+
+
+@dataclass(frozen=True)
+class SACLearnerConfig(sac.SACConfig):
+    """SAC served to remote actors: `SACConfig`'s update, with a samples-per-insert rate limit
+    in place of the demo's train_freq/gradient_steps (the defaults keep its ratio: 64 steps of
+    256 rows per 64 env steps)."""
+
+    steps: int = field(
+        default=20_000,
+        metadata=helptext("env steps collected by all actors; 0: run until stopped (a service)"),
+    )
+    samples_per_insert: float = field(
+        default=256.0, metadata=helptext("rate limit: sampled rows per inserted row")
+    )
+    steps_per_call: int = field(default=64, metadata=helptext("SGD steps per Learner.train call"))
+    num_actors: int = field(default=2, metadata=helptext("actor processes (demo) / fleet size"))
+    actor_envs: int = field(default=1, metadata=helptext("envs per actor"))
+    weight_pull_interval: int = field(
+        default=256, metadata=helptext("actor env steps between weight pulls")
+    )
+    address: str = field(default="127.0.0.1:0", metadata=helptext("where the learner serves"))
+    devices: str = field(default="", metadata=DEVICES_HELP)
+
+    def __post_init__(self) -> None:
+        if self.steps == 0:  # until stopped: check the other fields as if the run had a length
+            dataclasses.replace(self, steps=1)
+        elif self.steps < 0:
+            raise rg.ConfigError(f"steps: got {self.steps}, expected >= 0 (0: until stopped)")
+        else:
+            super().__post_init__()
+        require_positive_ints(
+            self, "steps_per_call", "num_actors", "actor_envs", "weight_pull_interval"
+        )
+        require_positive(self, "samples_per_insert")
+
+
+class Builder:
+    """The parts of a served run of one algorithm (see the module doc). Subclasses override
+    what differs; every method takes the run's config."""
+
+    #: whether the service copies the online network into a target every
+    #: ``config.target_update_interval`` SGD steps
+    syncs_target: ClassVar[bool] = False
+
+    def check_env(self, env_id: str) -> gym.Env:
+        """The env the algorithm runs (made to read its spaces; close it)."""
+        raise NotImplementedError
+
+    def make_table(
+        self, config: Any, env: gym.Env
+    ) -> tuple[Table, contextlib.AbstractContextManager[Any]]:
+        """The replay table, and the scope the networks are made in (a strategy's, or the
+        table's device)."""
+        raise NotImplementedError
+
+    def make_agent(self, config: Any, env: gym.Env) -> Any:
+        """The networks, optimizer and in-graph update (``agent.update``)."""
+        raise NotImplementedError
+
+    def make_sampler(self, config: Any, table: Table) -> rg.Sampler:
+        raise NotImplementedError
+
+    def policy(self, agent: Any) -> Any:
+        """What ``publish_weights`` snapshots for the actors."""
+        raise NotImplementedError
+
+    def actor_settings(self, config: Any) -> rg.ActorSettings:
+        raise NotImplementedError
+
+    def jit_compile(self, config: Any, table: Table) -> bool:
+        return bool(config.jit_compile)
+
+    def server_config(self, config: Any, given: rg.ServerConfig | None) -> rg.ServerConfig | None:
+        """The server's config: ``given`` (None: the defaults), raised where the algorithm's
+        requests need it."""
+        return given
+
+    def greedy_policy(self, agent: Any) -> Any:
+        """The greedy numpy policy ``obs [B, ...] -> actions [B, ...]``."""
+        raise NotImplementedError
+
+    def evaluate(self, config: Any, agent: Any, episodes: int, seed: int) -> np.ndarray:
+        """Returns of ``episodes`` greedy episodes (seeds ``seed + i``)."""
+        return evaluate(self.greedy_policy(agent), config.env_id, episodes, seed)
+
+
+class VectorBuilder(Builder):
+    """Transitions of vector observations, on one device or one shard per device."""
+
+    #: an integer field naming each row's actor env (n-step returns stay in one env)
+    stream_field: ClassVar[str] = ""
+
+    def make_table(
+        self, config: Any, env: gym.Env
+    ) -> tuple[Table, contextlib.AbstractContextManager[Any]]:
+        spec = dict(rg.specs_from_env(env))
+        if self.stream_field:
+            spec[self.stream_field] = tf.TensorSpec([], tf.int64, name=self.stream_field)
+        if config.devices and config.device:
+            raise rg.ConfigError(
+                f"device {config.device!r} and devices {config.devices!r}: give one of them"
+            )
+        if config.devices:  # one replay shard per device; n-step streams stay in their shard
+            strategy = rg.mirrored_strategy(config.devices)
+            shard_by = self.stream_field or None
+            table = rg.ShardedReplayTable(spec, config.buffer_size, strategy, shard_by)
+            return table, strategy.scope()
+        table = rg.ReplayTable(spec, config.buffer_size, device=config.device or None)
+        return table, tf.device(table.device)
+
+    def settings(self, config: Any, agent: str) -> rg.ActorSettings:
+        return rg.ActorSettings(
+            env_id=config.env_id,
+            agent=agent,  # type: ignore[arg-type]
+            hidden_sizes=tuple(config.hidden_sizes),
+            weight_pull_interval=config.weight_pull_interval,
+            num_envs=config.actor_envs,
+            stream_field=self.stream_field,
+            seed=config.seed,
+            num_actors=config.num_actors,
+        )
+
+
+class VectorDQN(VectorBuilder):
+    """Ape-X DQN on vector observations: `ApexConfig`."""
+
+    syncs_target = True
+    stream_field = STREAM_FIELD
+
+    def check_env(self, env_id: str) -> gym.Env:
+        return dqn.check_env(env_id)
+
+    def make_agent(self, config: ApexConfig, env: gym.Env) -> dqn.DQN:
+        return apex_config.make_agent(config, env)
+
+    def make_sampler(self, config: ApexConfig, table: Table) -> rg.Sampler:
+        distribution = (
+            rg.Prioritized(config.priority_alpha, config.priority_beta)
+            if config.prioritized
+            else rg.Uniform()
+        )
+        # Actors' batches interleave in the table; the stream field keeps a return in one env.
+        view = rg.NStep(config.n_step, config.gamma, stream_field=STREAM_FIELD)
+        return rg.Sampler(table, distribution, view, seed=config.seed)
+
+    def policy(self, agent: dqn.DQN) -> Any:
+        return agent.q
+
+    def actor_settings(self, config: ApexConfig) -> rg.ActorSettings:
+        return self.settings(config, "dqn")
+
+    def greedy_policy(self, agent: dqn.DQN) -> Any:
+        return dqn.greedy_policy(agent)
+
+
+class ServedSAC(VectorBuilder):
+    """SAC served to remote actors: `SACLearnerConfig`."""
+
+    def check_env(self, env_id: str) -> gym.Env:
+        return sac.check_env(env_id)
+
+    def make_agent(self, config: SACLearnerConfig, env: gym.Env) -> sac.SAC:
+        return sac.make_agent(config, env)
+
+    def make_sampler(self, config: SACLearnerConfig, table: Table) -> rg.Sampler:
+        return rg.UniformSampler(table, seed=config.seed)
+
+    def policy(self, agent: sac.SAC) -> Any:
+        return agent.actor
+
+    def actor_settings(self, config: SACLearnerConfig) -> rg.ActorSettings:
+        return self.settings(config, "sac")
+
+    def greedy_policy(self, agent: sac.SAC) -> Any:
+        return sac.greedy_policy(agent)
+
+
+class FrameDQN(Builder):
+    """Ape-X DQN on Atari frames: `ApexAtariConfig`, a frame table and the Nature CNN."""
+
+    syncs_target = True
+
+    def check_env(self, env_id: str) -> gym.Env:
+        return atari.check_env(env_id)
+
+    def make_table(
+        self, config: ApexAtariConfig, env: gym.Env
+    ) -> tuple[Table, contextlib.AbstractContextManager[Any]]:
+        table = rg.make_frame_table(
+            config.buffer_size, atari.FRAME_SHAPE, device=config.device or None
+        )
+        return table, tf.device(table.device)
+
+    def make_agent(self, config: ApexAtariConfig, env: gym.Env) -> atari.AtariDQN:
+        return atari.AtariDQN(int(env.action_space.n), config.dqn_config)
+
+    def make_sampler(self, config: ApexAtariConfig, table: Table) -> rg.Sampler:
+        return atari.make_frame_sampler(table, config.dqn_config)
+
+    def policy(self, agent: atari.AtariDQN) -> Any:
+        return lambda: agent.q.weights  # `NatureCNN.weights` order, what `cnn_policy` reads
+
+    def actor_settings(self, config: ApexAtariConfig) -> rg.ActorSettings:
+        return config.actor_settings
+
+    def jit_compile(self, config: ApexAtariConfig, table: Table) -> bool:
+        # XLA's CPU convolutions ran the Nature CNN update 6x slower: auto is on for GPUs only
+        return config.jit_compile == "on" or (
+            config.jit_compile == "auto" and "GPU" in table.device
+        )
+
+    def server_config(
+        self, config: ApexAtariConfig, given: rg.ServerConfig | None
+    ) -> rg.ServerConfig:
+        # an actor sends whole segments of up to segment_steps frames in one request
+        request = segment_client_config(config.segment_steps).max_message_bytes
+        base = given or rg.ServerConfig()
+        return dataclasses.replace(
+            base, max_message_bytes=max(base.max_message_bytes, request, 64 << 20)
+        )
+
+    def greedy_policy(self, agent: atari.AtariDQN) -> Any:
+        return atari.greedy_policy(agent)
+
+    def evaluate(
+        self, config: ApexAtariConfig, agent: atari.AtariDQN, episodes: int, seed: int
+    ) -> np.ndarray:
+        return atari.evaluate_agent(config.dqn_config, agent, episodes, seed)
+
+
+#: the builder of each learner config
+BUILDERS: dict[type, Builder] = {
+    ApexConfig: VectorDQN(),
+    SACLearnerConfig: ServedSAC(),
+    ApexAtariConfig: FrameDQN(),
+}
+
+
+def builder_for(config: Any) -> Builder:
+    """The builder of ``config``'s algorithm.
+
+    Raises:
+        ConfigError: for a config no builder takes.
+    """
+    builder = BUILDERS.get(type(config))
+    if builder is None:
+        raise rg.ConfigError(
+            f"LearnerService: got a {type(config).__name__}, expected one of "
+            f"{sorted(c.__name__ for c in BUILDERS)}"
+        )
+    return builder
+
+
+def is_atari(env_id: str) -> bool:
+    """Whether ``env_id`` is an ALE game (its frames go into a frame table)."""
+    try:
+        entry_point = str(gym.spec(env_id).entry_point)
+    except gym.error.Error:
+        return env_id.startswith("ALE/")
+    return "ale_py" in entry_point
+
+
+def config_class(agent: str, env_id: str | None) -> type:
+    """The config of ``replaygpu learner --agent AGENT --env ENV_ID``: SAC's, or DQN's on vector
+    observations, or on Atari frames for an ALE game."""
+    if agent == "sac":
+        return SACLearnerConfig
+    return ApexAtariConfig if env_id and is_atari(env_id) else ApexConfig
