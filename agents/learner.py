@@ -1,12 +1,14 @@
-"""The standalone learner: a served replay table, an agent's update under a rate limiter, weights
-for the actors, checkpoints. ``replaygpu learner`` runs it; ``demo apex-cartpole`` runs it with
-actor processes beside it.
+"""The standalone learner, one for every agent: a served replay table, an agent's update under
+a rate limiter, weights for the actors, checkpoints. ``replaygpu learner`` runs it;
+``demo apex-cartpole`` and ``demo apex-breakout`` run it with actor processes beside it
+(`train_with_actors`).
 
-Reads top to bottom: the SAC learner's config (DQN's is `ApexConfig`), then `LearnerService`:
-build the table, the agent and the `rg.Learner`; restore the newest checkpoint; serve with the
-`rg.ActorSettings` that tell ``replaygpu actor ADDRESS`` what to run; then `LearnerService.step`
-commits the actors' appends and trains, until `LearnerService.done` (the run's ``steps``
-transitions arrived and the replay budget is spent) or a stop signal.
+Reads top to bottom: `LearnerService`: its config's builder (`builders`: DQN on vectors or on
+Atari frames, SAC) makes the table, the agent and the sampler; build the `rg.Learner`; restore
+the newest checkpoint; serve with the `rg.ActorSettings` that tell ``replaygpu actor ADDRESS``
+what to run; then `LearnerService.step` commits the actors' appends and trains, until
+`LearnerService.done` (the run's ``steps`` transitions arrived and the replay budget is spent)
+or a stop signal. Then `train_with_actors`, the demos' driver.
 """
 
 from __future__ import annotations
