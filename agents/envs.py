@@ -70,6 +70,8 @@ class OneEnv(gym.vector.VectorEnv):
         self.metadata = {**env.metadata, "autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
         self.spec = env.spec
         self._box = isinstance(env.observation_space, gym.spaces.Box)
+        # a batch of these spaces is one array: its first row is the env's action
+        self._row_action = isinstance(env.action_space, (gym.spaces.Discrete, gym.spaces.Box))
         self.closed = False
 
     def _batch(self, obs: Any) -> Any:
@@ -88,7 +90,10 @@ class OneEnv(gym.vector.VectorEnv):
         return self._batch(obs), self._add_info({}, info, 0)
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
-        action = next(iter(gym.vector.utils.iterate(self.action_space, actions)))
+        if self._row_action:
+            action = actions[0]
+        else:
+            action = next(iter(gym.vector.utils.iterate(self.action_space, actions)))
         obs, reward, terminated, truncated, info = self.env.step(action)
         out: dict[str, Any] = {}
         if terminated or truncated:
@@ -147,6 +152,8 @@ class EpisodeStats:
         """Add one vector step; returns ``(return, length)`` of each episode that just ended."""
         self.returns += reward
         self.lengths += 1
+        if not done.any():
+            return []
         finished = []
         for i in np.flatnonzero(done):
             finished.append((float(self.returns[i]), int(self.lengths[i])))
@@ -174,6 +181,8 @@ class TransitionChunk:
         self.columns = {k: np.zeros((size, *f.shape), f.numpy_dtype) for k, f in spec.items()}
         self.size = size
         self.count = 0
+        # one column per transition field (no nested observation): add_step writes straight in
+        self._flat = set(self.columns) == set(rg.TRANSITION_FIELDS)
 
     def add(self, **fields: Any) -> None:
         """Add ``n`` transitions given as ``field=[n, ...]`` arrays (one vector step); a field
@@ -199,6 +208,20 @@ class TransitionChunk:
         """Add one vector-env step: ``next_obs`` is the true last observation where an episode
         ended (the vector env already holds the next episode's reset observation there)."""
         done = terminated | truncated
+        if self._flat:  # the acting loops' per-step path: assignment casts as astype does
+            n, i = len(actions), self.count
+            if i + n > self.size:
+                raise ValueError(f"chunk overflow: holds {i} of {self.size}, adding {n}")
+            rows = slice(i, i + n)
+            columns = self.columns
+            columns["obs"][rows] = obs
+            columns["action"][rows] = actions
+            columns["reward"][rows] = reward
+            columns["next_obs"][rows] = true_next_obs(next_obs, done, info)
+            columns["terminated"][rows] = terminated
+            columns["truncated"][rows] = truncated
+            self.count = i + n
+            return
         self.add(
             obs=obs,
             action=actions.astype(self.columns["action"].dtype, copy=False),

@@ -102,3 +102,36 @@ def test_one_env_passes_the_env_info_as_sync_vector_env_does():
     ours.close()
     ours.close()  # a second close is a no-op
     theirs.close()
+
+
+def test_chunk_add_step_writes_the_rows_add_writes_and_refuses_an_overflow():
+    """add_step writes a flat spec's columns straight in; the rows are those of `add` with the
+    casts it documents (float64 rewards rounded to float32, next_obs from final_obs)."""
+    spec = rg.host_spec(rg.specs_from_env(make_vector_env("CartPole-v1", 2, seed=0)))
+    fast, generic = TransitionChunk(spec, 6), TransitionChunk(spec, 6)
+    rng = np.random.default_rng(0)
+    for step in range(3):
+        obs, next_obs = rng.normal(size=(2, 4)).astype(np.float32), rng.normal(size=(2, 4))
+        next_obs = next_obs.astype(np.float32)
+        actions, reward = rng.integers(2, size=2), rng.normal(size=2)  # float64, as envs give
+        terminated, truncated = np.array([step == 1, False]), np.array([False, step == 2])
+        done = terminated | truncated
+        final = rng.normal(size=(2, 4)).astype(np.float32)
+        info = {"final_obs": final, "_final_obs": done} if done.any() else {}
+        fast.add_step(obs, actions, reward, next_obs, terminated, truncated, info)
+        generic.add(
+            obs=obs,
+            action=actions.astype(np.int64),
+            reward=reward.astype(np.float32),
+            next_obs=true_next_obs(next_obs, done, info),
+            terminated=terminated,
+            truncated=truncated,
+        )
+    with pytest.raises(ValueError, match="chunk overflow: holds 6 of 6, adding 2"):
+        fast.add_step(obs, actions, reward, next_obs, terminated, truncated, {})
+    a, b = fast.take(), generic.take()
+    assert a.keys() == b.keys()
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name])
+        assert a[name].dtype == b[name].dtype
+    np.testing.assert_array_equal(a["next_obs"][5], final[1])  # step 2, env 1: its final_obs
