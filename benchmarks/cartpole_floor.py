@@ -106,11 +106,11 @@ def vs_demo(seeds: list[int]) -> None:
     print(f"cartpole demo vs its floor, whole processes, {os.cpu_count()} CPUs, {load()}")
     floors, demos = [], []
     with tempfile.TemporaryDirectory(prefix="cartpole-floor-") as root:
-        for seed in seeds:
+        for i, seed in enumerate(seeds):
             wall, cpu, out = timed([sys.executable, __file__, "--child", "double"])
             floors.append(wall)
             print(f"floor        : wall {wall:.1f} s, CPU {cpu:.1f} s | {out.strip()} | {load()}")
-            run_dir = os.path.join(root, f"s{seed}")
+            run_dir = os.path.join(root, f"{i}-s{seed}")  # a new run, never a resumed one
             cmd = [sys.executable, "-m", "replaygpu", "demo", "cartpole", "--seed", str(seed)]
             wall, cpu, out = timed([*cmd, "--run-dir", run_dir])
             demos.append(wall)
