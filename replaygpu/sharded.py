@@ -19,21 +19,20 @@ and the service see one table.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
 from replaygpu.errors import ConfigError
-from replaygpu.nest import Structure, flatten_batch, pack_batch, unpack_batch
-from replaygpu.specs import NestedSpec, Spec, batch_signature, normalize_structure, validate_batch
+from replaygpu.specs import NestedSpec
 from replaygpu.storage import ReplayTable
+from replaygpu.table import TableBase
 
 logger = logging.getLogger(__name__)
 
 
-class ShardedReplayTable(tf.Module):
+class ShardedReplayTable(TableBase, tf.Module):
     """A fixed-capacity ring of transitions split over the replicas of ``strategy``.
 
     Args:
@@ -77,11 +76,7 @@ class ShardedReplayTable(tf.Module):
                 "mirrored on all devices; make the table (and its samplers) outside the scope, "
                 "and only the networks and optimizers inside it"
             )
-        spec, structure = normalize_structure(spec)
-        #: the flat spec ``{leaf path: tf.TensorSpec}``
-        self.spec: Spec = spec
-        # held outside tf.Module's attribute tracking, which would wrap the user's dicts
-        self._structure = Structure(structure)
+        self._init_spec(spec)
         devices = list(strategy.extended.worker_devices)
         replicas = len(devices)
         if replicas != strategy.num_replicas_in_sync:
@@ -126,10 +121,7 @@ class ShardedReplayTable(tf.Module):
         with tf.device("/CPU:0"):  # host-side totals: the rate limiter and Info read them
             self.size_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="size")
             self.inserted_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="inserted")
-        self._append_fn = tf.function(
-            self._append_graph, input_signature=[batch_signature(self.spec)]
-        )
-        self.served_at: str | None = None
+        self._init_append()
         logger.info(
             "sharded table %s: capacity %d in %d shards (%s), %.1f MiB",
             name,
@@ -145,16 +137,6 @@ class ShardedReplayTable(tf.Module):
         return sum(shard.nbytes for shard in self.shards)
 
     @property
-    def size(self) -> int:
-        """Number of filled rows over all shards (at most ``capacity``)."""
-        return int(self.size_var.numpy())
-
-    @property
-    def total_inserted(self) -> int:
-        """Transitions appended since the table was made (or restored), overwritten ones too."""
-        return int(self.inserted_var.numpy())
-
-    @property
     def stream_contiguous(self) -> bool:
         """Whether each stream's rows stay in one shard in order: only with ``shard_by``."""
         return self.shard_by is not None
@@ -163,22 +145,6 @@ class ShardedReplayTable(tf.Module):
     def shard_sizes(self) -> list[int]:
         """Filled rows of each shard."""
         return [shard.size for shard in self.shards]
-
-    def __len__(self) -> int:
-        return self.size
-
-    def append(self, batch: Any) -> int:
-        """Write ``n >= 1`` transitions, each row into one shard; returns n.
-
-        ``batch`` is as for `ReplayTable.append` (nested, or flat by leaf path).
-
-        Raises:
-            BatchError: when the batch does not match the spec; no shard is changed.
-        """
-        checked = validate_batch(self.spec, self.flatten(batch))
-        n = int(np.shape(next(iter(checked.values())))[0])
-        self._append_fn(checked)
-        return n
 
     def min_shard_size(self) -> tf.Tensor:
         """The smallest shard's size (int64 scalar, usable inside graphs)."""
@@ -199,23 +165,6 @@ class ShardedReplayTable(tf.Module):
             ConfigError: outside a replica context of this table's strategy.
         """
         return self.shards[self.local_index()]
-
-    @property
-    def structure(self) -> NestedSpec:
-        """The user's nest of `tf.TensorSpec` (``spec`` itself for a flat dict spec)."""
-        return self.spec if self._structure.flat else self._structure.value
-
-    def flatten(self, batch: Any) -> Any:
-        """A batch in this table's structure (or already flat) as ``{leaf path: value}``."""
-        return batch if self._structure.flat else flatten_batch(self.spec, batch)
-
-    def pack(self, batch: Mapping[str, Any]) -> Any:
-        """A flat sampled batch in the table's structure (see `ReplayTable.pack`)."""
-        return pack_batch(self.structure, batch)
-
-    def unpack(self, batch: Any) -> dict[str, Any]:
-        """Inverse of `pack`: ``{leaf path: value, **added keys}``."""
-        return unpack_batch(self.structure, batch)
 
     def gather(self, indices: tf.Tensor) -> dict[str, tf.Tensor]:
         """Rows ``indices`` of the calling replica's shard (inside ``strategy.run``)."""

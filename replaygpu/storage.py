@@ -24,13 +24,13 @@ import tensorflow as tf
 from replaygpu.device import resolve_device
 from replaygpu.errors import ConfigError
 from replaygpu.memory import check_table_fits, describe, resolve_storage_dtypes
-from replaygpu.nest import Structure, flatten_batch, pack_batch, unpack_batch
-from replaygpu.specs import NestedSpec, Spec, batch_signature, normalize_structure, validate_batch
+from replaygpu.specs import NestedSpec
+from replaygpu.table import TableBase
 
 logger = logging.getLogger(__name__)
 
 
-class ReplayTable(tf.Module):
+class ReplayTable(TableBase, tf.Module):
     """A fixed-capacity ring of transitions in device memory.
 
     Args:
@@ -77,11 +77,7 @@ class ReplayTable(tf.Module):
         super().__init__(name=name)
         if not isinstance(capacity, (int, np.integer)) or capacity < 1:
             raise ConfigError(f"capacity: got {capacity!r}, expected an integer >= 1")
-        spec, structure = normalize_structure(spec)
-        #: the flat spec ``{leaf path: tf.TensorSpec}``: what storage and the wire hold
-        self.spec: Spec = spec
-        # held outside tf.Module's attribute tracking, which would wrap the user's dicts
-        self._structure = Structure(structure)
+        self._init_spec(spec)
         self.capacity = int(capacity)
         self.device = resolve_device(device)
         #: ``{field: dtype}`` as stored on the device (the spec dtype unless narrowed)
@@ -100,11 +96,7 @@ class ReplayTable(tf.Module):
             self.cursor = tf.Variable(0, dtype=tf.int64, trainable=False, name="cursor")
             self.size_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="size")
             self.inserted_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="inserted")
-        self._append_fn = tf.function(
-            self._append_graph, input_signature=[batch_signature(self.spec)]
-        )
-        #: address of the server that writes appends into this table, or None (set by serve)
-        self.served_at: str | None = None
+        self._init_append()
         narrowed = describe(self.spec, self.storage_dtypes)
         logger.info(
             "table %s: capacity %d on %s, %.1f MiB%s",
@@ -122,19 +114,6 @@ class ReplayTable(tf.Module):
             self.capacity * v.shape.num_elements() * self.storage_dtypes[k].size
             for k, v in self.spec.items()
         )
-
-    @property
-    def size(self) -> int:
-        """Number of filled rows (at most ``capacity``)."""
-        return int(self.size_var.numpy())
-
-    @property
-    def total_inserted(self) -> int:
-        """Transitions appended since the table was made (or restored), overwritten ones too."""
-        return int(self.inserted_var.numpy())
-
-    def __len__(self) -> int:
-        return self.size
 
     # The table protocol (`replaygpu.table.Table`): a plain table is a table of one shard.
     @property
@@ -170,25 +149,6 @@ class ReplayTable(tf.Module):
         """The filled rows (int64 scalar, usable inside graphs)."""
         return self.size_var.read_value()
 
-    def append(self, batch: Any) -> int:
-        """Write ``n >= 1`` transitions; when ``n > capacity`` only the newest ``capacity`` stay.
-
-        Args:
-            batch: ``{field: [n] + spec[field].shape}`` numpy arrays, tensors or lists; for a
-                nested spec, the batch in the spec's structure or flat by leaf path.
-
-        Returns:
-            n, the number of transitions appended.
-
-        Raises:
-            BatchError: when the batch does not match the spec (naming the leaf path); the
-                table is left unchanged.
-        """
-        checked = validate_batch(self.spec, self.flatten(batch))
-        n = int(np.shape(next(iter(checked.values())))[0])
-        self._append_fn(checked)
-        return n
-
     def _append_graph(self, batch: dict[str, tf.Tensor]) -> None:
         first = next(iter(batch.values()))
         n = tf.shape(first, out_type=tf.int64)[0]
@@ -204,25 +164,6 @@ class ReplayTable(tf.Module):
         self.cursor.assign((self.cursor + n) % capacity)
         self.size_var.assign(tf.minimum(self.size_var + n, capacity))
         self.inserted_var.assign_add(n)
-
-    @property
-    def structure(self) -> NestedSpec:
-        """The user's nest of `tf.TensorSpec` (``spec`` itself for a flat dict spec)."""
-        return self.spec if self._structure.flat else self._structure.value
-
-    def flatten(self, batch: Any) -> Any:
-        """A batch in this table's structure (or already flat) as ``{leaf path: value}``;
-        a flat dict spec's batch is returned as is."""
-        return batch if self._structure.flat else flatten_batch(self.spec, batch)
-
-    def pack(self, batch: Mapping[str, Any]) -> Any:
-        """A flat sampled batch (leaf paths plus the keys samplers add) in the table's
-        structure; see `replaygpu.nest.pack_batch` for where added keys go."""
-        return pack_batch(self.structure, batch)
-
-    def unpack(self, batch: Any) -> dict[str, Any]:
-        """Inverse of `pack`: ``{leaf path: value, **added keys}``."""
-        return unpack_batch(self.structure, batch)
 
     def gather(self, indices: tf.Tensor) -> dict[str, tf.Tensor]:
         """Rows at ``indices`` ([B] int64) as flat ``{field: [B] + shape}`` in the spec dtypes

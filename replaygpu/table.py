@@ -4,6 +4,9 @@ Two classes implement it: `ReplayTable` (one ring on one device) and `ShardedRep
 `ReplayTable` per replica of a `tf.distribute.Strategy`). Code that works on "a table" uses
 only these members, so it needs no branch on the kind: a plain table is a table of one shard,
 ``shards == [table]``, with no strategy, sampled by replica 0.
+
+`TableBase` holds what the two classes do alike (the nest, the counters, the checked append);
+each class adds only where it differs (storage, shards, the append graph).
 """
 
 from __future__ import annotations
@@ -11,9 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+import numpy as np
 import tensorflow as tf
 
-from replaygpu.specs import NestedSpec, Spec
+from replaygpu.nest import Structure, flatten_batch, pack_batch, unpack_batch
+from replaygpu.specs import NestedSpec, Spec, batch_signature, normalize_structure, validate_batch
 
 if TYPE_CHECKING:
     from replaygpu.storage import ReplayTable
@@ -90,3 +95,85 @@ class Table(Protocol):
     def pack(self, batch: Mapping[str, Any]) -> Any: ...
 
     def unpack(self, batch: Any) -> dict[str, Any]: ...
+
+
+class TableBase:
+    """The members of the protocol that `ReplayTable` and `ShardedReplayTable` share.
+
+    A subclass calls `_init_spec` first in its constructor, makes ``size_var`` and
+    ``inserted_var``, then `_init_append` once the state its ``_append_graph`` writes exists.
+    ``_append_graph(batch)`` writes a checked flat batch ``{leaf path: [n, ...]}`` inside one
+    graph and advances both counters.
+    """
+
+    spec: Spec
+    size_var: tf.Variable
+    inserted_var: tf.Variable
+
+    def _init_spec(self, spec: NestedSpec) -> None:
+        spec, structure = normalize_structure(spec)
+        #: the flat spec ``{leaf path: tf.TensorSpec}``: what storage and the wire hold
+        self.spec = spec
+        # held outside tf.Module's attribute tracking, which would wrap the user's dicts
+        self._structure = Structure(structure)
+
+    def _init_append(self) -> None:
+        self._append_fn = tf.function(
+            self._append_graph, input_signature=[batch_signature(self.spec)]
+        )
+        #: address of the server that writes appends into this table, or None (set by serve)
+        self.served_at: str | None = None
+
+    def _append_graph(self, batch: dict[str, tf.Tensor]) -> None:
+        raise NotImplementedError
+
+    @property
+    def size(self) -> int:
+        """Number of filled rows, over all shards (at most ``capacity``)."""
+        return int(self.size_var.numpy())
+
+    @property
+    def total_inserted(self) -> int:
+        """Transitions appended since the table was made (or restored), overwritten ones too."""
+        return int(self.inserted_var.numpy())
+
+    def __len__(self) -> int:
+        return self.size
+
+    def append(self, batch: Any) -> int:
+        """Write ``n >= 1`` transitions; when ``n > capacity`` only the newest ``capacity`` stay.
+
+        Args:
+            batch: ``{field: [n] + spec[field].shape}`` numpy arrays, tensors or lists; for a
+                nested spec, the batch in the spec's structure or flat by leaf path.
+
+        Returns:
+            n, the number of transitions appended.
+
+        Raises:
+            BatchError: when the batch does not match the spec (naming the leaf path); the
+                table (every shard) is left unchanged.
+        """
+        checked = validate_batch(self.spec, self.flatten(batch))
+        n = int(np.shape(next(iter(checked.values())))[0])
+        self._append_fn(checked)
+        return n
+
+    @property
+    def structure(self) -> NestedSpec:
+        """The user's nest of `tf.TensorSpec` (``spec`` itself for a flat dict spec)."""
+        return self.spec if self._structure.flat else self._structure.value
+
+    def flatten(self, batch: Any) -> Any:
+        """A batch in this table's structure (or already flat) as ``{leaf path: value}``;
+        a flat dict spec's batch is returned as is."""
+        return batch if self._structure.flat else flatten_batch(self.spec, batch)
+
+    def pack(self, batch: Mapping[str, Any]) -> Any:
+        """A flat sampled batch (leaf paths plus the keys samplers add) in the table's
+        structure; see `replaygpu.nest.pack_batch` for where added keys go."""
+        return pack_batch(self.structure, batch)
+
+    def unpack(self, batch: Any) -> dict[str, Any]:
+        """Inverse of `pack`: ``{leaf path: value, **added keys}``."""
+        return unpack_batch(self.structure, batch)
