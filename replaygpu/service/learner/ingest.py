@@ -75,9 +75,10 @@ class Ingest:
         table: the replay table written to.
         ledger: the last committed seq per actor.
         queue: the staging queue the Append handlers fill.
+        buffers: the pool the staged arrays came from (the servicer copies into this one);
+            they go back to it once committed.
         background: run a committer thread (from `start`); True for a bare table, False for a
             learner's table (its training loop commits).
-        buffers: the pool the staged arrays came from; they go back to it once committed.
         sampled: returns the learner's sampled-transitions count for the acks (0 without one).
         journal: durable mode: batches are journalled (and fsynced) before they are written
             and acknowledged (`journal`).
@@ -88,8 +89,8 @@ class Ingest:
         table: ReplayTable,
         ledger: SequenceLedger,
         queue: StagingQueue,
+        buffers: BufferPool,
         background: bool,
-        buffers: BufferPool | None = None,
         sampled: Callable[[], int] = lambda: 0,
         journal: Journal | None = None,
     ) -> None:
@@ -307,22 +308,16 @@ class Ingest:
                     done.append((item, False))
                 return sum(item.transitions for item in run)
             finally:
-                if self.buffers is not None:
-                    self.buffers.release(joined)
+                self.buffers.release(joined)
         return sum(self._commit_one(item, done) for item in run)
 
     def _concatenate(self, run: list[StagedBatch]) -> dict[str, np.ndarray]:
-        """The columns of ``run`` joined, in pooled aligned buffers (when there is a pool)."""
+        """The columns of ``run`` joined, in pooled aligned buffers."""
         out = {}
         for name, first in run[0].columns.items():
             parts = [item.columns[name] for item in run]
             shape = (sum(len(p) for p in parts), *first.shape[1:])
-            target = (
-                self.buffers.empty(shape, first.dtype)
-                if self.buffers is not None
-                else np.empty(shape, first.dtype)
-            )
-            out[name] = np.concatenate(parts, out=target)
+            out[name] = np.concatenate(parts, out=self.buffers.empty(shape, first.dtype))
         return out
 
     def _commit_one(self, item: StagedBatch, done: list[tuple[StagedBatch, bool]]) -> int:
@@ -380,9 +375,8 @@ class Ingest:
 
     def _release(self, items: list[StagedBatch]) -> None:
         """Give the batches' buffers back to the pool and wake waiters on the queue."""
-        if self.buffers is not None:
-            for item in items:
-                self.buffers.release(item.columns)
+        for item in items:
+            self.buffers.release(item.columns)
         if items:
             self.queue.notify()
 

@@ -104,21 +104,18 @@ class ReplayServer:
         queue = StagingQueue(
             config.staging_max_batches, config.staging_max_bytes, config.staging_timeout_s
         )
-        buffers = BufferPool(config.staging_max_bytes // 2)
         #: the journal of acknowledged batches (durable mode, ``config.journal_dir``) or None
         self.journal = Journal(config.journal_dir) if config.journal_dir else None
         self._ingest = Ingest(
             self.table,
             self.ledger,
             queue,
+            BufferPool(config.staging_max_bytes // 2),
             background=self.learner is None,
-            buffers=buffers,
             sampled=self._sampled,
             journal=self.journal,
         )
-        self._servicer = Servicer(
-            self.table, spec, self.learner, self._ingest, buffers, weights, config
-        )
+        self._servicer = Servicer(self._ingest, spec, self.learner, weights, config)
         if self.journal is not None:
             try:
                 self._replay_journal()

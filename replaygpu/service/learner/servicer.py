@@ -40,7 +40,7 @@ from replaygpu.learner.weights import WeightSnapshot, WeightStore
 from replaygpu.service.config import ActorSettings, ServerConfig
 from replaygpu.service.learner.admission import check_header, decode_columns, parse_request
 from replaygpu.service.learner.ingest import Ingest
-from replaygpu.service.learner.staging import BufferPool, StagedBatch, StagingQueue
+from replaygpu.service.learner.staging import StagedBatch, StagingQueue
 from replaygpu.service.wire import codec
 from replaygpu.service.wire.status import (
     ResourceExhaustedError,
@@ -53,7 +53,6 @@ from replaygpu.v1 import replay_pb2, replay_pb2_grpc
 
 if TYPE_CHECKING:
     from replaygpu.learner.learner import Learner
-    from replaygpu.storage import ReplayTable
 
 logger = logging.getLogger(__name__)
 
@@ -90,11 +89,10 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
     """The RPC methods over one table, its ingest and (when serving a learner) the learner.
 
     Args:
-        table: the served table.
-        spec: its host spec (what each request is validated against).
+        ingest: commits what this servicer stages, into its table (the served one), from its
+            pool of aligned buffers (which staged arrays are copied into).
+        spec: the table's host spec (what each request is validated against).
         learner: the learner that owns the table, or None for a bare table.
-        ingest: commits what this servicer stages.
-        buffers: aligned buffers that staged arrays are copied into.
         weights: the published weights handed to ``GetWeights``.
         config: the server's limits.
 
@@ -111,19 +109,18 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
 
     def __init__(
         self,
-        table: ReplayTable,
+        ingest: Ingest,
         spec: HostSpec,
         learner: Learner | None,
-        ingest: Ingest,
-        buffers: BufferPool,
         weights: WeightStore,
         config: ServerConfig,
     ) -> None:
-        self.table = table
+        self.ingest = ingest
+        self.table = ingest.table
+        #: the pool staged arrays are copied into; the ingest gives them back to it
+        self.buffers = ingest.buffers
         self.spec = spec
         self.learner = learner
-        self.ingest = ingest
-        self.buffers = buffers
         self.weights = weights
         self.config = config
         self.actor_settings: ActorSettings | None = None
