@@ -156,13 +156,7 @@ class ReplayClient:
             BatchError: naming the field, expected and received dtype/shape (nothing is added).
             ServiceError: an earlier batch failed for good (raised once).
         """
-        if self._nested:
-            transition = flatten_batch(self.spec, transition)
-            if not isinstance(transition, Mapping):
-                raise BatchError(
-                    f"transition: got {type(transition).__name__}, expected a dict with fields "
-                    f"{sorted(self.spec)} (or nested like the table's spec)"
-                )
+        transition = self._flat("transition", transition)
         with self._cond:
             self._outbox.raise_pending_error()
             if self._partial_n == 0:
@@ -195,6 +189,23 @@ class ReplayClient:
             self._partial_n = i + 1
             if self._partial_n >= self._rows:
                 self._seal_partial()
+
+    def _flat(self, what: str, value: Any) -> Mapping[str, Any]:
+        """``value`` (a transition or columns) as ``{leaf path: value}``: flattened when the
+        table's spec is nested, as it is when flat.
+
+        Raises:
+            BatchError: when it is not a dict (nor nested like the spec).
+        """
+        if self._nested:
+            value = flatten_batch(self.spec, value)
+        if not isinstance(value, Mapping):
+            nested = " (or nested like the table's spec)" if self._nested else ""
+            raise BatchError(
+                f"{what}: got {type(value).__name__}, expected a dict with fields "
+                f"{sorted(self.spec)}{nested}"
+            )
+        return value
 
     def _checked_row(self, transition: Mapping[str, Any]) -> list[np.ndarray]:
         """The row's values in field order, converted and checked.
@@ -234,13 +245,7 @@ class ReplayClient:
         Raises:
             BatchError: naming the field, expected and received dtype/shape (nothing is added).
         """
-        if self._nested:
-            columns = flatten_batch(self.spec, columns)
-        if not isinstance(columns, Mapping):
-            raise BatchError(
-                f"batch: got {type(columns).__name__}, expected a dict with fields "
-                f"{sorted(self.spec)}"
-            )
+        columns = self._flat("batch", columns)
         cols = {
             k: codec.as_field_array(v, self.spec[k][0], k, None) if k in self.spec else v
             for k, v in columns.items()
