@@ -6,7 +6,7 @@ Frozen dataclasses validated on construction; this module imports no TensorFlow.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from replaygpu.errors import ConfigError
@@ -213,45 +213,27 @@ class ActorSettings:
             )
 
     def to_proto(self, message: Any) -> None:
-        """Fill an ``ActorSettings`` protobuf ``message`` in place."""
-        message.env_id = self.env_id
-        message.agent = self.agent
-        message.hidden_sizes[:] = self.hidden_sizes
-        message.epsilon_base = self.epsilon_base
-        message.epsilon_alpha = self.epsilon_alpha
-        message.weight_pull_interval = self.weight_pull_interval
-        message.num_envs = self.num_envs
-        message.stream_field = self.stream_field
-        message.seed = self.seed
-        message.num_actors = self.num_actors
-        message.frame_stack = self.frame_stack
-        message.segment_steps = self.segment_steps
-        message.repeat_action_probability = self.repeat_action_probability
-        message.terminal_on_life_loss = self.terminal_on_life_loss
-        message.clip_rewards = self.clip_rewards
+        """Fill an ``ActorSettings`` protobuf ``message`` in place (its fields are named as
+        these)."""
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, (tuple, list)):  # a repeated field
+                getattr(message, field.name)[:] = value
+            else:
+                setattr(message, field.name, value)
 
     @classmethod
     def from_proto(cls, message: Any) -> ActorSettings:
         """The settings an ``ActorSettings`` protobuf message carries.
 
+        A learner from before a field sends it as 0: ``num_actors`` and ``segment_steps`` then
+        take their defaults, and ``frame_stack`` 0 is a vector learner.
+
         Raises:
             ConfigError: the message is empty or holds values out of range.
         """
-        return cls(
-            env_id=message.env_id,
-            agent=message.agent,
-            hidden_sizes=tuple(int(h) for h in message.hidden_sizes),
-            epsilon_base=message.epsilon_base,
-            epsilon_alpha=message.epsilon_alpha,
-            weight_pull_interval=int(message.weight_pull_interval),
-            num_envs=int(message.num_envs),
-            stream_field=message.stream_field,
-            seed=int(message.seed),
-            num_actors=int(message.num_actors) or 1,  # 0: a learner from before this field
-            # a learner from before the frame fields sends 0s: a vector learner
-            frame_stack=int(message.frame_stack),
-            segment_steps=int(message.segment_steps) or cls.segment_steps,
-            repeat_action_probability=message.repeat_action_probability,
-            terminal_on_life_loss=message.terminal_on_life_loss,
-            clip_rewards=message.clip_rewards,
-        )
+        values = {field.name: getattr(message, field.name) for field in fields(cls)}
+        values["hidden_sizes"] = tuple(values["hidden_sizes"])
+        for name in ("num_actors", "segment_steps"):
+            values[name] = values[name] or getattr(cls, name)
+        return cls(**values)
