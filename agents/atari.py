@@ -16,7 +16,6 @@ rows (``--buffer-size 1000000`` for the paper's).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -38,7 +37,7 @@ from replaygpu.agents.flags import helptext
 from replaygpu.agents.networks import NatureCNN
 from replaygpu.agents.policies import epsilon_greedy_actions
 from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult, TrainTimer
-from replaygpu.agents.runs import LoopState, RunControl
+from replaygpu.agents.runs import LoopState, RunControl, checkpoint_when_due, stopped_early
 
 logger = logging.getLogger(__name__)
 
@@ -305,7 +304,6 @@ def train(
     lives = info.get("lives", 0)
     timer, metrics = TrainTimer(), {}
     next_report = env_steps + config.report_interval
-    start = time.perf_counter()
     while env_steps < config.steps:
         for _ in range(config.train_freq):
             eps = config.epsilon(env_steps)
@@ -341,18 +339,15 @@ def train(
                 metrics["charts/epsilon"] = config.epsilon(env_steps)
                 recorder.metrics(env_steps, metrics)
             recorder.progress(env_steps, int(learner.steps.numpy()), stats.recent_mean)
-        if run is not None and (run.due() or env_steps >= config.steps):
-            loop.capture(env_steps, last_sync, rng)
-            run.save()
-            if run.stop.is_set():
-                break
-    elapsed = time.perf_counter() - start
+        if checkpoint_when_due(
+            run, loop, env_steps, last_sync, rng, final=env_steps >= config.steps
+        ):
+            break
     env.close()
-
-    stopped = run is not None and run.stop.is_set() and env_steps < config.steps
-    returns = (
-        np.zeros(0)
-        if stopped
-        else evaluate_agent(config, agent, config.eval_episodes, seed=config.seed + 10_000)
+    return timer.finish(
+        stopped_early(run, env_steps, config.steps),
+        lambda: evaluate_agent(config, agent, config.eval_episodes, seed=config.seed + 10_000),
+        env_steps,
+        int(learner.steps.numpy()),
+        recorder,
     )
-    return timer.result(returns, env_steps, int(learner.steps.numpy()), elapsed, recorder, stopped)

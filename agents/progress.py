@@ -11,7 +11,7 @@ import math
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -93,9 +93,11 @@ class TrainResult:
 
 
 class TrainTimer:
-    """Times `Learner.train` calls; the first call (tracing, XLA compilation) is kept apart."""
+    """Times a training loop (from the timer's making: make it as the loop starts) and its
+    `Learner.train` calls; the first call (tracing, XLA compilation) is kept apart."""
 
     def __init__(self) -> None:
+        self.started = time.perf_counter()
         self.calls = 0
         self.compile_seconds = 0.0
         self.steps = 0.0
@@ -141,6 +143,21 @@ class TrainTimer:
             episodes=len(getattr(recorder, "episodes", [])),
             stopped=stopped,
         )
+
+    def finish(
+        self,
+        stopped: bool,
+        evaluate: Callable[[], np.ndarray],
+        env_steps: int,
+        sgd_steps: int,
+        recorder: object,
+    ) -> TrainResult:
+        """The `TrainResult` of a loop that ends now: its seconds since the timer was made,
+        then the returns of ``evaluate()``, skipped (no returns) when the run ``stopped`` early.
+        """
+        train_seconds = time.perf_counter() - self.started
+        returns = np.zeros(0) if stopped else evaluate()
+        return self.result(returns, env_steps, sgd_steps, train_seconds, recorder, stopped)
 
 
 class Recorder(Protocol):

@@ -75,6 +75,33 @@ class LoopState(tf.Module):
             rng.bit_generator.state = json.loads(saved)
 
 
+def checkpoint_when_due(
+    run: RunControl | None,
+    loop: LoopState,
+    env_steps: int,
+    last_sync: int,
+    rng: np.random.Generator | None,
+    *,
+    final: bool,
+) -> bool:
+    """At a chunk boundary of a training loop: when ``run`` has a checkpoint due (or this is the
+    ``final`` chunk), capture the loop state into ``loop`` and save one.
+
+    Returns:
+        whether the loop should stop now (a stop signal arrived; it was just checkpointed).
+    """
+    if run is None or not (run.due() or final):
+        return False
+    loop.capture(env_steps, last_sync, rng)
+    run.save()
+    return run.stop.is_set()
+
+
+def stopped_early(run: RunControl | None, env_steps: int, steps: int) -> bool:
+    """Whether ``run`` stopped its loop (on a signal) before the ``steps`` it was to run."""
+    return run is not None and run.stop.is_set() and env_steps < steps
+
+
 class RunControl:
     """Checkpoints and stop signals of one training run.
 

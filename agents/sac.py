@@ -10,7 +10,6 @@ Acting uses a numpy copy of the actor (refreshed after each training call); ever
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -36,7 +35,7 @@ from replaygpu.agents.flags import helptext
 from replaygpu.agents.networks import MLP, Adam, polyak_update
 from replaygpu.agents.policies import LOG_STD_MAX, LOG_STD_MIN, squashed_gaussian_policy
 from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult, TrainTimer
-from replaygpu.agents.runs import LoopState, RunControl
+from replaygpu.agents.runs import LoopState, RunControl, checkpoint_when_due, stopped_early
 
 logger = logging.getLogger(__name__)
 
@@ -265,7 +264,6 @@ def train(
     # a resumed run starts new episodes: env state is not checkpointed
     obs, _ = env.reset(seed=config.seed + env_steps)
     timer = TrainTimer()
-    start = time.perf_counter()
     while env_steps < config.steps:
         # Act for one chunk: uniform random before learning_starts, then the sampled policy.
         for _ in range(config.train_freq // n):
@@ -290,19 +288,14 @@ def train(
             metrics.pop("steps")
             recorder.metrics(env_steps, metrics)
         recorder.progress(env_steps, int(learner.steps.numpy()), stats.recent_mean)
-        if run is not None and (run.due() or env_steps >= config.steps):
-            loop.capture(env_steps, 0, rng)
-            run.save()
-            if run.stop.is_set():
-                break
-    elapsed = time.perf_counter() - start
+        if checkpoint_when_due(run, loop, env_steps, 0, rng, final=env_steps >= config.steps):
+            break
     env.close()
-
-    stopped = run is not None and run.stop.is_set() and env_steps < config.steps
     greedy = greedy_policy(agent)
-    returns = (
-        np.zeros(0)
-        if stopped
-        else evaluate(greedy, config.env_id, config.eval_episodes, seed=config.seed + 10_000)
+    return timer.finish(
+        stopped_early(run, env_steps, config.steps),
+        lambda: evaluate(greedy, config.env_id, config.eval_episodes, seed=config.seed + 10_000),
+        env_steps,
+        int(learner.steps.numpy()),
+        recorder,
     )
-    return timer.result(returns, env_steps, int(learner.steps.numpy()), elapsed, recorder, stopped)
