@@ -30,47 +30,41 @@ class Demo:
     checkpoint_every_s: float = 60.0  # default of --checkpoint-every-s
 
 
+#: the columns of a `_zoo_dqn` row: rl-zoo3's DQN hyperparameters of one env
+_ZOO_COLUMNS = (
+    "env_id",
+    "steps",
+    "learning_rate",
+    "buffer_size",
+    "learning_starts",
+    "gamma",
+    "target_update_interval",
+    "gradient_steps",
+    "exploration_fraction",
+    "exploration_final_eps",
+)
+
+
+def _zoo_dqn(*row: Any) -> Demo:
+    """Double DQN with rl-zoo3's hyperparameters ``row`` (in `_ZOO_COLUMNS` order) and its
+    batch of 128, updates batched per 64 env steps (rl-zoo3 trains every 4 or 16)."""
+    preset = dict(zip(_ZOO_COLUMNS, row, strict=True), batch_size=128, train_freq=64)
+    return Demo(
+        "replaygpu.agents.dqn",
+        "DQNConfig",
+        f"double DQN on {preset['env_id']} (rl-zoo3 hyperparameters, updates batched per 64 steps)",
+        preset,
+    )
+
+
 DEMOS: dict[str, Demo] = {
     "cartpole": Demo(
         "replaygpu.agents.dqn", "DQNConfig", "double DQN on CartPole-v1 (rl-zoo3 hyperparameters)"
     ),
-    "acrobot": Demo(
-        "replaygpu.agents.dqn",
-        "DQNConfig",
-        "double DQN on Acrobot-v1 (rl-zoo3 hyperparameters, updates batched per 64 steps)",
-        dict(
-            env_id="Acrobot-v1",
-            steps=100_000,
-            learning_rate=6.3e-4,
-            batch_size=128,
-            buffer_size=50_000,
-            learning_starts=0,
-            gamma=0.99,
-            target_update_interval=250,
-            train_freq=64,
-            gradient_steps=64,
-            exploration_fraction=0.12,
-            exploration_final_eps=0.1,
-        ),
-    ),
-    "mountaincar": Demo(
-        "replaygpu.agents.dqn",
-        "DQNConfig",
-        "double DQN on MountainCar-v0 (rl-zoo3 hyperparameters, updates batched per 64 steps)",
-        dict(
-            env_id="MountainCar-v0",
-            steps=120_000,
-            learning_rate=4e-3,
-            batch_size=128,
-            buffer_size=10_000,
-            learning_starts=1000,
-            gamma=0.98,
-            target_update_interval=600,
-            train_freq=64,
-            gradient_steps=32,
-            exploration_fraction=0.2,
-            exploration_final_eps=0.07,
-        ),
+    # rl-zoo3's hyperparameters, in the order of _ZOO_COLUMNS
+    "acrobot": _zoo_dqn("Acrobot-v1", 100_000, 6.3e-4, 50_000, 0, 0.99, 250, 64, 0.12, 0.1),
+    "mountaincar": _zoo_dqn(
+        "MountainCar-v0", 120_000, 4e-3, 10_000, 1000, 0.98, 600, 32, 0.2, 0.07
     ),
     "pendulum": Demo(
         "replaygpu.agents.sac", "SACConfig", "SAC on Pendulum-v1 (twin critics, auto entropy)"
