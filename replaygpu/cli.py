@@ -71,8 +71,29 @@ def one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text}"
 
 
+#: exit status of a command whose reader closed the pipe, as a shell reports SIGPIPE (128 + 13)
+CLOSED_PIPE = 141
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `replaygpu` console script."""
+    """Entry point of the `replaygpu` console script.
+
+    A reader that closes the pipe early (``replaygpu info ADDR | head -3``) ends the command
+    quietly with `CLOSED_PIPE`, as ``cat`` does, not with a BrokenPipeError traceback.
+    """
+    try:
+        code = _run(argv)
+        sys.stdout.flush()  # a closed pipe shows here as often as in a print
+        return code
+    except BrokenPipeError:
+        # Point stdout at /dev/null so the interpreter's own flush at exit cannot raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return CLOSED_PIPE
+
+
+def _run(argv: list[str] | None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -92,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("absl").setLevel(logging.WARNING)
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:
+        raise  # main ends the command quietly
     except KeyboardInterrupt:
         print(f"replaygpu {args.command}: interrupted", file=sys.stderr)
         return 130

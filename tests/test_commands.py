@@ -1,5 +1,6 @@
 """``replaygpu serve`` and ``replaygpu info`` as real processes."""
 
+import os
 import signal
 import socket
 import subprocess
@@ -82,6 +83,26 @@ def test_info_on_a_server_that_is_not_there_fails_with_a_clear_message():
     assert result.returncode != 0
     assert "UNAVAILABLE" in result.stderr
     assert time.monotonic() - started < 30
+
+
+def test_info_into_a_closed_pipe_ends_quietly_without_a_traceback():
+    """``replaygpu info ADDR | head -3``: the reader is gone before info prints."""
+    table = rg.ReplayTable(rg.specs_from_env(_cartpole()), 10, "/CPU:0")
+    with rg.serve(table, "127.0.0.1:0") as server:
+        read_end, write_end = os.pipe()
+        os.close(read_end)  # every write into the pipe now fails with EPIPE
+        try:
+            result = subprocess.run(
+                [sys.executable, "-m", "replaygpu.cli", "info", server.address],
+                stdout=write_end,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=60,
+            )
+        finally:
+            os.close(write_end)
+    assert result.returncode == 141, result.stderr
+    assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, result.stderr
 
 
 def _cartpole():
