@@ -8,6 +8,7 @@ import sys
 import time
 
 import numpy as np
+import pytest
 
 import replaygpu as rg
 
@@ -103,6 +104,19 @@ def test_info_into_a_closed_pipe_ends_quietly_without_a_traceback():
             os.close(write_end)
     assert result.returncode == 141, result.stderr
     assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, result.stderr
+
+
+def test_serving_on_a_port_in_use_says_address_already_in_use_and_leaves_the_table_unserved():
+    table = rg.ReplayTable(rg.specs_from_env(_cartpole()), 10, "/CPU:0")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        with pytest.raises(rg.ConfigError, match=r"address already in use: .*pick another"):
+            rg.serve(table, address)
+    assert table.served_at is None
+    with rg.serve(table, "127.0.0.1:0") as server:  # the table is free to serve elsewhere
+        assert server.address.startswith("127.0.0.1:")
 
 
 def _cartpole():

@@ -15,8 +15,10 @@ Who writes the table:
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
+import socket
 import time
 from typing import Any
 
@@ -239,7 +241,9 @@ class ReplayServer:
             else:
                 port = server.add_secure_port(address, tls.server_credentials())
         except RuntimeError as err:
-            raise ConfigError(f"serve: cannot bind {address!r}: {err}") from err
+            raise ConfigError(
+                f"serve: cannot bind {address!r}: {bind_failure(address, err)}"
+            ) from err
         await server.start()
         for name in ("", SERVICE_NAME):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -413,3 +417,25 @@ def _fsync_checkpoint(path: str) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def bind_failure(address: str, err: Exception) -> str:
+    """Why ``address`` could not be bound, in the OS's words where gRPC gives only "Failed to
+    bind" (e.g. "address already in use: another process listens on port 50051; stop it or pick
+    another --address")."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    try:
+        number = int(port)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((host, number))
+    except (ValueError, OSError) as cause:
+        if isinstance(cause, OSError) and cause.errno == errno.EADDRINUSE:
+            return (
+                f"address already in use: another process listens on port {port}; stop it or "
+                "pick another --address (port 0 picks a free one)"
+            )
+        if isinstance(cause, OSError) and cause.strerror:
+            return f"{cause.strerror.lower()} ({err})"
+    return str(err)
