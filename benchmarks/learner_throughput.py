@@ -35,19 +35,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 import tensorflow as tf
+from common import dqn_spec, sample_loop
 
 import replaygpu as rg
 from replaygpu.device import resolve_device
 
 OBS_DIM, NUM_ACTIONS, BATCH = 8, 4, 256
-SPEC = {
-    "obs": tf.TensorSpec([OBS_DIM], tf.float32),
-    "action": tf.TensorSpec([], tf.int64),
-    "reward": tf.TensorSpec([], tf.float32),
-    "next_obs": tf.TensorSpec([OBS_DIM], tf.float32),
-    "terminated": tf.TensorSpec([], tf.bool),
-    "truncated": tf.TensorSpec([], tf.bool),
-}
+SPEC = dqn_spec(OBS_DIM)
 
 
 class MLP(tf.Module):
@@ -176,16 +170,17 @@ def learner_runners(hidden: int, capacity: int, data: dict) -> dict[str, Callabl
         ("e in-graph k=100 XLA", 100, True),
     )
     for name, k, jit in variants:
-        learner = rg.Learner(
-            table,
-            rg.UniformSampler(table, seed=0),
-            make_dqn_update(hidden),
-            batch_size=BATCH,
-            jit_compile=jit,
-        )
+        learner = uniform_learner(table, hidden, jit)
         calls = max(1, 20 // k)
         runners[name] = lambda k=k, c=calls, lr=learner: _train(lr, k, c)
     return runners
+
+
+def uniform_learner(table: rg.ReplayTable, hidden: int, jit: bool) -> rg.Learner:
+    """The fused learner of variants (c)-(e): uniform sampling (seed 0) of ``table`` into a
+    fresh `make_dqn_update` network, batch `BATCH`, compiled with XLA if ``jit``."""
+    sampler = rg.UniformSampler(table, seed=0)
+    return rg.Learner(table, sampler, make_dqn_update(hidden), batch_size=BATCH, jit_compile=jit)
 
 
 def _train(learner: rg.Learner, k: int, calls: int) -> int:
@@ -200,24 +195,7 @@ def sample_only_runner(capacity: int, jit: bool, steps: int = 1000) -> Callable[
     chunk = 100_000
     for start in range(0, capacity, chunk):
         table.append(make_data(min(chunk, capacity - start), seed=start))
-    sampler = rg.UniformSampler(table, seed=0)
-
-    @tf.function(jit_compile=jit)
-    def loop(n: tf.Tensor) -> tf.Tensor:
-        def body(i, acc):
-            _, batch = sampler.sample(BATCH)
-            checksum = (
-                tf.reduce_sum(batch["obs"])
-                + tf.reduce_sum(batch["next_obs"])
-                + tf.reduce_sum(batch["reward"])
-                + tf.cast(tf.reduce_sum(batch["action"]), tf.float32)
-                + tf.cast(tf.math.count_nonzero(batch["terminated"]), tf.float32)
-                + tf.cast(tf.math.count_nonzero(batch["truncated"]), tf.float32)
-            )
-            return i + 1, acc + checksum
-
-        return tf.while_loop(lambda i, _: i < n, body, (tf.constant(0, tf.int64), 0.0))[1]
-
+    loop = sample_loop(rg.UniformSampler(table, seed=0), BATCH, jit)
     n = tf.constant(steps, tf.int64)
 
     def run() -> int:

@@ -61,6 +61,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 import tensorflow as tf
+from common import dqn_spec, filled_table
 
 import replaygpu as rg
 
@@ -68,14 +69,7 @@ BATCH = 256
 OBS_DIM = 8
 NSTEP_N = 3
 NSTEP_PRIO = "n-step over prioritized"
-SPEC = {
-    "obs": tf.TensorSpec([OBS_DIM], tf.float32),
-    "action": tf.TensorSpec([], tf.int64),
-    "reward": tf.TensorSpec([], tf.float32),
-    "next_obs": tf.TensorSpec([OBS_DIM], tf.float32),
-    "terminated": tf.TensorSpec([], tf.bool),
-    "truncated": tf.TensorSpec([], tf.bool),
-}
+SPEC = dqn_spec(OBS_DIM)
 
 
 def rss_bytes() -> int:
@@ -105,25 +99,6 @@ def time_calls(learner: rg.Learner, steps: int, repeats: int) -> float:
         times.append((time.perf_counter() - start) / steps)
         assert out["steps"] == steps
     return statistics.median(times)
-
-
-def fill_vector_table(capacity: int, seed: int) -> rg.ReplayTable:
-    rng = np.random.default_rng(seed)
-    table = rg.ReplayTable(SPEC, capacity)
-    chunk = 100_000
-    for start in range(0, capacity, chunk):
-        n = min(chunk, capacity - start)
-        table.append(
-            {
-                "obs": rng.normal(size=(n, OBS_DIM)).astype(np.float32),
-                "action": rng.integers(0, 4, n),
-                "reward": rng.normal(size=n).astype(np.float32),
-                "next_obs": rng.normal(size=(n, OBS_DIM)).astype(np.float32),
-                "terminated": rng.random(n) < 0.01,
-                "truncated": np.zeros(n, bool),
-            }
-        )
-    return table
 
 
 def write_exponential_priorities(write, capacity: int) -> None:
@@ -177,7 +152,7 @@ def bench_prioritized(args: argparse.Namespace) -> None:
     )
     results: dict[tuple[str, bool, int], float] = {}
     for capacity in capacities:
-        table = fill_vector_table(capacity, seed=capacity)
+        table = filled_table(capacity, OBS_DIM, seed=capacity)
         samplers = {"uniform": (rg.UniformSampler(table, seed=1), uniform_update)}
         for kind, xla_clusters in (("prioritized", True), ("plain ops", False)):
             samplers[kind] = (
@@ -265,7 +240,7 @@ def measure_tree(capacity: int, args: argparse.Namespace) -> None:
         tree.set(rows, gen.uniform([BATCH], 0.5, 1.5, tf.float64))
         return tf.cast(tf.reduce_sum(rows), tf.float64)
 
-    table = fill_vector_table(capacity, seed=capacity)
+    table = filled_table(capacity, OBS_DIM, seed=capacity)
     uni = rg.UniformSampler(table, seed=1)
     for xla in (False, True):
         learner = rg.Learner(table, uni, uniform_update, batch_size=BATCH, jit_compile=xla)

@@ -33,6 +33,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 import tensorflow as tf
+from common import dqn_spec, filled_table, sample_loop
 
 import replaygpu as rg
 
@@ -45,56 +46,14 @@ def load() -> str:
     return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def spec_of(dim: int) -> dict[str, tf.TensorSpec]:
-    return {
-        "obs": tf.TensorSpec([dim], tf.float32),
-        "action": tf.TensorSpec([], tf.int64),
-        "reward": tf.TensorSpec([], tf.float32),
-        "next_obs": tf.TensorSpec([dim], tf.float32),
-        "terminated": tf.TensorSpec([], tf.bool),
-        "truncated": tf.TensorSpec([], tf.bool),
-    }
-
-
-def filled_table(dim: int, capacity: int, dtype: str) -> rg.ReplayTable:
+def stored_as(dim: int, capacity: int, dtype: str) -> rg.ReplayTable:
+    """A random table whose ``obs`` and ``next_obs`` are stored as ``dtype``."""
     storage = None if dtype == "float32" else {"obs": dtype, "next_obs": dtype}
-    table = rg.ReplayTable(spec_of(dim), capacity, storage_dtypes=storage)
-    rng = np.random.default_rng(0)
-    for start in range(0, capacity, 100_000):
-        n = min(100_000, capacity - start)
-        table.append(
-            {
-                "obs": rng.normal(size=(n, dim)).astype(np.float32),
-                "action": rng.integers(0, 4, n),
-                "reward": rng.normal(size=n).astype(np.float32),
-                "next_obs": rng.normal(size=(n, dim)).astype(np.float32),
-                "terminated": rng.random(n) < 0.01,
-                "truncated": np.zeros(n, bool),
-            }
-        )
-    return table
+    return filled_table(capacity, dim, storage_dtypes=storage)
 
 
-def sample_loop(table: rg.ReplayTable, xla: bool) -> Callable[[tf.Tensor], tf.Tensor]:
-    sampler = rg.UniformSampler(table, seed=0)
-
-    @tf.function(jit_compile=xla)
-    def loop(n: tf.Tensor) -> tf.Tensor:
-        def body(i: tf.Tensor, acc: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            _, batch = sampler.sample(BATCH)
-            checksum = (
-                tf.reduce_sum(batch["obs"])
-                + tf.reduce_sum(batch["next_obs"])
-                + tf.reduce_sum(batch["reward"])
-                + tf.cast(tf.reduce_sum(batch["action"]), tf.float32)
-                + tf.cast(tf.math.count_nonzero(batch["terminated"]), tf.float32)
-                + tf.cast(tf.math.count_nonzero(batch["truncated"]), tf.float32)
-            )
-            return i + 1, acc + checksum
-
-        return tf.while_loop(lambda i, _: i < n, body, (tf.constant(0, tf.int64), 0.0))[1]
-
-    return loop
+def uniform_loop(table: rg.ReplayTable, xla: bool) -> Callable[[tf.Tensor], tf.Tensor]:
+    return sample_loop(rg.UniformSampler(table, seed=0), BATCH, xla)
 
 
 def gather_loop(table: rg.ReplayTable) -> Callable[[tf.Tensor], tf.Tensor]:
@@ -115,11 +74,11 @@ def gather_loop(table: rg.ReplayTable) -> Callable[[tf.Tensor], tf.Tensor]:
 def bench_sampling(args: argparse.Namespace) -> None:
     steps = tf.constant(args.steps, tf.int64)
     for dim in args.obs_dims:
-        tables = {d: filled_table(dim, args.capacity, d) for d in DTYPES}
+        tables = {d: stored_as(dim, args.capacity, d) for d in DTYPES}
         variants: dict[tuple[str, str], Callable[[tf.Tensor], tf.Tensor]] = {}
         for d, table in tables.items():
-            variants[("sample", d)] = sample_loop(table, xla=False)
-            variants[("sample+XLA", d)] = sample_loop(table, xla=True)
+            variants[("sample", d)] = uniform_loop(table, xla=False)
+            variants[("sample+XLA", d)] = uniform_loop(table, xla=True)
             variants[("gather obs", d)] = gather_loop(table)
         for loop in variants.values():
             loop(steps)  # trace, compile, warm up
@@ -198,7 +157,7 @@ def main() -> None:
         args.capacity, args.repeats, args.steps = 100_000, 3, 300
     print(
         f"python {platform.python_version()}, tensorflow {tf.__version__}, "
-        f"{os.cpu_count()} CPUs, device {rg.ReplayTable(spec_of(1), 1).device}; {load()}"
+        f"{os.cpu_count()} CPUs, device {rg.ReplayTable(dqn_spec(1), 1).device}; {load()}"
     )
     if args.section in ("all", "sampling"):
         bench_sampling(args)

@@ -42,6 +42,10 @@ import time
 from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# benchmarks/ for common.py, which imports only numpy: every venv this script runs in has it
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from common import dqn_spec, random_transitions
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -58,17 +62,7 @@ MODES = ("eager", "loop", "loop+xla")
 
 def random_chunk(rng: Any, n: int) -> tuple[dict[str, Any], Any]:
     """``n`` random transitions as numpy arrays, and their exponential(1) priorities."""
-    import numpy as np
-
-    data = {
-        "obs": rng.normal(size=(n, OBS_DIM)).astype(np.float32),
-        "action": rng.integers(0, 4, n),
-        "reward": rng.normal(size=n).astype(np.float32),
-        "next_obs": rng.normal(size=(n, OBS_DIM)).astype(np.float32),
-        "terminated": rng.random(n) < 0.01,
-        "truncated": np.zeros(n, bool),
-    }
-    return data, rng.exponential(size=n)
+    return random_transitions(rng, n, OBS_DIM), rng.exponential(size=n)
 
 
 def time_steps(step, steps: int, repeats: int) -> float:
@@ -140,20 +134,11 @@ def bench_torchrl(capacity: int, args: argparse.Namespace) -> dict[str, float]:
 
 def bench_replaygpu(capacity: int, args: argparse.Namespace) -> dict[str, float]:
     import numpy as np
-    import tensorflow as tf
 
     import replaygpu as rg
 
-    spec = {
-        "obs": tf.TensorSpec([OBS_DIM], tf.float32),
-        "action": tf.TensorSpec([], tf.int64),
-        "reward": tf.TensorSpec([], tf.float32),
-        "next_obs": tf.TensorSpec([OBS_DIM], tf.float32),
-        "terminated": tf.TensorSpec([], tf.bool),
-        "truncated": tf.TensorSpec([], tf.bool),
-    }
     rng = np.random.default_rng(0)
-    table = rg.ReplayTable(spec, capacity)
+    table = rg.ReplayTable(dqn_spec(OBS_DIM), capacity)
     priorities = []
     for start in range(0, capacity, CHUNK):
         data, p = random_chunk(rng, min(CHUNK, capacity - start))
