@@ -25,7 +25,14 @@ from collections.abc import Callable
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf
-from learner_throughput import BATCH, SPEC, interleaved_rates, make_data, make_dqn_update
+from learner_throughput import (
+    BATCH,
+    SPEC,
+    interleaved_rates,
+    make_data,
+    make_dqn_update,
+    uniform_learner,
+)
 
 import replaygpu as rg
 from replaygpu.device import resolve_device
@@ -52,13 +59,7 @@ def runners(capacity: int, hidden: int, k: int) -> dict[str, Callable[[], int]]:
 
         out[name] = feed
     for name, jit in ((f"c Learner k={k}", False), (f"d Learner k={k} XLA", True)):
-        learner = rg.Learner(
-            table,
-            rg.UniformSampler(table, seed=0),
-            make_dqn_update(hidden),
-            batch_size=BATCH,
-            jit_compile=jit,
-        )
+        learner = uniform_learner(table, hidden, jit)
 
         def train(learner: rg.Learner = learner) -> int:
             return int(learner.train(k)["steps"])
