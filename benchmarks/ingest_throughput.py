@@ -29,6 +29,7 @@ import tempfile
 import threading
 import time
 from concurrent import futures
+from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
@@ -143,21 +144,32 @@ def raw_server_main(address_q: Any, stop: Any) -> None:
 # -- actor processes ------------------------------------------------------------------------------
 
 
-def actor_main(
-    mode: str,
-    kind: str,
-    address: str,
-    actor: str,
-    seconds: float,
-    go: Any,
-    out: Any,
-    call: str = "add_batch",
-    rows: int = 0,
-    streams: int = 1,
-):
-    """One actor process: ``streams`` clients (one thread each) call ``add_batch`` with ``rows``
-    rows (the kind's request size when 0) or ``add`` one transition at a time."""
-    batch = rows or KINDS[kind][2]
+@dataclass(frozen=True)
+class Load:
+    """What each actor process of a trial sends.
+
+    Attributes:
+        mode: ``"ingest"``: through `ReplayClient` s to the learner; ``"raw"``: the same
+            request, serialized once, streamed to the raw gRPC server.
+        kind: a key of `KINDS`.
+        call: ingest: ``"add_batch"`` with ``rows`` rows a call, or ``"add"``, one transition
+            at a time.
+        rows: rows of each request (0: the kind's request size).
+        streams: clients (one thread each) of each process.
+    """
+
+    mode: str
+    kind: str
+    call: str = "add_batch"
+    rows: int = 0
+    streams: int = 1
+
+
+def actor_main(load: Load, address: str, actor: str, seconds: float, go: Any, out: Any):
+    """One actor process sending ``load`` for ``seconds`` once ``go`` is set; puts
+    ``(transitions, bytes, start, end)`` on ``out``."""
+    kind, call, streams = load.kind, load.call, load.streams
+    batch = load.rows or KINDS[kind][2]
     cols = make_columns(kind, batch, hash(actor) % 1000)
     request = replay_pb2.AppendRequest(table="replay", actor_id=actor, seq=1)
     for name, array in cols.items():
@@ -165,7 +177,7 @@ def actor_main(
         field.tensor.dtype, field.tensor.data = array.dtype.name, array.tobytes()
         field.tensor.shape[:] = array.shape
     payload = request.SerializeToString()
-    if mode == "ingest":
+    if load.mode == "ingest":
         config = ClientConfig(max_batch_transitions=KINDS[kind][2], max_batch_bytes=32 * 2**20)
         clients = [
             ReplayClient(address, actor_id=f"{actor}-{i}", config=config) for i in range(streams)
@@ -227,29 +239,25 @@ def cpu_seconds(pid: int) -> float:
 
 def trial(
     ctx: Any,
-    mode: str,
-    kind: str,
+    load: Load,
     address: str,
     actors: int,
     seconds: float,
-    call: str = "add_batch",
-    rows: int = 0,
-    streams: int = 1,
     server_pid: int | None = None,
 ) -> tuple:
-    """One timed run; returns (transitions/s, MB/s, server CPU s per 1e6 transitions)."""
+    """One timed run of ``actors`` processes sending ``load``; returns (transitions/s, MB/s,
+    server CPU s per 1e6 transitions)."""
     go, out = ctx.Event(), ctx.Queue()
     procs = [
         ctx.Process(
             target=actor_main,
-            args=(mode, kind, address, f"{mode}-{i}-{time.time_ns()}", seconds, go, out),
-            kwargs={"call": call, "rows": rows, "streams": streams},
+            args=(load, address, f"{load.mode}-{i}-{time.time_ns()}", seconds, go, out),
         )
         for i in range(actors)
     ]
     for p in procs:
         p.start()
-    time.sleep(1.5 + 0.05 * actors * streams)  # let actors import and connect
+    time.sleep(1.5 + 0.05 * actors * load.streams)  # let actors import and connect
     cpu_before = cpu_seconds(server_pid) if server_pid else 0.0
     go.set()
     results = [out.get(timeout=seconds + 300) for _ in procs]
@@ -282,19 +290,9 @@ def run_small(ctx: Any, args: argparse.Namespace) -> None:
         for label, procs, streams, call, rows in SMALL_CASES:
             if args.small_cases and not any(word in label for word in args.small_cases):
                 continue
+            load = Load("ingest", "vector", call, rows, streams)
             runs = [
-                trial(
-                    ctx,
-                    "ingest",
-                    "vector",
-                    address,
-                    procs,
-                    args.seconds,
-                    call,
-                    rows,
-                    streams,
-                    server.pid,
-                )
+                trial(ctx, load, address, procs, args.seconds, server.pid)
                 for _ in range(args.repeats)
             ]
             tps = statistics.median(r[0] for r in runs)
@@ -371,8 +369,8 @@ def main() -> None:
             for actors in args.actors:
                 ours, raw = [], []
                 for _ in range(args.repeats):
-                    ours.append(trial(ctx, "ingest", kind, address, actors, args.seconds))
-                    raw.append(trial(ctx, "raw", kind, raw_address, actors, args.seconds))
+                    ours.append(trial(ctx, Load("ingest", kind), address, actors, args.seconds))
+                    raw.append(trial(ctx, Load("raw", kind), raw_address, actors, args.seconds))
                 tps = statistics.median(r[0] for r in ours)
                 mbs = statistics.median(r[1] for r in ours)
                 raw_mbs = statistics.median(r[1] for r in raw)
