@@ -15,7 +15,6 @@ rows (``--buffer-size 1000000`` for the paper's).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -37,9 +36,13 @@ from replaygpu.agents.flags import helptext
 from replaygpu.agents.networks import NatureCNN
 from replaygpu.agents.policies import epsilon_greedy_actions
 from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult, TrainTimer
-from replaygpu.agents.runs import LoopState, RunControl, checkpoint_when_due, stopped_early
-
-logger = logging.getLogger(__name__)
+from replaygpu.agents.runs import (
+    LoopState,
+    RunControl,
+    checkpoint_when_due,
+    resume,
+    stopped_early,
+)
 
 try:  # register the ALE/* ids, so `replaygpu eval` can gym.make them (make_atari_env does too)
     import ale_py
@@ -290,13 +293,9 @@ def train(
         table, sampler, agent.update, batch_size=config.batch_size, jit_compile=xla
     )
     stats, rng, loop = EpisodeStats(1), np.random.default_rng(config.seed), LoopState()
-    env_steps, last_sync = 0, 0
-    if run is not None and run.attach(
-        table=table, sampler=sampler, learner=learner, agent=agent, loop=loop
-    ):
-        env_steps, last_sync = int(loop.env_steps.numpy()), int(loop.last_sync.numpy())
-        loop.restore_rng(rng)
-        logger.info("resumed at env step %d, SGD step %d", env_steps, int(learner.steps.numpy()))
+    env_steps, last_sync = resume(
+        run, loop, rng, learner, table=table, sampler=sampler, agent=agent
+    )
     act = greedy_policy(agent)
     writer = FrameWriter(config.frame_stack)
     frame, info = env.reset(seed=config.seed + env_steps)

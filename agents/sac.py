@@ -9,7 +9,6 @@ Acting uses a numpy copy of the actor (refreshed after each training call); ever
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -35,9 +34,13 @@ from replaygpu.agents.flags import helptext
 from replaygpu.agents.networks import MLP, Adam, polyak_update
 from replaygpu.agents.policies import LOG_STD_MAX, LOG_STD_MIN, squashed_gaussian_policy
 from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult, TrainTimer
-from replaygpu.agents.runs import LoopState, RunControl, checkpoint_when_due, stopped_early
-
-logger = logging.getLogger(__name__)
+from replaygpu.agents.runs import (
+    LoopState,
+    RunControl,
+    checkpoint_when_due,
+    resume,
+    stopped_early,
+)
 
 
 @dataclass(frozen=True)
@@ -252,13 +255,7 @@ def train(
     stats = EpisodeStats(n)
     rng = np.random.default_rng(config.seed)
     loop = LoopState()
-    env_steps = 0
-    if run is not None and run.attach(
-        table=table, sampler=sampler, learner=learner, agent=agent, loop=loop
-    ):
-        env_steps = int(loop.env_steps.numpy())
-        loop.restore_rng(rng)
-        logger.info("resumed at env step %d, SGD step %d", env_steps, int(learner.steps.numpy()))
+    env_steps, _ = resume(run, loop, rng, learner, table=table, sampler=sampler, agent=agent)
     act = squashed_gaussian_policy(agent.actor.numpy_weights(), agent.scale, agent.bias, rng)
 
     # a resumed run starts new episodes: env state is not checkpointed
