@@ -181,6 +181,7 @@ class QAgent(tf.Module):
         self.optimizer = Adam(self.q.weights, lr, config.max_grad_norm)
         copy_weights(self.q.weights, self.target.weights)
         self._sync = tf.function(lambda: copy_weights(self.q.weights, self.target.weights))
+        self._sync_and_read = tf.function(self._sync_and_read_graph)  # a trace per bool
 
     def inputs(self, obs: Any) -> tf.Tensor:
         """The networks' input for an observation batch (a flat float32 ``[B, D]`` here)."""
@@ -216,6 +217,20 @@ class QAgent(tf.Module):
     def sync_target(self) -> None:
         """Copy the online weights into the target network."""
         self._sync()
+
+    def sync_and_mirror(self, sync: bool) -> list[np.ndarray]:
+        """After a training call: copy the online weights into the target network if ``sync``,
+        and return a numpy copy of the online weights (``[w0, b0, ...]``) to act with.
+
+        One graph call for both: between two training calls it is on the critical path, where
+        each eager read or call costs about a millisecond from cold caches.
+        """
+        return [w.numpy() for w in self._sync_and_read(sync)]
+
+    def _sync_and_read_graph(self, sync: bool) -> list[tf.Tensor]:
+        if sync:
+            copy_weights(self.q.weights, self.target.weights)
+        return [tf.identity(w) for w in self.q.weights]
 
 
 class DQN(QAgent):
@@ -396,9 +411,9 @@ def train(
         in_flight = None
         metrics = call.result()
         sgd_steps += int(metrics.pop("steps"))
-        act_greedy = greedy_q_policy(agent.q.numpy_weights())
-        if at_steps - last_sync >= config.target_update_interval:
-            agent.sync_target()
+        sync = at_steps - last_sync >= config.target_update_interval
+        act_greedy = greedy_q_policy(agent.sync_and_mirror(sync))
+        if sync:
             last_sync = at_steps
         metrics["charts/epsilon"] = config.epsilon(at_steps)
         recorder.metrics(at_steps, metrics)

@@ -1,6 +1,7 @@
 """DQN on CartPole-v1 learns: its greedy return ends far above a random policy's."""
 
 import numpy as np
+import tensorflow as tf
 
 from replaygpu.agents import dqn
 from replaygpu.agents.envs import evaluate
@@ -49,3 +50,21 @@ def test_overlapped_training_keeps_the_sequential_schedule_of_sgd_steps_per_chun
         assert logs[overlap].calls == chunks_after_start  # one call per chunk, at its env step
         assert results[overlap].sgd_steps == 8 * len(chunks_after_start)
         assert np.isfinite(logs[overlap].last_metrics["losses/td_loss"])
+
+
+def test_sync_and_mirror_returns_the_online_weights_and_syncs_the_target_only_when_asked():
+    agent = dqn.DQN(4, 2, dqn.DQNConfig(hidden_sizes=(8,)))
+    for w in agent.q.weights:  # the online net moves away from the target
+        w.assign_add(tf.ones_like(w))
+    before = [t.numpy() for t in agent.target.weights]
+    mirror = agent.sync_and_mirror(False)
+    for m, w, t, b in zip(mirror, agent.q.weights, agent.target.weights, before, strict=True):
+        np.testing.assert_array_equal(m, w.numpy())
+        np.testing.assert_array_equal(t.numpy(), b)  # target untouched
+    first = agent.q.weights[0].numpy().copy()
+    agent.q.weights[0].assign_add(tf.ones_like(agent.q.weights[0]))
+    np.testing.assert_array_equal(mirror[0], first)  # a snapshot, not the live variable
+    mirror = agent.sync_and_mirror(True)
+    for m, w, t in zip(mirror, agent.q.weights, agent.target.weights, strict=True):
+        np.testing.assert_array_equal(m, w.numpy())
+        np.testing.assert_array_equal(t.numpy(), w.numpy())
