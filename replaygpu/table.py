@@ -12,16 +12,13 @@ each class adds only where it differs (storage, shards, the append graph).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import tensorflow as tf
 
 from replaygpu.nest import Structure, flatten_batch, pack_batch, unpack_batch
 from replaygpu.specs import NestedSpec, Spec, batch_signature, normalize_structure, validate_batch
-
-if TYPE_CHECKING:
-    from replaygpu.storage import ReplayTable
 
 
 @runtime_checkable
@@ -54,7 +51,7 @@ class Table(Protocol):
     served_at: str | None
 
     @property
-    def shards(self) -> list[ReplayTable]: ...
+    def shards(self) -> list[Table]: ...  # each a `ReplayTable`: a table of one shard
 
     @property
     def num_shards(self) -> int: ...
