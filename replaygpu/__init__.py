@@ -29,7 +29,7 @@ if TYPE_CHECKING:
         OutOfDeviceMemoryError,
         ReplayError,
     )
-    from replaygpu.fields import FieldSpec, HostSpec
+    from replaygpu.fields import TRANSITION_FIELDS, FieldSpec, HostSpec
     from replaygpu.frames import frame_rows
     from replaygpu.keys import DATA, DISCOUNT, IMPORTANCE_WEIGHTS, MASK, NSTEP, PRIORITIES
     from replaygpu.learner.learner import Learner
@@ -78,7 +78,6 @@ if TYPE_CHECKING:
     )
     from replaygpu.sharded import ShardedReplayTable, mirrored_strategy
     from replaygpu.specs import (
-        TRANSITION_FIELDS,
         NestedSpec,
         Spec,
         host_spec,

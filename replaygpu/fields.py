@@ -20,6 +20,10 @@ import numpy as np
 
 from replaygpu.errors import BatchError
 
+#: Field names of the standard transition that `specs.specs_from_env` builds (here, without
+#: TensorFlow, so actors can name them).
+TRANSITION_FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
+
 #: dtype names a table field may hold and the wire carries (bfloat16 needs ml_dtypes).
 DTYPE_NAMES = (
     "bool",

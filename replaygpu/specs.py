@@ -26,9 +26,6 @@ Spec = dict[str, tf.TensorSpec]
 #: Any nest of `tf.TensorSpec` (a flat `Spec` is one).
 NestedSpec = Any
 
-#: Field names of the standard transition that `specs_from_env` builds.
-TRANSITION_FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
-
 
 def space_to_spec(space: gym.Space, name: str) -> Any:
     """The `tf.TensorSpec` (or nest of them) of one element of a gymnasium space.
