@@ -8,8 +8,9 @@ other as the demo runs them. With and without double DQN (rl-zoo3's SB3 DQN is n
 env step is taken: whatever the demo does beyond this is acting, logging and evaluation.
 
 ``--vs-demo`` runs the floor (double DQN, the demo's default) and the demo itself as whole
-processes, alternating, one pair per seed, timed the same way from start to exit; it prints
-each run, the medians and the ratio demo / floor (issue 23's target: <= 1.15x). Run:
+processes, alternating (floor first in even rounds, demo first in odd ones), one pair per seed,
+timed the same way from start to exit; it prints each run, the medians and the ratio
+demo / floor (issue 23's target: <= 1.15x). Run:
 
     python benchmarks/cartpole_floor.py              # both variants, one subprocess each
     python benchmarks/cartpole_floor.py --vs-demo    # floor and demo alternating, seeds 0 1 2
@@ -102,28 +103,44 @@ def timed(cmd: list[str]) -> tuple[float, float, str]:
 
 
 def vs_demo(seeds: list[int]) -> None:
-    """Floor and demo as whole processes, alternating; medians and the ratio."""
+    """Floor and demo as whole processes, alternating; medians and the ratio.
+
+    The order flips every round (floor, demo, demo, floor, ...), so a load that rises or falls
+    during the run favours neither side.
+    """
     print(f"cartpole demo vs its floor, whole processes, {os.cpu_count()} CPUs, {load()}")
     floors, demos = [], []
+
+    def floor() -> None:
+        wall, cpu, out = timed([sys.executable, __file__, "--child", "double"])
+        floors.append(wall)
+        print(f"floor        : wall {wall:.1f} s, CPU {cpu:.1f} s | {out.strip()} | {load()}")
+
+    def demo(seed: int, run_dir: str) -> None:
+        cmd = [sys.executable, "-m", "replaygpu", "demo", "cartpole", "--seed", str(seed)]
+        wall, cpu, out = timed([*cmd, "--run-dir", run_dir])
+        demos.append(wall)
+        ret = RETURN.findall(out)
+        print(
+            f"demo seed {seed:<3d}: wall {wall:.1f} s, CPU {cpu:.1f} s | greedy return "
+            f"{ret[-1] if ret else '?'} | {load()}",
+            flush=True,
+        )
+
     with tempfile.TemporaryDirectory(prefix="cartpole-floor-") as root:
         for i, seed in enumerate(seeds):
-            wall, cpu, out = timed([sys.executable, __file__, "--child", "double"])
-            floors.append(wall)
-            print(f"floor        : wall {wall:.1f} s, CPU {cpu:.1f} s | {out.strip()} | {load()}")
             run_dir = os.path.join(root, f"{i}-s{seed}")  # a new run, never a resumed one
-            cmd = [sys.executable, "-m", "replaygpu", "demo", "cartpole", "--seed", str(seed)]
-            wall, cpu, out = timed([*cmd, "--run-dir", run_dir])
-            demos.append(wall)
-            ret = RETURN.findall(out)
-            print(
-                f"demo seed {seed:<3d}: wall {wall:.1f} s, CPU {cpu:.1f} s | greedy return "
-                f"{ret[-1] if ret else '?'} | {load()}",
-                flush=True,
-            )
-    floor, demo = statistics.median(floors), statistics.median(demos)
+            if i % 2:
+                demo(seed, run_dir)
+                floor()
+            else:
+                floor()
+                demo(seed, run_dir)
+    floor_s, demo_s = statistics.median(floors), statistics.median(demos)
+    pairs = " ".join(f"{d / f:.3f}" for d, f in zip(demos, floors, strict=True))
     print(
-        f"median wall: demo {demo:.1f} s, floor {floor:.1f} s; demo / floor {demo / floor:.3f}x "
-        "(target <= 1.15x)"
+        f"median wall: demo {demo_s:.1f} s, floor {floor_s:.1f} s; demo / floor "
+        f"{demo_s / floor_s:.3f}x (target <= 1.15x); round by round {pairs}"
     )
 
 
