@@ -109,6 +109,17 @@ def test_kill_9_of_a_durable_server_loses_no_acknowledged_transition(tmp_path):
                 client.add_batch(columns(range(sent, sent + 25)))
                 sent += 25
                 time.sleep(0.002)  # ~1e4 transitions/s: many commit rounds, within capacity
+            # Kill right after a fresh acknowledgement, with more batches in flight: an ack
+            # that lands after the last periodic checkpoint must come back from the journal
+            # (on a loaded machine acks can stall for longer than a checkpoint period).
+            acked = client.acked_transitions
+            client.add_batch(columns(range(sent, sent + 25)))
+            sent += 25
+            deadline = time.monotonic() + 30
+            while client.acked_transitions == acked and time.monotonic() < deadline:
+                time.sleep(0.001)
+            client.add_batch(columns(range(sent, sent + 25)))
+            sent += 25
             acked_at_kill = client.acked_transitions
             server.send_signal(signal.SIGKILL)
             server.wait()
