@@ -4,11 +4,13 @@ Reads top to bottom: the config, the agent (networks + the in-graph update), the
 
 Acting never calls TensorFlow: the agent keeps a numpy copy of the Q-network weights, refreshed
 after each training call, and picks greedy actions with `numpy_mlp`. Every ``train_freq`` env
-steps the loop appends the chunk of new transitions to the `ReplayTable` in one call and runs
-``gradient_steps`` SGD steps in one `Learner.train` call (one XLA-compiled graph execution).
-That call runs on a background thread while the next chunk is acted (``overlap_training``), so
-acting (Python, one core) and training (the graph, without the GIL) overlap; `submit_training`
-hands that thread the GIL until it is inside the graph.
+steps the loop hands the chunk of new transitions to one training job: append it to the
+`ReplayTable` in one call, run ``gradient_steps`` SGD steps in one `Learner.train` call (one
+XLA-compiled graph execution), sync the target network and read the new weights. The jobs run
+on a background thread while the next chunk is acted (``overlap_training``), one after the
+other with no hand-over between them, so acting (Python, one core) and training (the graph,
+without the GIL) overlap; `wait_until_training` lets that thread take the GIL until its call
+is inside the graph.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -105,8 +108,8 @@ class DQNConfig(LinearEpsilon):
         metadata=helptext(
             "run each training call on a background thread while the next chunk is acted, "
             "with the weights of the call before (one chunk of policy lag); every chunk still "
-            "gets gradient_steps SGD steps, and appends, target syncs and checkpoints wait "
-            "for the call in flight"
+            "gets gradient_steps SGD steps, appends and target syncs run on that thread in "
+            "order, and checkpoints wait for the calls in flight"
         ),
     )
     device: str = field(default="", metadata=helptext("TF device; empty: first GPU, else CPU"))
@@ -257,16 +260,18 @@ class DQN(QAgent):
         super().__init__(q, target, num_actions, config, learning_rate, name="dqn")
 
 
-#: how long the acting thread steps aside after starting a training call on the trainer
-#: thread: the call's Python prelude (a size check, a tensor, the function dispatch) runs in
-#: well under a millisecond before the graph releases the GIL
+#: how long the acting thread steps aside once a training call starts on the trainer thread:
+#: the call's Python prelude (a size check, a tensor, the function dispatch) runs in well under
+#: a millisecond before the graph releases the GIL
 HANDOFF_S = 0.001
 
+#: what a training job returns: the call's metrics and the new acting weights
+JobResult = tuple[dict[str, float], list[np.ndarray]]
 
-def submit_training(
-    trainer: ThreadPoolExecutor, fn: Callable[..., dict[str, float]], *args: Any
-) -> Future[dict[str, float]]:
-    """``trainer.submit(fn, *args)``, then release the GIL until ``fn`` is inside its graph.
+
+def wait_until_training(entered: threading.Event) -> None:
+    """Release the GIL until a training call that sets ``entered`` as it starts is inside
+    its graph.
 
     Without this the acting loop starves the trainer thread: a thread waiting for the GIL
     gets it only after a switch interval (5 ms) of the holder's Python, and not at all while
@@ -275,21 +280,13 @@ def submit_training(
     training calls by 7-14 ms and stretched them by as much again (2-3 s of the run), while
     the GIL-free graph could have run beside the acting from the start.
     """
-    started = threading.Event()
-
-    def run() -> dict[str, float]:
-        started.set()
-        return fn(*args)
-
-    call = trainer.submit(run)
-    started.wait(1.0)  # the trainer thread holds the GIL from here ...
+    entered.wait(1.0)  # the trainer thread holds the GIL from here ...
     time.sleep(HANDOFF_S)  # ... through its prelude into the graph
-    return call
 
 
-def _done(result: dict[str, float]) -> Future[dict[str, float]]:
-    """A finished future holding ``result`` (a training call made on the calling thread)."""
-    future: Future[dict[str, float]] = Future()
+def _done(result: JobResult) -> Future[JobResult]:
+    """A finished future holding ``result`` (a job run on the calling thread)."""
+    future: Future[JobResult] = Future()
     future.set_result(result)
     return future
 
@@ -396,27 +393,36 @@ def train(
         logger.info("resumed at env step %d, SGD step %d", env_steps, int(learner.steps.numpy()))
     act_greedy = greedy_q_policy(agent.q.numpy_weights())
     sgd_steps = int(learner.steps.numpy())
-    # With overlap_training the training call runs on this thread while the next chunk is
-    # acted: it releases the GIL inside the graph, so acting and training share the cores.
-    # Nothing touches the table, the networks or the learner's variables meanwhile.
+    # With overlap_training the training jobs run on this thread, in order, while the next
+    # chunk is acted: the call releases the GIL inside the graph, so acting and training share
+    # the cores. Only the jobs touch the table, the networks and the learner's variables.
     trainer = ThreadPoolExecutor(1, "dqn-train") if config.overlap_training else None
-    in_flight: tuple[Future[dict[str, float]], int] | None = None  # (call, env steps at it)
+    # (job, env steps at it), oldest first: at most the one training and the one queued behind
+    pending: deque[tuple[Future[JobResult], int]] = deque()
 
-    def finish_training() -> None:
-        """Wait for the call in flight; refresh the acting mirror, sync the target, record."""
-        nonlocal in_flight, act_greedy, last_sync, sgd_steps
-        if in_flight is None:
-            return
-        call, at_steps = in_flight
-        in_flight = None
-        metrics = call.result()
+    def training_job(
+        batch: dict[str, np.ndarray], sync: bool, entered: threading.Event | None
+    ) -> JobResult:
+        """One chunk's training: append it, the SGD steps, the target sync and a weight read."""
+        table.append(batch)  # the table is written only between training calls
+        if entered is not None:
+            entered.set()
+        metrics = timer.train(learner, config.gradient_steps)
+        return metrics, agent.sync_and_mirror(sync)
+
+    def finish_oldest() -> None:
+        """Wait for the oldest job; act with its weights from now on; record its metrics."""
+        nonlocal act_greedy, sgd_steps
+        job, at_steps = pending.popleft()
+        metrics, weights = job.result()
         sgd_steps += int(metrics.pop("steps"))
-        sync = at_steps - last_sync >= config.target_update_interval
-        act_greedy = greedy_q_policy(agent.sync_and_mirror(sync))
-        if sync:
-            last_sync = at_steps
+        act_greedy = greedy_q_policy(weights)
         metrics["charts/epsilon"] = config.epsilon(at_steps)
         recorder.metrics(at_steps, metrics)
+
+    def finish_all() -> None:
+        while pending:
+            finish_oldest()
 
     # a resumed run starts new episodes: env state is not checkpointed
     obs, _ = env.reset(seed=config.seed + env_steps)
@@ -436,25 +442,33 @@ def train(
                 for episodic_return, length in stats.step(reward, done):
                     recorder.episode(env_steps, episodic_return, length)
                 obs = next_obs
-            finish_training()  # the table is written only between training calls
-            table.append(chunk.take())
-
-            # Train: gradient_steps SGD steps in one fused graph call.
-            if env_steps > config.learning_starts:
-                if trainer is not None:
-                    call = submit_training(trainer, timer.train, learner, config.gradient_steps)
-                    in_flight = (call, env_steps)
+            batch = chunk.take()
+            if env_steps <= config.learning_starts:
+                table.append(batch)  # no job before training starts
+            else:
+                # Train: gradient_steps SGD steps in one fused graph call, then the target
+                # sync when due (decided here, in call order, as if after the call).
+                sync = env_steps - last_sync >= config.target_update_interval
+                if sync:
+                    last_sync = env_steps
+                if trainer is None:
+                    pending.append((_done(training_job(batch, sync, None)), env_steps))
+                    finish_oldest()
                 else:
-                    in_flight = (_done(timer.train(learner, config.gradient_steps)), env_steps)
-                    finish_training()
+                    entered = threading.Event()
+                    job = trainer.submit(training_job, batch, sync, entered)
+                    pending.append((job, env_steps))
+                    if len(pending) > 1:
+                        finish_oldest()  # the job before: its weights act the next chunk
+                    wait_until_training(entered)
             recorder.progress(env_steps, sgd_steps, stats.recent_mean)
             if run is not None and (run.due() or env_steps >= config.steps):
-                finish_training()
+                finish_all()
                 loop.capture(env_steps, last_sync, rng)
                 run.save()
                 if run.stop.is_set():
                     break
-        finish_training()
+        finish_all()
     finally:
         if trainer is not None:
             trainer.shutdown(wait=True)
