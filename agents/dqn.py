@@ -8,19 +8,16 @@ steps the loop hands the chunk of new transitions to one training job: append it
 `ReplayTable` in one call, run ``gradient_steps`` SGD steps in one `Learner.train` call (one
 XLA-compiled graph execution), sync the target network and read the new weights. The jobs run
 on a background thread while the next chunk is acted (``overlap_training``), one after the
-other with no hand-over between them, so acting (Python, one core) and training (the graph,
-without the GIL) overlap; `wait_until_training` lets that thread take the GIL until its call
-is inside the graph.
+other with nothing in between, so acting (Python, one core) and training (the graph, without
+the GIL) overlap (`training_jobs.TrainingJobs`).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-import threading
 import time
-from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -47,6 +44,7 @@ from replaygpu.agents.networks import MLP, Adam, Schedule, copy_weights
 from replaygpu.agents.policies import epsilon_greedy_actions, greedy_q_policy
 from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult, TrainTimer
 from replaygpu.agents.runs import LoopState, RunControl
+from replaygpu.agents.training_jobs import TrainingJobs
 
 logger = logging.getLogger(__name__)
 
@@ -260,35 +258,8 @@ class DQN(QAgent):
         super().__init__(q, target, num_actions, config, learning_rate, name="dqn")
 
 
-#: how long the acting thread steps aside once a training call starts on the trainer thread:
-#: the call's Python prelude (a size check, a tensor, the function dispatch) runs in well under
-#: a millisecond before the graph releases the GIL
-HANDOFF_S = 0.001
-
 #: what a training job returns: the call's metrics and the new acting weights
 JobResult = tuple[dict[str, float], list[np.ndarray]]
-
-
-def wait_until_training(entered: threading.Event) -> None:
-    """Release the GIL until a training call that sets ``entered`` as it starts is inside
-    its graph.
-
-    Without this the acting loop starves the trainer thread: a thread waiting for the GIL
-    gets it only after a switch interval (5 ms) of the holder's Python, and not at all while
-    the holder keeps releasing and retaking it (numpy calls do), and ``Learner.train`` asks for
-    it several times before its graph runs. In `demo cartpole` that delayed each of the 193
-    training calls by 7-14 ms and stretched them by as much again (2-3 s of the run), while
-    the GIL-free graph could have run beside the acting from the start.
-    """
-    entered.wait(1.0)  # the trainer thread holds the GIL from here ...
-    time.sleep(HANDOFF_S)  # ... through its prelude into the graph
-
-
-def _done(result: JobResult) -> Future[JobResult]:
-    """A finished future holding ``result`` (a job run on the calling thread)."""
-    future: Future[JobResult] = Future()
-    future.set_result(result)
-    return future
 
 
 def flat_obs(obs: Any) -> tf.Tensor:
@@ -393,35 +364,31 @@ def train(
         logger.info("resumed at env step %d, SGD step %d", env_steps, int(learner.steps.numpy()))
     act_greedy = greedy_q_policy(agent.q.numpy_weights())
     sgd_steps = int(learner.steps.numpy())
-    # With overlap_training the training jobs run on this thread, in order, while the next
-    # chunk is acted: the call releases the GIL inside the graph, so acting and training share
-    # the cores. Only the jobs touch the table, the networks and the learner's variables.
-    trainer = ThreadPoolExecutor(1, "dqn-train") if config.overlap_training else None
-    # (job, env steps at it), oldest first: at most the one training and the one queued behind
-    pending: deque[tuple[Future[JobResult], int]] = deque()
+    # With overlap_training the training jobs run on a background thread, in order, while the
+    # next chunk is acted. Only the jobs touch the table, the networks and the learner's
+    # variables once training has started.
+    jobs: TrainingJobs[JobResult] = TrainingJobs(config.overlap_training, "dqn-train")
 
     def training_job(
-        batch: dict[str, np.ndarray], sync: bool, entered: threading.Event | None
+        batch: dict[str, np.ndarray], sync: bool, entering: Callable[[], None]
     ) -> JobResult:
         """One chunk's training: append it, the SGD steps, the target sync and a weight read."""
         table.append(batch)  # the table is written only between training calls
-        if entered is not None:
-            entered.set()
+        entering()
         metrics = timer.train(learner, config.gradient_steps)
         return metrics, agent.sync_and_mirror(sync)
 
     def finish_oldest() -> None:
         """Wait for the oldest job; act with its weights from now on; record its metrics."""
         nonlocal act_greedy, sgd_steps
-        job, at_steps = pending.popleft()
-        metrics, weights = job.result()
+        (metrics, weights), at_steps = jobs.finish_oldest()
         sgd_steps += int(metrics.pop("steps"))
         act_greedy = greedy_q_policy(weights)
         metrics["charts/epsilon"] = config.epsilon(at_steps)
         recorder.metrics(at_steps, metrics)
 
     def finish_all() -> None:
-        while pending:
+        while jobs.pending:
             finish_oldest()
 
     # a resumed run starts new episodes: env state is not checkpointed
@@ -451,16 +418,9 @@ def train(
                 sync = env_steps - last_sync >= config.target_update_interval
                 if sync:
                     last_sync = env_steps
-                if trainer is None:
-                    pending.append((_done(training_job(batch, sync, None)), env_steps))
+                jobs.run(functools.partial(training_job, batch, sync), env_steps)
+                while jobs.pending > jobs.lag:  # the job before: its weights act the next chunk
                     finish_oldest()
-                else:
-                    entered = threading.Event()
-                    job = trainer.submit(training_job, batch, sync, entered)
-                    pending.append((job, env_steps))
-                    if len(pending) > 1:
-                        finish_oldest()  # the job before: its weights act the next chunk
-                    wait_until_training(entered)
             recorder.progress(env_steps, sgd_steps, stats.recent_mean)
             if run is not None and (run.due() or env_steps >= config.steps):
                 finish_all()
@@ -470,8 +430,7 @@ def train(
                     break
         finish_all()
     finally:
-        if trainer is not None:
-            trainer.shutdown(wait=True)
+        jobs.close()
     elapsed = time.perf_counter() - start
     env.close()
 
