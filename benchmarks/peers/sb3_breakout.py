@@ -22,9 +22,10 @@ SB3's ``train`` calls, i.e. the SGD steps).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import time
-from typing import Any
+from pathlib import Path
 
 import ale_py
 import gymnasium as gym
@@ -34,29 +35,18 @@ from stable_baselines3 import DQN
 from stable_baselines3.common.atari_wrappers import ClipRewardEnv, EpisodicLifeEnv
 
 
-class FireToLaunch(gym.Wrapper):
-    """FIRE after a reset and after each lost life, within the same step (the demo's wrapper)."""
+def _fire_to_launch() -> type:
+    """The demo's own ``FireToLaunch`` (``agents/atari_wrappers.py``, gymnasium only), loaded by
+    path: this venv has neither replaygpu nor TensorFlow."""
+    path = Path(__file__).resolve().parents[2] / "agents" / "atari_wrappers.py"
+    spec = importlib.util.spec_from_file_location("replaygpu_atari_wrappers", path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.FireToLaunch
 
-    def __init__(self, env: gym.Env) -> None:
-        super().__init__(env)
-        self._lives = 0
 
-    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
-        obs, info = self.env.reset(**kwargs)
-        obs, _, terminated, truncated, info = self.env.step(1)
-        if terminated or truncated:
-            obs, info = self.env.reset(**kwargs)
-        self._lives = int(info.get("lives", 0))
-        return obs, info
-
-    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        lives = int(info.get("lives", 0))
-        if lives < self._lives and not (terminated or truncated):
-            obs, more, terminated, truncated, info = self.env.step(1)
-            reward = float(reward) + float(more)
-        self._lives = int(info.get("lives", lives))
-        return obs, reward, terminated, truncated, info
+FireToLaunch = _fire_to_launch()
 
 
 def make_env(seed: int, sticky: float, training: bool) -> gym.Env:
