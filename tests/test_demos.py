@@ -1,6 +1,7 @@
 """`replaygpu demo NAME` runs end to end in a subprocess: TensorBoard events, a learning-curve
 PNG, finite losses and a printed greedy evaluation; flags come from the config dataclasses."""
 
+import gc
 import json
 import os
 import subprocess
@@ -150,3 +151,22 @@ def test_acrobot_demo_preset_overrides_config_defaults():
     config = config_from_args(config_cls, parser.parse_args([]))
     assert config.env_id == "Acrobot-v1"
     assert config.target_update_interval == 250
+
+
+def test_imports_frozen_keeps_the_collector_off_a_first_tensorflow_import_only():
+    code = (
+        "import gc\n"
+        "from replaygpu.agents.demos import imports_frozen\n"
+        "with imports_frozen():\n"
+        "    assert not gc.isenabled()\n"
+        "    import tensorflow\n"
+        "print(gc.isenabled(), gc.get_freeze_count())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out[0] == "True" and int(out[1]) > 100_000  # TensorFlow's objects, frozen
+    frozen = gc.get_freeze_count()
+    with demos.imports_frozen():  # tensorflow is imported here already: nothing changes
+        assert gc.isenabled()
+    assert gc.get_freeze_count() == frozen
