@@ -5,7 +5,8 @@ a table of 50k random CartPole-shaped rows and times, in one process: the Tensor
 import, the first ``Learner.train(128)`` call (trace + XLA compilation), and the demo's other
 training calls (192 of 128 steps: 24,704 SGD steps in all in 50k env steps), run one after the
 other as the demo runs them. With and without double DQN (rl-zoo3's SB3 DQN is not double). No
-env step is taken: whatever the demo does beyond this is acting, logging and evaluation.
+env step is taken: whatever the demo does beyond this is acting, logging and evaluation. The
+imports and the exit get the demo's treatment (`demos.imports_frozen`), so the floor stays one.
 
 ``--vs-demo`` runs the floor (double DQN, the demo's default) and the demo itself as whole
 processes, alternating (floor first in even rounds, demo first in odd ones), one pair per seed,
@@ -42,11 +43,14 @@ def training_calls(steps: int, train_freq: int, learning_starts: int) -> int:
 
 def measure(double_q: bool) -> None:
     start = time.perf_counter()
-    import numpy as np
+    from replaygpu.agents.demos import imports_frozen  # the demo's own import and exit
 
-    import replaygpu as rg
-    from replaygpu.agents.dqn import DQN, DQNConfig
-    from replaygpu.agents.envs import make_vector_env
+    with imports_frozen():
+        import numpy as np
+
+        import replaygpu as rg
+        from replaygpu.agents.dqn import DQN, DQNConfig
+        from replaygpu.agents.envs import make_vector_env
 
     import_s = time.perf_counter() - start
     config = DQNConfig(double_q=double_q)
