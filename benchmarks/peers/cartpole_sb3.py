@@ -1,14 +1,15 @@
 """DQN on CartPole-v1, rl-zoo3 hyperparameters, 50k env steps: `replaygpu demo cartpole` vs
 Stable-Baselines3, whole processes, alternating, one pair per seed.
 
-For each seed: (a) ``python -m replaygpu demo cartpole --seed S`` in this interpreter's venv
-(the project's), timed from start to exit (imports, XLA compilation, training, checkpoints,
-the learning-curve plot and its own 20-episode greedy evaluation), then, untimed,
-``replaygpu eval RUN_DIR --episodes 20``; (b) ``sb3_dqn.py --seed S`` in the peers venv, timed
-the same way (imports, training, 20-episode greedy evaluation). The return reported for
-replaygpu is the one of ``replaygpu eval`` (episode seeds 10000.., as sb3_dqn.py's). Prints one
-line per run, then medians and the wall-clock ratio SB3 / replaygpu. Targets (issue 23, as
-DESIGN.md): ratio >= 3.3 and greedy return >= 475 on every seed.
+For each seed (in this order, the other way round for the next seed, and so on): (a) ``python
+-m replaygpu demo cartpole --seed S`` in this interpreter's venv (the project's), timed from
+start to exit (imports, XLA compilation, training, checkpoints, the learning-curve plot and its
+own 20-episode greedy evaluation), then, untimed, ``replaygpu eval RUN_DIR --episodes 20``; (b)
+``sb3_dqn.py --seed S`` in the peers venv, timed the same way (imports, training, 20-episode
+greedy evaluation). The return reported for replaygpu is the one of ``replaygpu eval`` (episode
+seeds 10000.., as sb3_dqn.py's). Prints one line per run, then medians, the wall-clock ratio
+SB3 / replaygpu and the ratio of each seed's pair. Targets (issue 23, as DESIGN.md): ratio
+>= 3.3 and greedy return >= 475 on every seed.
 
     bash benchmarks/peers/setup.sh                      # once: the peers venv
     .venv/bin/python benchmarks/peers/cartpole_sb3.py   # seeds 0 1 2
@@ -78,22 +79,33 @@ def main() -> None:
         sys.exit(f"no peers venv at {PEERS_PYTHON}: run bash benchmarks/peers/setup.sh first")
     print(f"cartpole DQN 50k env steps, whole processes, {os.cpu_count()} CPUs, {load()}")
     runs: dict[str, list[dict[str, float]]] = {"replaygpu": [], "sb3": []}
+
+    def ours(seed: int, root: str) -> None:
+        r = run_replaygpu(seed, root, args.demo_flags.split())
+        runs["replaygpu"].append(r)
+        print(
+            f"replaygpu seed {seed}: wall {r['wall_s']:.1f} s | greedy return "
+            f"{r['eval_mean']:.1f} (demo's own eval {r['own_eval']:.1f}) | {load()}",
+            flush=True,
+        )
+
+    def theirs(seed: int) -> None:
+        s = run_sb3(seed)
+        runs["sb3"].append(s)
+        print(
+            f"sb3       seed {seed}: wall {s['wall_s']:.1f} s (learn {s['train_s']:.1f} s) | "
+            f"greedy return {s['eval_mean']:.1f} | {load()}",
+            flush=True,
+        )
+
     with tempfile.TemporaryDirectory(prefix="peers-cartpole-") as root:
-        for seed in args.seeds:
-            r = run_replaygpu(seed, root, args.demo_flags.split())
-            runs["replaygpu"].append(r)
-            print(
-                f"replaygpu seed {seed}: wall {r['wall_s']:.1f} s | greedy return "
-                f"{r['eval_mean']:.1f} (demo's own eval {r['own_eval']:.1f}) | {load()}",
-                flush=True,
-            )
-            s = run_sb3(seed)
-            runs["sb3"].append(s)
-            print(
-                f"sb3       seed {seed}: wall {s['wall_s']:.1f} s (learn {s['train_s']:.1f} s) | "
-                f"greedy return {s['eval_mean']:.1f} | {load()}",
-                flush=True,
-            )
+        for i, seed in enumerate(args.seeds):  # the order flips each round: a load that
+            if i % 2:  # rises or falls during the run favours neither side
+                theirs(seed)
+                ours(seed, root)
+            else:
+                ours(seed, root)
+                theirs(seed)
     for name, rs in runs.items():
         wins = sum(r["eval_mean"] >= 475 for r in rs)
         wall = statistics.median(r["wall_s"] for r in rs)
@@ -105,7 +117,14 @@ def main() -> None:
     ratio = statistics.median(r["wall_s"] for r in runs["sb3"]) / statistics.median(
         r["wall_s"] for r in runs["replaygpu"]
     )
-    print(f"wall-clock ratio SB3 / replaygpu (medians): {ratio:.2f}x (target >= 3.3x)")
+    pairs = " ".join(
+        f"{s['wall_s'] / r['wall_s']:.2f}"
+        for r, s in zip(runs["replaygpu"], runs["sb3"], strict=True)
+    )
+    print(
+        f"wall-clock ratio SB3 / replaygpu (medians): {ratio:.2f}x (target >= 3.3x); "
+        f"seed by seed {pairs}"
+    )
 
 
 if __name__ == "__main__":
