@@ -40,6 +40,21 @@ def wait_for_line(proc: subprocess.Popen, pattern: str, lines: list[str]) -> re.
     raise AssertionError(f"{pattern!r} never printed:\n{''.join(lines[-40:])}")
 
 
+def reap(proc: subprocess.Popen) -> None:
+    """Kill ``proc`` if it still runs (a failed test leaves no process behind)."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+
+
+def final_checkpoint(learner: subprocess.Popen, lines: list[str]) -> re.Match:
+    """The learner exited 0 with a final checkpoint after SGD steps; its log line's match."""
+    assert learner.returncode == 0, "".join(lines)[-3000:]
+    final = re.search(r"final checkpoint \S+ \(SGD step (\d+)\)", "".join(lines))
+    assert final and int(final.group(1)) > 0
+    return final
+
+
 def test_learner_and_actors_with_only_the_address_then_resume(tmp_path):
     port = free_port()
     address = f"127.0.0.1:{port}"
@@ -68,12 +83,8 @@ def test_learner_and_actors_with_only_the_address_then_resume(tmp_path):
         _, rest = learner.communicate(timeout=300)
         lines.append(rest)
     finally:
-        if learner.poll() is None:
-            learner.kill()
-            learner.communicate()
-    assert learner.returncode == 0, "".join(lines)[-3000:]
-    final = re.search(r"final checkpoint \S+ \(SGD step (\d+)\)", "".join(lines))
-    assert final and int(final.group(1)) > 0
+        reap(learner)
+    final = final_checkpoint(learner, lines)
 
     # Restart: the table, ledger and learner come back; SIGTERM writes one more checkpoint.
     learner = subprocess.Popen(learner_cmd, stderr=subprocess.PIPE, text=True, env=ENV)
@@ -91,9 +102,7 @@ def test_learner_and_actors_with_only_the_address_then_resume(tmp_path):
         learner.send_signal(signal.SIGTERM)
         _, rest = learner.communicate(timeout=120)
     finally:
-        if learner.poll() is None:
-            learner.kill()
-            learner.communicate()
+        reap(learner)
     assert learner.returncode == 0
     assert "final checkpoint" in rest
 
@@ -219,9 +228,5 @@ def test_a_frame_learner_serves_an_atari_game_to_an_actor_with_only_the_address(
         _, rest = learner.communicate(timeout=300)
         lines.append(rest)
     finally:
-        if learner.poll() is None:
-            learner.kill()
-            learner.communicate()
-    assert learner.returncode == 0, "".join(lines)[-3000:]
-    final = re.search(r"final checkpoint \S+ \(SGD step (\d+)\)", "".join(lines))
-    assert final and int(final.group(1)) > 0
+        reap(learner)
+    final_checkpoint(learner, lines)
