@@ -31,19 +31,29 @@ class Batch(_message.Message):
     def __init__(self, fields: _Optional[_Iterable[_Union[NamedTensor, _Mapping]]] = ...) -> None: ...
 
 class AppendRequest(_message.Message):
-    __slots__ = ("table", "actor_id", "seq", "batch")
+    __slots__ = ("table", "actor_id", "seq", "batch", "episodes")
     TABLE_FIELD_NUMBER: _ClassVar[int]
     ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
+    EPISODES_FIELD_NUMBER: _ClassVar[int]
     table: str
     actor_id: str
     seq: int
     batch: Batch
-    def __init__(self, table: _Optional[str] = ..., actor_id: _Optional[str] = ..., seq: _Optional[int] = ..., batch: _Optional[_Union[Batch, _Mapping]] = ...) -> None: ...
+    episodes: _containers.RepeatedCompositeFieldContainer[Episode]
+    def __init__(self, table: _Optional[str] = ..., actor_id: _Optional[str] = ..., seq: _Optional[int] = ..., batch: _Optional[_Union[Batch, _Mapping]] = ..., episodes: _Optional[_Iterable[_Union[Episode, _Mapping]]] = ...) -> None: ...
+
+class Episode(_message.Message):
+    __slots__ = ("episode_return", "length")
+    EPISODE_RETURN_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    episode_return: float
+    length: int
+    def __init__(self, episode_return: _Optional[float] = ..., length: _Optional[int] = ...) -> None: ...
 
 class AppendAck(_message.Message):
-    __slots__ = ("seq", "committed_seq", "table_size", "transitions", "duplicate", "table_inserted", "sampled")
+    __slots__ = ("seq", "committed_seq", "table_size", "transitions", "duplicate", "table_inserted", "sampled", "run_finished")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_SEQ_FIELD_NUMBER: _ClassVar[int]
     TABLE_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -51,6 +61,7 @@ class AppendAck(_message.Message):
     DUPLICATE_FIELD_NUMBER: _ClassVar[int]
     TABLE_INSERTED_FIELD_NUMBER: _ClassVar[int]
     SAMPLED_FIELD_NUMBER: _ClassVar[int]
+    RUN_FINISHED_FIELD_NUMBER: _ClassVar[int]
     seq: int
     committed_seq: int
     table_size: int
@@ -58,7 +69,8 @@ class AppendAck(_message.Message):
     duplicate: bool
     table_inserted: int
     sampled: int
-    def __init__(self, seq: _Optional[int] = ..., committed_seq: _Optional[int] = ..., table_size: _Optional[int] = ..., transitions: _Optional[int] = ..., duplicate: _Optional[bool] = ..., table_inserted: _Optional[int] = ..., sampled: _Optional[int] = ...) -> None: ...
+    run_finished: bool
+    def __init__(self, seq: _Optional[int] = ..., committed_seq: _Optional[int] = ..., table_size: _Optional[int] = ..., transitions: _Optional[int] = ..., duplicate: _Optional[bool] = ..., table_inserted: _Optional[int] = ..., sampled: _Optional[int] = ..., run_finished: _Optional[bool] = ...) -> None: ...
 
 class GetWeightsRequest(_message.Message):
     __slots__ = ("newer_than",)
@@ -161,7 +173,7 @@ class ActorSettings(_message.Message):
     def __init__(self, env_id: _Optional[str] = ..., agent: _Optional[str] = ..., hidden_sizes: _Optional[_Iterable[int]] = ..., epsilon_base: _Optional[float] = ..., epsilon_alpha: _Optional[float] = ..., weight_pull_interval: _Optional[int] = ..., num_envs: _Optional[int] = ..., stream_field: _Optional[str] = ..., seed: _Optional[int] = ..., num_actors: _Optional[int] = ..., frame_stack: _Optional[int] = ..., segment_steps: _Optional[int] = ..., repeat_action_probability: _Optional[float] = ..., terminal_on_life_loss: _Optional[bool] = ..., clip_rewards: _Optional[bool] = ...) -> None: ...
 
 class InfoResponse(_message.Message):
-    __slots__ = ("tables", "weights_version", "learner_steps", "staged_batches", "staged_bytes", "max_message_bytes", "server_version", "actors", "actor_last_seq", "actor_settings")
+    __slots__ = ("tables", "weights_version", "learner_steps", "staged_batches", "staged_bytes", "max_message_bytes", "server_version", "actors", "actor_last_seq", "actor_settings", "run_finished", "learner_stats")
     TABLES_FIELD_NUMBER: _ClassVar[int]
     WEIGHTS_VERSION_FIELD_NUMBER: _ClassVar[int]
     LEARNER_STEPS_FIELD_NUMBER: _ClassVar[int]
@@ -172,6 +184,8 @@ class InfoResponse(_message.Message):
     ACTORS_FIELD_NUMBER: _ClassVar[int]
     ACTOR_LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
     ACTOR_SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    RUN_FINISHED_FIELD_NUMBER: _ClassVar[int]
+    LEARNER_STATS_FIELD_NUMBER: _ClassVar[int]
     tables: _containers.RepeatedCompositeFieldContainer[TableInfo]
     weights_version: int
     learner_steps: int
@@ -182,4 +196,26 @@ class InfoResponse(_message.Message):
     actors: int
     actor_last_seq: int
     actor_settings: ActorSettings
-    def __init__(self, tables: _Optional[_Iterable[_Union[TableInfo, _Mapping]]] = ..., weights_version: _Optional[int] = ..., learner_steps: _Optional[int] = ..., staged_batches: _Optional[int] = ..., staged_bytes: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., server_version: _Optional[str] = ..., actors: _Optional[int] = ..., actor_last_seq: _Optional[int] = ..., actor_settings: _Optional[_Union[ActorSettings, _Mapping]] = ...) -> None: ...
+    run_finished: bool
+    learner_stats: LearnerStats
+    def __init__(self, tables: _Optional[_Iterable[_Union[TableInfo, _Mapping]]] = ..., weights_version: _Optional[int] = ..., learner_steps: _Optional[int] = ..., staged_batches: _Optional[int] = ..., staged_bytes: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., server_version: _Optional[str] = ..., actors: _Optional[int] = ..., actor_last_seq: _Optional[int] = ..., actor_settings: _Optional[_Union[ActorSettings, _Mapping]] = ..., run_finished: _Optional[bool] = ..., learner_stats: _Optional[_Union[LearnerStats, _Mapping]] = ...) -> None: ...
+
+class LearnerStats(_message.Message):
+    __slots__ = ("target_steps", "loss", "mean_return", "mean_length", "recent_episodes", "episodes", "eval_return", "eval_step")
+    TARGET_STEPS_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
+    MEAN_RETURN_FIELD_NUMBER: _ClassVar[int]
+    MEAN_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    RECENT_EPISODES_FIELD_NUMBER: _ClassVar[int]
+    EPISODES_FIELD_NUMBER: _ClassVar[int]
+    EVAL_RETURN_FIELD_NUMBER: _ClassVar[int]
+    EVAL_STEP_FIELD_NUMBER: _ClassVar[int]
+    target_steps: int
+    loss: float
+    mean_return: float
+    mean_length: float
+    recent_episodes: int
+    episodes: int
+    eval_return: float
+    eval_step: int
+    def __init__(self, target_steps: _Optional[int] = ..., loss: _Optional[float] = ..., mean_return: _Optional[float] = ..., mean_length: _Optional[float] = ..., recent_episodes: _Optional[int] = ..., episodes: _Optional[int] = ..., eval_return: _Optional[float] = ..., eval_step: _Optional[int] = ...) -> None: ...
