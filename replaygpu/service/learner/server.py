@@ -35,6 +35,7 @@ from replaygpu.service.learner.eventloop import EventLoopThread
 from replaygpu.service.learner.ingest import Ingest
 from replaygpu.service.learner.journal import Journal
 from replaygpu.service.learner.ledger import SequenceLedger
+from replaygpu.service.learner.run_stats import RunStats
 from replaygpu.service.learner.servicer import SERVICE_NAME, Servicer, handlers
 from replaygpu.service.learner.staging import BufferPool, StagedBatch, StagingQueue
 from replaygpu.service.ops.allocator import freeze_long_lived_objects, keep_freed_memory
@@ -262,6 +263,20 @@ class ReplayServer:
     def open_streams(self) -> int:
         """Append streams open now (at most ``config.max_actors``)."""
         return self._servicer.streams
+
+    @property
+    def run_stats(self) -> RunStats:
+        """The run's figures (actors' episodes, the learner's loss and evals) for Info, /metrics."""
+        return self._servicer.run_stats
+
+    def finish_run(self) -> None:
+        """Tell the actors that the run is over: from now on every ack and Info carries
+        ``run_finished``, and an append of a new seq is acknowledged without being inserted
+        (``transitions`` 0, ``committed_seq`` below its seq: the client drops it, and no ack
+        claims a row that is not stored). Batches staged before still commit. Idempotent."""
+        if not self._servicer.run_finished:
+            self._servicer.run_finished = True
+            logger.info("run finished: telling the actors at %s", self.address)
 
     # -- committing and checkpoints -------------------------------------------------------------
 

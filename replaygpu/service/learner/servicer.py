@@ -40,6 +40,7 @@ from replaygpu.learner.weights import WeightSnapshot, WeightStore
 from replaygpu.service.config import ActorSettings, ServerConfig
 from replaygpu.service.learner.admission import check_header, decode_columns, parse_request
 from replaygpu.service.learner.ingest import Ingest
+from replaygpu.service.learner.run_stats import RunStats
 from replaygpu.service.learner.staging import StagedBatch, StagingQueue
 from replaygpu.service.wire import codec
 from replaygpu.service.wire.status import (
@@ -99,6 +100,11 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
     Attributes:
         address: where the server listens (for messages; set once bound).
         closing: set when the server begins to stop: new appends get UNAVAILABLE.
+        run_finished: set by `ReplayServer.finish_run`: every ack and Info says so, and a new
+            seq is acknowledged without being inserted (``transitions`` 0, ``committed_seq``
+            below it).
+        run_stats: the run's figures for Info's ``learner_stats``; the episodes of each
+            committed seq are recorded here.
         streams: Append streams open now.
         refused_streams: Append streams refused for ``max_actors`` so far.
         ingested: transitions of Append requests committed so far (not duplicates, not
@@ -126,6 +132,8 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         self.actor_settings: ActorSettings | None = None
         self.address = ""
         self.closing = False
+        self.run_finished = False
+        self.run_stats = RunStats()
         self.streams = 0
         self.refused_streams = 0
         self.ingested = 0
@@ -308,15 +316,16 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         def done(ack: dict[str, Any]) -> None:
             if ack["transitions"] and not replay:  # a commit: under the commit lock
                 self.ingested += ack["transitions"]
-            post(replay_pb2.AppendAck(**ack))
+                self.run_stats.add_episodes(request.episodes)
+            post(replay_pb2.AppendAck(**ack, run_finished=self.run_finished))
 
         last = self.ingest.ledger.last(actor, sync=False)  # a hint; the committer decides
-        if seq <= last:  # a replay of a committed batch: ack, insert nothing
-            done(
+        if seq <= last or self.run_finished:  # a committed batch, or the run is over: ack,
+            done(  # insert nothing
                 {
                     "seq": seq,
                     "committed_seq": last,
-                    "duplicate": True,
+                    "duplicate": seq <= last,
                     "transitions": 0,
                     **self.ingest.counters(),
                 }
@@ -389,7 +398,10 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
             staged_batches=len(self._queue),
             staged_bytes=self._queue.nbytes,
             actors=ledger.actors(),
+            run_finished=self.run_finished,
         )
+        if learner is not None:
+            self.run_stats.to_proto(reply.learner_stats)
         if self.actor_settings is not None:
             self.actor_settings.to_proto(reply.actor_settings)
         return reply

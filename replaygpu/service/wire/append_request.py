@@ -31,11 +31,12 @@ reads the same values from them; ``tests/test_wire_fuzz.py`` checks this against
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from replaygpu.fields import dtype_name
 from replaygpu.v1 import replay_pb2
@@ -61,18 +62,20 @@ class TensorView:
 
 @dataclass
 class AppendView:
-    """A parsed AppendRequest: header fields and ``(name, TensorView)`` per batch field."""
+    """A parsed AppendRequest: header fields, ``(name, TensorView)`` per batch field and
+    ``(episode_return, length)`` per finished episode the actor reports."""
 
     table: str = ""
     actor_id: str = ""
     seq: int = 0
     fields: list[tuple[str, TensorView]] = field(default_factory=list)
+    episodes: list[tuple[float, int]] = field(default_factory=list)
 
 
 _TENSOR = {1: "dtype", 2: "shape", 3: "data"}
 _NAMED = {1: "name", 2: "tensor"}
 _BATCH = {1: "fields"}
-_REQUEST = {1: "table", 2: "actor_id", 3: "seq", 4: "batch"}
+_REQUEST = {1: "table", 2: "actor_id", 3: "seq", 4: "batch", 5: "episodes"}
 
 
 def _error(path: str, problem: str, pos: int) -> WireFormatError:
@@ -251,6 +254,12 @@ def parse_append_request(data: bytes) -> AppendView:
                 if inner == 1 and inner_type == _LEN:
                     index = f"{where}.fields[{len(out.fields)}]"
                     out.fields.append(_named(buf, span, index))
+        elif number == 5 and wire_type == _LEN:  # a few bytes: protobuf's own parser
+            try:
+                episode = replay_pb2.Episode.FromString(bytes(buf[value[0] : value[1]]))
+            except DecodeError as err:
+                raise _error(f"{where}[{len(out.episodes)}]", str(err), value[0]) from None
+            out.episodes.append((episode.episode_return, episode.length))
     return out
 
 
@@ -275,9 +284,14 @@ def _len_field(number: int, size: int) -> bytes:
 
 
 def encode_append_request(
-    table: str, actor_id: str, seq: int, columns: Mapping[str, np.ndarray]
+    table: str,
+    actor_id: str,
+    seq: int,
+    columns: Mapping[str, np.ndarray],
+    episodes: Sequence[tuple[float, int]] = (),
 ) -> bytes:
-    """A serialized ``AppendRequest``, built with one copy of the array data.
+    """A serialized ``AppendRequest``, built with one copy of the array data; ``episodes``:
+    ``(episode_return, length)`` of the episodes the actor finished since its last request.
 
     Equivalent to filling the message and calling ``SerializeToString()`` (a test checks it),
     but the data bytes go straight from the arrays into the output: protobuf's serializer
@@ -305,4 +319,7 @@ def encode_append_request(
         ]
         batch_size += len(field_head) + named_size
     head = replay_pb2.AppendRequest(table=table, actor_id=actor_id, seq=seq).SerializeToString()
-    return b"".join([head, _len_field(4, batch_size), *parts])
+    tail = replay_pb2.AppendRequest(
+        episodes=[replay_pb2.Episode(episode_return=r, length=n) for r, n in episodes]
+    ).SerializeToString()  # field 5 after the batch (field 4), as protobuf orders them
+    return b"".join([head, _len_field(4, batch_size), *parts, tail])
