@@ -7,7 +7,7 @@ name                   is
 `PrioritizedSampler`   ``Sampler(table, Prioritized(...), Transition())``
 `NStepSampler`         a sampler's indexes with ``NStep(n, gamma, stream_field)``
 `FrameStackSampler`    ``Sampler(table, Uniform(), FrameStack(stack, n_step, gamma))``
-`SequenceSampler`      ``Sampler(table, Uniform(), Sequence(length, ...))``
+`SequenceSampler`      ``Sampler(table, Uniform(), Sequence(length, burn_in, ...))``
 =====================  ==========================================================
 
 Combinations without a name of their own are written with `Sampler` directly, e.g. prioritized
@@ -177,6 +177,9 @@ class SequenceSampler(Sampler):
         pad: allow windows that run past the episode end, with a mask.
         start_field: bool field marking the first row of each episode.
         max_tries: redraw rounds before a window is returned padded (``pad=False``).
+        burn_in: rows before the start to prepend (``[B, burn_in + T]``).
+        state_field, state_start_field: the stored recurrent state, returned at each window's
+            first real row (``[B, ...]``), and the bool field marking rows that hold one.
     """
 
     def __init__(
@@ -187,8 +190,18 @@ class SequenceSampler(Sampler):
         pad: bool = False,
         start_field: str | None = None,
         max_tries: int = 32,
+        burn_in: int = 0,
+        state_field: str | None = None,
+        state_start_field: str | None = None,
     ) -> None:
-        view = Sequence(length, pad=pad, start_field=start_field)
+        view = Sequence(
+            length,
+            burn_in,
+            pad=pad,
+            start_field=start_field,
+            state_field=state_field,
+            state_start_field=state_start_field,
+        )
         super().__init__(table, Uniform(), view, seed, max_tries, name="sequence_sampler")
 
     @property

@@ -28,6 +28,15 @@ than the oldest row, are zero-filled with ``mask`` 0. They never make a start in
 N-step: with ``n_step > 1`` every step of the window is an n-step transition (the `NStep`
 view's fields, ``discount`` and ``nstep`` ``[B, L]`` beside them), computed by the same
 `n_step_window`.
+
+Recurrent state (R2D2): an actor stores its recurrent state (an LSTM's ``(h, c)``) in a field
+(``state_field``, a leaf or a nest of leaves), the state it had *before* the row's step, at
+every row or at every ``period``-th row of an episode. The batch holds that field once per
+window, ``[B, ...]``: its value at the window's first real row (the first burn-in row, or the
+episode's first row when the burn-in reaches before it), from where a recurrent network
+unrolls the burn-in and then the T steps. With ``state_start_field`` (a bool field the actor
+sets on the rows where it stored a state) a window is drawn only where its first real row holds
+one; other starts are redrawn, and a prioritized index gives them priority 0.
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ import tensorflow as tf
 
 from replaygpu.errors import ConfigError
 from replaygpu.keys import DISCOUNT, MASK, NSTEP
+from replaygpu.nest import leaves_under
 from replaygpu.samplers.nstep import NStep, check_n_step, check_transition_fields
 from replaygpu.samplers.view import View
 from replaygpu.storage import ReplayTable
@@ -60,6 +70,10 @@ class Sequence(View):
             ``shard_by`` (None on a plain table: one stream).
         n_step: n-step transitions at every step (1: the rows as stored).
         gamma: discount factor of the n-step returns.
+        state_field: field (or nest) holding the recurrent state before each row's step; the
+            batch holds it at the window's first real row only, ``[B, ...]``.
+        state_start_field: bool field marking the rows that hold a stored state; None: every
+            row holds one.
 
     The batch holds every field as ``[B, L, ...]`` (``L = burn_in + T``) and ``mask`` ([B, L]
     float32, 1 where a step is real); padded steps hold zeros in every field.
@@ -72,6 +86,8 @@ class Sequence(View):
     stream_field: str | None = None
     n_step: int = 1
     gamma: float = 0.99
+    state_field: str | None = None
+    state_start_field: str | None = None
 
     needs_stream_rows: ClassVar[bool] = True
 
@@ -85,6 +101,11 @@ class Sequence(View):
             object.__setattr__(self, name, int(getattr(self, name)))
         object.__setattr__(self, "pad", bool(self.pad))
         object.__setattr__(self, "gamma", float(self.gamma))
+        if self.state_start_field is not None and self.state_field is None:
+            raise ConfigError(
+                f"state_start_field: got {self.state_start_field!r} without a state_field; "
+                "name the field that holds the recurrent state (state_field=...)"
+            )
 
     @property
     def added_keys(self) -> tuple[str, ...]:
@@ -92,7 +113,7 @@ class Sequence(View):
 
     @property
     def checks_rows(self) -> bool:
-        return not self.pad
+        return not self.pad or self.state_start_field is not None
 
     @property
     def lookahead(self) -> int:
@@ -126,7 +147,25 @@ class Sequence(View):
             )
         if self.n_step > 1:
             check_transition_fields(table, self.stream_field, "Sequence(n_step > 1)")
+        self._check_state_fields(table)
         super().check(table)
+
+    def _check_state_fields(self, table: Table) -> None:
+        if self.state_field is None:
+            return
+        if not leaves_under(table.spec, self.state_field):
+            raise ConfigError(
+                f"state_field: table '{table.name}' has no field '{self.state_field}' for the "
+                f"recurrent state; it has {sorted(table.spec)}. Store the state the actor had "
+                "before each step in a field of that name (e.g. the LSTM's (h, c))"
+            )
+        marks = self.state_start_field
+        if marks is not None and (marks not in table.spec or table.spec[marks].dtype != tf.bool):
+            got = table.spec[marks].dtype.name if marks in table.spec else "no such field"
+            raise ConfigError(
+                f"state_start_field '{marks}': got {got} in table '{table.name}', expected a "
+                "bool field set on the rows where the actor stored its state"
+            )
 
     def _starts_episode(self, table: ReplayTable, rows: tf.Tensor) -> tf.Tensor:
         """Whether each of ``rows`` (any shape) is the first row of an episode."""
@@ -169,15 +208,39 @@ class Sequence(View):
         return offsets[None, :] < first_cut[:, None]
 
     def valid(self, table: ReplayTable, rows: tf.Tensor) -> tf.Tensor:
-        return tf.reduce_all(self.window_mask(table, rows), axis=1)
+        ok = self._holds_state(table, rows)
+        if self.pad:
+            return ok
+        return ok & tf.reduce_all(self.window_mask(table, rows), axis=1)
 
     def settled_invalid(self, table: ReplayTable, rows: tf.Tensor) -> tf.Tensor | None:
-        """Starts whose window crosses an episode or stream within the written rows."""
+        """Starts whose window crosses an episode or stream within the written rows, or whose
+        first real row holds no stored state."""
+        dead = tf.logical_not(self._holds_state(table, rows))
         if self.pad:
-            return None
+            return dead if self.state_start_field is not None else None
         offsets = tf.range(self.length, dtype=tf.int64)
         boundary, ahead = self._boundaries(table, rows)
-        return tf.reduce_any(boundary & (offsets[None, :] <= ahead[:, None]), axis=1)
+        return dead | tf.reduce_any(boundary & (offsets[None, :] <= ahead[:, None]), axis=1)
+
+    def _first_rows(
+        self, table: ReplayTable, starts: tf.Tensor, burn_in: tf.Tensor | None = None
+    ) -> tf.Tensor:
+        """``[B]`` the first real row of each window: the oldest burn-in row it keeps
+        (``burn_in``: the `_burn_in_mask` of ``starts``, when computed already)."""
+        if not self.burn_in:
+            return starts
+        if burn_in is None:
+            burn_in = self._burn_in_mask(table, starts)
+        kept = tf.reduce_sum(tf.cast(burn_in, tf.int64), axis=1)
+        return (starts - kept) % table.capacity
+
+    def _holds_state(self, table: ReplayTable, starts: tf.Tensor) -> tf.Tensor:
+        """``[B]`` bool: the window's first real row holds a stored state."""
+        if self.state_start_field is None:
+            return tf.ones_like(starts, tf.bool)
+        marks = table.storage[self.state_start_field]
+        return tf.gather(marks, self._first_rows(table, starts))
 
     def _burn_in_mask(self, table: ReplayTable, starts: tf.Tensor) -> tf.Tensor:
         """``[B, burn_in]`` bool, oldest first: burn-in row ``start - j`` is in the start's
@@ -196,12 +259,17 @@ class Sequence(View):
         return tf.reverse(kept, axis=[1])
 
     def read(self, table: ReplayTable, rows: tf.Tensor) -> dict[str, tf.Tensor]:
-        """The windows at start rows ``rows``: ``{field: [B, L, ...], "mask": [B, L]}``."""
+        """The windows at start rows ``rows``: ``{field: [B, L, ...], "mask": [B, L]}``, and
+        the state field's leaves at each window's first real row, ``[B, ...]``."""
         starts = rows
         batch_size = starts.shape[0]
         mask = self.window_mask(table, starts)
+        burn_in = None
         if self.burn_in:
-            mask = tf.concat([self._burn_in_mask(table, starts), mask], axis=1)
+            burn_in = self._burn_in_mask(table, starts)
+            mask = tf.concat([burn_in, mask], axis=1)
+        first = self._first_rows(table, starts, burn_in)
+        state = leaves_under(table.storage, self.state_field) if self.state_field else []
         steps = self.burn_in + self.length
         offsets = tf.range(-self.burn_in, self.length, dtype=tf.int64)
         window = (starts[:, None] + offsets[None, :]) % table.capacity  # [B, L]
@@ -209,11 +277,13 @@ class Sequence(View):
             view = NStep(self.n_step, self.gamma, self.stream_field)
             values = view.read(table, tf.reshape(window, [-1]))
             values = {
-                k: tf.reshape(v, [batch_size, steps, *v.shape[1:]]) for k, v in values.items()
+                k: tf.reshape(v, [batch_size, steps, *v.shape[1:]])
+                for k, v in values.items()
+                if k not in state
             }
         else:
-            values = {name: table.read(name, window) for name in table.storage}
-        batch = {}
+            values = {name: table.read(name, window) for name in table.storage if name not in state}
+        batch = {name: table.read(name, first) for name in state}
         for name, value in values.items():
             keep = tf.reshape(mask, [batch_size, steps] + [1] * (value.shape.rank - 2))
             batch[name] = tf.where(keep, value, tf.zeros_like(value))
