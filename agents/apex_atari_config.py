@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
 
 import replaygpu as rg
-from replaygpu.agents import atari
 from replaygpu.agents.actor_config import ActorConfig
+from replaygpu.agents.atari_config import AtariDQNConfig
 from replaygpu.agents.checks import (
     require,
     require_positive,
@@ -22,6 +22,9 @@ from replaygpu.agents.checks import (
     require_unit_interval,
 )
 from replaygpu.agents.flags import helptext
+
+if TYPE_CHECKING:  # imported when an agent is made: the config alone needs no TensorFlow
+    from replaygpu.agents import atari
 
 
 @dataclass(frozen=True)
@@ -125,9 +128,9 @@ class ApexAtariConfig:
             )
 
     @property
-    def dqn_config(self) -> atari.AtariDQNConfig:
-        """The `atari.AtariDQNConfig` of the update and the evaluation."""
-        return atari.AtariDQNConfig(
+    def dqn_config(self) -> AtariDQNConfig:
+        """The `AtariDQNConfig` of the update and the evaluation."""
+        return AtariDQNConfig(
             env_id=self.env_id,
             seed=self.seed,
             steps=self.steps,
@@ -184,16 +187,22 @@ class ApexAtariConfig:
 
 def check_env(env_id: str) -> gym.Env:
     """`atari.check_env`: an ALE game, preprocessed; returns it (close it)."""
+    from replaygpu.agents import atari
+
     return atari.check_env(env_id)
 
 
 def make_agent(config: ApexAtariConfig, env: gym.Env) -> atari.AtariDQN:
     """The agent's networks for ``env`` (what ``replaygpu eval`` restores)."""
+    from replaygpu.agents import atari
+
     return atari.AtariDQN(int(env.action_space.n), config.dqn_config)
 
 
 def greedy_policy(agent: atari.AtariDQN) -> Callable[[np.ndarray], np.ndarray]:
     """``[B, k, 84, 84]`` uint8 stacks ``-> [B]`` int64 greedy actions."""
+    from replaygpu.agents import atari
+
     return atari.greedy_policy(agent)
 
 
@@ -201,4 +210,6 @@ def evaluate_agent(
     config: ApexAtariConfig, agent: atari.AtariDQN, episodes: int, seed: int
 ) -> np.ndarray:
     """`atari.evaluate_agent`: raw returns of ``episodes`` full games."""
+    from replaygpu.agents import atari
+
     return atari.evaluate_agent(config.dqn_config, agent, episodes, seed)

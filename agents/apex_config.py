@@ -6,6 +6,7 @@ the in-process demo (`apex.train`, ``demo apex-cartpole``) and the standalone le
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 
@@ -17,8 +18,10 @@ from replaygpu.agents.checks import (
     require_unit_interval,
     require_widths,
 )
-from replaygpu.agents.dqn import DQN, obs_size
 from replaygpu.agents.flags import helptext
+
+if TYPE_CHECKING:  # imported when an agent is made: the config alone needs no TensorFlow
+    from replaygpu.agents.dqn import DQN
 
 #: help of the ``devices`` field of the learners' configs (`ApexConfig`, `SACLearnerConfig`)
 DEVICES_HELP = helptext(
@@ -145,5 +148,7 @@ class ApexConfig:
 
 def make_agent(config: ApexConfig, env: gym.Env) -> DQN:
     """The agent's networks for ``env`` (what ``replaygpu eval`` restores)."""
+    from replaygpu.agents.dqn import DQN, obs_size
+
     obs_dim = obs_size(env.observation_space)
     return DQN(obs_dim, int(env.action_space.n), config, config.learning_rate_schedule)

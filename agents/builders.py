@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -36,48 +35,14 @@ import replaygpu as rg
 from replaygpu.agents import apex_config, atari, dqn, sac
 from replaygpu.agents.actor import STREAM_FIELD
 from replaygpu.agents.apex_atari_config import ApexAtariConfig
-from replaygpu.agents.apex_config import DEVICES_HELP, ApexConfig
-from replaygpu.agents.checks import require_positive, require_positive_ints
+from replaygpu.agents.apex_config import ApexConfig
 from replaygpu.agents.envs import evaluate
-from replaygpu.agents.flags import helptext
 from replaygpu.agents.frame_actor import segment_client_config
+from replaygpu.agents.learner_config import SACLearnerConfig as SACLearnerConfig
+from replaygpu.agents.learner_config import config_class as config_class
+from replaygpu.agents.learner_config import is_atari as is_atari
 
 Table = Any  # rg.ReplayTable or rg.ShardedReplayTable
-
-
-@dataclass(frozen=True)
-class SACLearnerConfig(sac.SACConfig):
-    """SAC served to remote actors: `SACConfig`'s update, with a samples-per-insert rate limit
-    in place of the demo's train_freq/gradient_steps (the defaults keep its ratio: 64 steps of
-    256 rows per 64 env steps)."""
-
-    steps: int = field(
-        default=20_000,
-        metadata=helptext("env steps collected by all actors; 0: run until stopped (a service)"),
-    )
-    samples_per_insert: float = field(
-        default=256.0, metadata=helptext("rate limit: sampled rows per inserted row")
-    )
-    steps_per_call: int = field(default=64, metadata=helptext("SGD steps per Learner.train call"))
-    num_actors: int = field(default=2, metadata=helptext("actor processes (demo) / fleet size"))
-    actor_envs: int = field(default=1, metadata=helptext("envs per actor"))
-    weight_pull_interval: int = field(
-        default=256, metadata=helptext("actor env steps between weight pulls")
-    )
-    address: str = field(default="127.0.0.1:0", metadata=helptext("where the learner serves"))
-    devices: str = field(default="", metadata=DEVICES_HELP)
-
-    def __post_init__(self) -> None:
-        if self.steps == 0:  # until stopped: check the other fields as if the run had a length
-            dataclasses.replace(self, steps=1)
-        elif self.steps < 0:
-            raise rg.ConfigError(f"steps: got {self.steps}, expected >= 0 (0: until stopped)")
-        else:
-            super().__post_init__()
-        require_positive_ints(
-            self, "steps_per_call", "num_actors", "actor_envs", "weight_pull_interval"
-        )
-        require_positive(self, "samples_per_insert")
 
 
 class Builder:
@@ -295,20 +260,3 @@ def builder_for(config: Any) -> Builder:
             f"{sorted(c.__name__ for c in BUILDERS)}"
         )
     return builder
-
-
-def is_atari(env_id: str) -> bool:
-    """Whether ``env_id`` is an ALE game (its frames go into a frame table)."""
-    try:
-        entry_point = str(gym.spec(env_id).entry_point)
-    except gym.error.Error:
-        return env_id.startswith("ALE/")
-    return "ale_py" in entry_point
-
-
-def config_class(agent: str, env_id: str | None) -> type:
-    """The config of ``replaygpu learner --agent AGENT --env ENV_ID``: SAC's, or DQN's on vector
-    observations, or on Atari frames for an ALE game."""
-    if agent == "sac":
-        return SACLearnerConfig
-    return ApexAtariConfig if env_id and is_atari(env_id) else ApexConfig

@@ -219,7 +219,7 @@ def _check_run_file(directory: str, algorithm: str, config: Any) -> dict[str, An
     values = _jsonable(dataclasses.asdict(config))
     current = {"algorithm": algorithm, "config_class": type(config).__name__, "config": values}
     if os.path.exists(path) and tf.train.latest_checkpoint(directory) is not None:
-        saved = _read_json(path)
+        saved = read_json(path)
         if saved.get("algorithm") != algorithm:
             raise rg.ConfigError(
                 f"checkpoint folder {directory!r} holds a run of {saved.get('algorithm')}, "
@@ -261,43 +261,6 @@ def _write_json(path: str, value: Any) -> None:
     os.replace(path + ".tmp", path)
 
 
-def _read_json(path: str) -> dict[str, Any]:
-    """A run file's contents.
-
-    Raises:
-        ConfigError: unreadable, not JSON, or without the expected keys.
-    """
-    try:
-        with open(path) as f:
-            saved = json.load(f)
-        if not {"algorithm", "config_class", "config"} <= set(saved):
-            raise ValueError("it lacks algorithm, config_class or config")
-    except (OSError, ValueError) as err:
-        raise rg.ConfigError(
-            f"{path}: not a readable run file ({type(err).__name__}: {err}); it is written by "
-            "`replaygpu demo`/`replaygpu learner` beside their checkpoints"
-        ) from None
-    return saved
-
-
 def _jsonable(value: Any) -> Any:
     """``value`` as it reads back from JSON (tuples become lists)."""
     return json.loads(json.dumps(value))
-
-
-def read_run_file(path: str) -> tuple[str, str, dict[str, Any], str]:
-    """``(algorithm module, config class, config values, checkpoint folder)`` of a run folder or a
-    checkpoint folder (the run folder's ``checkpoints/``).
-
-    Raises:
-        ConfigError: neither holds a ``run.json``.
-    """
-    for folder in (os.path.join(path, "checkpoints"), path):
-        file = os.path.join(folder, RUN_FILE)
-        if os.path.isfile(file):
-            saved = _read_json(file)
-            return saved["algorithm"], saved["config_class"], saved["config"], folder
-    raise rg.ConfigError(
-        f"{path!r}: no {RUN_FILE} in it or in its checkpoints/ folder; expected a run folder "
-        "of `replaygpu demo`/`replaygpu learner` or its checkpoint folder"
-    )

@@ -10,27 +10,18 @@ Acting uses a numpy copy of the actor (refreshed after each training call); ever
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 
 import replaygpu as rg
-from replaygpu.agents.checks import (
-    require,
-    require_positive,
-    require_positive_ints,
-    require_unit_interval,
-    require_widths,
-)
 from replaygpu.agents.envs import (
     EpisodeStats,
     TransitionChunk,
     evaluate,
     make_vector_env,
 )
-from replaygpu.agents.flags import helptext
 from replaygpu.agents.networks import MLP, Adam, polyak_update
 from replaygpu.agents.policies import LOG_STD_MAX, LOG_STD_MIN, squashed_gaussian_policy
 from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult, TrainTimer
@@ -41,55 +32,7 @@ from replaygpu.agents.runs import (
     resume,
     stopped_early,
 )
-
-
-@dataclass(frozen=True)
-class SACConfig:
-    """SAC hyperparameters; the defaults follow rl-zoo3's Pendulum-v1 values (updates batched)."""
-
-    env_id: str = field(default="Pendulum-v1", metadata=helptext("gymnasium env id (Box actions)"))
-    seed: int = field(default=1, metadata=helptext("seed of envs, networks, sampling and noise"))
-    steps: int = field(default=20_000, metadata=helptext("env steps to train for"))
-    learning_rate: float = field(default=1e-3, metadata=helptext("Adam step size (all nets)"))
-    batch_size: int = field(default=256, metadata=helptext("minibatch size of each SGD step"))
-    buffer_size: int = field(default=100_000, metadata=helptext("replay table capacity"))
-    learning_starts: int = field(
-        default=100, metadata=helptext("env steps of uniform random actions before training")
-    )
-    gamma: float = field(default=0.99, metadata=helptext("discount factor"))
-    tau: float = field(default=0.005, metadata=helptext("target critic Polyak rate per SGD step"))
-    train_freq: int = field(default=64, metadata=helptext("env steps between training calls"))
-    gradient_steps: int = field(default=64, metadata=helptext("SGD steps per training call"))
-    hidden_sizes: tuple[int, ...] = field(default=(256, 256), metadata=helptext("MLP widths"))
-    initial_alpha: float = field(default=1.0, metadata=helptext("initial entropy coefficient"))
-    target_entropy_scale: float = field(
-        default=1.0, metadata=helptext("target entropy = -scale * action dimensions")
-    )
-    num_envs: int = field(default=1, metadata=helptext("envs stepped together (one policy call)"))
-    eval_episodes: int = field(default=10, metadata=helptext("greedy evaluation episodes"))
-    jit_compile: bool = field(default=True, metadata=helptext("compile the SGD loop with XLA"))
-    device: str = field(default="", metadata=helptext("TF device; empty: first GPU, else CPU"))
-
-    def __post_init__(self) -> None:
-        positive = [
-            "steps",
-            "batch_size",
-            "buffer_size",
-            "train_freq",
-            "gradient_steps",
-            "num_envs",
-            "eval_episodes",
-        ]
-        require_positive_ints(self, *positive)
-        require(self, ["learning_starts"], lambda v: v >= 0, ">= 0")
-        require_unit_interval(self, "gamma", "tau")
-        require_positive(self, "learning_rate", "initial_alpha")
-        require_widths(self)
-        if self.train_freq % self.num_envs:
-            raise rg.ConfigError(
-                f"train_freq: got {self.train_freq}, expected a multiple of num_envs "
-                f"({self.num_envs}) so that each chunk holds whole vector steps"
-            )
+from replaygpu.agents.sac_config import SACConfig as SACConfig
 
 
 class SAC(tf.Module):

@@ -1,0 +1,117 @@
+"""DQN's config, without TensorFlow: `DQNConfig` (``demo cartpole`` and the rl-zoo3 demos) and
+`LinearEpsilon`, the exploration schedule the DQN configs mix in. The CLI builds and checks it
+before TensorFlow is imported, so a bad flag is reported at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import replaygpu as rg
+from replaygpu.agents.checks import (
+    require,
+    require_positive,
+    require_positive_ints,
+    require_unit_interval,
+    require_widths,
+)
+from replaygpu.agents.flags import helptext
+
+
+class LinearEpsilon:
+    """The linear exploration schedule of a DQN config with ``steps``, ``exploration_fraction``
+    and ``exploration_initial_eps`` / ``exploration_final_eps`` fields (mixed into the configs)."""
+
+    steps: int
+    exploration_fraction: float
+    exploration_initial_eps: float
+    exploration_final_eps: float
+
+    def epsilon(self, env_steps: int) -> float:
+        """Linearly decayed exploration rate after ``env_steps`` env steps."""
+        progress = min(1.0, env_steps / (self.exploration_fraction * self.steps))
+        start, end = self.exploration_initial_eps, self.exploration_final_eps
+        return start + progress * (end - start)
+
+
+@dataclass(frozen=True)
+class DQNConfig(LinearEpsilon):
+    """DQN hyperparameters; the defaults are rl-zoo3's tuned values for CartPole-v1."""
+
+    env_id: str = field(
+        default="CartPole-v1", metadata=helptext("gymnasium env id (Discrete actions)")
+    )
+    seed: int = field(
+        default=1, metadata=helptext("seed of envs, networks, sampling and exploration")
+    )
+    steps: int = field(default=50_000, metadata=helptext("env steps to train for"))
+    learning_rate: float = field(default=2.3e-3, metadata=helptext("Adam step size"))
+    batch_size: int = field(default=64, metadata=helptext("minibatch size of each SGD step"))
+    buffer_size: int = field(default=100_000, metadata=helptext("replay table capacity"))
+    learning_starts: int = field(default=1000, metadata=helptext("env steps before training"))
+    gamma: float = field(default=0.99, metadata=helptext("discount factor"))
+    target_update_interval: int = field(
+        default=10,
+        metadata=helptext(
+            "env steps between target-network syncs, counted as in SB3/rl-zoo3; syncs happen "
+            "after training calls, so an interval below train_freq syncs after every call"
+        ),
+    )
+    train_freq: int = field(default=256, metadata=helptext("env steps between training calls"))
+    gradient_steps: int = field(default=128, metadata=helptext("SGD steps per training call"))
+    exploration_fraction: float = field(
+        default=0.16, metadata=helptext("fraction of the run over which epsilon decays")
+    )
+    exploration_initial_eps: float = field(default=1.0, metadata=helptext("epsilon at the start"))
+    exploration_final_eps: float = field(default=0.04, metadata=helptext("epsilon after decay"))
+    hidden_sizes: tuple[int, ...] = field(default=(256, 256), metadata=helptext("MLP widths"))
+    max_grad_norm: float = field(default=10.0, metadata=helptext("gradient clipping global norm"))
+    double_q: bool = field(default=True, metadata=helptext("double DQN targets"))
+    num_envs: int = field(default=1, metadata=helptext("envs stepped together (one policy call)"))
+    eval_episodes: int = field(default=20, metadata=helptext("greedy evaluation episodes"))
+    jit_compile: bool = field(default=True, metadata=helptext("compile the SGD loop with XLA"))
+    overlap_training: bool = field(
+        default=True,
+        metadata=helptext(
+            "run each training call on a background thread while the next chunk is acted, "
+            "with the weights of the call before (one chunk of policy lag); every chunk still "
+            "gets gradient_steps SGD steps, appends and target syncs run on that thread in "
+            "order, and checkpoints wait for the calls in flight"
+        ),
+    )
+    device: str = field(default="", metadata=helptext("TF device; empty: first GPU, else CPU"))
+    storage_dtype: Literal["float32", "float16", "bfloat16"] = field(
+        default="float32",
+        metadata=helptext(
+            "dtype the replay table keeps float observations (obs, next_obs) in on the device; "
+            "float16/bfloat16 halve their memory and round them to ~3 / ~2 significant digits "
+            "(float16 overflows past 65504); float32 keeps them as the env gives them"
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        positive = [
+            "steps",
+            "batch_size",
+            "buffer_size",
+            "train_freq",
+            "gradient_steps",
+            "num_envs",
+            "eval_episodes",
+            "target_update_interval",
+        ]
+        require_positive_ints(self, *positive)
+        require(self, ["learning_starts"], lambda v: v >= 0, ">= 0")
+        require_unit_interval(self, "gamma", "exploration_initial_eps", "exploration_final_eps")
+        require_positive(self, "learning_rate")
+        if not 0.0 < self.exploration_fraction <= 1.0:
+            raise rg.ConfigError(
+                f"exploration_fraction: got {self.exploration_fraction}, expected in (0, 1]"
+            )
+        require_widths(self)
+        if self.train_freq % self.num_envs:
+            raise rg.ConfigError(
+                f"train_freq: got {self.train_freq}, expected a multiple of num_envs "
+                f"({self.num_envs}) so that each chunk holds whole vector steps"
+            )

@@ -1,0 +1,104 @@
+"""SAC's configs, without TensorFlow: `SACConfig` (``demo pendulum``) and `SACLearnerConfig`
+(``replaygpu learner --agent sac``). The CLI builds and checks them before TensorFlow is
+imported, so a bad flag is reported at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import replaygpu as rg
+from replaygpu.agents.apex_config import DEVICES_HELP
+from replaygpu.agents.checks import (
+    require,
+    require_positive,
+    require_positive_ints,
+    require_unit_interval,
+    require_widths,
+)
+from replaygpu.agents.flags import helptext
+
+
+@dataclass(frozen=True)
+class SACConfig:
+    """SAC hyperparameters; the defaults follow rl-zoo3's Pendulum-v1 values (updates batched)."""
+
+    env_id: str = field(default="Pendulum-v1", metadata=helptext("gymnasium env id (Box actions)"))
+    seed: int = field(default=1, metadata=helptext("seed of envs, networks, sampling and noise"))
+    steps: int = field(default=20_000, metadata=helptext("env steps to train for"))
+    learning_rate: float = field(default=1e-3, metadata=helptext("Adam step size (all nets)"))
+    batch_size: int = field(default=256, metadata=helptext("minibatch size of each SGD step"))
+    buffer_size: int = field(default=100_000, metadata=helptext("replay table capacity"))
+    learning_starts: int = field(
+        default=100, metadata=helptext("env steps of uniform random actions before training")
+    )
+    gamma: float = field(default=0.99, metadata=helptext("discount factor"))
+    tau: float = field(default=0.005, metadata=helptext("target critic Polyak rate per SGD step"))
+    train_freq: int = field(default=64, metadata=helptext("env steps between training calls"))
+    gradient_steps: int = field(default=64, metadata=helptext("SGD steps per training call"))
+    hidden_sizes: tuple[int, ...] = field(default=(256, 256), metadata=helptext("MLP widths"))
+    initial_alpha: float = field(default=1.0, metadata=helptext("initial entropy coefficient"))
+    target_entropy_scale: float = field(
+        default=1.0, metadata=helptext("target entropy = -scale * action dimensions")
+    )
+    num_envs: int = field(default=1, metadata=helptext("envs stepped together (one policy call)"))
+    eval_episodes: int = field(default=10, metadata=helptext("greedy evaluation episodes"))
+    jit_compile: bool = field(default=True, metadata=helptext("compile the SGD loop with XLA"))
+    device: str = field(default="", metadata=helptext("TF device; empty: first GPU, else CPU"))
+
+    def __post_init__(self) -> None:
+        positive = [
+            "steps",
+            "batch_size",
+            "buffer_size",
+            "train_freq",
+            "gradient_steps",
+            "num_envs",
+            "eval_episodes",
+        ]
+        require_positive_ints(self, *positive)
+        require(self, ["learning_starts"], lambda v: v >= 0, ">= 0")
+        require_unit_interval(self, "gamma", "tau")
+        require_positive(self, "learning_rate", "initial_alpha")
+        require_widths(self)
+        if self.train_freq % self.num_envs:
+            raise rg.ConfigError(
+                f"train_freq: got {self.train_freq}, expected a multiple of num_envs "
+                f"({self.num_envs}) so that each chunk holds whole vector steps"
+            )
+
+
+@dataclass(frozen=True)
+class SACLearnerConfig(SACConfig):
+    """SAC served to remote actors: `SACConfig`'s update, with a samples-per-insert rate limit
+    in place of the demo's train_freq/gradient_steps (the defaults keep its ratio: 64 steps of
+    256 rows per 64 env steps)."""
+
+    steps: int = field(
+        default=20_000,
+        metadata=helptext("env steps collected by all actors; 0: run until stopped (a service)"),
+    )
+    samples_per_insert: float = field(
+        default=256.0, metadata=helptext("rate limit: sampled rows per inserted row")
+    )
+    steps_per_call: int = field(default=64, metadata=helptext("SGD steps per Learner.train call"))
+    num_actors: int = field(default=2, metadata=helptext("actor processes (demo) / fleet size"))
+    actor_envs: int = field(default=1, metadata=helptext("envs per actor"))
+    weight_pull_interval: int = field(
+        default=256, metadata=helptext("actor env steps between weight pulls")
+    )
+    address: str = field(default="127.0.0.1:0", metadata=helptext("where the learner serves"))
+    devices: str = field(default="", metadata=DEVICES_HELP)
+
+    def __post_init__(self) -> None:
+        if self.steps == 0:  # until stopped: check the other fields as if the run had a length
+            dataclasses.replace(self, steps=1)
+        elif self.steps < 0:
+            raise rg.ConfigError(f"steps: got {self.steps}, expected >= 0 (0: until stopped)")
+        else:
+            super().__post_init__()
+        require_positive_ints(
+            self, "steps_per_call", "num_actors", "actor_envs", "weight_pull_interval"
+        )
+        require_positive(self, "samples_per_insert")
