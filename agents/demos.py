@@ -1,11 +1,11 @@
 """`replaygpu demo NAME`: train an agent on a gymnasium toy env with progress, TensorBoard, a plot.
 
-Each demo is an algorithm module (with a frozen config dataclass and ``train(config, recorder)``)
-plus preset hyperparameters. The demo's flags are generated from the config dataclass, so
-``replaygpu demo cartpole --help`` lists every hyperparameter with its meaning and default. The
-algorithm module is imported only when the demo runs, so ``replaygpu --help`` and ``replaygpu
-actor`` do not import TensorFlow. When it is, `imports_frozen` keeps the garbage collector off
-what the import builds.
+Each demo is an algorithm module (with ``train(config, recorder)``), its frozen config dataclass
+(in a module without TensorFlow) and preset hyperparameters. The demo's flags are generated from
+the config dataclass, so ``replaygpu demo cartpole --help`` lists every hyperparameter with its
+meaning and default. The algorithm module is imported only once the flags are checked, so
+``replaygpu --help``, ``replaygpu actor`` and a bad flag do not import TensorFlow. When it is,
+`imports_frozen` keeps the garbage collector off what the import builds.
 """
 
 from __future__ import annotations
@@ -29,11 +29,20 @@ from typing import Any
 class Demo:
     """A demo: which algorithm module runs it and the hyperparameters it starts from."""
 
-    module: str  # defines CONFIG_CLASS and train(config, recorder)
-    config_class: str
+    module: str  # defines train(config, recorder), check_env, make_agent
+    config_class: str  # "package.module.Class" of its config, in a module without TensorFlow
     summary: str
     preset: dict[str, Any] = field(default_factory=dict)
     checkpoint_every_s: float = 60.0  # default of --checkpoint-every-s
+
+    def load_config_class(self) -> type:
+        """The config class (importing it imports no TensorFlow)."""
+        module, _, name = self.config_class.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+
+
+_DQN = "replaygpu.agents.dqn_config.DQNConfig"
+_ATARI_DQN = "replaygpu.agents.atari_config.AtariDQNConfig"
 
 
 #: the columns of a `_zoo_dqn` row: rl-zoo3's DQN hyperparameters of one env
@@ -57,7 +66,7 @@ def _zoo_dqn(*row: Any) -> Demo:
     preset = dict(zip(_ZOO_COLUMNS, row, strict=True), batch_size=128, train_freq=64)
     return Demo(
         "replaygpu.agents.dqn",
-        "DQNConfig",
+        _DQN,
         f"double DQN on {preset['env_id']} (rl-zoo3 hyperparameters, updates batched per 64 steps)",
         preset,
     )
@@ -65,7 +74,7 @@ def _zoo_dqn(*row: Any) -> Demo:
 
 DEMOS: dict[str, Demo] = {
     "cartpole": Demo(
-        "replaygpu.agents.dqn", "DQNConfig", "double DQN on CartPole-v1 (rl-zoo3 hyperparameters)"
+        "replaygpu.agents.dqn", _DQN, "double DQN on CartPole-v1 (rl-zoo3 hyperparameters)"
     ),
     # rl-zoo3's hyperparameters, in the order of _ZOO_COLUMNS
     "acrobot": _zoo_dqn("Acrobot-v1", 100_000, 6.3e-4, 50_000, 0, 0.99, 250, 64, 0.12, 0.1),
@@ -73,29 +82,31 @@ DEMOS: dict[str, Demo] = {
         "MountainCar-v0", 120_000, 4e-3, 10_000, 1000, 0.98, 600, 32, 0.2, 0.07
     ),
     "pendulum": Demo(
-        "replaygpu.agents.sac", "SACConfig", "SAC on Pendulum-v1 (twin critics, auto entropy)"
+        "replaygpu.agents.sac",
+        "replaygpu.agents.sac_config.SACConfig",
+        "SAC on Pendulum-v1 (twin critics, auto entropy)",
     ),
     "breakout": Demo(
         "replaygpu.agents.atari",
-        "AtariDQNConfig",
+        _ATARI_DQN,
         "DQN with the Nature CNN on ALE/Breakout-v5 (needs replaygpu[atari]; a frame table)",
         checkpoint_every_s=600.0,  # a checkpoint writes the whole frame table (0.7-7 GB)
     ),
     "pong": Demo(
         "replaygpu.agents.atari",
-        "AtariDQNConfig",
+        _ATARI_DQN,
         "DQN with the Nature CNN on ALE/Pong-v5 (needs replaygpu[atari]; a frame table)",
         dict(env_id="ALE/Pong-v5"),
         checkpoint_every_s=600.0,
     ),
     "apex-cartpole": Demo(
         "replaygpu.agents.apex",
-        "ApexConfig",
+        "replaygpu.agents.apex_config.ApexConfig",
         "Ape-X DQN on CartPole-v1: a gRPC learner service plus actor processes",
     ),
     "apex-breakout": Demo(
         "replaygpu.agents.apex_atari",
-        "ApexAtariConfig",
+        "replaygpu.agents.apex_atari_config.ApexAtariConfig",
         "Ape-X DQN on ALE/Breakout-v5: a frame-table learner plus Atari actor processes",
         checkpoint_every_s=600.0,  # a checkpoint writes the whole frame table
     ),
@@ -157,14 +168,14 @@ def register_demo(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def demo_parser(name: str) -> tuple[argparse.ArgumentParser, type, Any]:
-    """The flag parser of one demo, its config class and its algorithm module."""
+def demo_parser(name: str) -> tuple[argparse.ArgumentParser, type]:
+    """The flag parser of one demo and its config class (no TensorFlow imported)."""
     from replaygpu.agents.flags import add_config_flags
+    from replaygpu.cli import CommandParser
 
     demo = DEMOS[name]
-    module = importlib.import_module(demo.module)
-    config_cls = getattr(module, demo.config_class)
-    parser = argparse.ArgumentParser(
+    config_cls = demo.load_config_class()
+    parser = CommandParser(
         prog=f"replaygpu demo {name}",
         description=f"{demo.summary}. {(config_cls.__doc__ or '').strip()}",
     )
@@ -187,23 +198,22 @@ def demo_parser(name: str) -> tuple[argparse.ArgumentParser, type, Any]:
         f"(default: {demo.checkpoint_every_s:g})",
     )
     add_config_flags(parser, config_cls, config_cls(**demo.preset))
-    return parser, config_cls, module
+    return parser, config_cls
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo named by ``args.name`` with ``args.options``; resume it if its checkpoint
-    folder holds a checkpoint."""
+    folder holds a checkpoint. Flags and values are checked before TensorFlow is imported."""
+    from replaygpu.agents.flags import config_from_args
+
+    _require_demo_extras()
+    parser, config_cls = demo_parser(args.name)
+    opts = parser.parse_args(args.options)
+    config = config_from_args(config_cls, opts, parser)
     with imports_frozen():
-        from replaygpu.agents.flags import config_from_args
         from replaygpu.agents.runs import RunControl
 
-        _require_demo_extras()
-        parser, config_cls, module = demo_parser(args.name)
-    opts = parser.parse_args(args.options)
-    try:
-        config = config_from_args(config_cls, opts)
-    except ValueError as err:
-        parser.error(str(err))
+        module = importlib.import_module(DEMOS[args.name].module)
     module.check_env(config.env_id).close()  # before any folder is made
     run_dir = opts.run_dir or os.path.join(
         "runs", f"{args.name}-s{config.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -277,19 +287,21 @@ def register_eval(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    """Print the greedy mean return of the newest checkpoint under ``args.path``."""
-    with imports_frozen():
-        import gymnasium as gym
-        import tensorflow as tf
-
-        import replaygpu as rg
-        from replaygpu.agents.envs import evaluate
-        from replaygpu.agents.runs import read_run_file
+    """Print the greedy mean return of the newest checkpoint under ``args.path`` (the flags and
+    the run file are checked before TensorFlow is imported)."""
+    import replaygpu as rg
+    from replaygpu.agents.run_file import read_run_file
 
     if args.episodes < 1:
         raise rg.ConfigError(f"--episodes: got {args.episodes}, expected >= 1")
     algorithm, class_name, values, folder = read_run_file(args.path)
-    module = importlib.import_module(algorithm)
+    with imports_frozen():
+        import gymnasium as gym
+        import tensorflow as tf
+
+        from replaygpu.agents.envs import evaluate
+
+        module = importlib.import_module(algorithm)
     config_cls = getattr(module, class_name)
     config = config_cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
     latest = tf.train.latest_checkpoint(folder)

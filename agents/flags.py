@@ -22,6 +22,8 @@ import typing
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
+from replaygpu.errors import ConfigError
+
 C = TypeVar("C")
 
 # What a parse error says each scalar type expected.
@@ -154,11 +156,33 @@ def add_config_flags(
         where = f"{config_cls.__name__}.{f.name}"
         kwargs = _flag_kwargs(where, hints[f.name], metavar=f.name.upper())
         help_text = f"{f.metadata.get('help', '')} (default: {_shown(default)})".lstrip()
-        flag = "--" + f.name.replace("_", "-")
-        parser.add_argument(flag, dest=f.name, default=default, help=help_text, **kwargs)
+        parser.add_argument(
+            flag_name(f.name), dest=f.name, default=default, help=help_text, **kwargs
+        )
 
 
-def config_from_args(config_cls: type[C], args: argparse.Namespace) -> C:
-    """Build ``config_cls`` from parsed flags (its ``__post_init__`` validates the values)."""
+def flag_name(field_name: str) -> str:
+    """The flag of a config field: ``batch_size`` -> ``--batch-size``."""
+    return "--" + field_name.replace("_", "-")
+
+
+def config_from_args(
+    config_cls: type[C], args: argparse.Namespace, parser: argparse.ArgumentParser | None = None
+) -> C:
+    """Build ``config_cls`` from parsed flags (its ``__post_init__`` validates the values).
+
+    A value the config refuses is reported as the flag's: ``--batch-size: got -3, expected >= 1``
+    (the config says ``batch_size: ...``), through ``parser.error`` when a parser is given.
+
+    Raises:
+        ConfigError: a value the config refuses, without ``parser``.
+    """
     names = [f.name for f in dataclasses.fields(config_cls)]
-    return config_cls(**{n: getattr(args, n) for n in names})
+    try:
+        return config_cls(**{n: getattr(args, n) for n in names})
+    except ValueError as err:  # rg.ConfigError is one
+        field_name, sep, rest = str(err).partition(": ")
+        message = f"{flag_name(field_name)}: {rest}" if sep and field_name in names else str(err)
+        if parser is not None:
+            parser.error(message)
+        raise ConfigError(message) from None

@@ -38,12 +38,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def learner_parser(agent: str, env_id: str | None = None) -> argparse.ArgumentParser:
     """The full flag parser of ``replaygpu learner --agent AGENT --env ENV_ID`` (the env picks
     the config: an ALE game runs DQN on frames)."""
-    from replaygpu.agents.builders import config_class
     from replaygpu.agents.flags import add_config_flags
-    from replaygpu.service.ops.commands import add_server_security_flags, port_number
+    from replaygpu.agents.learner_config import config_class
+    from replaygpu.cli import CommandParser
+    from replaygpu.service.ops.commands import (
+        add_server_security_flags,
+        port_number,
+        positive_int,
+    )
 
     config_cls = config_class(agent, env_id)
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="replaygpu learner",
         description=f"{__doc__.split(chr(10) * 2, 1)[1].strip()}\n\nFlags of --agent {agent}: "
         f"{(config_cls.__doc__ or '').strip()}",
@@ -62,7 +67,7 @@ def learner_parser(agent: str, env_id: str | None = None) -> argparse.ArgumentPa
         help="serve Prometheus metrics on this port (default: off)",
     )
     parser.add_argument(
-        "--max-actors", type=int, default=1024, help="concurrent actor streams at most"
+        "--max-actors", type=positive_int, default=1024, help="concurrent actor streams at most"
     )
     add_server_security_flags(parser)
     add_config_flags(parser, config_cls)
@@ -71,7 +76,9 @@ def learner_parser(agent: str, env_id: str | None = None) -> argparse.ArgumentPa
 
 def _agent_of(options: list[str]) -> tuple[str, str | None]:
     """``(--agent, --env or --env-id)`` of the command line, before its other flags are known."""
-    pre = argparse.ArgumentParser(add_help=False)
+    from replaygpu.cli import CommandParser
+
+    pre = CommandParser(prog="replaygpu learner", add_help=False)
     pre.add_argument("--agent", choices=AGENT_CHOICES, default="dqn")
     pre.add_argument("--env", "--env-id", dest="env_id", default=None)
     known, _ = pre.parse_known_args(options)
@@ -79,23 +86,22 @@ def _agent_of(options: list[str]) -> tuple[str, str | None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Serve and train until the run is done or a signal stops it."""
+    """Serve and train until the run is done or a signal stops it. Flags and values are
+    checked before TensorFlow is imported."""
     import replaygpu as rg
-    from replaygpu.agents.builders import config_class
     from replaygpu.agents.flags import config_from_args
-    from replaygpu.agents.learner import LearnerService
-    from replaygpu.agents.runs import RunControl
+    from replaygpu.agents.learner_config import config_class
     from replaygpu.service.ops.commands import server_tls
 
     agent, env_id = _agent_of(args.options)
     parser = learner_parser(agent, env_id)
     opts = parser.parse_args(args.options + (["--help"] if args.help else []))
-    config_cls = config_class(agent, env_id)
-    try:
-        config = config_from_args(config_cls, opts)
-    except ValueError as err:
-        parser.error(str(err))
+    config = config_from_args(config_class(agent, env_id), opts, parser)
     tls = server_tls(opts)
+
+    from replaygpu.agents.learner import LearnerService
+    from replaygpu.agents.runs import RunControl
+
     module = "replaygpu.agents.learner"
     control = RunControl(opts.checkpoint_dir, opts.checkpoint_every_s, module, config)
     server_config = rg.ServerConfig(max_actors=opts.max_actors)

@@ -4,9 +4,10 @@ Each subcommand lives in the module that owns it and registers itself through a
 ``register(subparsers)`` function; this file only wires them together, and imports them lazily
 so `replaygpu --help` starts fast.
 
-Expected failures (bad flags or files, an unknown env id, an unwritable folder, an unreachable
-or refusing server) end with one line on stderr and exit status 2; ``--debug`` shows the
-traceback instead.
+Expected failures (bad flags or values, bad files, an unknown env id, an unwritable folder, an
+unreachable or refusing server, a missing optional dependency) end with one line on stderr and
+exit status 2; ``--debug`` shows the traceback instead. Flags are parsed and checked before a
+command imports TensorFlow, so such a line comes at once.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import importlib
 import logging
 import os
 import sys
+from typing import NoReturn
 
 #: subcommand name -> module with ``register(subparsers)``; each module's ``run(args)`` runs it.
 COMMANDS = {
@@ -32,11 +34,29 @@ COMMANDS = {
 USAGE_ERROR = 2
 
 
+#: top-level module of an optional dependency -> how to install it (`missing_dependency`)
+EXTRAS = {
+    "tensorflow": 'pip install "replaygpu[cpu]" (or "replaygpu[gpu]" for an NVIDIA GPU)',
+    **dict.fromkeys(("tqdm", "matplotlib", "tensorboard"), 'pip install "replaygpu[demos]"'),
+    "ray": 'pip install "replaygpu[ray]"',
+    **dict.fromkeys(("ale_py", "cv2"), 'pip install "replaygpu[atari]"'),
+}
+
+
+class CommandParser(argparse.ArgumentParser):
+    """An `argparse.ArgumentParser` whose errors are one line on stderr, ``PROG: error:
+    MESSAGE``, with exit status `USAGE_ERROR` and no usage block before it (``--help`` prints
+    the usage). The parsers of subcommands (``add_subparsers``) are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE_ERROR, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand whose module is installed."""
     from replaygpu._version import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="replaygpu",
         description="Device-resident replay buffers and fused learners for TensorFlow 2.",
     )
@@ -63,6 +83,16 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     if gym_error is not None:
         kinds.append(gym_error.Error)
     return tuple(kinds)
+
+
+def missing_dependency(err: BaseException) -> str | None:
+    """What to install for a `ModuleNotFoundError` of an optional dependency (`EXTRAS`), in one
+    line; None for any other error."""
+    if not isinstance(err, ModuleNotFoundError) or not err.name:
+        return None
+    module = err.name.split(".")[0]
+    how = EXTRAS.get(module)
+    return None if how is None else f"{module} is not installed; install it with: {how}"
 
 
 def one_line(err: BaseException) -> str:
@@ -119,9 +149,10 @@ def _run(argv: list[str] | None) -> int:
         print(f"replaygpu {args.command}: interrupted", file=sys.stderr)
         return 130
     except Exception as err:
-        if args.debug or not isinstance(err, expected_errors()):
+        missing = missing_dependency(err)
+        if args.debug or not (missing or isinstance(err, expected_errors())):
             raise
-        print(f"replaygpu {args.command}: error: {one_line(err)}", file=sys.stderr)
+        print(f"replaygpu {args.command}: error: {missing or one_line(err)}", file=sys.stderr)
         return USAGE_ERROR
 
 

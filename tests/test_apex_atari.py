@@ -119,8 +119,9 @@ def test_concurrent_actors_send_contiguous_segments_and_sampler_rebuilds_their_s
 
 def test_demo_apex_breakout_trains_with_actor_processes_and_cleans_up():
     pytest.importorskip("ale_py")
-    _, config_cls, module = demos.demo_parser("apex-breakout")
-    assert module is apex_atari and config_cls is apex_atari.ApexAtariConfig
+    _, config_cls = demos.demo_parser("apex-breakout")
+    assert demos.DEMOS["apex-breakout"].module == apex_atari.__name__
+    assert config_cls is apex_atari.ApexAtariConfig
     config = apex_atari.ApexAtariConfig(
         steps=400,
         num_actors=2,

@@ -133,7 +133,7 @@ def test_demo_writes_events_curve_and_prints_greedy_evaluation(name, tmp_path):
 
 
 def test_demo_flags_carry_config_help_and_reject_bad_values():
-    parser, config_cls, _ = demos.demo_parser("cartpole")
+    parser, config_cls = demos.demo_parser("cartpole")
     text = parser.format_help()
     assert "--learning-rate" in text and "Adam step size" in text and "--run-dir" in text
 
@@ -142,12 +142,12 @@ def test_demo_flags_carry_config_help_and_reject_bad_values():
     )
     assert (config.seed, config.hidden_sizes, config.learning_rate) == (7, (64, 64), 2.3e-3)
 
-    with pytest.raises(rg.ConfigError, match="batch_size: got 0"):
+    with pytest.raises(rg.ConfigError, match="--batch-size: got 0"):
         config_from_args(config_cls, parser.parse_args(["--batch-size", "0"]))
 
 
 def test_acrobot_demo_preset_overrides_config_defaults():
-    parser, config_cls, _ = demos.demo_parser("acrobot")
+    parser, config_cls = demos.demo_parser("acrobot")
     config = config_from_args(config_cls, parser.parse_args([]))
     assert config.env_id == "Acrobot-v1"
     assert config.target_update_interval == 250

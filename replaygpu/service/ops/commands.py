@@ -29,7 +29,7 @@ def register(subparsers: Any) -> None:
     spec = serve.add_mutually_exclusive_group(required=True)
     spec.add_argument("--env", help="gymnasium env id whose transition spec to use")
     spec.add_argument("--spec", help="JSON spec file, as written by replaygpu.spec_to_json")
-    serve.add_argument("--capacity", type=int, default=1_000_000, help="transitions kept")
+    serve.add_argument("--capacity", type=positive_int, default=1_000_000, help="transitions kept")
     serve.add_argument("--table", default="replay", help="table name (default replay)")
     serve.add_argument("--device", default=None, help="device of the table (default: GPU if any)")
     serve.add_argument(
@@ -38,10 +38,12 @@ def register(subparsers: Any) -> None:
     add_server_security_flags(serve)
     serve.add_argument("--checkpoint-dir", help="restore from and save to this folder")
     serve.add_argument("--checkpoint-every-s", type=float, default=300.0)
-    serve.add_argument("--max-message-mb", type=int, default=64, help="largest append (MiB)")
+    serve.add_argument(
+        "--max-message-mb", type=positive_int, default=64, help="largest append (MiB)"
+    )
     serve.add_argument(
         "--max-actors",
-        type=int,
+        type=positive_int,
         default=1024,
         help="concurrent actor streams at most; one more is refused at once (default 1024)",
     )
@@ -121,6 +123,17 @@ def server_tls(args: argparse.Namespace) -> TLSConfig | None:
     if not (args.tls_cert or args.tls_key):
         return None
     return TLSConfig(cert_file=args.tls_cert, key_file=args.tls_key, ca_file=args.tls_ca)
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (checked as the flags are parsed, before any import)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected an integer >= 1")
+    return value
 
 
 def port_number(text: str) -> int:
