@@ -6,7 +6,7 @@ the in-process demo (`apex.train`, ``demo apex-cartpole``) and the standalone le
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
@@ -33,9 +33,11 @@ DEVICES_HELP = helptext(
 @dataclass(frozen=True)
 class ApexConfig:
     """Ape-X DQN hyperparameters: the rl-zoo3 CartPole DQN network and replay ratio, with the
-    Ape-X paper's 3-step returns, batch 128 and a learning rate decayed linearly to 0 (with a
-    constant one the greedy policy reached 500 and then fell again in some runs; see
-    benchmarks/README.md)."""
+    Ape-X paper's 3-step returns, batch 128 and a learning rate decayed linearly to a small
+    floor, ``final_learning_rate``, over the replay budget (with a constant one the greedy
+    policy reached 500 and then fell again in some runs; see benchmarks/README.md). The floor is
+    > 0 so that SGD steps past the budget (a resumed run, a last call) still learn; ``steps`` 0
+    (no end) trains at the constant ``learning_rate``."""
 
     env_id: str = field(default="CartPole-v1", metadata=helptext("gymnasium env id (Discrete)"))
     seed: int = field(default=1, metadata=helptext("seed of actors, networks and sampling"))
@@ -59,10 +61,10 @@ class ApexConfig:
     )
     learning_rate: float = field(default=2e-3, metadata=helptext("Adam step size at the start"))
     final_learning_rate: float = field(
-        default=0.0,
+        default=2e-5,
         metadata=helptext(
-            "Adam step size at the end: linear decay over the SGD steps that the replay "
-            "budget allows (steps x samples_per_insert / batch_size)"
+            "Adam step size at the end, > 0: linear decay over the SGD steps that the replay "
+            "budget allows (steps x samples_per_insert / batch_size), then constant"
         ),
     )
     batch_size: int = field(default=128, metadata=helptext("minibatch size of each SGD step"))
@@ -116,10 +118,11 @@ class ApexConfig:
         ]
         require_positive_ints(self, *positive)
         require_positive(self, "learning_rate", "samples_per_insert")
-        if not 0.0 <= self.final_learning_rate <= self.learning_rate:
+        if not 0.0 < self.final_learning_rate <= self.learning_rate:
             raise rg.ConfigError(
                 f"final_learning_rate: got {self.final_learning_rate}, expected in "
-                f"[0, learning_rate={self.learning_rate}]"
+                f"(0, learning_rate={self.learning_rate}]: a learner never trains at rate 0; "
+                "pass --final-learning-rate, e.g. learning_rate / 100"
             )
         require_unit_interval(self, "gamma")
         require(self, ["steps"], lambda v: v >= 0, ">= 0 (0: until stopped)")
@@ -133,17 +136,25 @@ class ApexConfig:
     @property
     def total_sgd_steps(self) -> int:
         """SGD steps the rate limiter allows once all ``steps`` rows are inserted."""
-        budget = self.samples_per_insert * (self.steps - self.learning_starts)
-        return max(1, int((budget + self.batch_size * self.steps_per_call) // self.batch_size))
+        return total_sgd_steps(self)
 
     @property
     def learning_rate_schedule(self) -> rg.LinearSchedule | float:
         """Adam's step size: linear from ``learning_rate`` to ``final_learning_rate`` over the
-        SGD steps of the replay budget (evaluated in the graph at every step); constant for a
-        run without an end (``steps`` 0)."""
+        SGD steps of the replay budget (evaluated in the graph at every step), then
+        ``final_learning_rate`` (> 0: never 0, whatever the step); constant for a run without
+        an end (``steps`` 0)."""
         if not self.steps:
             return self.learning_rate
         return rg.LinearSchedule(self.learning_rate, self.final_learning_rate, self.total_sgd_steps)
+
+
+def total_sgd_steps(config: Any) -> int:
+    """SGD steps a learner config's rate limiter allows once all its ``steps`` rows are
+    inserted: ``samples_per_insert`` x (``steps`` - ``learning_starts``) rows sampled, plus one
+    call's error buffer, in minibatches of ``batch_size`` (any learner config)."""
+    budget = config.samples_per_insert * (config.steps - config.learning_starts)
+    return max(1, int((budget + config.batch_size * config.steps_per_call) // config.batch_size))
 
 
 def make_agent(config: ApexConfig, env: gym.Env) -> DQN:

@@ -52,6 +52,8 @@ class Builder:
     #: whether the service copies the online network into a target every
     #: ``config.target_update_interval`` SGD steps
     syncs_target: ClassVar[bool] = False
+    #: the update's metric that Info, /metrics and the progress line show as the loss
+    loss_key: ClassVar[str] = "losses/td_loss"
 
     def check_env(self, env_id: str) -> gym.Env:
         """The env the algorithm runs (made to read its spaces; close it)."""
@@ -166,6 +168,8 @@ class VectorDQN(VectorBuilder):
 
 class ServedSAC(VectorBuilder):
     """SAC served to remote actors: `SACLearnerConfig`."""
+
+    loss_key = "losses/critic_loss"
 
     def check_env(self, env_id: str) -> gym.Env:
         return sac.check_env(env_id)

@@ -8,7 +8,9 @@ Atari frames, SAC) makes the table, the agent and the sampler; build the `rg.Lea
 the newest checkpoint; serve with the `rg.ActorSettings` that tell ``replaygpu actor ADDRESS``
 what to run; then `LearnerService.step` commits the actors' appends and trains, until
 `LearnerService.done` (the run's ``steps`` transitions arrived and the replay budget is spent)
-or a stop signal. Then `train_with_actors`, the demos' driver.
+or a stop signal. `LearnerService.train_to_end` is ``replaygpu learner``'s loop: it ends the
+whole fleet at the budget (`rg.ReplayServer.finish_run`), evaluates, and reports what it learns
+(`learner_report`). Then `train_with_actors`, the demos' driver.
 """
 
 from __future__ import annotations
@@ -27,13 +29,19 @@ from replaygpu.agents.actor_config import ActorConfig
 # ``replaygpu eval`` and resumes find them here
 from replaygpu.agents.apex_atari_config import ApexAtariConfig as ApexAtariConfig
 from replaygpu.agents.apex_config import ApexConfig as ApexConfig
+from replaygpu.agents.apex_config import total_sgd_steps
 from replaygpu.agents.builders import SACLearnerConfig as SACLearnerConfig
 from replaygpu.agents.builders import builder_for
 from replaygpu.agents.fleet import ActorFleet, split_steps
+from replaygpu.agents.learner_report import LearnerReport
 from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult
 from replaygpu.agents.runs import LoopState, RunControl
 
 logger = logging.getLogger(__name__)
+
+#: seconds a finished learner keeps serving (after its final evaluation) while actors are still
+#: connected, so that each reads ``run_finished`` in an ack or Info and exits
+FINISH_GRACE_S = 10.0
 
 
 def make_agent(config: Any, env: Any) -> Any:
@@ -122,6 +130,7 @@ class LearnerService:
             ledger=self.ledger,
             actor_settings=self.actor_settings,
         )
+        self.server.run_stats.target_steps = total_sgd_steps(config) if config.steps else 0
         self.learner.publish_weights(builder.policy(self.agent))
         self._last_sync = int(self.loop.last_sync.numpy())  # 0, or the restored run's
         self._rate = (time.monotonic(), self.sgd_steps, 0.0)
@@ -156,10 +165,9 @@ class LearnerService:
                 self.agent.sync_target()
                 self._last_sync = steps
             self.learner.publish_weights(self.builder.policy(self.agent))
-            self.recorder.metrics(
-                self.env_steps(),
-                {k: v for k, v in out.items() if k.startswith("losses/")},
-            )
+            losses = {k: v for k, v in out.items() if k.startswith("losses/")}
+            self.recorder.metrics(self.env_steps(), losses)
+            self.server.run_stats.set_loss(losses.get(self.builder.loss_key, float("nan")))
         if self.run is not None and self.run.due() and not self.run.stop.is_set():
             self.loop.capture(self.env_steps(), self._last_sync)
             self.run.save(self.server)
@@ -173,6 +181,53 @@ class LearnerService:
         if not self.config.steps:  # a service: until stopped
             return False
         return self.table.total_inserted >= self.config.steps and ran == 0
+
+    def train_to_end(
+        self, report: LearnerReport | None = None, grace_s: float = FINISH_GRACE_S
+    ) -> bool:
+        """``replaygpu learner``'s loop: `step` until the run is done (`done`), with ``report``
+        polled between steps (None: a `LearnerReport` without TensorBoard).
+
+        Once ``steps`` rows are in the table the run finishes for the whole fleet
+        (`rg.ReplayServer.finish_run`: every ack and Info says so, and later appends are
+        acknowledged without being inserted), the learner trains out its replay budget,
+        evaluates ``config.eval_episodes`` greedy episodes, and keeps serving until no actor is
+        connected, ``grace_s`` seconds at most. A stop signal ends it at once: no evaluation,
+        and the actors are not told (they wait for the restarted learner). The final checkpoint
+        is `close`'s.
+
+        Returns:
+            whether the run finished (False: a stop signal came first).
+        """
+        report = report or LearnerReport(self)
+        while True:
+            ran = self.step()
+            if self.config.steps and self.table.total_inserted >= self.config.steps:
+                self.server.finish_run()
+            report.poll()
+            if self.done(ran):
+                break
+        if self.run is not None and self.run.stop.is_set():
+            return False
+        logger.info(
+            "run finished: %d transitions inserted, SGD step %d",
+            self.table.total_inserted,
+            self.sgd_steps,
+        )
+        report.evaluate(self.config.eval_episodes)
+        deadline = time.monotonic() + grace_s
+        while self.server.open_streams and time.monotonic() < deadline:
+            if self.run is not None and self.run.stop.is_set():
+                break
+            self.commit()
+            time.sleep(0.05)
+        if self.server.open_streams:
+            logger.warning(
+                "%d actor streams still open %.0f s after the run finished; stopping anyway",
+                self.server.open_streams,
+                grace_s,
+            )
+        return True
 
     def stats(self) -> dict[str, float]:
         """SGD steps, SGD steps/s since the last call, checkpoints and the last one's seconds

@@ -190,8 +190,35 @@ class NullRecorder:
         pass
 
 
+class EventsRecorder:
+    """Writes what a run reports as TensorBoard scalars into ``folder`` and keeps nothing in
+    memory (the standalone learner's recorder; `RunRecorder` adds a bar and a curve): the
+    metrics as they are named (``losses/td_loss``, ``charts/SGD_steps_per_s``, ...), each
+    episode as ``charts/episodic_return`` and ``charts/episodic_length``."""
+
+    def __init__(self, folder: str) -> None:
+        self.events = ScalarEvents(folder)
+
+    def metrics(self, step: int, values: Mapping[str, float]) -> None:
+        for name, value in values.items():
+            if math.isfinite(value):
+                self.events.scalar(name, value, step)
+
+    def episode(self, step: int, episodic_return: float, length: int) -> None:
+        self.events.scalar("charts/episodic_return", episodic_return, step)
+        self.events.scalar("charts/episodic_length", length, step)
+
+    def progress(self, env_steps: int, sgd_steps: int, recent_return: float) -> None:
+        pass
+
+    def close(self) -> None:
+        """Flush and close the event file. Idempotent."""
+        self.events.close()
+
+
 class RunRecorder(NullRecorder):
-    """Writes TensorBoard events into ``run_dir`` and shows a tqdm bar of env steps.
+    """Writes TensorBoard events into ``run_dir`` (`EventsRecorder`) and shows a tqdm bar of
+    env steps.
 
     Args:
         run_dir: run folder; created if missing. Events and the learning curve go here.
@@ -206,21 +233,19 @@ class RunRecorder(NullRecorder):
         os.makedirs(run_dir, exist_ok=True)
         self.run_dir = run_dir
         self.title = title
-        self.events = ScalarEvents(run_dir)
+        self.tensorboard = EventsRecorder(run_dir)
+        self.events = self.tensorboard.events
         self.bar = tqdm(total=total_steps, desc=title, unit="step", mininterval=0.5)
         self._start = time.perf_counter()
         self._last = (self._start, 0, 0)
 
     def metrics(self, step: int, values: Mapping[str, float]) -> None:
         super().metrics(step, values)
-        for name, value in values.items():
-            if math.isfinite(value):
-                self.events.scalar(name, value, step)
+        self.tensorboard.metrics(step, values)
 
     def episode(self, step: int, episodic_return: float, length: int) -> None:
         super().episode(step, episodic_return, length)
-        self.events.scalar("charts/episodic_return", episodic_return, step)
-        self.events.scalar("charts/episodic_length", length, step)
+        self.tensorboard.episode(step, episodic_return, length)
 
     def progress(self, env_steps: int, sgd_steps: int, recent_return: float) -> None:
         now = time.perf_counter()

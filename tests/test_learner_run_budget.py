@@ -2,15 +2,23 @@
 (acks and Info carry ``run_finished``; later appends are acked, not inserted), the episodes
 actors report (counted once per committed seq), ``learner_stats`` in Info."""
 
+import glob
 import math
+import os
 import threading
 
 import grpc
+import gymnasium as gym
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import replaygpu as rg
+from replaygpu.agents.actor import STREAM_FIELD
+from replaygpu.agents.apex_config import ApexConfig
+from replaygpu.agents.learner import LearnerService
+from replaygpu.agents.learner_report import LearnerReport
+from replaygpu.agents.runs import RunControl
 from replaygpu.service.learner.run_stats import RunStats
 from replaygpu.service.wire.append_request import encode_append_request
 from replaygpu.v1 import replay_pb2, replay_pb2_grpc
@@ -116,3 +124,137 @@ def test_info_of_a_bare_table_has_no_learner_stats(table, stub_of):
     with rg.serve(table) as server:
         info = stub_of(server).Info(replay_pb2.InfoRequest())
     assert not info.HasField("learner_stats")
+
+
+# -- the learner service's run budget -----------------------------------------------------------
+
+
+def cartpole_batches(rows, per_request, seed=0):
+    """``(columns, episodes)`` per request: ``rows`` CartPole-v1 transitions of a random policy
+    (stream 0) and the episodes that ended in each request."""
+    env = gym.make("CartPole-v1")
+    rng = np.random.default_rng(seed)
+    obs, _ = env.reset(seed=seed)
+    ep_return, ep_length = 0.0, 0
+    out = []
+    for start in range(0, rows, per_request):
+        cols = {k: [] for k in ("obs", "action", "reward", "next_obs", "terminated", "truncated")}
+        episodes = []
+        for _ in range(min(per_request, rows - start)):
+            action = int(rng.integers(2))
+            next_obs, reward, terminated, truncated, _ = env.step(action)
+            values = (obs, action, reward, next_obs, terminated, truncated)
+            for name, value in zip(cols, values, strict=True):
+                cols[name].append(value)
+            ep_return, ep_length = ep_return + float(reward), ep_length + 1
+            obs = next_obs
+            if terminated or truncated:
+                episodes.append((ep_return, ep_length))
+                ep_return, ep_length = 0.0, 0
+                obs, _ = env.reset()
+        dtypes = {"obs": np.float32, "action": np.int64, "reward": np.float32}
+        dtypes.update(next_obs=np.float32, terminated=bool, truncated=bool)
+        columns = {k: np.asarray(v, dtypes[k]) for k, v in cols.items()}
+        columns[STREAM_FIELD] = np.zeros(len(columns["obs"]), np.int64)
+        out.append((columns, episodes))
+    env.close()
+    return out
+
+
+def scalars(folder):
+    """``{tag: [(step, value), ...]}`` of the TensorBoard event files in ``folder``."""
+    out = {}
+    for path in glob.glob(os.path.join(folder, "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                number = tf.make_ndarray(value.tensor).item()
+                out.setdefault(value.tag, []).append((event.step, number))
+    return out
+
+
+def small_config(**kwargs):
+    values = dict(
+        steps=800,
+        learning_starts=200,
+        batch_size=32,
+        buffer_size=4000,
+        steps_per_call=16,
+        samples_per_insert=4.0,
+        hidden_sizes=(16, 16),
+        eval_episodes=3,
+        jit_compile=False,
+    )
+    return ApexConfig(**{**values, **kwargs})
+
+
+def test_a_learner_with_a_budget_tells_the_actors_evaluates_and_writes_tensorboard(tmp_path):
+    config = small_config()
+    folder = str(tmp_path / "run")
+    control = RunControl(folder, 300.0, "replaygpu.agents.learner", config)
+    batches = cartpole_batches(2000, 100)  # an actor that would send 2.5x the budget
+    with control:
+        service = LearnerService(config, control)
+        report = LearnerReport(service, folder, log_every_s=0.2)
+        acks, info = [], []
+
+        def actor():  # one request at a time, one more after it was told, then asks Info
+            channel = grpc.insecure_channel(service.address)
+            stub = replay_pb2_grpc.ReplayServiceStub(channel)
+            for seq, (cols, episodes) in enumerate(batches, start=1):
+                data = encode_append_request("replay", "actor-0", seq, cols, episodes)
+                acks.extend(stub.Append(iter([replay_pb2.AppendRequest.FromString(data)])))
+                if len(acks) > 1 and acks[-2].run_finished:
+                    break
+            info.append(stub.Info(replay_pb2.InfoRequest()))
+            channel.close()
+
+        sender = threading.Thread(target=actor)
+        sender.start()
+        try:
+            assert service.train_to_end(report, grace_s=30.0)
+        finally:
+            sender.join()
+            report.close()
+            path = service.close()
+    inserted = sum(a.transitions for a in acks)
+    assert service.table.total_inserted == inserted
+    assert config.steps <= inserted < 2000  # the budget ended the run, not the actor
+    told = [a.run_finished for a in acks].index(True)
+    assert all(a.transitions for a in acks[:told])  # a batch staged before the end commits
+    last = acks[-1]  # sent after it was told: acknowledged, not inserted
+    assert (last.run_finished, last.transitions, last.duplicate) == (True, 0, False)
+    assert last.committed_seq == last.seq - 1 == len(acks) - 1
+    assert info[0].run_finished
+    # trained out the replay budget, and no more (one call's error buffer)
+    assert config.total_sgd_steps - config.steps_per_call <= service.sgd_steps
+    assert service.sgd_steps <= config.total_sgd_steps + config.steps_per_call
+    stats = service.server.run_stats.values()
+    assert stats["eval_step"] == service.sgd_steps and stats["eval_return"] >= 8
+    assert stats["episodes"] == sum(len(e) for _, e in batches[: len(acks) - 1]) > 0
+    assert path is not None and tf.train.latest_checkpoint(folder) == path
+
+    tags = scalars(folder)
+    for tag in (
+        "losses/td_loss",
+        "losses/q_values",
+        "charts/episodic_return",
+        "charts/episodic_length",
+        "charts/SPS",
+        "charts/SGD_steps_per_s",
+        "charts/samples_per_insert",
+        "eval/mean_return",
+    ):
+        assert tags.get(tag), f"no {tag} in {sorted(tags)}"
+    assert len(tags["charts/episodic_return"]) == stats["episodes"]
+    assert tags["eval/mean_return"][-1][1] == pytest.approx(stats["eval_return"])
+
+
+def test_a_learner_never_trains_at_learning_rate_0():
+    config = small_config()
+    schedule = config.learning_rate_schedule
+    for step in (0, config.total_sgd_steps, 10 * config.total_sgd_steps):
+        assert float(schedule(tf.constant(step, tf.int64))) >= config.final_learning_rate > 0
+    assert float(schedule(tf.constant(10**9, tf.int64))) == pytest.approx(2e-5)
+    assert small_config(steps=0).learning_rate_schedule == config.learning_rate  # no end
+    with pytest.raises(rg.ConfigError, match="never trains at rate 0"):
+        small_config(final_learning_rate=0.0)

@@ -17,6 +17,9 @@ from typing import Any
 #: episodes the recent mean return and length are taken over
 RECENT_EPISODES = 100
 
+#: episodes kept for `RunStats.take_new` at most (the oldest go first when nobody takes them)
+NEW_EPISODES = 10_000
+
 
 class RunStats:
     """A learner run's latest figures; thread-safe (the committer adds episodes, the training
@@ -34,6 +37,7 @@ class RunStats:
             raise ValueError(f"RunStats window: got {window}, expected >= 1 episodes")
         self._lock = threading.Lock()
         self._recent: collections.deque[tuple[float, int]] = collections.deque(maxlen=window)
+        self._new: collections.deque[tuple[float, int]] = collections.deque(maxlen=NEW_EPISODES)
         self._episodes = 0
         self._loss = math.nan
         self._eval: tuple[float, int] = (math.nan, 0)
@@ -44,7 +48,15 @@ class RunStats:
         with self._lock:
             for episode in episodes:
                 self._recent.append(episode)
+                self._new.append(episode)
                 self._episodes += 1
+
+    def take_new(self) -> list[tuple[float, int]]:
+        """The episodes recorded since the last call (e.g. to log each one), oldest first."""
+        with self._lock:
+            new = list(self._new)
+            self._new.clear()
+        return new
 
     def set_loss(self, loss: float) -> None:
         """Record the learner's latest loss."""

@@ -10,6 +10,7 @@ counters and pay nothing for the endpoint. Imports no TensorFlow itself.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
@@ -50,6 +51,19 @@ METRICS: tuple[tuple[str, str, str, str], ...] = (
     ),
     ("staged_batches", "replaygpu_staged_batches", GAUGE, "Batches staged, not committed yet."),
     ("staged_bytes", "replaygpu_staged_bytes", GAUGE, "Bytes of the staged batches."),
+    (
+        "inflight_bytes",
+        "replaygpu_inflight_bytes",
+        GAUGE,
+        "Bytes of Append requests read (or being read) and not answered yet, staged ones "
+        "included; at most ServerConfig.inflight_max_bytes for steady request sizes.",
+    ),
+    (
+        "inflight_waiting_streams",
+        "replaygpu_inflight_waiting_streams",
+        GAUGE,
+        "Append streams waiting for room in the request budget before reading their next request.",
+    ),
     ("table_size", "replaygpu_table_size", GAUGE, "Filled rows of the table."),
     ("table_capacity", "replaygpu_table_capacity", GAUGE, "Rows the table holds at most."),
     (
@@ -97,6 +111,28 @@ METRICS: tuple[tuple[str, str, str, str], ...] = (
         GAUGE,
         "SGD steps per second of the learner, lately.",
     ),
+    ("loss", "replaygpu_learner_loss", GAUGE, "The learner's latest loss (mean of its last call)."),
+    (
+        "mean_return",
+        "replaygpu_recent_episode_return",
+        GAUGE,
+        "Mean return of the last episodes actors reported (replaygpu_recent_episodes of them).",
+    ),
+    (
+        "mean_length",
+        "replaygpu_recent_episode_length",
+        GAUGE,
+        "Mean length of the last episodes actors reported.",
+    ),
+    (
+        "recent_episodes",
+        "replaygpu_recent_episodes",
+        GAUGE,
+        "Episodes the recent mean return and length are taken over.",
+    ),
+    ("episodes", "replaygpu_episodes", COUNTER, "Episodes actors reported to this process."),
+    ("eval_return", "replaygpu_eval_return", GAUGE, "Mean return of the last greedy evaluation."),
+    ("eval_step", "replaygpu_eval_sgd_step", GAUGE, "SGD step of the last greedy evaluation."),
 )
 
 
@@ -127,7 +163,7 @@ class ReplayCollector(Collector):
             except Exception:  # a scrape still reports the server's values
                 logger.exception("metrics: learner_stats() failed; its metrics are left out")
         for key, name, kind, text in METRICS:
-            if key in values:
+            if key in values and not math.isnan(values[key]):  # NaN: not known yet
                 family = CounterMetricFamily if kind == COUNTER else GaugeMetricFamily
                 yield family(name, text, value=float(values[key]))
         inserted = values["table_inserted"]
