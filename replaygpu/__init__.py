@@ -23,11 +23,14 @@ if TYPE_CHECKING:
     from replaygpu.checkpoint import Checkpointer, check_writable
     from replaygpu.errors import (
         BatchError,
+        CheckpointCorruptError,
         CheckpointMismatchError,
+        CheckpointSaveError,
         ConfigError,
         EmptyTableError,
         OutOfDeviceMemoryError,
         ReplayError,
+        StorageFullError,
     )
     from replaygpu.fields import TRANSITION_FIELDS, FieldSpec, HostSpec
     from replaygpu.frames import frame_rows

@@ -30,6 +30,22 @@ class CheckpointMismatchError(ReplayError, ValueError):
     """A checkpoint does not fit the objects it is restored into. Nothing was restored."""
 
 
+class CheckpointSaveError(ReplayError, RuntimeError):
+    """A checkpoint could not be written (a full disk, a permission): what failed, where, and
+    the free bytes there. Nothing of it was kept; the checkpoints before it are untouched."""
+
+
+class CheckpointCorruptError(ReplayError, RuntimeError):
+    """A checkpoint's files do not match the checksums written with it (truncated, bit-flipped,
+    missing), or cannot be read. The message names the file. Nothing was restored from it."""
+
+
+class StorageFullError(ReplayError, RuntimeError):
+    """A file system has no room for a write (ENOSPC, EDQUOT). Transient: nothing that was
+    acknowledged is lost, and the write succeeds once space is freed. The message names the
+    folder and the free bytes."""
+
+
 class ConfigError(ReplayError, ValueError, TypeError):
     """An argument or configuration value is wrong: out of range, or of the wrong type.
 

@@ -6,6 +6,7 @@ import itertools
 import logging
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from small_disk import fill, small_filesystem
 
 from replaygpu.errors import ConfigError, ReplayError
 from replaygpu.service.learner.journal import Journal, JournalConfig
@@ -22,6 +24,7 @@ from replaygpu.service.learner.journal_files import (
     HEADER_BYTES,
     JournalCorruptError,
     JournalError,
+    JournalFullError,
     segment_name,
 )
 
@@ -209,37 +212,65 @@ def test_a_missing_segment_between_others_raises(tmp_path):
         Journal(tmp_path)
 
 
-def test_checkpointed_deletes_old_segments_and_replay_yields_only_newer_records(tmp_path):
-    old = [payload(n, 1000) for n in range(10)]
-    new = [payload(n, 1000) for n in range(10, 13)]
+def test_checkpointed_keeps_the_segments_of_the_previous_checkpoint(tmp_path):
+    first = [payload(n, 1000) for n in range(10)]
+    second = [payload(n, 1000) for n in range(10, 13)]
+    third = [payload(n, 1000) for n in range(13, 15)]
     with Journal(tmp_path, JournalConfig(segment_bytes=4096)) as journal:
-        journal.append(old)
+        journal.append(first)
         journal.sync()
         assert journal.segments > 2
         before = journal.segments
-        assert journal.checkpointed() == before  # all of them; a new one is started
-        assert journal.segments == 1 and journal.nbytes == 0
-        assert [path.name for path in segment_files(tmp_path)] == [segment_name(before + 1)]
-        journal.append(new)
+        # checkpoint 1 holds `first`: nothing is deleted, no checkpoint came before it
+        assert journal.checkpointed() == 0
+        assert journal.segments == before + 1 and journal.segment == before + 1
+        journal.append(second)
         journal.sync()
-        assert list(journal.replay()) == new
+        # checkpoint 2 holds `second` too: what only checkpoint 1 needed goes; `second`
+        # stays, so that checkpoint 1 plus the journal still restore everything
+        assert journal.checkpointed() == before
+        assert list(journal.replay()) == second
+        journal.append(third)
+        journal.sync()
         assert journal.checkpointed() == 1
+        assert list(journal.replay()) == third
     with Journal(tmp_path) as journal:
-        assert list(journal.replay()) == []
+        assert list(journal.replay()) == third
 
 
 def test_checkpointed_with_a_mark_keeps_what_was_appended_after_the_mark(tmp_path):
     with Journal(tmp_path) as journal:
-        journal.append([b"in the checkpoint"])
+        journal.append([b"in checkpoint 1"])
+        journal.checkpointed()
+        journal.append([b"in checkpoint 2"])
         mark = journal.rotate()  # in the commit-exclusive section, before the save
         journal.append([b"after the snapshot"])  # commits resumed while the save finished
         journal.sync()
         assert journal.checkpointed(mark) == 1
-        assert list(journal.replay()) == [b"after the snapshot"]
+        assert list(journal.replay()) == [b"in checkpoint 2", b"after the snapshot"]
         with pytest.raises(ConfigError, match="expected an int <="):
             journal.checkpointed(mark + 5)
         assert journal.rotate() == mark + 1
         assert journal.rotate() == mark + 1  # an empty segment is not rotated
+
+
+def test_resume_after_keeps_the_restored_checkpoints_segments_and_refuses_a_gap(tmp_path):
+    with Journal(tmp_path) as journal:
+        journal.append([b"a"])
+        mark = journal.rotate()  # checkpoint A covers segment 1
+        journal.append([b"b"])
+        journal.sync()
+    with Journal(tmp_path) as journal:  # restarted from A
+        journal.resume_after(mark)
+        journal.append([b"c"])
+        assert journal.checkpointed() == 1  # A was the previous checkpoint: segment 1 goes
+        assert list(journal.replay()) == [b"b", b"c"]
+    (tmp_path / segment_name(mark)).unlink()  # lost: a restart from A would miss "b", "c"
+    kept = segment_files(tmp_path)
+    gap = f"needs {segment_name(mark)} and later"
+    with Journal(tmp_path) as journal, pytest.raises(JournalError, match=gap):
+        journal.resume_after(mark)
+    assert segment_files(tmp_path) == kept  # nothing was changed
 
 
 def test_checkpointed_from_another_thread_loses_nothing_appended_after_it(tmp_path):
@@ -278,7 +309,7 @@ def test_a_second_journal_on_the_same_directory_is_refused(tmp_path):
         journal.append([b"x"])
 
 
-FULL_DISK_CHILD = textwrap.dedent(
+FILE_LIMIT_CHILD = textwrap.dedent(
     """
     import resource, signal, sys
     from replaygpu.service.learner.journal import Journal, JournalError
@@ -293,29 +324,62 @@ FULL_DISK_CHILD = textwrap.dedent(
             journal.sync()
             synced += 1
     except JournalError as exc:
-        print(synced, "synced;", exc)
-    try:
-        journal.sync()
-    except JournalError as exc:
-        print("then:", exc)
+        print(synced, "synced;", type(exc).__name__, exc)
+    journal.append([b"fits"])  # the next call cuts the torn record off and goes on
+    journal.sync()
+    print("then: appended")
     """
 )
 
 
-def test_a_failed_write_fails_the_journal_and_reopening_recovers(tmp_path):
+def test_a_failed_write_fails_that_call_and_the_next_one_recovers_by_itself(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-c", FULL_DISK_CHILD, str(tmp_path)],
+        [sys.executable, "-c", FILE_LIMIT_CHILD, str(tmp_path)],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         check=True,
     )
     first, then = done.stdout.splitlines()
-    assert first.startswith("3 synced;") and "File too large" in first
-    assert then.startswith("then:") and "failed earlier" in then
-    with Journal(tmp_path) as journal:  # the fourth record was cut short at the size limit
-        assert journal.truncated_bytes == 100_000 - 3 * (30_000 + HEADER_BYTES)
-        assert list(journal.replay()) == [bytes([n]) * 30_000 for n in range(3)]
+    assert first.startswith("3 synced; JournalError") and "File too large" in first
+    assert then == "then: appended"
+    with Journal(tmp_path) as journal:  # the fourth record, cut short at the limit, is gone
+        assert journal.truncated_bytes == 0
+        assert list(journal.replay()) == [bytes([n]) * 30_000 for n in range(3)] + [b"fits"]
+
+
+def test_a_full_disk_refuses_appends_until_space_is_freed(tmp_path, caplog):
+    caplog.set_level(logging.WARNING)
+    with small_filesystem(tmp_path / "disk", 1 << 20) as disk:
+        journal = Journal(disk / "journal")
+        try:
+            journal.append([payload(0, 1000)])
+            journal.sync()
+            filler = fill(disk, leave=50_000)
+            synced = [payload(0, 1000)]
+            with pytest.raises(JournalFullError) as full:
+                for n in itertools.count(1):
+                    journal.append([payload(n, 20_000)])
+                    journal.sync()
+                    synced.append(payload(n, 20_000))
+            message = str(full.value)
+            assert f"journal {disk / 'journal'}: its file system is full" in message
+            needed = len(payload(0, 20_000)) + HEADER_BYTES
+            assert re.search(rf"\d+ bytes free of \d+, {needed} needed", message), message
+            assert "No space left on device" in message
+            for _ in range(3):  # refused while full, one warning for the whole outage
+                with pytest.raises(JournalFullError):
+                    journal.append([payload(99, 20_000)])
+                assert journal.check() is not None
+            assert sum("file system is full" in r.message for r in caplog.records) == 1
+            filler.unlink()
+            assert journal.check() is None  # recovered by itself, no reopening
+            assert any("appends resume" in r.message for r in caplog.records)
+            journal.append([b"after"])
+            journal.sync()
+            assert list(journal.replay()) == [*synced, b"after"]
+        finally:
+            journal.close()
 
 
 CHILD = textwrap.dedent(

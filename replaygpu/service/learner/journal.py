@@ -2,12 +2,13 @@
 
 In durable mode the committer, per commit round, calls ``journal.append(records)`` and then
 ``journal.sync()`` (one fdatasync per round) before it acknowledges; after a checkpoint of the
-table is durably saved it calls ``journal.checkpointed()``. On restart, after restoring the
+table is durably saved it calls ``journal.checkpointed(mark)``. On restart, after restoring the
 checkpoint, the server feeds ``journal.replay()`` back through its exactly-once path (records
 already in the checkpoint are dropped there as duplicates by ``(actor, seq)``). No TensorFlow.
 
 The files (segments, the record format, how records are read and checked, the directory
-lock) are described in `journal_files`; this module holds the `Journal` that writes them.
+lock) are described in `journal_files`, the segment being written in `journal_segment`; this
+module holds the `Journal` that writes them.
 
 Guarantees and limits:
 
@@ -23,18 +24,21 @@ Guarantees and limits:
   last record of the last segment cannot be told from a torn write and is truncated too; a
   power cut that persisted an unsynced record but not the one before it is reported as
   corruption (the error says how to truncate by hand).
-- Disk use is bounded by what was appended since the last checkpoint (plus 16 bytes a record):
-  `checkpointed` starts a new segment and deletes every earlier one, so checkpoint regularly.
-  Segments rotate at ``JournalConfig.segment_bytes``; a larger record gets a segment of its own.
-- After a failed write or fsync the journal refuses further appends (`JournalError`): what the
-  kernel reports once about a failed fsync it may not report again, so nothing written since
-  the last good `sync` may be acknowledged. Reopen it (restart the server) to recover.
+- Segments are kept back to the previous checkpoint: `checkpointed` deletes only those that
+  the checkpoint before the one just saved covers, so if the newest checkpoint turns out
+  corrupt, the previous one plus the journal still hold every acknowledged batch. Disk use is
+  what was appended since that previous checkpoint (plus 16 bytes a record). Segments rotate at
+  ``JournalConfig.segment_bytes``; a larger record gets a segment of its own.
+- A failed write or fsync fails that call (`JournalFullError` when the file system is full,
+  `JournalError` otherwise) and nothing since the last good `sync` may be acknowledged. The
+  journal recovers by itself: the next call (or `check`) cuts the segment back to its last
+  synced byte (`journal_segment`) and goes on; while the disk is full, not before there is
+  room for the write that failed.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import threading
@@ -42,25 +46,22 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from replaygpu.disk import describe_space
 from replaygpu.errors import ConfigError
 from replaygpu.service.learner.journal_files import (
     HEADER_BYTES,
-    MAX_RECORD_BYTES,
     JournalError,
+    frame_records,
     fsync_dir,
     lock_directory,
-    record_header,
     segment_name,
-    segment_numbers,
     segment_records,
-    valid_end,
 )
+from replaygpu.service.learner.journal_segment import OpenSegment, Outage, open_segments
 
 logger = logging.getLogger(__name__)
 
 MiB = 2**20
-_IOV_MAX = 1024  # buffers per writev: IOV_MAX on Linux and macOS
-_datasync = getattr(os, "fdatasync", os.fsync)
 
 
 @dataclass(frozen=True)
@@ -84,8 +85,8 @@ class JournalConfig:
 class Journal:
     """An open journal directory: append and sync records, replay them, drop checkpointed ones.
 
-    Appends come from one thread; `checkpointed`, `rotate` and the metric properties may be
-    called from others (a lock orders them).
+    Appends come from one thread; `checkpointed`, `rotate`, `check` and the metric properties
+    may be called from others (a lock orders them).
 
     Args:
         directory: the journal directory; created (with its parents) when missing.
@@ -115,80 +116,85 @@ class Journal:
         self._lock = threading.Lock()
         self._gc_lock = threading.Lock()
         self._lock_fd = lock_directory(self._dir)
-        self._fd = -1
-        self._sizes: dict[int, int] = {}  # segment number -> bytes, the current one last
-        self._current = 0
-        self._dirty = False
+        self._sizes: dict[int, int] = {}  # closed segment number -> bytes
+        self._segment: OpenSegment | None = None
+        self._marks: list[int] = []  # the segment each checkpoint starts after, oldest first
         self._closed = False
-        self._failed: str | None = None
-        self._records = self._bytes = self._truncated = 0
+        self._outage: Outage | None = None
+        self._records = self._bytes = 0
         try:
-            self._open_segments()
+            self._sizes, self._segment, self._truncated = open_segments(self._dir)
         except BaseException:
-            if self._fd >= 0:
-                os.close(self._fd)
             os.close(self._lock_fd)
             raise
         logger.info(
             "journal %s: opened, %d segment(s), %d bytes since the last checkpoint",
             self._dir,
-            len(self._sizes),
-            sum(self._sizes.values()),
+            self.segments,
+            self.nbytes,
         )
 
     def _path(self, number: int) -> Path:
         return self._dir / segment_name(number)
 
-    def _open_segments(self) -> None:
-        numbers = segment_numbers(self._dir)
-        if not numbers:
-            self._create(1)
-            return
-        self._sizes = {number: self._path(number).stat().st_size for number in numbers}
-        last = numbers[-1]
-        path = self._path(last)
-        size = self._sizes[last]
-        end, bad = valid_end(path, size)
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
-        self._current = last
-        if bad is not None:
-            logger.warning(
-                "journal segment %s: torn tail at byte offset %d (%s), left by a write cut "
-                "short before it was synced; truncated %d bytes",
-                path,
-                end,
-                bad.reason,
-                size - end,
-            )
-            os.ftruncate(self._fd, end)
-            os.fsync(self._fd)
-            self._sizes[last] = end
-            self._truncated = size - end
+    @property
+    def _current(self) -> OpenSegment:
+        if self._segment is None:
+            raise JournalError(f"journal {self._dir} is closed")
+        return self._segment
 
-    def _create(self, number: int) -> None:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
-        self._fd = os.open(self._path(number), flags, 0o600)
-        self._current = number
-        self._sizes[number] = 0
-        fsync_dir(self._dir)
+    # -- failures and recovery ------------------------------------------------------------------
 
     def _usable(self) -> None:
+        """Raise unless appends can go on (callers hold the lock); a failed journal first tries
+        to recover (`_recover`)."""
         if self._closed:
             raise JournalError(f"journal {self._dir} is closed")
-        if self._failed is not None:
-            raise JournalError(
-                f"journal {self._dir} failed earlier ({self._failed}); records appended since "
-                f"the last successful sync may not be on disk and must not be acknowledged. "
-                f"Reopen the journal (restart the server) to recover"
-            )
+        if self._outage is not None:
+            self._recover()
 
-    def _fail(self, what: str, exc: OSError) -> JournalError:
-        self._failed = f"{what} {self._path(self._current)}: {exc}"
-        logger.error("journal %s: %s", self._dir, self._failed)
-        return JournalError(
-            f"journal {self._dir}: {self._failed}; nothing appended since the last successful "
-            f"sync may be acknowledged, and the journal refuses further use until reopened"
+    def _recover(self) -> None:
+        outage = self._outage
+        assert outage is not None
+        if not outage.may_recover(self._dir):
+            raise outage.error(self._dir)  # still full: no syscalls that would fail again
+        segment = self._current
+        try:
+            cut = segment.roll_back()
+            fsync_dir(self._dir)
+        except OSError as exc:
+            raise self._fail(f"recovering (cutting {segment.path.name} back)", exc, 0) from exc
+        self._outage = None
+        logger.warning(
+            "journal %s: appends resume (%s; cut %d unacknowledged bytes after %s)",
+            self._dir,
+            describe_space(self._dir),
+            cut,
+            outage.what,
         )
+
+    def _fail(self, what: str, exc: OSError, needed: int) -> JournalError:
+        """Record a failed write, fsync or rotation (callers hold the lock); the error to raise."""
+        first = self._outage is None
+        self._outage = Outage.of(what, exc, needed)
+        if first:  # one line per outage, not one per refused round
+            logger.warning("%s", self._outage.error(self._dir))
+        return self._outage.error(self._dir)
+
+    def check(self) -> str | None:
+        """Try to recover from a failed write now, as the next append would.
+
+        Returns:
+            What still keeps appends out, or None when the journal takes them.
+        """
+        with self._lock:
+            if self._closed or self._outage is None:
+                return None
+            try:
+                self._recover()
+            except JournalError as exc:
+                return str(exc)
+            return None
 
     # -- writing --------------------------------------------------------------------------------
 
@@ -200,30 +206,17 @@ class Journal:
 
         Raises:
             ConfigError: a record is not bytes-like or is 4 GiB or larger; nothing was written.
-            JournalError: the journal is closed or failed, or this write failed (then it is
-                failed from now on).
+            JournalFullError: the file system is full; nothing of it will be replayed.
+            JournalError: the journal is closed, or a write failed (see the module docstring).
         """
-        frames = []
-        for index, record in enumerate(records):
-            try:
-                view = memoryview(record).cast("B")
-            except TypeError as exc:
-                raise ConfigError(
-                    f"Journal.append: record {index} is {type(record).__name__}, expected "
-                    f"contiguous bytes-like (bytes, bytearray, memoryview); nothing was written"
-                ) from exc
-            if view.nbytes > MAX_RECORD_BYTES:
-                raise ConfigError(
-                    f"Journal.append: record {index} is {view.nbytes} bytes, over the "
-                    f"{MAX_RECORD_BYTES}-byte limit of a journal record; nothing was written"
-                )
-            frames.append((record_header(view), view))
+        frames = frame_records(records)
+        needed = sum(HEADER_BYTES + view.nbytes for _, view in frames)
         with self._lock:
             self._usable()
             written = 0
             try:
                 group: list[tuple[bytes, memoryview]] = []
-                size = self._sizes[self._current]
+                size = self._current.size
                 for header, view in frames:
                     framed = HEADER_BYTES + view.nbytes
                     if size > 0 and size + framed > self.config.segment_bytes:
@@ -235,27 +228,13 @@ class Journal:
                     size += framed
                 return written + self._write(group)
             except OSError as exc:
-                raise self._fail("writing", exc) from exc
+                raise self._fail(f"writing {self._current.path.name}", exc, needed) from exc
 
     def _write(self, frames: list[tuple[bytes, memoryview]]) -> int:
-        """Write ``frames`` to the current segment, all of them (writev may write fewer)."""
-        buffers = [memoryview(b) for frame in frames for b in frame if len(b)]
-        total = sum(b.nbytes for b in buffers)
-        first = 0
-        while first < len(buffers):
-            done = os.writev(self._fd, buffers[first : first + _IOV_MAX])
-            if done == 0:
-                raise OSError(errno.EIO, "writev wrote nothing")
-            self._sizes[self._current] += done
-            self._dirty = True
-            while done > 0 and done >= buffers[first].nbytes:
-                done -= buffers[first].nbytes
-                first += 1
-            if done:
-                buffers[first] = buffers[first][done:]
+        written = self._current.write([memoryview(b) for frame in frames for b in frame])
         self._records += len(frames)
-        self._bytes += total
-        return total
+        self._bytes += written
+        return written
 
     def sync(self) -> None:
         """Make every record appended so far durable: one fdatasync, when anything is new.
@@ -263,26 +242,25 @@ class Journal:
         Acknowledge a record only after this returns.
 
         Raises:
-            JournalError: the journal is closed or failed, or the fsync failed (then it is
-                failed from now on).
+            JournalError: the journal is closed or failed, or the fsync failed.
         """
         with self._lock:
             self._usable()
-            if self._dirty:
-                try:
-                    _datasync(self._fd)
-                except OSError as exc:
-                    raise self._fail("syncing", exc) from exc
-                self._dirty = False
+            segment = self._current
+            try:
+                segment.sync()
+            except OSError as exc:
+                raise self._fail(f"syncing {segment.path.name}", exc, segment.size) from exc
 
     def _rotate(self) -> None:
-        """Sync and close the current segment and create the next (callers hold the lock)."""
-        if self._dirty:
-            _datasync(self._fd)
-            self._dirty = False
-        os.close(self._fd)
-        self._fd = -1
-        self._create(self._current + 1)
+        """Sync the current segment, create the next and close the current (callers hold the
+        lock); a failure leaves the current one open (and the next one, if made, current)."""
+        old = self._current
+        old.sync()
+        self._segment = OpenSegment(self._path(old.number + 1), old.number + 1, create=True)
+        self._sizes[old.number] = old.size
+        old.close()
+        fsync_dir(self._dir)
 
     def rotate(self) -> int:
         """Sync and close the current segment and start a new one, unless it is empty.
@@ -293,43 +271,75 @@ class Journal:
         """
         with self._lock:
             self._usable()
-            if self._sizes[self._current] > 0:
+            if self._current.size > 0:
                 try:
                     self._rotate()
                 except OSError as exc:
-                    raise self._fail("rotating", exc) from exc
-            return self._current
+                    raise self._fail(f"rotating {self._current.path.name}", exc, 0) from exc
+            return self._current.number
+
+    @property
+    def segment(self) -> int:
+        """The number of the segment being written."""
+        with self._lock:
+            return self._current.number
+
+    def resume_after(self, mark: int) -> None:
+        """Note that the checkpoint restored at start covers the segments below ``mark`` (0:
+        unknown), so that the next `checkpointed` keeps what it needs.
+
+        Raises:
+            JournalError: the journal's first segment is after ``mark``: acknowledged batches
+                between the checkpoint and the journal are in neither (nothing is changed).
+        """
+        with self._lock:
+            first = min([*self._sizes, self._current.number])
+            if mark > self._current.number:  # a journal started afresh since: all of it counts
+                mark = first
+        if 0 < mark < first:
+            raise JournalError(
+                f"journal {self._dir} starts at {segment_name(first)}, but the restored "
+                f"checkpoint needs {segment_name(mark)} and later: the batches acknowledged in "
+                f"between are in neither, so the server does not start. Put the newer "
+                f"checkpoint's files back, or move {self._dir} aside to start from the "
+                "checkpoint alone and lose those batches"
+            )
+        if mark > 0:
+            self._marks = [mark]
 
     def checkpointed(self, before: int | None = None) -> int:
-        """Delete the segments a durably saved checkpoint covers: those numbered below
-        ``before``, by default all but a new current one (``before = rotate()``).
+        """Note a durably saved checkpoint that covers the segments below ``before`` (by
+        default every record appended so far: ``before = rotate()``), and delete the segments
+        that the checkpoint before it covers: the previous checkpoint plus the journal must
+        still restore everything, should the newest turn out corrupt.
 
         Without ``before``, call it while no append can run between the checkpoint's snapshot
-        of the table and this call (inside the server's commit-exclusive section, right after
-        the save): every record appended before it is taken to be in the checkpoint. With it,
-        take ``before = rotate()`` in that section before saving and call this any time after.
-        Make the checkpoint durable (fsynced) first: what is deleted here exists nowhere else.
+        of the table and this call. With it, take ``before = rotate()`` in that section before
+        saving and call this any time after. Make the checkpoint durable (fsynced) first.
 
         Returns:
             The number of segments deleted.
 
         Raises:
             ConfigError: ``before`` is above the segment being written.
-            JournalError: the journal is closed or failed, or a deletion failed (that segment
-                and the later ones are kept).
+            JournalError: the journal is closed, or a deletion failed (that segment and the
+                later ones are kept; the next call deletes them).
         """
         if before is None:
             before = self.rotate()
         with self._lock:
-            self._usable()
-            if isinstance(before, bool) or not isinstance(before, int) or before > self._current:
+            if self._closed:
+                raise JournalError(f"journal {self._dir} is closed")
+            current = self._current.number
+            if isinstance(before, bool) or not isinstance(before, int) or before > current:
                 raise ConfigError(
                     f"Journal.checkpointed: before={before!r}, expected an int <= "
-                    f"{self._current}, the segment being written (take it from rotate())"
+                    f"{current}, the segment being written (take it from rotate())"
                 )
-            doomed = sorted(number for number in self._sizes if number < before)
-            for number in doomed:
-                del self._sizes[number]
+            cut = self._marks[-1] if self._marks else 0
+            self._marks = [cut, before] if cut else [before]
+            doomed = sorted(number for number in self._sizes if number < cut)
+            sizes = {number: self._sizes.pop(number) for number in doomed}
         with self._gc_lock:  # oldest first, each durably, so a crash leaves no gap behind
             for done, number in enumerate(doomed):
                 try:
@@ -338,9 +348,7 @@ class Journal:
                     fsync_dir(self._dir)
                 except OSError as exc:
                     with self._lock:
-                        for kept in doomed[done:]:
-                            with contextlib.suppress(OSError):
-                                self._sizes[kept] = self._path(kept).stat().st_size
+                        self._sizes.update({kept: sizes[kept] for kept in doomed[done:]})
                     raise JournalError(
                         f"journal {self._dir}: deleting checkpointed segment "
                         f"{segment_name(number)} failed: {exc}; it and the later ones are kept"
@@ -359,11 +367,13 @@ class Journal:
 
         Raises:
             JournalCorruptError: a record fails its checks; the records before it were yielded.
-            JournalError: the journal is closed or failed, or a segment was deleted meanwhile.
+            JournalError: the journal is closed, or a segment was deleted meanwhile.
         """
         with self._lock:
-            self._usable()
-            plan = [(self._path(number), size) for number, size in sorted(self._sizes.items())]
+            if self._closed:
+                raise JournalError(f"journal {self._dir} is closed")
+            sizes = {**self._sizes, self._current.number: self._current.size}
+            plan = [(self._path(number), size) for number, size in sorted(sizes.items())]
         for path, size in plan:
             try:
                 yield from segment_records(path, size)
@@ -382,15 +392,15 @@ class Journal:
 
     @property
     def nbytes(self) -> int:
-        """Bytes on disk in all segments: what was appended since the last checkpoint."""
+        """Bytes on disk in all segments: what was appended since the previous checkpoint."""
         with self._lock:
-            return sum(self._sizes.values())
+            return sum(self._sizes.values()) + (self._segment.size if self._segment else 0)
 
     @property
     def segments(self) -> int:
         """Segment files on disk, the one being written included."""
         with self._lock:
-            return len(self._sizes)
+            return len(self._sizes) + (self._segment is not None)
 
     @property
     def truncated_bytes(self) -> int:
@@ -419,15 +429,15 @@ class Journal:
             if self._closed:
                 return
             self._closed = True
+            segment, self._segment = self._segment, None
             try:
-                if self._dirty and self._failed is None:
-                    _datasync(self._fd)
+                if segment is not None and self._outage is None:
+                    segment.sync()
             except OSError as exc:
-                raise self._fail("syncing", exc) from exc
+                raise JournalError(f"journal {self._dir}: syncing at close failed: {exc}") from exc
             finally:
-                if self._fd >= 0:
-                    os.close(self._fd)
-                    self._fd = -1
+                if segment is not None:
+                    segment.close()
                 os.close(self._lock_fd)
 
     def __enter__(self) -> Journal:

@@ -23,11 +23,11 @@ import os
 import re
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from replaygpu.errors import ConfigError, ReplayError
+from replaygpu.errors import ConfigError, ReplayError, StorageFullError
 
 MAGIC = b"RGJ1"
 _PREFIX = struct.Struct("<4sII")  # magic, payload length, crc32 of the payload
@@ -40,6 +40,12 @@ _SEGMENT = re.compile(r"journal-(\d{6,})\.log")
 
 class JournalError(ReplayError, RuntimeError):
     """The journal cannot be used: it is closed, or a write or fsync failed earlier."""
+
+
+class JournalFullError(JournalError, StorageFullError):
+    """The journal's file system has no room for the records: appends are refused until space
+    is freed, then they resume by themselves (the message names the folder and the free bytes).
+    """
 
 
 class JournalCorruptError(JournalError):
@@ -95,6 +101,32 @@ def record_header(payload: memoryview) -> bytes:
     """The header that frames ``payload`` (a byte view under `MAX_RECORD_BYTES`) as a record."""
     prefix = _PREFIX.pack(MAGIC, payload.nbytes, zlib.crc32(payload))
     return prefix + struct.pack("<I", zlib.crc32(prefix))
+
+
+def frame_records(
+    records: Iterable[bytes | bytearray | memoryview],
+) -> list[tuple[bytes, memoryview]]:
+    """``(header, payload)`` of each record, ready to write.
+
+    Raises:
+        ConfigError: a record is not bytes-like or is 4 GiB or larger.
+    """
+    frames = []
+    for index, record in enumerate(records):
+        try:
+            view = memoryview(record).cast("B")
+        except TypeError as exc:
+            raise ConfigError(
+                f"Journal.append: record {index} is {type(record).__name__}, expected "
+                f"contiguous bytes-like (bytes, bytearray, memoryview); nothing was written"
+            ) from exc
+        if view.nbytes > MAX_RECORD_BYTES:
+            raise ConfigError(
+                f"Journal.append: record {index} is {view.nbytes} bytes, over the "
+                f"{MAX_RECORD_BYTES}-byte limit of a journal record; nothing was written"
+            )
+        frames.append((record_header(view), view))
+    return frames
 
 
 class BadRecord(NamedTuple):
@@ -203,6 +235,7 @@ def lock_directory(directory: Path) -> int:
     except BaseException:
         os.close(fd)
         raise
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    with contextlib.suppress(OSError):  # informative only: a full disk must not stop a start
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd

@@ -1,0 +1,42 @@
+"""Free space on a file system, for the messages of writes that found none. No TensorFlow.
+
+A full disk is a condition to report and ride out, not a bug: the journal refuses appends
+retryably while it lasts and a failed checkpoint is tried again later. `is_full` tells such a
+failure from others, `free_bytes` and `describe_space` say how much room there is.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+#: errno values of a write that found no room: the file system is full, or the user's quota
+FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def is_full(err: BaseException) -> bool:
+    """Whether ``err`` is a write that found no room (ENOSPC, EDQUOT; TensorFlow's file errors
+    carry the OS's words only: "No space left on device", "Disk quota exceeded")."""
+    if isinstance(err, OSError):
+        return err.errno in FULL_ERRNOS
+    text = str(err)
+    return any(os.strerror(code) in text for code in FULL_ERRNOS)
+
+
+def free_bytes(path: str | os.PathLike[str]) -> int | None:
+    """Bytes an unprivileged write can still use on the file system of ``path`` (None when it
+    cannot be asked)."""
+    try:
+        stat = os.statvfs(path)
+    except OSError:
+        return None
+    return stat.f_bavail * stat.f_frsize
+
+
+def describe_space(path: str | os.PathLike[str]) -> str:
+    """``"12288 bytes free of 4194304"`` on the file system of ``path``, or why it is unknown."""
+    try:
+        stat = os.statvfs(path)
+    except OSError as err:
+        return f"free space unknown ({err.strerror or err})"
+    return f"{stat.f_bavail * stat.f_frsize} bytes free of {stat.f_blocks * stat.f_frsize}"

@@ -1,0 +1,193 @@
+"""The segment a `Journal` writes: one file open for appending, how much of it is known to be on
+disk, and how it goes back to that after a failed write or fsync (an `Outage`); and opening a
+journal's segments, cutting a torn tail off the last one. No TensorFlow.
+
+Why going back is safe: every byte before `OpenSegment.synced` was fsynced before, and the
+bytes after it belong to records nobody acknowledged (an ack waits for `sync`). Cutting the file
+to `synced` and fsyncing that drops exactly those, whatever state a failed write or a failed
+fsync left in the page cache; a later fsync's success then covers everything kept.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from replaygpu.disk import describe_space, free_bytes, is_full
+from replaygpu.service.learner.journal_files import (
+    JournalError,
+    JournalFullError,
+    fsync_dir,
+    segment_name,
+    segment_numbers,
+    valid_end,
+)
+
+logger = logging.getLogger(__name__)
+
+_IOV_MAX = 1024  # buffers per writev: IOV_MAX on Linux and macOS
+_datasync = getattr(os, "fdatasync", os.fsync)
+
+
+class OpenSegment:
+    """Segment ``number``, open for appending at its end (created empty when ``create``).
+
+    Attributes:
+        path: the segment file.
+        number: its number.
+        size: bytes written to it.
+        synced: bytes known to be on disk: its size when opened, created or last synced.
+
+    Raises:
+        OSError: the file cannot be opened or created (nothing was changed).
+    """
+
+    def __init__(self, path: Path, number: int, create: bool) -> None:
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
+        if create:
+            flags |= os.O_CREAT | os.O_EXCL
+        self.fd = os.open(path, flags, 0o600)
+        self.path = path
+        self.number = number
+        self.size = self.synced = 0 if create else os.fstat(self.fd).st_size
+
+    @property
+    def dirty(self) -> bool:
+        """Whether bytes were written since the last sync."""
+        return self.size != self.synced
+
+    def write(self, buffers: list[memoryview]) -> int:
+        """Write all of ``buffers`` at the end (``writev`` may write fewer: it is repeated).
+
+        Returns:
+            The bytes written.
+
+        Raises:
+            OSError: a write failed (`size` counts what was written before it).
+        """
+        buffers = [b for b in buffers if b.nbytes]
+        total = sum(b.nbytes for b in buffers)
+        first = 0
+        while first < len(buffers):
+            done = os.writev(self.fd, buffers[first : first + _IOV_MAX])
+            if done == 0:
+                raise OSError(errno.EIO, "writev wrote nothing")
+            self.size += done
+            while done > 0 and done >= buffers[first].nbytes:
+                done -= buffers[first].nbytes
+                first += 1
+            if done:
+                buffers[first] = buffers[first][done:]
+        return total
+
+    def sync(self) -> None:
+        """fdatasync what was written since the last sync (nothing when nothing was)."""
+        if self.dirty:
+            _datasync(self.fd)
+            self.synced = self.size
+
+    def truncate(self, size: int) -> None:
+        """Cut the file to ``size`` bytes and make that durable."""
+        os.ftruncate(self.fd, size)
+        os.fsync(self.fd)
+        self.size = self.synced = size
+
+    def roll_back(self) -> int:
+        """Cut what was written since the last successful sync (see the module docstring).
+
+        Returns:
+            The bytes cut.
+
+        Raises:
+            OSError: the truncation or its fsync failed.
+        """
+        cut = self.size - self.synced
+        self.truncate(self.synced)
+        return cut
+
+    def close(self) -> None:
+        """Close the file (without syncing it)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+@dataclass(frozen=True)
+class Outage:
+    """A failed write, fsync or rotation of a journal, until it recovers.
+
+    Attributes:
+        what: what failed, in the OS's words.
+        full: the file system was full (ENOSPC, EDQUOT).
+        needed: bytes the failed write wanted; a full disk recovers once they are free.
+    """
+
+    what: str
+    full: bool
+    needed: int
+
+    @classmethod
+    def of(cls, what: str, exc: OSError, needed: int) -> Outage:
+        """The outage that ``exc``, raised while doing ``what``, starts."""
+        return cls(f"{what} failed: {exc.strerror or exc}", is_full(exc), needed)
+
+    def may_recover(self, directory: Path) -> bool:
+        """Whether to try a recovery now: not for a full disk that still lacks the room."""
+        free = free_bytes(directory)
+        return not self.full or free is None or free >= self.needed
+
+    def error(self, directory: Path) -> JournalError:
+        """The error that appends get while it lasts (naming the folder and the free bytes)."""
+        if self.full:
+            return JournalFullError(
+                f"journal {directory}: its file system is full ({self.what}; "
+                f"{describe_space(directory)}, {self.needed} needed); appends are refused "
+                "until space is freed, then resume by themselves"
+            )
+        return JournalError(
+            f"journal {directory}: {self.what}; nothing appended since the last successful "
+            "sync may be acknowledged; the next append tries again from there"
+        )
+
+
+def open_segments(directory: Path) -> tuple[dict[int, int], OpenSegment, int]:
+    """Open a journal directory's segments for appending to the last (creating the first in an
+    empty one); a torn tail of the last is truncated with a warning.
+
+    Returns:
+        ``({closed segment number: bytes}, the last segment, bytes truncated off it)``.
+
+    Raises:
+        JournalCorruptError: the last segment is corrupt before its end, or a segment is
+            missing between the first and the last.
+    """
+    numbers = segment_numbers(directory)
+    if not numbers:
+        segment = OpenSegment(directory / segment_name(1), 1, create=True)
+        fsync_dir(directory)
+        return {}, segment, 0
+    *closed, last = numbers
+    sizes = {number: (directory / segment_name(number)).stat().st_size for number in closed}
+    path = directory / segment_name(last)
+    segment = OpenSegment(path, last, create=False)
+    try:
+        end, bad = valid_end(path, segment.size)
+        if bad is None:
+            return sizes, segment, 0
+        logger.warning(
+            "journal segment %s: torn tail at byte offset %d (%s), left by a write cut short "
+            "before it was synced; truncated %d bytes",
+            path,
+            end,
+            bad.reason,
+            segment.size - end,
+        )
+        truncated = segment.size - end
+        segment.truncate(end)
+        return sizes, segment, truncated
+    except BaseException:
+        segment.close()
+        raise
