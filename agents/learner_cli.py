@@ -6,8 +6,10 @@ its replay table over gRPC, trains the agent's update under a samples-per-insert
 limiter as the actors' transitions arrive, and publishes weights; ``replaygpu actor ADDRESS``
 learns the env, the policy and its exploration from it. With ``--checkpoint-dir`` it resumes
 from the newest checkpoint there, saves one every ``--checkpoint-every-s`` and a last one on
-SIGTERM or Ctrl-C. It exits once the run's ``--steps`` transitions arrived and its replay
-budget is spent, or on a signal.
+SIGTERM or Ctrl-C. Once the run's ``--steps`` transitions arrived it tells the actors that
+the run is finished (they exit), trains out its replay budget, evaluates ``--eval-episodes``
+greedy episodes, and exits; a signal stops it at once. It writes TensorBoard scalars to
+``--logdir`` (default: the checkpoint folder) and logs progress every 10 s.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import time
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -69,6 +70,19 @@ def learner_parser(agent: str, env_id: str | None = None) -> argparse.ArgumentPa
     parser.add_argument(
         "--max-actors", type=positive_int, default=1024, help="concurrent actor streams at most"
     )
+    parser.add_argument(
+        "--logdir",
+        help="write TensorBoard scalars here (loss, Q, episode return and length from the "
+        "actors' reports, SGD steps/s, samples per insert, eval return); default: the "
+        "--checkpoint-dir, none without one",
+    )
+    parser.add_argument(
+        "--eval-every-s",
+        type=_seconds,
+        default=0.0,
+        help="run a greedy evaluation of --eval-episodes episodes every this many seconds, "
+        "beside training (default 0: only the one at the end of a run with --steps)",
+    )
     add_server_security_flags(parser)
     add_config_flags(parser, config_cls)
     return parser
@@ -100,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
     tls = server_tls(opts)
 
     from replaygpu.agents.learner import LearnerService
+    from replaygpu.agents.learner_report import LearnerReport
     from replaygpu.agents.runs import RunControl
 
     module = "replaygpu.agents.learner"
@@ -107,8 +122,9 @@ def run(args: argparse.Namespace) -> int:
     server_config = rg.ServerConfig(max_actors=opts.max_actors)
     with control:
         service = LearnerService(config, control, opts.token, tls, server_config)
-        metrics, trained = None, False
+        metrics, report, trained = None, None, False
         try:
+            report = LearnerReport(service, opts.logdir or opts.checkpoint_dir, opts.eval_every_s)
             if opts.metrics_port is not None:
                 metrics = _start_metrics(opts.metrics_port, service)
             print(
@@ -118,8 +134,10 @@ def run(args: argparse.Namespace) -> int:
                 flush=True,
             )
             trained = True
-            _train(service)
+            service.train_to_end(report)
         finally:
+            if report is not None:
+                report.close()
             if metrics is not None:
                 metrics.close()
             service.close(save=trained)  # a start that failed leaves the folder as it was
@@ -128,25 +146,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _train(service: Any) -> None:
-    """Step the service until done, logging progress every 10 s."""
-    last_log = time.monotonic()
-    while True:
-        ran = service.step()
-        if service.done(ran):
-            return
-        if time.monotonic() - last_log >= 10.0:
-            last_log = time.monotonic()
-            stats = service.stats()
-            logger.info(
-                "inserted %d, table %d, SGD steps %d (%.0f/s), actors %d, weights v%d",
-                service.table.total_inserted,
-                service.table.size,
-                stats["sgd_steps"],
-                stats["sgd_steps_per_s"],
-                service.server.open_streams,
-                service.learner.weight_store.version,
-            )
+def _seconds(text: str) -> float:
+    """A number of seconds >= 0 (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0.0:  # also NaN
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected seconds >= 0 (0: off)")
+    return value
 
 
 def _start_metrics(port: int, service: Any) -> Any:

@@ -20,6 +20,7 @@ from replaygpu.agents.learner import LearnerService
 from replaygpu.agents.learner_report import LearnerReport
 from replaygpu.agents.runs import RunControl
 from replaygpu.service.learner.run_stats import RunStats
+from replaygpu.service.ops.commands import learner_line
 from replaygpu.service.wire.append_request import encode_append_request
 from replaygpu.v1 import replay_pb2, replay_pb2_grpc
 
@@ -114,10 +115,14 @@ def test_info_of_a_served_learner_carries_learner_stats(table, stub_of):
         server.run_stats.set_loss(0.25)
         server.run_stats.set_eval(120.5, 300)
         server.run_stats.target_steps = 1000
-        stats = stub.Info(replay_pb2.InfoRequest()).learner_stats
+        info = stub.Info(replay_pb2.InfoRequest())
+    stats = info.learner_stats
     assert (stats.loss, stats.mean_return, stats.mean_length) == (0.25, 7.0, 2.0)
     assert (stats.episodes, stats.recent_episodes) == (1, 1)
     assert (stats.eval_return, stats.eval_step, stats.target_steps) == (120.5, 300, 1000)
+    line = learner_line(info)  # what `replaygpu info` prints
+    assert "SGD step 0 of 1000, loss 0.25, return 7.0 and length 2 " in line
+    assert "(mean of the last 1 of 1 episodes), eval return 120.5 at SGD step 300" in line
 
 
 def test_info_of_a_bare_table_has_no_learner_stats(table, stub_of):

@@ -122,6 +122,35 @@ def test_learner_stats_are_read_at_each_scrape_and_override_the_servers_checkpoi
     assert second[("replaygpu_last_checkpoint_duration_seconds", ())] == 0.25
 
 
+def test_a_scrape_has_the_loss_recent_return_and_eval_gauges_once_they_are_known(table):
+    with (
+        rg.serve(table, "127.0.0.1:0") as server,
+        rg.start_metrics_server(0, server, address="127.0.0.1") as metrics,
+    ):
+        before = scrape(metrics.url)
+        with grpc.insecure_channel(server.address) as channel:
+            stub = replay_pb2_grpc.ReplayServiceStub(channel)
+            data = encode_append_request("replay", "a", 1, columns([1]), [(10.0, 10), (30.0, 50)])
+            list(stub.Append(iter([replay_pb2.AppendRequest.FromString(data)])))
+        server.run_stats.set_loss(0.5)
+        server.run_stats.set_eval(200.0, 64)
+        after = scrape(metrics.url)
+    for name in (
+        "replaygpu_learner_loss",
+        "replaygpu_recent_episode_return",
+        "replaygpu_eval_return",
+    ):
+        assert (name, ()) not in before  # NaN: not known yet, left out
+    assert before[("replaygpu_episodes_total", ())] == 0
+    assert after[("replaygpu_learner_loss", ())] == 0.5
+    assert after[("replaygpu_recent_episode_return", ())] == 20.0
+    assert after[("replaygpu_recent_episode_length", ())] == 30.0
+    assert after[("replaygpu_recent_episodes", ())] == 2
+    assert after[("replaygpu_episodes_total", ())] == 2
+    assert after[("replaygpu_eval_return", ())] == 200.0
+    assert after[("replaygpu_eval_sgd_step", ())] == 64
+
+
 def test_a_failing_learner_stats_leaves_the_servers_metrics_in_the_scrape(table, caplog):
     def broken():
         raise RuntimeError("learner gone")

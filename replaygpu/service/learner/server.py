@@ -318,8 +318,8 @@ class ReplayServer:
         `replaygpu.service.ops.metrics`): ``ingested_transitions`` and ``ingested_bytes`` (of Append
         requests this process committed), ``staged_batches``, ``staged_bytes``, ``table_size``,
         ``table_capacity``, ``table_inserted``, ``sampled`` (by the learner), ``weights_version``,
-        ``open_streams``, ``refused_streams``, ``actors`` (in the ledger), ``checkpoints`` and
-        ``checkpoint_seconds`` (the last one's)."""
+        ``open_streams``, ``refused_streams``, ``actors`` (in the ledger), ``checkpoints``,
+        ``checkpoint_seconds`` (the last one's) and the `run_stats` values."""
         servicer, queue = self._servicer, self._ingest.queue
         ingested = servicer.ingested
         return {
@@ -337,6 +337,7 @@ class ReplayServer:
             "actors": self.ledger.actors(),
             "checkpoints": self.checkpoints,
             "checkpoint_seconds": self.checkpoint_seconds,
+            **servicer.run_stats.values(),  # NaN where not known yet
         }
 
     def append_answers(self) -> dict[str, int]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -296,6 +297,8 @@ def run_info(args: argparse.Namespace) -> int:
         f"{reply.weights_version}, learner steps {reply.learner_steps}, actors {reply.actors}, "
         f"staged {reply.staged_batches} batches / {reply.staged_bytes} bytes"
     )
+    if reply.HasField("learner_stats"):
+        print(learner_line(reply))
     for t in reply.tables:
         print(
             f"table {t.name}: size {t.size}/{t.capacity}, inserted {t.inserted}, "
@@ -311,6 +314,24 @@ def run_info(args: argparse.Namespace) -> int:
                 f"sampled {r.sampled}"
             )
     return 0
+
+
+def learner_line(reply: Any) -> str:
+    """``replaygpu info``'s line of an ``InfoResponse``'s ``learner_stats`` (nan: not known
+    yet)."""
+    stats = reply.learner_stats
+    evaluated = (
+        f"eval return {stats.eval_return:.1f} at SGD step {stats.eval_step}"
+        if not math.isnan(stats.eval_return)
+        else "no eval yet"
+    )
+    budget = f"of {stats.target_steps}" if stats.target_steps else "(no end)"
+    return (
+        f"learner: {'run finished, ' if reply.run_finished else ''}SGD step "
+        f"{reply.learner_steps} {budget}, loss "
+        f"{stats.loss:.4g}, return {stats.mean_return:.1f} and length {stats.mean_length:.0f} "
+        f"(mean of the last {stats.recent_episodes} of {stats.episodes} episodes), {evaluated}"
+    )
 
 
 def run_health(args: argparse.Namespace) -> int:
