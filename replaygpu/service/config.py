@@ -94,6 +94,13 @@ class ServerConfig:
         staging_max_bytes: staged bytes, at most (one batch is always admitted).
         staging_timeout_s: how long an append waits for room in a full staging queue before
             RESOURCE_EXHAUSTED.
+        inflight_max_bytes: bytes of Append requests read and not yet committed or refused,
+            over all streams, at most (staged ones included): a stream waits for room before
+            it reads its next message, so HTTP/2 flow control holds its sender back, and the
+            server's request memory stays bounded whatever the number of streams (see
+            `replaygpu.service.learner.admission` for the exact bound). A request larger than
+            this is still served, alone. The default holds 8 requests of the default largest
+            size, which keeps the admit threads and the committer busy.
         max_actors: concurrent Append streams (one per connected actor) at most; one more is
             answered RESOURCE_EXHAUSTED at once, naming this limit. Streams are coroutines
             on the server's event loop, not threads, so this bounds memory, not threads.
@@ -119,6 +126,7 @@ class ServerConfig:
     staging_max_batches: int = 64
     staging_max_bytes: int = 512 * MiB
     staging_timeout_s: float = 30.0
+    inflight_max_bytes: int = 512 * MiB
     max_actors: int = 1024
     journal_dir: str | None = None
     admit_threads: int = 2
@@ -127,7 +135,12 @@ class ServerConfig:
     freeze_gc: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("max_message_bytes", "staging_max_batches", "staging_max_bytes"):
+        for name in (
+            "max_message_bytes",
+            "staging_max_batches",
+            "staging_max_bytes",
+            "inflight_max_bytes",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"ServerConfig.{name}: got {getattr(self, name)}, expected >= 1")
         for name in ("max_actors", "admit_threads"):

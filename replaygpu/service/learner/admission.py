@@ -1,13 +1,42 @@
-"""Admitting one Append request: parse it and check it against the served table.
+"""Admitting one Append request: the byte budget it is read under, then parse and check it.
 
-Steps 2 and 3 of the Append path (`servicer`): the received bytes are parsed without copying
-the tensor data, the header (table, size, actor, seq) is checked, then every field's dtype and
-shape against the table's host spec, before anything is copied or staged. Each check raises
-the `ServiceError` the client gets, with the request's seq. Imports no TensorFlow.
+Steps 1 to 3 of the Append path (`servicer`):
+
+1. **budget**: every stream reserves room in one `RequestBudget`, shared by all streams, before
+   it reads its next message, and holds it until that batch is committed or refused. While a
+   stream waits, gRPC has no read pending on it, so HTTP/2 flow control stops its sender
+   after one stream window (64 KiB: the server turns off gRPC's window growth);
+2. **parse**: the received bytes are parsed without copying the tensor data;
+3. **check**: the header (table, size, actor, seq), then every field's dtype and shape against
+   the table's host spec, before anything is copied or staged. Each check raises the
+   `ServiceError` the client gets, with the request's seq. Imports no TensorFlow.
+
+The bound. A message's size is known only once it is read, and gRPC receives a whole message
+once a read is pending (it opens the stream's window to the message's length). So a read
+reserves an estimate and is settled to the real size after it: the stream's previous message
+size, or ``min(max_message_bytes, budget)`` for its first. A request is counted from its read
+until its batch is answered (committed, acknowledged as a duplicate, or refused). Hence, with
+``B`` the budget:
+
+- bytes reserved or held <= ``B`` + the growth of the messages being read at that moment
+  (a message larger than its stream's previous one); streams that send steady sizes (full
+  client batches, the benchmark's 64 MiB requests) never exceed ``B``, whatever their number;
+- a message larger than ``B`` is still read, when nothing else is held (one stream alone can
+  always proceed: the budget never deadlocks);
+- the rest of the server's request memory is outside this count and bounded apart: the
+  staged copies' free pool (``staging_max_bytes / 2``), one message parsed and copied per admit
+  thread (the received bytes and their copy both live while it is copied), and the commit's
+  joined group (`ingest.GROUP_BYTES`).
+
+The one cost: a stream that holds a reservation while its sender is idle keeps those bytes
+from the others (streams are served in arrival order), so the budget should hold a good many
+typical requests; the default holds 8 requests of the largest size.
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
 from typing import Any
 
 import numpy as np
@@ -112,3 +141,93 @@ def decode_columns(
     except BatchError as err:
         raise InvalidBatchError(f"table '{table}', seq {request.seq}: {err}", request.seq) from err
     return columns, n
+
+
+class RequestBudget:
+    """Bytes of Append requests in flight, over every stream: read (or being read) and not yet
+    answered. Streams reserve in arrival order (`reserve`); use it on the event loop only.
+
+    Args:
+        max_bytes: the budget (``ServerConfig.inflight_max_bytes``).
+
+    Attributes:
+        used: bytes reserved or held now.
+        peak: the most ``used`` ever was (a message larger than the budget, read alone, or the
+            growth described in the module docstring, can take it over ``max_bytes``).
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = int(max_bytes)
+        self.used = 0
+        self.peak = 0
+        self._waiters: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
+
+    @property
+    def waiting(self) -> int:
+        """Streams waiting for room now (none of them has a read pending)."""
+        return len(self._waiters)
+
+    async def reserve(self, nbytes: int) -> Hold:
+        """Wait until ``nbytes`` fit (or nothing is held), after the streams that waited before.
+
+        Returns:
+            the `Hold` of those bytes; release it (or resize it) exactly as the request goes.
+        """
+        if not self._waiters and self._fits(nbytes):
+            self._take(nbytes)
+            return Hold(self, nbytes)
+        entry = (nbytes, asyncio.get_running_loop().create_future())
+        self._waiters.append(entry)
+        try:
+            await entry[1]
+        except asyncio.CancelledError:  # the stream ended while it waited
+            if entry[1].done() and not entry[1].cancelled():
+                self._give(nbytes)  # granted just before: give it back
+            else:
+                self._waiters.remove(entry)
+                self._grant()  # it may have been the head that did not fit
+            raise
+        return Hold(self, nbytes)
+
+    def _fits(self, nbytes: int) -> bool:
+        return self.used == 0 or self.used + nbytes <= self.max_bytes
+
+    def _take(self, nbytes: int) -> None:
+        self.used += nbytes
+        self.peak = max(self.peak, self.used)
+
+    def _give(self, nbytes: int) -> None:
+        self.used -= nbytes
+        self._grant()
+
+    def _grant(self) -> None:
+        """Wake the waiters at the head that fit now, in order."""
+        while self._waiters and self._fits(self._waiters[0][0]):
+            nbytes, future = self._waiters.popleft()
+            if not future.done():  # else cancelled: its stream ended
+                self._take(nbytes)
+                future.set_result(None)
+
+
+class Hold:
+    """Bytes held in a `RequestBudget` for one request (on the event loop only)."""
+
+    def __init__(self, budget: RequestBudget, nbytes: int) -> None:
+        self._budget = budget
+        self.nbytes = nbytes
+
+    def resize(self, nbytes: int) -> None:
+        """Hold ``nbytes`` instead (the read message's real size; growing never waits: the
+        bytes are here already)."""
+        budget, delta = self._budget, nbytes - self.nbytes
+        self.nbytes = nbytes
+        if delta > 0:
+            budget._take(delta)
+        elif delta < 0:
+            budget._give(-delta)
+
+    def release(self) -> None:
+        """Give the bytes back (once; later calls do nothing)."""
+        nbytes, self.nbytes = self.nbytes, 0
+        if nbytes:
+            self._budget._give(nbytes)

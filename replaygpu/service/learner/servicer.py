@@ -4,7 +4,10 @@ Every handler is a coroutine on the server's one asyncio loop (`eventloop.EventL
 an open Append stream costs a coroutine, not a thread, and health checks and Info never wait
 for a free worker. An ``Append`` stream reads top to bottom here:
 
-1. gRPC hands each request over as the received bytes (no deserializer);
+1. **budget**: the stream waits for room in the server's one request budget
+   (`admission.RequestBudget`, ``inflight_max_bytes``) before it reads its next request, so
+   HTTP/2 flow control holds its sender back; gRPC hands the request over as the received
+   bytes (no deserializer), and its bytes stay counted until the batch is answered;
 2. **parse** (`admission.parse_request`: tensor data stay views of the received bytes);
 3. **validate** the header (table, actor, seq, size) and every field's dtype and shape against
    the table's host spec before decoding anything (`admission`);
@@ -38,7 +41,13 @@ from replaygpu.errors import BatchError
 from replaygpu.fields import HostSpec
 from replaygpu.learner.weights import WeightSnapshot, WeightStore
 from replaygpu.service.config import ActorSettings, ServerConfig
-from replaygpu.service.learner.admission import check_header, decode_columns, parse_request
+from replaygpu.service.learner.admission import (
+    Hold,
+    RequestBudget,
+    check_header,
+    decode_columns,
+    parse_request,
+)
 from replaygpu.service.learner.ingest import Ingest
 from replaygpu.service.learner.run_stats import RunStats
 from replaygpu.service.learner.staging import StagedBatch, StagingQueue
@@ -139,6 +148,8 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         self.ingested = 0
         self.answered = dict.fromkeys(ANSWER_CODES, 0)
         self._outboxes: set[asyncio.Queue[Any]] = set()  # of the open Append streams
+        #: bytes of the requests read and not answered yet, over all streams (on the loop)
+        self.budget = RequestBudget(config.inflight_max_bytes)
         #: actor -> highest seq staged (accepted, maybe not yet committed), least recent first;
         #: Info reports it, so a client restarted under the same id starts past batches of its
         #: previous incarnation that are still on their way into the table
@@ -231,12 +242,26 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         outbox: asyncio.Queue[Any],
         post: Callable[[Any], None],
     ) -> None:
-        """Admit each request of one stream; errors and the end go to ``outbox``."""
+        """Admit each request of one stream, each read under the request budget (reserved
+        before the read, settled to its size after); errors and the end go to ``outbox``."""
         count = 0
+        budget = self.budget
+        expect = min(self.config.max_message_bytes, budget.max_bytes)  # a first: the largest
         try:
-            async for data in requests:
+            while True:
+                hold = await budget.reserve(expect)  # no read pending while this waits
+                try:
+                    data = await anext(requests)
+                except BaseException:  # the end (StopAsyncIteration) or the client went away
+                    hold.release()
+                    raise
+                hold.resize(len(data))
+                expect = max(1, len(data))
                 count += 1
-                await self._admit(data, outbox, post)
+                await self._admit(data, hold, post)
+                del data  # not kept while the next request is read
+        except StopAsyncIteration:
+            pass
         except (ServiceError, BatchError) as err:
             outbox.put_nowait(err)
         except (asyncio.CancelledError, grpc.aio.AbortError, grpc.RpcError):
@@ -247,29 +272,38 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
             outbox.put_nowait(err)
         outbox.put_nowait(StreamEnd(count))
 
-    async def _admit(
-        self, data: bytes, outbox: asyncio.Queue[Any], post: Callable[[Any], None]
-    ) -> None:
-        """Parse, validate, copy and stage one request (or ack a replay at once)."""
+    async def _admit(self, data: bytes, hold: Hold, post: Callable[[Any], None]) -> None:
+        """Parse, validate, copy and stage one request (or ack a replay at once); ``hold``
+        (its bytes in the budget) is released when it is answered, or here when it fails."""
         loop = asyncio.get_running_loop()
-        if len(data) >= OFF_LOOP_BYTES:
-            item = await loop.run_in_executor(self._admit_pool, self.prepare, data, post)
-        else:
-            prepared = loop.create_future()
-            self._waiting.append((data, post, prepared))
-            if self._admitter is None:
-                self._admitter = loop.create_task(self._admit_in_turns())
-            item = await prepared
-        if item is None:  # a replay, acknowledged already
-            return
-        deadline = asyncio.get_running_loop().time() + self._queue.put_timeout_s
-        delay = 0.001
-        while not self._queue.try_put(item):
-            if asyncio.get_running_loop().time() > deadline:
-                self.buffers.release(item.columns)
-                raise self._queue.full_error(item.seq)
-            await asyncio.sleep(delay)
-            delay = min(2 * delay, 0.02)
+
+        def answer(item: Any) -> None:  # its ack or error, maybe from the committer thread
+            with contextlib.suppress(RuntimeError):  # the loop closed: the server stopped
+                loop.call_soon_threadsafe(hold.release)
+            post(item)
+
+        try:
+            if len(data) >= OFF_LOOP_BYTES:
+                item = await loop.run_in_executor(self._admit_pool, self.prepare, data, answer)
+            else:
+                prepared = loop.create_future()
+                self._waiting.append((data, answer, prepared))
+                if self._admitter is None:
+                    self._admitter = loop.create_task(self._admit_in_turns())
+                item = await prepared
+            if item is None:  # a replay, acknowledged already
+                return
+            deadline = loop.time() + self._queue.put_timeout_s
+            delay = 0.001
+            while not self._queue.try_put(item):
+                if loop.time() > deadline:
+                    self.buffers.release(item.columns)
+                    raise self._queue.full_error(item.seq)
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, 0.02)
+        except BaseException:
+            hold.release()
+            raise
         self._note_staged(item.actor_id, item.seq)
 
     async def _admit_in_turns(self) -> None:
