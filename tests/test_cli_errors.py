@@ -1,11 +1,18 @@
 """Expected failures of every command end in one line on stderr and exit status 2; --debug
-shows the traceback; --version and ``python -m replaygpu`` work."""
+shows the traceback; --version and ``python -m replaygpu`` work.
+
+Flag and value errors come before TensorFlow is imported: those tests run the CLI with
+TensorFlow made unimportable (``sys.modules["tensorflow"] = None``), so a command that imported
+it first would end in "tensorflow is not installed" instead of the value's error. The same
+setting stands for ``pip install replaygpu`` without the ``cpu``/``gpu`` extra."""
 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +28,25 @@ def replaygpu(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         text=True,
         timeout=timeout,
         env=ENV,
+    )
+
+
+#: the CLI in a Python where ``import tensorflow`` fails as it does when it is not installed
+WITHOUT_TENSORFLOW = (
+    "import sys; sys.modules['tensorflow'] = None; from replaygpu.cli import main; sys.exit(main())"
+)
+
+
+def replaygpu_without_tensorflow(
+    *args: str, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", WITHOUT_TENSORFLOW, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=ENV,
+        cwd=cwd,
     )
 
 
@@ -111,3 +137,79 @@ def test_debug_shows_the_traceback():
 def test_python_m_replaygpu_prints_the_version():
     proc = replaygpu("--version")
     assert proc.returncode == 0 and proc.stdout.strip() == f"replaygpu {__version__}"
+
+
+# (command line, what its one error line says); every subcommand, flag errors from argparse and
+# value errors from the config dataclasses alike
+BAD_FLAGS = [
+    (
+        ["learner", "--agent", "dqn", "--env", "CartPole-v1", "--batch-size", "-3"],
+        "--batch-size: got -3",
+    ),
+    (["learner", "--agent", "sac", "--env", "Pendulum-v1", "--tau", "2"], "--tau: got 2.0"),
+    (["learner", "--env", "ALE/Pong-v5", "--buffer-size", "3"], "--buffer-size: got 3"),
+    (["learner", "--agent", "ppo"], "argument --agent: invalid choice: 'ppo'"),
+    (["learner", "--max-actors", "0"], "argument --max-actors: got '0'"),
+    (["learner", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    (["demo", "cartpole", "--batch-size", "abc"], "argument --batch-size: invalid int value"),
+    (["demo", "pendulum", "--gamma", "2"], "--gamma: got 2.0"),
+    (["demo", "breakout", "--n-step", "0"], "--n-step: got 0"),
+    (["demo", "apex-cartpole", "--num-actors", "0"], "--num-actors: got 0"),
+    (["demo", "apex-breakout", "--batch-size", "0"], "--batch-size: got 0"),
+    (["demo", "no-such-demo"], "invalid choice: 'no-such-demo'"),
+    (["eval", "/nonexistent"], "'/nonexistent': no run.json"),
+    (["eval", "/nonexistent", "--episodes", "0"], "--episodes: got 0"),
+    (["serve", "--env", "CartPole-v1", "--capacity", "0"], "argument --capacity: got '0'"),
+    (["serve", "--capacity", "10"], "one of the arguments --env --spec is required"),
+    (["info"], "the following arguments are required: address"),
+    (["health", "127.0.0.1:1", "--timeout", "soon"], "argument --timeout: invalid float value"),
+    (["actor"], "the following arguments are required: address"),
+    (["actor", "127.0.0.1:1", "--num-envs", "many"], "argument --num-envs: invalid int value"),
+    (["no-such-command"], "invalid choice: 'no-such-command'"),
+]
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    BAD_FLAGS,
+    ids=["-".join(args[:2]) + f"-{i}" for i, (args, _) in enumerate(BAD_FLAGS)],
+)
+def test_a_bad_flag_or_value_is_one_line_before_tensorflow_is_imported(args, says):
+    proc = replaygpu_without_tensorflow(*args)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.count("\n") == 1 and says in proc.stderr, proc.stderr[-2000:]
+    prog = "replaygpu" if args[0] == "no-such-command" else f"replaygpu {args[0]}"
+    assert proc.stderr.startswith(prog) and ": error: " in proc.stderr, proc.stderr
+    assert "usage:" not in proc.stderr and proc.stdout == ""
+
+
+def test_help_still_prints_the_full_usage():
+    proc = replaygpu_without_tensorflow("learner", "--agent", "dqn", "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: replaygpu learner") and "--batch-size" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["learner", "--agent", "dqn", "--env", "CartPole-v1"],
+        ["demo", "cartpole"],
+    ],
+    ids=["learner", "demo"],
+)
+def test_without_tensorflow_learner_and_demo_name_the_extra_to_install(args, tmp_path):
+    proc = replaygpu_without_tensorflow(*args, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith(f"replaygpu {args[0]}: error: tensorflow is not installed")
+    assert 'pip install "replaygpu[cpu]"' in proc.stderr and '"replaygpu[gpu]"' in proc.stderr
+    assert list(tmp_path.iterdir()) == []  # no run folder made
+
+
+def test_serving_on_a_port_in_use_says_address_already_in_use_in_one_line():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = replaygpu("serve", "--env", "CartPole-v1", "--address", f"127.0.0.1:{port}")
+    assert "address already in use" in error_line(proc)
