@@ -34,3 +34,21 @@ def require_positive(config: Any, *names: str) -> None:
 def require_widths(config: Any, name: str = "hidden_sizes") -> None:
     """The named tuple of layer widths is non-empty and positive."""
     require(config, [name], lambda v: bool(v) and min(v) >= 1, "positive widths like 256,256")
+
+
+def require_vector_loop(config: Any, *positive: str) -> None:
+    """The fields of a single-process training loop over a vector env (DQN's, SAC's): the run
+    length and sizes (and each of ``positive``) >= 1, ``learning_starts`` >= 0, ``gamma`` in
+    [0, 1], ``learning_rate`` > 0, ``hidden_sizes``, and ``train_freq`` a multiple of
+    ``num_envs`` (a chunk holds whole vector steps)."""
+    sizes = ("batch_size", "buffer_size", "train_freq", "gradient_steps", "num_envs")
+    require_positive_ints(config, "steps", *sizes, "eval_episodes", *positive)
+    require(config, ["learning_starts"], lambda v: v >= 0, ">= 0")
+    require_unit_interval(config, "gamma")
+    require_positive(config, "learning_rate")
+    require_widths(config)
+    if config.train_freq % config.num_envs:
+        raise rg.ConfigError(
+            f"train_freq: got {config.train_freq}, expected a multiple of num_envs "
+            f"({config.num_envs}) so that each chunk holds whole vector steps"
+        )

@@ -15,8 +15,6 @@ the GIL) overlap (`training_jobs.TrainingJobs`).
 from __future__ import annotations
 
 import functools
-import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,19 +25,18 @@ import tensorflow as tf
 import replaygpu as rg
 from replaygpu.agents.dqn_config import DQNConfig as DQNConfig
 from replaygpu.agents.dqn_config import LinearEpsilon as LinearEpsilon
-from replaygpu.agents.envs import (
-    EpisodeStats,
-    TransitionChunk,
-    evaluate,
-    make_vector_env,
-)
+from replaygpu.agents.envs import ChunkCollector, evaluate, make_vector_env
 from replaygpu.agents.networks import MLP, Adam, Schedule, copy_weights
 from replaygpu.agents.policies import epsilon_greedy_actions, greedy_q_policy
 from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult, TrainTimer
-from replaygpu.agents.runs import LoopState, RunControl
+from replaygpu.agents.runs import (
+    LoopState,
+    RunControl,
+    checkpoint_when_due,
+    resume,
+    stopped_early,
+)
 from replaygpu.agents.training_jobs import TrainingJobs
-
-logger = logging.getLogger(__name__)
 
 
 class QAgent(tf.Module):
@@ -211,10 +208,9 @@ def greedy_policy(agent: DQN) -> Callable[[np.ndarray], np.ndarray]:
 def train(
     config: DQNConfig, recorder: Recorder | None = None, run: RunControl | None = None
 ) -> TrainResult:
-    """Train DQN on ``config.env_id``, then evaluate the greedy policy.
-
-    With ``run``: resume from its newest checkpoint, save one periodically and stop early
-    (with a checkpoint) once SIGTERM or Ctrl-C arrived; the result then has ``stopped`` set.
+    """Train DQN on ``config.env_id`` for ``config.steps`` env steps, then evaluate the greedy
+    policy. A ``run`` resumes the run from its folder and checkpoints it (`runs.RunControl`);
+    stopped by a signal, the result has ``stopped`` set and no evaluation.
 
     Raises:
         ConfigError: when the env's action space is not Discrete.
@@ -222,7 +218,6 @@ def train(
     recorder = recorder or NullRecorder()
     check_env(config.env_id).close()
     env = make_vector_env(config.env_id, config.num_envs, config.seed)
-    n = config.num_envs
     spec = rg.specs_from_env(env)
     narrow = config.storage_dtype != "float32"
     # "obs" and "next_obs", or their leaf paths for a Dict observation
@@ -246,23 +241,24 @@ def train(
         jit_compile=config.jit_compile,
         autograph=False,  # the update has no Python control flow on tensors
     )
-    chunk = TransitionChunk(rg.host_spec(spec), config.train_freq)
-    stats = EpisodeStats(n)
     rng = np.random.default_rng(config.seed)
     loop = LoopState()
-    env_steps, last_sync = 0, 0
-    if run is not None and run.attach(
-        table=table, sampler=sampler, learner=learner, agent=agent, loop=loop
-    ):
-        env_steps, last_sync = int(loop.env_steps.numpy()), int(loop.last_sync.numpy())
-        loop.restore_rng(rng)
-        logger.info("resumed at env step %d, SGD step %d", env_steps, int(learner.steps.numpy()))
+    env_steps, last_sync = resume(
+        run, loop, rng, learner, table=table, sampler=sampler, agent=agent
+    )
+    acting = ChunkCollector(
+        env, rg.host_spec(spec), config.train_freq, recorder.episode, config.seed, env_steps
+    )
     act_greedy = greedy_q_policy(agent.q.numpy_weights())
     sgd_steps = int(learner.steps.numpy())
     # With overlap_training the training jobs run on a background thread, in order, while the
     # next chunk is acted. Only the jobs touch the table, the networks and the learner's
     # variables once training has started.
     jobs: TrainingJobs[JobResult] = TrainingJobs(config.overlap_training, "dqn-train")
+
+    def policy(obs: Any, step: int) -> np.ndarray:
+        """Epsilon-greedy actions with the numpy weight mirror."""
+        return epsilon_greedy_actions(act_greedy, obs, config.epsilon(step), num_actions, rng)
 
     def training_job(
         batch: dict[str, np.ndarray], sync: bool, entering: Callable[[], None]
@@ -286,25 +282,12 @@ def train(
         while jobs.pending:
             finish_oldest()
 
-    # a resumed run starts new episodes: env state is not checkpointed
-    obs, _ = env.reset(seed=config.seed + env_steps)
     timer = TrainTimer()
-    start = time.perf_counter()
     try:
         while env_steps < config.steps:
             # Act for one chunk of train_freq env steps with the numpy weight mirror.
-            for _ in range(config.train_freq // n):
-                actions = epsilon_greedy_actions(
-                    act_greedy, obs, config.epsilon(env_steps), num_actions, rng
-                )
-                next_obs, reward, terminated, truncated, info = env.step(actions)
-                done = terminated | truncated
-                chunk.add_step(obs, actions, reward, next_obs, terminated, truncated, info)
-                env_steps += n
-                for episodic_return, length in stats.step(reward, done):
-                    recorder.episode(env_steps, episodic_return, length)
-                obs = next_obs
-            batch = chunk.take()
+            batch = acting.collect(policy, config.train_freq)
+            env_steps = acting.env_steps
             if env_steps <= config.learning_starts:
                 table.append(batch)  # no job before training starts
             else:
@@ -316,23 +299,20 @@ def train(
                 jobs.run(functools.partial(training_job, batch, sync), env_steps)
                 while jobs.pending > jobs.lag:  # the job before: its weights act the next chunk
                     finish_oldest()
-            recorder.progress(env_steps, sgd_steps, stats.recent_mean)
-            if run is not None and (run.due() or env_steps >= config.steps):
-                finish_all()
-                loop.capture(env_steps, last_sync, rng)
-                run.save()
-                if run.stop.is_set():
-                    break
+            recorder.progress(env_steps, sgd_steps, acting.recent_return)
+            final = env_steps >= config.steps
+            if checkpoint_when_due(
+                run, loop, env_steps, last_sync, rng, final=final, settle=finish_all
+            ):
+                break
         finish_all()
     finally:
         jobs.close()
-    elapsed = time.perf_counter() - start
-    env.close()
-
-    stopped = run is not None and run.stop.is_set() and env_steps < config.steps
-    returns = (
-        np.zeros(0)
-        if stopped
-        else evaluate(act_greedy, config.env_id, config.eval_episodes, seed=config.seed + 10_000)
+    acting.close()
+    return timer.finish(
+        stopped_early(run, env_steps, config.steps),
+        lambda: evaluate(act_greedy, config.env_id, config.eval_episodes, config.seed + 10_000),
+        env_steps,
+        sgd_steps,
+        recorder,
     )
-    return timer.result(returns, env_steps, sgd_steps, elapsed, recorder, stopped)

@@ -9,13 +9,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import replaygpu as rg
-from replaygpu.agents.checks import (
-    require,
-    require_positive,
-    require_positive_ints,
-    require_unit_interval,
-    require_widths,
-)
+from replaygpu.agents.checks import require_unit_interval, require_vector_loop
 from replaygpu.agents.flags import helptext
 
 
@@ -91,27 +85,9 @@ class DQNConfig(LinearEpsilon):
     )
 
     def __post_init__(self) -> None:
-        positive = [
-            "steps",
-            "batch_size",
-            "buffer_size",
-            "train_freq",
-            "gradient_steps",
-            "num_envs",
-            "eval_episodes",
-            "target_update_interval",
-        ]
-        require_positive_ints(self, *positive)
-        require(self, ["learning_starts"], lambda v: v >= 0, ">= 0")
-        require_unit_interval(self, "gamma", "exploration_initial_eps", "exploration_final_eps")
-        require_positive(self, "learning_rate")
+        require_vector_loop(self, "target_update_interval")
+        require_unit_interval(self, "exploration_initial_eps", "exploration_final_eps")
         if not 0.0 < self.exploration_fraction <= 1.0:
             raise rg.ConfigError(
                 f"exploration_fraction: got {self.exploration_fraction}, expected in (0, 1]"
-            )
-        require_widths(self)
-        if self.train_freq % self.num_envs:
-            raise rg.ConfigError(
-                f"train_freq: got {self.train_freq}, expected a multiple of num_envs "
-                f"({self.num_envs}) so that each chunk holds whole vector steps"
             )

@@ -239,6 +239,68 @@ class TransitionChunk:
         return batch
 
 
+#: acting policy of a training loop: ``(obs [N, ...], env steps taken so far) -> [N, ...]``
+StepPolicy = Callable[[Any, int], np.ndarray]
+
+
+class ChunkCollector:
+    """Steps a vector env with a policy, a chunk of transitions at a time: the acting half of
+    a single-process training loop (DQN's, SAC's), which trains on each chunk it collects.
+
+    Starts new episodes (env state is not checkpointed): the env is reset with seeds
+    ``seed + env_steps``, so a resumed run does not replay its first episodes.
+
+    Args:
+        env: the vector env (`make_vector_env`); closed by `close`.
+        spec: ``{field: rg.FieldSpec}`` of one transition (``rg.host_spec(table.spec)``).
+        size: most env steps in one chunk (a multiple of ``env.num_envs``).
+        on_episode: called ``(env_steps, episodic_return, length)`` as each episode ends.
+        seed: the run's seed.
+        env_steps: env steps the run took before (a resumed run's).
+    """
+
+    def __init__(
+        self,
+        env: gym.vector.VectorEnv,
+        spec: rg.HostSpec,
+        size: int,
+        on_episode: Callable[[int, float, int], None],
+        seed: int,
+        env_steps: int = 0,
+    ) -> None:
+        self.env = env
+        self.chunk = TransitionChunk(spec, size)
+        self.stats = EpisodeStats(env.num_envs)
+        self.on_episode = on_episode
+        self.env_steps = env_steps
+        self.obs, _ = env.reset(seed=seed + env_steps)
+
+    def collect(self, policy: StepPolicy, env_steps: int) -> dict[str, np.ndarray]:
+        """Step the env ``env_steps`` times (whole vector steps) with ``policy``; returns the
+        chunk of transitions (``{field: [env_steps, ...]}``)."""
+        env, chunk, stats, on_episode = self.env, self.chunk, self.stats, self.on_episode
+        n, step, obs = env.num_envs, self.env_steps, self.obs
+        for _ in range(env_steps // n):
+            actions = policy(obs, step)
+            next_obs, reward, terminated, truncated, info = env.step(actions)
+            chunk.add_step(obs, actions, reward, next_obs, terminated, truncated, info)
+            step += n
+            for episodic_return, length in stats.step(reward, terminated | truncated):
+                on_episode(step, episodic_return, length)
+            obs = next_obs
+        self.env_steps, self.obs = step, obs
+        return chunk.take()
+
+    @property
+    def recent_return(self) -> float:
+        """Mean return of the recent finished episodes (NaN before the first one)."""
+        return self.stats.recent_mean
+
+    def close(self) -> None:
+        """Close the env."""
+        self.env.close()
+
+
 def evaluate(policy: Policy, env_id: str, episodes: int, seed: int) -> np.ndarray:
     """Returns of ``episodes`` full episodes of ``policy`` (one env, seeds ``seed + i``).
 

@@ -23,6 +23,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -105,15 +106,19 @@ def checkpoint_when_due(
     rng: np.random.Generator | None,
     *,
     final: bool,
+    settle: Callable[[], None] | None = None,
 ) -> bool:
     """At a chunk boundary of a training loop: when ``run`` has a checkpoint due (or this is the
-    ``final`` chunk), capture the loop state into ``loop`` and save one.
+    ``final`` chunk), call ``settle`` (e.g. wait for the training calls in flight), capture the
+    loop state into ``loop`` and save one.
 
     Returns:
         whether the loop should stop now (a stop signal arrived; it was just checkpointed).
     """
     if run is None or not (run.due() or final):
         return False
+    if settle is not None:
+        settle()
     loop.capture(env_steps, last_sync, rng)
     run.save()
     return run.stop.is_set()

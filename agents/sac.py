@@ -16,12 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 import replaygpu as rg
-from replaygpu.agents.envs import (
-    EpisodeStats,
-    TransitionChunk,
-    evaluate,
-    make_vector_env,
-)
+from replaygpu.agents.envs import ChunkCollector, evaluate, make_vector_env
 from replaygpu.agents.networks import MLP, Adam, polyak_update
 from replaygpu.agents.policies import LOG_STD_MAX, LOG_STD_MIN, squashed_gaussian_policy
 from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult, TrainTimer
@@ -171,10 +166,8 @@ def greedy_policy(agent: SAC) -> Callable[[np.ndarray], np.ndarray]:
 def train(
     config: SACConfig, recorder: Recorder | None = None, run: RunControl | None = None
 ) -> TrainResult:
-    """Train SAC on ``config.env_id``, then evaluate the greedy (mean) action.
-
-    With ``run``: resume from its newest checkpoint, save one periodically and stop early
-    (with a checkpoint) once SIGTERM or Ctrl-C arrived; the result then has ``stopped`` set.
+    """Train SAC on ``config.env_id``, then evaluate the greedy (mean) action; with ``run``,
+    resumably (as `dqn.train`).
 
     Raises:
         ConfigError: when the env's action space is not a bounded Box.
@@ -194,31 +187,24 @@ def train(
     learner = rg.Learner(
         table, sampler, agent.update, batch_size=config.batch_size, jit_compile=config.jit_compile
     )
-    chunk = TransitionChunk(rg.host_spec(spec), config.train_freq)
-    stats = EpisodeStats(n)
     rng = np.random.default_rng(config.seed)
     loop = LoopState()
     env_steps, _ = resume(run, loop, rng, learner, table=table, sampler=sampler, agent=agent)
+    acting = ChunkCollector(
+        env, rg.host_spec(spec), config.train_freq, recorder.episode, config.seed, env_steps
+    )
     act = squashed_gaussian_policy(agent.actor.numpy_weights(), agent.scale, agent.bias, rng)
 
-    # a resumed run starts new episodes: env state is not checkpointed
-    obs, _ = env.reset(seed=config.seed + env_steps)
+    def policy(obs: np.ndarray, step: int) -> np.ndarray:
+        """Uniform random actions before learning_starts, then the sampled policy."""
+        if step < config.learning_starts:
+            return rng.uniform(low, high, size=(n, len(low))).astype(np.float32)
+        return act(obs)
+
     timer = TrainTimer()
     while env_steps < config.steps:
-        # Act for one chunk: uniform random before learning_starts, then the sampled policy.
-        for _ in range(config.train_freq // n):
-            if env_steps < config.learning_starts:
-                actions = rng.uniform(low, high, size=(n, len(low))).astype(np.float32)
-            else:
-                actions = act(obs)
-            next_obs, reward, terminated, truncated, info = env.step(actions)
-            done = terminated | truncated
-            chunk.add_step(obs, actions, reward, next_obs, terminated, truncated, info)
-            env_steps += n
-            for episodic_return, length in stats.step(reward, done):
-                recorder.episode(env_steps, episodic_return, length)
-            obs = next_obs
-        table.append(chunk.take())
+        table.append(acting.collect(policy, config.train_freq))
+        env_steps = acting.env_steps
 
         # Train: gradient_steps SGD steps in one fused graph call, then refresh the actor mirror.
         if env_steps >= config.learning_starts:
@@ -227,10 +213,10 @@ def train(
             act = squashed_gaussian_policy(weights, agent.scale, agent.bias, rng)
             metrics.pop("steps")
             recorder.metrics(env_steps, metrics)
-        recorder.progress(env_steps, int(learner.steps.numpy()), stats.recent_mean)
+        recorder.progress(env_steps, int(learner.steps.numpy()), acting.recent_return)
         if checkpoint_when_due(run, loop, env_steps, 0, rng, final=env_steps >= config.steps):
             break
-    env.close()
+    acting.close()
     greedy = greedy_policy(agent)
     return timer.finish(
         stopped_early(run, env_steps, config.steps),

@@ -11,11 +11,10 @@ from dataclasses import dataclass, field
 import replaygpu as rg
 from replaygpu.agents.apex_config import DEVICES_HELP
 from replaygpu.agents.checks import (
-    require,
     require_positive,
     require_positive_ints,
     require_unit_interval,
-    require_widths,
+    require_vector_loop,
 )
 from replaygpu.agents.flags import helptext
 
@@ -48,25 +47,9 @@ class SACConfig:
     device: str = field(default="", metadata=helptext("TF device; empty: first GPU, else CPU"))
 
     def __post_init__(self) -> None:
-        positive = [
-            "steps",
-            "batch_size",
-            "buffer_size",
-            "train_freq",
-            "gradient_steps",
-            "num_envs",
-            "eval_episodes",
-        ]
-        require_positive_ints(self, *positive)
-        require(self, ["learning_starts"], lambda v: v >= 0, ">= 0")
-        require_unit_interval(self, "gamma", "tau")
-        require_positive(self, "learning_rate", "initial_alpha")
-        require_widths(self)
-        if self.train_freq % self.num_envs:
-            raise rg.ConfigError(
-                f"train_freq: got {self.train_freq}, expected a multiple of num_envs "
-                f"({self.num_envs}) so that each chunk holds whole vector steps"
-            )
+        require_vector_loop(self)
+        require_unit_interval(self, "tau")
+        require_positive(self, "initial_alpha")
 
 
 @dataclass(frozen=True)
