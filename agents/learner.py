@@ -189,8 +189,9 @@ class LearnerService:
         polled between steps (None: a `LearnerReport` without TensorBoard).
 
         Once ``steps`` rows are in the table the run finishes for the whole fleet
-        (`rg.ReplayServer.finish_run`: every ack and Info says so, and later appends are
-        acknowledged without being inserted), the learner trains out its replay budget,
+        (`rg.ReplayServer.finish_at`: the batch that reaches ``steps`` is the last one
+        inserted, every ack and Info then says so, and later appends are acknowledged without
+        being inserted), the learner trains out its replay budget,
         evaluates ``config.eval_episodes`` greedy episodes, and keeps serving until no actor is
         connected, ``grace_s`` seconds at most. A stop signal ends it at once: no evaluation,
         and the actors are not told (they wait for the restarted learner). The final checkpoint
@@ -200,10 +201,10 @@ class LearnerService:
             whether the run finished (False: a stop signal came first).
         """
         report = report or LearnerReport(self)
+        if self.config.steps:
+            self.server.finish_at(self.config.steps)
         while True:
             ran = self.step()
-            if self.config.steps and self.table.total_inserted >= self.config.steps:
-                self.server.finish_run()
             report.poll()
             if self.done(ran):
                 break

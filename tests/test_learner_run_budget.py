@@ -125,6 +125,30 @@ def test_info_of_a_served_learner_carries_learner_stats(table, stub_of):
     assert "(mean of the last 1 of 1 episodes), eval return 120.5 at SGD step 300" in line
 
 
+def test_finish_at_inserts_up_to_the_batch_that_reaches_it_and_acks_the_rest_uninserted(
+    table, stub_of
+):
+    learner = rg.Learner(table, rg.UniformSampler(table, seed=0), lambda b: {}, batch_size=1)
+    with rg.serve(learner) as server:  # nothing commits until the test's "training loop" does
+        server.finish_at(250)
+        stub = stub_of(server)
+        acks = []
+        requests = [request(seq, range(seq * 100, seq * 100 + 100)) for seq in range(1, 6)]
+        sender = threading.Thread(target=lambda: acks.extend(stub.Append(iter(requests))))
+        sender.start()
+        while server.stats()["staged_batches"] < 5:  # a backlog staged before any commit
+            server.wait_for_data(0.1)
+        assert not server.run_finished
+        server.commit_pending()
+        sender.join()
+        assert server.run_finished and stub.Info(replay_pb2.InfoRequest()).run_finished
+    got = [(a.seq, a.transitions, a.committed_seq, a.run_finished) for a in acks]
+    # one round: batches 1-3 commit (the third reaches 250, inserted whole), 4 and 5 do not;
+    # every ack of the round is sent after it, with the ledger's seq and the run's end
+    assert got == [(seq, 100, 3, True) for seq in (1, 2, 3)] + [(4, 0, 3, True), (5, 0, 3, True)]
+    assert table.total_inserted == 300
+
+
 def test_info_of_a_bare_table_has_no_learner_stats(table, stub_of):
     with rg.serve(table) as server:
         info = stub_of(server).Info(replay_pb2.InfoRequest())
@@ -223,7 +247,7 @@ def test_a_learner_with_a_budget_tells_the_actors_evaluates_and_writes_tensorboa
             path = service.close()
     inserted = sum(a.transitions for a in acks)
     assert service.table.total_inserted == inserted
-    assert config.steps <= inserted < 2000  # the budget ended the run, not the actor
+    assert config.steps <= inserted < config.steps + 100  # the budget ended it, not the actor
     told = [a.run_finished for a in acks].index(True)
     assert all(a.transitions for a in acks[:told])  # a batch staged before the end commits
     last = acks[-1]  # sent after it was told: acknowledged, not inserted

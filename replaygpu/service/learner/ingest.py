@@ -111,6 +111,12 @@ class Ingest:
         self._failures: list[tuple[StagedBatch, BaseException]] = []
         # actor -> seq whose commit failed; later seqs of that actor wait for its resend
         self._blocked: dict[str, int] = {}
+        #: the run's budget of table rows (`ReplayServer.finish_at`): batches commit while the
+        #: table holds fewer, the one that reaches it whole; None: no budget
+        self.row_limit: int | None = None
+        #: set once the run is over (`ReplayServer.finish_run`, or ``row_limit`` reached): new
+        #: batches are acknowledged without being inserted, every ack says ``run_finished``
+        self.run_finished = False
 
     def start(self) -> None:
         """Start the background committer (when asked for); `close` stops it."""
@@ -224,6 +230,8 @@ class Ingest:
             return 0
         inserted = 0
         done: list[tuple[StagedBatch, bool]] = []
+        dropped: list[StagedBatch] = []  # past the end of the run: acked, not inserted
+        left = self._rows_left()
         later: list[StagedBatch] = []  # repeats of a seq staged earlier in this round
         fresh: list[StagedBatch] = []  # to be written, in order
         planned: dict[str, int] = {}  # actor -> highest seq in ``fresh``
@@ -239,8 +247,12 @@ class Ingest:
             if blocked is not None and item.seq > blocked and planned.get(actor) != blocked:
                 self._fail(item, self._waits_for(item, blocked))
                 continue
+            if left is not None and left <= 0:
+                dropped.append(item)
+                continue
             fresh.append(item)
             planned[actor] = item.seq
+            left = None if left is None else left - item.transitions
         if fresh and journaled and self.journal is not None:
             try:  # on disk before it is in the table: a crash after the ack loses nothing
                 self.journal.append([item.raw or b"" for item in fresh])
@@ -277,20 +289,31 @@ class Ingest:
                 # resent batches are acknowledged as duplicates: nothing is lost or doubled.
                 self._fail_unavailable([item for item, _ in done], "ledger write", err)
                 done = []
-        if done:
+        if self.row_limit is not None and self.table.total_inserted >= self.row_limit:
+            self.run_finished = True  # before the acks: the last batch's says so
+        if done or dropped:
             counters = self.counters()
-            for item, duplicate in done:
+            acks = [(item, dup, 0 if dup else item.transitions) for item, dup in done]
+            for item, duplicate, transitions in acks + [(item, False, 0) for item in dropped]:
                 item.done(
                     {
                         "seq": item.seq,
                         "committed_seq": self.ledger.last(item.actor_id, sync=False),
-                        "transitions": 0 if duplicate else item.transitions,
+                        "transitions": transitions,
                         "duplicate": duplicate,
                         **counters,
                     }
                 )
         self._release(items)
         return inserted
+
+    def _rows_left(self) -> int | None:
+        """Rows the run may still insert: 0 once it is finished, None without a budget."""
+        if self.run_finished:
+            return 0
+        if self.row_limit is None:
+            return None
+        return self.row_limit - self.table.total_inserted
 
     def _commit_run(self, run: list[StagedBatch], done: list[tuple[StagedBatch, bool]]) -> int:
         """Append ``run`` (batches of distinct (actor, seq), in order) as one table write; if

@@ -269,14 +269,26 @@ class ReplayServer:
         """The run's figures (actors' episodes, the learner's loss and evals) for Info, /metrics."""
         return self._servicer.run_stats
 
+    @property
+    def run_finished(self) -> bool:
+        """Whether the run is over (`finish_run`, or the `finish_at` budget reached)."""
+        return self._ingest.run_finished
+
     def finish_run(self) -> None:
-        """Tell the actors that the run is over: from now on every ack and Info carries
-        ``run_finished``, and an append of a new seq is acknowledged without being inserted
-        (``transitions`` 0, ``committed_seq`` below its seq: the client drops it, and no ack
-        claims a row that is not stored). Batches staged before still commit. Idempotent."""
-        if not self._servicer.run_finished:
-            self._servicer.run_finished = True
-            logger.info("run finished: telling the actors at %s", self.address)
+        """End the run now: from now on every ack and Info carries ``run_finished``, and a
+        batch not committed yet is acknowledged without being inserted (``transitions`` 0,
+        ``committed_seq`` below its seq: the client drops it; no ack claims a row that is not
+        stored, so durable acks keep their meaning). Idempotent."""
+        self._ingest.run_finished = True
+
+    def finish_at(self, rows: int) -> None:
+        """End the run once the table has inserted ``rows`` rows in all (restored ones too):
+        batches commit while it holds fewer, the one that reaches it whole (it overshoots by
+        less than one batch), then as `finish_run`."""
+        self._ingest.row_limit = rows
+        if self.table.total_inserted >= rows:
+            self.finish_run()
+
 
     # -- committing and checkpoints -------------------------------------------------------------
 

@@ -109,9 +109,6 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
     Attributes:
         address: where the server listens (for messages; set once bound).
         closing: set when the server begins to stop: new appends get UNAVAILABLE.
-        run_finished: set by `ReplayServer.finish_run`: every ack and Info says so, and a new
-            seq is acknowledged without being inserted (``transitions`` 0, ``committed_seq``
-            below it).
         run_stats: the run's figures for Info's ``learner_stats``; the episodes of each
             committed seq are recorded here.
         streams: Append streams open now.
@@ -141,7 +138,6 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         self.actor_settings: ActorSettings | None = None
         self.address = ""
         self.closing = False
-        self.run_finished = False
         self.run_stats = RunStats()
         self.streams = 0
         self.refused_streams = 0
@@ -351,10 +347,10 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
             if ack["transitions"] and not replay:  # a commit: under the commit lock
                 self.ingested += ack["transitions"]
                 self.run_stats.add_episodes(request.episodes)
-            post(replay_pb2.AppendAck(**ack, run_finished=self.run_finished))
+            post(replay_pb2.AppendAck(**ack, run_finished=self.ingest.run_finished))
 
         last = self.ingest.ledger.last(actor, sync=False)  # a hint; the committer decides
-        if seq <= last or self.run_finished:  # a committed batch, or the run is over: ack,
+        if seq <= last or self.ingest.run_finished:  # committed, or the run is over: ack,
             done(  # insert nothing
                 {
                     "seq": seq,
@@ -432,7 +428,7 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
             staged_batches=len(self._queue),
             staged_bytes=self._queue.nbytes,
             actors=ledger.actors(),
-            run_finished=self.run_finished,
+            run_finished=self.ingest.run_finished,
         )
         if learner is not None:
             self.run_stats.to_proto(reply.learner_stats)
