@@ -110,6 +110,12 @@ DEMOS: dict[str, Demo] = {
         "Ape-X DQN on ALE/Breakout-v5: a frame-table learner plus Atari actor processes",
         checkpoint_every_s=600.0,  # a checkpoint writes the whole frame table
     ),
+    "r2d2-cartpole": Demo(
+        "replaygpu.agents.r2d2",
+        "replaygpu.agents.r2d2_config.R2D2Config",
+        "R2D2 (LSTM on prioritized sequences with a stored state and burn-in) on CartPole "
+        "with the velocities masked (CartPoleNoVelocity-v1)",
+    ),
 }
 
 

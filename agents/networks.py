@@ -183,3 +183,98 @@ class NatureCNN(tf.Module):
         for w, b, stride in self.convs:
             x = tf.nn.relu(tf.nn.conv2d(x, w, stride, "VALID") + b)
         return self.head(tf.reshape(x, [tf.shape(x)[0], -1]))
+
+
+class LSTMQNetwork(tf.Module):
+    """A recurrent Q-network: a ReLU dense torso, an LSTM cell, a linear Q head.
+
+    Written with plain variables and a Python loop over time, so its unroll compiles under XLA
+    inside the learner's ``tf.while_loop`` and acting can mirror it in numpy. The recurrent
+    state is one ``[B, 2 * units]`` float32 tensor, ``concat([h, c])`` (one table field).
+
+    Args:
+        obs_dim: flat observation size D.
+        num_actions: width of the Q head.
+        torso: width of the dense layer before the LSTM.
+        units: LSTM units.
+        seed: seed of the initialisation (PyTorch-like uniform bounds; forget-gate bias 1).
+        name: variable name scope.
+    """
+
+    def __init__(
+        self, obs_dim: int, num_actions: int, torso: int, units: int, seed: int, name: str = "lstm"
+    ) -> None:
+        super().__init__(name=name)
+        self.units = int(units)
+        self.torso = MLP([obs_dim, torso], seed=seed, name=f"{name}_torso")
+        rng = tf.random.Generator.from_seed(seed + 1)
+        bound = 1.0 / np.sqrt(self.units)
+        self.kernel = tf.Variable(rng.uniform([torso + self.units, 4 * self.units], -bound, bound))
+        forget = np.zeros(4 * self.units, np.float32)
+        forget[self.units : 2 * self.units] = 1.0  # gates i, f, g, o: remember by default
+        self.bias = tf.Variable(forget, name="bias")
+        self.head = MLP([self.units, num_actions], seed=seed + 2, name=f"{name}_head")
+
+    @property
+    def state_size(self) -> int:
+        """Width of the recurrent state, ``2 * units`` (h then c)."""
+        return 2 * self.units
+
+    @property
+    def weights(self) -> list[tf.Variable]:
+        """``[torso w, torso b, kernel, bias, head w, head b]``."""
+        return [*self.torso.weights, self.kernel, self.bias, *self.head.weights]
+
+    def unroll(
+        self, obs: tf.Tensor, state: tf.Tensor, mask: tf.Tensor | None = None
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """Q-values of a sequence: ``[B, L, D], [B, 2U] -> ([B, L, A], final state [B, 2U])``.
+
+        Where ``mask`` ([B, L], 1 for a real step) is 0 the state is carried over unchanged,
+        so padding before a window's first real step leaves the stored state as it was.
+        """
+        steps = obs.shape[1]
+        batch = tf.shape(obs)[0]
+        x = tf.nn.relu(self.torso(tf.reshape(obs, [batch * steps, -1])))
+        # the input half of every step's gate pre-activations, in one product
+        gates_in = tf.reshape(
+            tf.matmul(x, self.kernel[: -self.units]) + self.bias, [batch, steps, -1]
+        )
+        recurrent = self.kernel[-self.units :]
+        h, c = state[:, : self.units], state[:, self.units :]
+        outputs = []
+        for t in range(steps):  # static L: unrolled in the graph
+            z = gates_in[:, t] + tf.matmul(h, recurrent)
+            i, f, g, o = tf.split(z, 4, axis=1)
+            c_new = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
+            h_new = tf.sigmoid(o) * tf.tanh(c_new)
+            if mask is not None:
+                keep = mask[:, t : t + 1] > 0
+                h_new, c_new = tf.where(keep, h_new, h), tf.where(keep, c_new, c)
+            h, c = h_new, c_new
+            outputs.append(h)
+        q = self.head(tf.reshape(tf.stack(outputs, axis=1), [batch * steps, self.units]))
+        return tf.reshape(q, [batch, steps, -1]), tf.concat([h, c], axis=1)
+
+    def numpy_weights(self) -> list[np.ndarray]:
+        """A numpy copy of ``weights`` for acting (`numpy_lstm_step`)."""
+        return [v.numpy() for v in self.weights]
+
+
+def numpy_lstm_step(
+    weights: Sequence[np.ndarray], obs: np.ndarray, state: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """One step of `LSTMQNetwork` in numpy: ``[B, D], [B, 2U] -> (Q [B, A], state [B, 2U])``."""
+    tw, tb, kernel, bias, hw, hb = weights
+    units = kernel.shape[1] // 4
+    x = np.maximum(obs @ tw + tb, 0.0)
+    h, c = state[:, :units], state[:, units:]
+    z = x @ kernel[:-units] + h @ kernel[-units:] + bias
+    i, f, g, o = np.split(z, 4, axis=1)
+    c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
+    h = _sigmoid(o) * np.tanh(c)
+    return h @ hw + hb, np.concatenate([h, c], axis=1).astype(np.float32)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (np.tanh(0.5 * x) + 1.0)

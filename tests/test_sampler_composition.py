@@ -307,3 +307,67 @@ def test_bad_view_settings_name_the_argument():
         rg.Prioritized(alpha=-1)
     with pytest.raises(rg.ConfigError, match="view: got str"):
         rg.Sampler(table, rg.Uniform(), "frames")
+
+
+def test_sharded_prioritized_sequences_with_a_stored_state_train_on_two_logical_cpus():
+    strategy = rg.mirrored_strategy(["/cpu:0", "/cpu:1"])
+    spec = {
+        "id": tf.TensorSpec([], tf.int64),
+        "actor": tf.TensorSpec([], tf.int64),
+        "obs": tf.TensorSpec([1], tf.float32),
+        "reward": tf.TensorSpec([], tf.float32),
+        "terminated": tf.TensorSpec([], tf.bool),
+        "truncated": tf.TensorSpec([], tf.bool),
+        "state": tf.TensorSpec([2], tf.float32),
+        "stored": tf.TensorSpec([], tf.bool),
+    }
+    table = rg.ShardedReplayTable(spec, 128, strategy, shard_by="actor")
+    row = 0
+    for e, length in enumerate([9, 6, 12, 7, 10, 8]):  # whole episodes, actors 0 and 1 in turn
+        t = np.arange(length)
+        ids = np.arange(row, row + length)
+        table.append(
+            {
+                "id": ids,
+                "actor": np.full(length, e % 2),
+                "obs": t[:, None].astype(np.float32),
+                "reward": np.ones(length, np.float32),
+                "terminated": t == length - 1,
+                "truncated": np.zeros(length, bool),
+                "state": np.stack([ids, ids], 1).astype(np.float32),  # the row's id as state
+                "stored": t % 2 == 0,
+            }
+        )
+        row += length
+    view = rg.Sequence(3, burn_in=2, pad=True, state_field="state", state_start_field="stored")
+    sampler = rg.Sampler(table, rg.Prioritized(), view, seed=0)
+    with strategy.scope():
+        w = tf.Variable(tf.zeros([1]))
+        opt = Adam([w], 0.01)
+
+    def update(batch):
+        mask = batch[rg.MASK]
+        # the state is the id of the window's first real row: the first unmasked id
+        first = tf.argmax(mask, axis=1)
+        first_id = tf.gather(batch["id"], first, batch_dims=1)
+        state_ok = tf.reduce_all(tf.equal(tf.cast(batch["state"][:, 0], tf.int64), first_id))
+        same_actor = tf.reduce_all(
+            tf.equal(batch["actor"], batch["actor"][:, 2:3]) | tf.equal(mask, 0.0)
+        )
+        x = tf.reduce_sum(batch["obs"][..., 0] * mask, axis=1) / 10.0
+        with tf.GradientTape() as tape:
+            err = w[0] * x - tf.reduce_sum(batch["reward"] * mask, axis=1)
+            loss = tf.reduce_mean(batch[rg.IMPORTANCE_WEIGHTS] * tf.square(err))
+        opt.apply(tape.gradient(loss, [w]))
+        checks = tf.cast(state_ok & same_actor, tf.float32)
+        return {"loss": loss, "checks": checks, rg.PRIORITIES: tf.abs(err)}
+
+    learner = rg.Learner(table, sampler, update, batch_size=16)
+    first = learner.train(30)
+    last = learner.train(60)
+    assert first["checks"] == 1.0 and last["checks"] == 1.0
+    assert last["loss"] < first["loss"]  # it learns
+    for shard, index in zip(table.shards, sampler.indexes, strict=True):
+        leaves = index.tree.leaves().numpy()[: shard.size]
+        assert len(np.unique(leaves[leaves > 0])) > 2  # the update's priorities came back
+        assert (leaves == 0).any()  # starts whose first real row holds no state

@@ -147,3 +147,60 @@ def test_rejects_bad_parameters_with_clear_errors():
         rg.SequenceSampler(table, length=2, start_field="episode_start")
     with pytest.raises(rg.ConfigError, match="expected bool"):
         rg.SequenceSampler(table, length=2, start_field="episode")
+
+
+def state_table(lengths, period, capacity=64):
+    """Episodes whose row i stores state [i, -i] every ``period`` steps (zeros elsewhere)."""
+    spec = dict(
+        SPEC,
+        state=tf.TensorSpec([2], tf.float32),
+        stored=tf.TensorSpec([], tf.bool),
+    )
+    data = episodes_data(lengths, np.random.default_rng(4), last_open=False)
+    n = len(data["step"])
+    data["stored"] = data["step"] % period == 0
+    ids = np.arange(n, dtype=np.float32)
+    data["state"] = np.stack([ids, -ids], 1) * data["stored"][:, None]
+    table = rg.ReplayTable(spec, capacity=capacity, device="CPU")
+    table.append(data)
+    return table, data
+
+
+@pytest.mark.parametrize("distribution", [rg.Uniform(), rg.Prioritized()], ids=["uni", "pri"])
+def test_the_stored_state_comes_once_per_window_from_its_first_real_row(distribution):
+    burn_in, length, period = 3, 4, 3
+    table, data = state_table([7, 11, 2, 9, 10], period)
+    view = rg.Sequence(length, burn_in, pad=True, state_field="state", state_start_field="stored")
+    sampler = rg.Sampler(table, distribution, view, seed=5)
+    episode = data["episode"]
+    # brute force: the first real row is the oldest of start - burn_in .. start in the episode
+    first = {
+        s: max(s - burn_in, int(np.flatnonzero(episode == episode[s])[0]))
+        for s in range(len(episode))
+    }
+    drawable = sorted(s for s, f in first.items() if data["stored"][f])
+    seen = set()
+    for _ in range(10):
+        starts, batch = sampler.sample(64)
+        assert batch["state"].shape == (64, 2)  # once per window, not [B, L, 2]
+        assert batch["step"].shape == (64, burn_in + length)
+        for b, s in enumerate(starts.numpy()):
+            np.testing.assert_array_equal(batch["state"].numpy()[b], [first[s], -first[s]])
+            real = batch["mask"].numpy()[b].astype(bool)
+            assert batch["step"].numpy()[b][real][0] == data["step"][first[s]]
+            seen.add(int(s))
+    assert seen == set(drawable)  # every start whose first real row holds a state, only those
+    assert int(sampler.invalid_draws.numpy()) == 0
+    if distribution.keeps_priorities:  # the others hold priority 0: never drawn, never redrawn
+        probs = sampler.probabilities()[: len(episode)]
+        np.testing.assert_array_equal(np.flatnonzero(probs > 0), drawable)
+
+
+def test_state_settings_are_checked_against_the_table():
+    table, _ = state_table([5, 5], period=2)
+    with pytest.raises(rg.ConfigError, match=r"^state_field: table .* has no field 'core'"):
+        rg.SequenceSampler(table, 3, pad=True, state_field="core")
+    with pytest.raises(rg.ConfigError, match=r"^state_start_field 'step': got int64"):
+        rg.SequenceSampler(table, 3, pad=True, state_field="state", state_start_field="step")
+    with pytest.raises(rg.ConfigError, match=r"^state_start_field: got 'stored' without"):
+        rg.Sequence(3, state_start_field="stored")

@@ -1,0 +1,380 @@
+"""R2D2 (Kapturowski et al. 2019): recurrent DQN on prioritized, overlapping sequences.
+
+Reads top to bottom: the pieces of the loss (value rescaling, n-step double-Q targets inside a
+sequence, eta-mixed priorities), the agent (an `LSTMQNetwork`, its target, the fused update),
+the replay table and sampler, and the training loop of ``replaygpu demo r2d2-cartpole``.
+
+Replay: each table row is one env step with the LSTM state the actor had *before* it
+(``recurrent_state``, ``concat([h, c])``), stored every ``period`` steps of an episode
+(``state_stored`` marks those rows). An ``rg.Sequence(T, burn_in, pad=True, state_field=...,
+state_start_field=...)`` view under ``rg.Prioritized`` draws ``[B, burn_in + T]`` windows that
+start where a state was stored, with that state (``[B, 2U]``) and a mask that ends at the
+episode's end. The update unrolls the burn-in from the stored state without gradients, then the
+T steps; the targets are n-step double-Q within the window, in the rescaled value space
+``h(x) = sign(x)(sqrt(|x| + 1) - 1) + eps x``. All of it runs inside `rg.Learner`'s
+``tf.while_loop``, compiled with XLA (``jit_compile=True``), the target sync included.
+
+Acting never calls TensorFlow: the actor steps a numpy mirror of the network
+(`networks.numpy_lstm_step`), carries its state across steps and resets it at episode starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import tensorflow as tf
+
+import replaygpu as rg
+from replaygpu.agents.dqn import check_env as check_env
+from replaygpu.agents.dqn import obs_size
+from replaygpu.agents.envs import EpisodeStats
+from replaygpu.agents.networks import Adam, LSTMQNetwork, copy_weights, numpy_lstm_step
+from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult, TrainTimer
+from replaygpu.agents.r2d2_config import R2D2Config as R2D2Config
+from replaygpu.agents.runs import LoopState, RunControl, checkpoint_when_due, resume
+
+logger = logging.getLogger(__name__)
+
+#: table fields beside the transition's: the LSTM state before the step, and where it is stored
+STATE = "recurrent_state"
+STATE_STORED = "state_stored"
+
+
+def value_rescale(x: tf.Tensor, eps: float) -> tf.Tensor:
+    """``h(x) = sign(x) (sqrt(|x| + 1) - 1) + eps x`` (Pohlen et al. 2018)."""
+    return tf.sign(x) * (tf.sqrt(tf.abs(x) + 1.0) - 1.0) + eps * x
+
+
+def value_rescale_inverse(x: tf.Tensor, eps: float) -> tf.Tensor:
+    """``h^-1(x)``; the identity for ``eps = 0`` is ``sign(x) ((|x| + 1)^2 - 1)``."""
+    if eps == 0.0:
+        return tf.sign(x) * (tf.square(tf.abs(x) + 1.0) - 1.0)
+    root = (tf.sqrt(1.0 + 4.0 * eps * (tf.abs(x) + 1.0 + eps)) - 1.0) / (2.0 * eps)
+    return tf.sign(x) * (tf.square(root) - 1.0)
+
+
+def _ahead(x: tf.Tensor, k: int) -> tf.Tensor:
+    """``x[:, t + k]`` at every t of ``[B, T]``, zeros (False) past T."""
+    return tf.concat([x[:, k:], tf.zeros_like(x[:, :k])], axis=1)
+
+
+def n_step_targets(
+    reward: tf.Tensor,
+    terminated: tf.Tensor,
+    mask: tf.Tensor,
+    value: tf.Tensor,
+    gamma: float,
+    n: int,
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """Raw n-step returns inside windows ``[B, T]``, and where step t has one.
+
+    Step t's target is ``sum_{i<k} gamma^i r_{t+i} + gamma^k value_{t+k}`` with the largest
+    ``k <= n`` whose step is real (``mask``) and not after a termination; when the episode
+    terminates at ``t + i < t + n`` it is the rewards up to there, without a bootstrap. A step
+    with neither (the window's or a truncated episode's last real step) has no target.
+
+    Args:
+        reward, terminated, mask: ``[B, T]`` (float32, bool, float32).
+        value: ``[B, T]`` raw bootstrap values of each step (the target net at the online
+            net's greedy action, ``h^-1``-mapped).
+        gamma, n: discount and horizon.
+
+    Returns:
+        ``(targets [B, T] float32, has_target [B, T] bool)``.
+    """
+    real = mask > 0
+    has = real & terminated
+    ret = reward
+    target = tf.where(has, ret, tf.zeros_like(ret))
+    alive = real & tf.logical_not(terminated)
+    for k in range(1, n + 1):
+        usable = alive & (_ahead(mask, k) > 0)
+        target = tf.where(usable, ret + gamma**k * _ahead(value, k), target)
+        has = has | usable
+        if k < n:
+            ret = ret + tf.where(usable, gamma**k * _ahead(reward, k), tf.zeros_like(ret))
+            ends = usable & _ahead(terminated, k)
+            target = tf.where(ends, ret, target)
+            has = has | ends
+            alive = usable & tf.logical_not(_ahead(terminated, k))
+    return target, has
+
+
+def mixed_priorities(abs_td: tf.Tensor, has: tf.Tensor, eta: float) -> tf.Tensor:
+    """``[B]`` sequence priorities ``eta * max_t |TD| + (1 - eta) * mean_t |TD|`` over the
+    steps with a target (``has`` ``[B, T]``). A sequence without one (drawn at the newest rows,
+    before its next steps were written) gets the batch's largest priority, as a new row does,
+    so it is drawn again once its steps are there."""
+    weight = tf.cast(has, abs_td.dtype)
+    count = tf.reduce_sum(weight, axis=1)
+    mean = tf.reduce_sum(abs_td * weight, axis=1) / tf.maximum(count, 1.0)
+    priority = eta * tf.reduce_max(abs_td * weight, axis=1) + (1.0 - eta) * mean
+    return tf.where(count > 0, priority, tf.reduce_max(priority))
+
+
+class R2D2(tf.Module):
+    """Online and target `LSTMQNetwork`, Adam, and the fused sequence update.
+
+    Args:
+        obs_dim: flat observation size.
+        num_actions: number of discrete actions.
+        config: hyperparameters.
+    """
+
+    def __init__(self, obs_dim: int, num_actions: int, config: R2D2Config) -> None:
+        super().__init__(name="r2d2")
+        self.config = config
+        self.num_actions = int(num_actions)
+        sizes = (obs_dim, num_actions, config.torso_size, config.lstm_units, config.seed)
+        self.q = LSTMQNetwork(*sizes, name="q")
+        self.target = LSTMQNetwork(*sizes, name="q_target")
+        copy_weights(self.q.weights, self.target.weights)
+        self.optimizer = Adam(self.q.weights, config.learning_rate, config.max_grad_norm)
+        self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
+        self._read = tf.function(lambda: [tf.identity(w) for w in self.q.weights])
+
+    @property
+    def state_spec(self) -> tf.TensorSpec:
+        """The spec of one stored recurrent state: ``[2 * lstm_units]`` float32."""
+        return tf.TensorSpec([self.q.state_size], tf.float32)
+
+    def loss(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        """The loss of a batch of windows, and its parts (differentiable in the online weights
+        through the T trained steps only: the burn-in and the targets carry no gradient).
+
+        Returns:
+            ``{"loss": scalar, "abs_td": [B, T], "has_target": [B, T] bool, "q": [B, T]}``.
+        """
+        cfg = self.config
+        burn, eps = cfg.burn_in, cfg.rescale_epsilon
+        obs = tf.cast(batch["obs"], tf.float32)
+        steps = obs.shape[1]
+        obs = tf.reshape(obs, [tf.shape(obs)[0], steps, -1])
+        mask, state = batch[rg.MASK], batch[STATE]
+        online_state = target_state = state
+        if burn:
+            _, online_state = self.q.unroll(obs[:, :burn], state, mask[:, :burn])
+            _, target_state = self.target.unroll(obs[:, :burn], state, mask[:, :burn])
+            online_state = tf.stop_gradient(online_state)
+        obs, mask = obs[:, burn:], mask[:, burn:]
+        q, _ = self.q.unroll(obs, online_state, mask)
+        q_target, _ = self.target.unroll(obs, target_state, mask)
+        greedy = tf.one_hot(tf.argmax(q, axis=2), self.num_actions)  # double Q
+        value = value_rescale_inverse(tf.reduce_sum(q_target * greedy, axis=2), eps)
+        reward = tf.cast(batch["reward"][:, burn:], tf.float32)
+        ret, has = n_step_targets(
+            reward, batch["terminated"][:, burn:], mask, value, cfg.gamma, cfg.n_step
+        )
+        target = tf.stop_gradient(value_rescale(ret, eps))
+        taken = tf.one_hot(batch["action"][:, burn:], self.num_actions)
+        q_taken = tf.reduce_sum(q * taken, axis=2)
+        td = target - q_taken
+        abs_td = tf.abs(td)
+        huber = tf.where(abs_td <= 1.0, 0.5 * tf.square(td), abs_td - 0.5)
+        weight = tf.cast(has, tf.float32)
+        if rg.IMPORTANCE_WEIGHTS in batch:
+            weight *= batch[rg.IMPORTANCE_WEIGHTS][:, None]
+        loss = tf.reduce_sum(weight * huber) / tf.maximum(
+            tf.reduce_sum(tf.cast(has, tf.float32)), 1.0
+        )
+        return {"loss": loss, "abs_td": abs_td, "has_target": has, "q": q_taken}
+
+    def update(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        """One SGD step on ``[B, burn_in + T]`` windows; syncs the target every
+        ``target_update_period`` steps. Runs inside `Learner.train` (under XLA)."""
+        with tf.GradientTape() as tape:
+            out = self.loss(batch)
+        self.optimizer.apply(tape.gradient(out["loss"], self.q.weights))
+        updates = self.updates.assign_add(1)
+        sync = tf.equal(updates % self.config.target_update_period, 0)
+        for source, target in zip(self.q.weights, self.target.weights, strict=True):
+            target.assign(tf.where(sync, source, target))
+        has = tf.cast(out["has_target"], tf.float32)
+        return {
+            "losses/td_loss": out["loss"],
+            "losses/q_values": tf.reduce_sum(out["q"] * has) / tf.maximum(tf.reduce_sum(has), 1.0),
+            rg.PRIORITIES: mixed_priorities(
+                out["abs_td"], out["has_target"], self.config.priority_eta
+            ),
+        }
+
+    def acting_weights(self) -> list[np.ndarray]:
+        """A numpy copy of the online weights for `networks.numpy_lstm_step` (one graph call)."""
+        return [w.numpy() for w in self._read()]
+
+
+def make_agent(config: R2D2Config, env: gym.Env) -> R2D2:
+    """The agent for ``env`` (its networks; what ``replaygpu eval`` restores)."""
+    return R2D2(obs_size(env.observation_space), int(env.action_space.n), config)
+
+
+def table_spec(config: R2D2Config, env: gym.Env) -> dict[str, tf.TensorSpec]:
+    """One row: obs, action, reward, terminated, truncated, the state before the step
+    (``[2 * lstm_units]``) and whether it is stored there."""
+    spec = rg.specs_from_env(env)
+    spec.pop("next_obs")  # targets come from the next rows of the window
+    spec[STATE] = tf.TensorSpec([2 * config.lstm_units], tf.float32)
+    spec[STATE_STORED] = tf.TensorSpec([], tf.bool)
+    return spec
+
+
+def make_sampler(config: R2D2Config, table: rg.Table, agent: R2D2) -> rg.Sampler:
+    """Prioritized ``[B, burn_in + T]`` windows with the stored state at their start.
+
+    Raises:
+        ConfigError: the table's state field does not match the agent's network, or the
+            table has none (the `rg.Sequence` view's check).
+    """
+    stored = table.spec.get(STATE)
+    want = agent.state_spec
+    if stored is not None and (stored.shape != want.shape or stored.dtype != want.dtype):
+        raise rg.ConfigError(
+            f"state_field '{STATE}': got {stored.dtype.name}{stored.shape.as_list()} in table "
+            f"'{table.name}', expected {want.dtype.name}{want.shape.as_list()} (h and c of the "
+            f"network's {config.lstm_units} LSTM units); store the network's state, or set "
+            "lstm_units to the actors'"
+        )
+    view = rg.Sequence(
+        config.trace_length,
+        config.burn_in,
+        pad=True,
+        state_field=STATE,
+        state_start_field=STATE_STORED,
+    )
+    distribution = rg.Prioritized(config.priority_exponent, config.importance_exponent)
+    return rg.Sampler(table, distribution, view, seed=config.seed)
+
+
+class RecurrentActor:
+    """Epsilon-greedy acting with the numpy LSTM mirror, carrying the state across steps.
+
+    ``act`` returns the action and the state the network had *before* the step (the one to
+    store); ``reset`` starts an episode with the zero state.
+    """
+
+    def __init__(self, weights: list[np.ndarray], num_actions: int) -> None:
+        self.weights = weights
+        self.num_actions = num_actions
+        self.state = np.zeros((1, weights[2].shape[1] // 2), np.float32)
+
+    def reset(self) -> None:
+        self.state = np.zeros_like(self.state)
+
+    def act(self, obs: np.ndarray, epsilon: float, rng: np.random.Generator) -> tuple[int, Any]:
+        before = self.state
+        x = np.asarray(obs, np.float32).reshape(1, -1)
+        q, self.state = numpy_lstm_step(self.weights, x, before)
+        if rng.random() < epsilon:
+            return int(rng.integers(self.num_actions)), before[0]
+        return int(q[0].argmax()), before[0]
+
+
+def evaluate_agent(config: R2D2Config, agent: R2D2, episodes: int, seed: int) -> np.ndarray:
+    """Greedy returns of ``episodes`` episodes (seeds ``seed + i``), the state carried."""
+    return play_greedy(agent.acting_weights(), config.env_id, episodes, seed)
+
+
+def play_greedy(weights: list[np.ndarray], env_id: str, episodes: int, seed: int) -> np.ndarray:
+    """``[episodes]`` undiscounted returns of the greedy recurrent policy ``weights``."""
+    env = gym.make(env_id)
+    actor = RecurrentActor(weights, int(env.action_space.n))
+    rng = np.random.default_rng(seed)
+    returns = np.zeros(episodes)
+    try:
+        for ep in range(episodes):
+            obs, _ = env.reset(seed=seed + ep)
+            actor.reset()
+            done = False
+            while not done:
+                action, _ = actor.act(obs, 0.0, rng)
+                obs, reward, terminated, truncated, _ = env.step(action)
+                returns[ep] += float(reward)
+                done = terminated or truncated
+    finally:
+        env.close()
+    return returns
+
+
+def train(
+    config: R2D2Config, recorder: Recorder | None = None, run: RunControl | None = None
+) -> TrainResult:
+    """Train R2D2 on ``config.env_id`` with one env, then evaluate the greedy policy.
+
+    Every ``train_freq`` env steps the new rows go to the table in one append and
+    ``gradient_steps`` SGD steps run in one `Learner.train` call. With ``run``: resume from its
+    newest checkpoint, save periodically, stop early (with a checkpoint) on SIGTERM.
+
+    Raises:
+        ConfigError: when the env's actions are not Discrete.
+    """
+    recorder = recorder or NullRecorder()
+    env = check_env(config.env_id)
+    num_actions = int(env.action_space.n)
+    spec = table_spec(config, env)
+    table = rg.ReplayTable(spec, config.buffer_size, device=config.device or None)
+    with tf.device(table.device):
+        agent = make_agent(config, env)
+    sampler = make_sampler(config, table, agent)
+    learner = rg.Learner(
+        table,
+        sampler,
+        agent.update,
+        batch_size=config.batch_size,
+        jit_compile=config.jit_compile,
+        autograph=False,
+    )
+    rng = np.random.default_rng(config.seed)
+    loop = LoopState()
+    env_steps, _ = resume(run, loop, rng, learner, table=table, sampler=sampler, agent=agent)
+    host = rg.host_spec(spec)
+    columns = {k: np.zeros((config.train_freq, *f.shape), f.numpy_dtype) for k, f in host.items()}
+    actor = RecurrentActor(agent.acting_weights(), num_actions)
+    timer = TrainTimer()
+    sgd_steps = int(learner.steps.numpy())
+    stats = EpisodeStats(1)
+    obs, _ = env.reset(seed=config.seed + env_steps)
+    env.action_space.seed(config.seed)
+    start = time.perf_counter()
+    while env_steps < config.steps:
+        for i in range(config.train_freq):
+            stored = stats.lengths[0] % config.period == 0  # every period steps of an episode
+            action, state = actor.act(obs, config.epsilon(env_steps), rng)
+            next_obs, reward, terminated, truncated, _ = env.step(action)
+            row = (obs, action, reward, terminated, truncated, state, stored)
+            for name, value in zip(ROW_FIELDS, row, strict=True):
+                columns[name][i] = value
+            env_steps += 1
+            obs = next_obs
+            done = terminated or truncated
+            for episodic_return, length in stats.step(np.array([reward]), np.array([done])):
+                recorder.episode(env_steps, episodic_return, length)
+            if done:
+                obs, _ = env.reset()
+                actor.reset()
+        table.append({k: v.copy() for k, v in columns.items()})
+        if env_steps >= config.learning_starts:
+            metrics = timer.train(learner, config.gradient_steps)
+            sgd_steps += int(metrics.pop("steps"))
+            actor.weights = agent.acting_weights()
+            metrics["charts/epsilon"] = config.epsilon(env_steps)
+            recorder.metrics(env_steps, metrics)
+        recorder.progress(env_steps, sgd_steps, stats.recent_mean)
+        if checkpoint_when_due(run, loop, env_steps, 0, rng, final=env_steps >= config.steps):
+            break
+    elapsed = time.perf_counter() - start
+    env.close()
+    stopped = run is not None and run.stop.is_set() and env_steps < config.steps
+    returns = (
+        np.zeros(0)
+        if stopped
+        else evaluate_agent(config, agent, config.eval_episodes, seed=config.seed + 10_000)
+    )
+    return timer.result(returns, env_steps, sgd_steps, elapsed, recorder, stopped)
+
+
+#: the order of a row's values in `train`'s acting loop
+ROW_FIELDS = ("obs", "action", "reward", "terminated", "truncated", STATE, STATE_STORED)

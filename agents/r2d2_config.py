@@ -1,0 +1,121 @@
+"""R2D2's config, without TensorFlow: `R2D2Config` (``demo r2d2-cartpole``). The CLI builds and
+checks it before TensorFlow is imported, so a bad flag is reported at once.
+
+The sequence terms are Acme's: a stored sequence is ``sequence_length`` steps, of which the
+first ``burn_in`` only warm up the LSTM state; the actor stores its state every ``period``
+steps of an episode, and sequences start there, so consecutive sequences overlap by
+``sequence_length - period`` steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import replaygpu as rg
+from replaygpu.agents.checks import (
+    require,
+    require_positive,
+    require_positive_ints,
+    require_unit_interval,
+)
+from replaygpu.agents.dqn_config import LinearEpsilon
+from replaygpu.agents.flags import helptext
+from replaygpu.agents.masked_envs import CARTPOLE_NO_VELOCITY
+
+
+@dataclass(frozen=True)
+class R2D2Config(LinearEpsilon):
+    """Recurrent replay DQN (Kapturowski et al. 2019) at CartPole scale: an LSTM Q-network on
+    prioritized, overlapping sequences with a stored state and a burn-in, n-step double Q with
+    value rescaling, priorities eta * max + (1 - eta) * mean of |TD| over each sequence."""
+
+    env_id: str = field(
+        default=CARTPOLE_NO_VELOCITY,
+        metadata=helptext("gymnasium env id (Discrete actions, flat Box observations)"),
+    )
+    seed: int = field(default=1, metadata=helptext("seed of env, networks, sampling, exploration"))
+    steps: int = field(default=60_000, metadata=helptext("env steps to train for"))
+    sequence_length: int = field(
+        default=30, metadata=helptext("steps per replayed sequence, the burn-in included")
+    )
+    burn_in: int = field(
+        default=10, metadata=helptext("first steps of a sequence that only warm up the state")
+    )
+    period: int = field(
+        default=10,
+        metadata=helptext("env steps between stored states (sequence starts); <= the length"),
+    )
+    lstm_units: int = field(default=64, metadata=helptext("LSTM units"))
+    torso_size: int = field(default=64, metadata=helptext("dense layer before the LSTM"))
+    learning_rate: float = field(default=1e-3, metadata=helptext("Adam step size"))
+    batch_size: int = field(default=32, metadata=helptext("sequences per SGD step"))
+    buffer_size: int = field(default=100_000, metadata=helptext("replay table capacity (steps)"))
+    learning_starts: int = field(default=2000, metadata=helptext("env steps before training"))
+    train_freq: int = field(default=200, metadata=helptext("env steps between training calls"))
+    gradient_steps: int = field(default=25, metadata=helptext("SGD steps per training call"))
+    target_update_period: int = field(
+        default=100, metadata=helptext("SGD steps between target-network syncs (in the graph)")
+    )
+    gamma: float = field(default=0.99, metadata=helptext("discount factor"))
+    n_step: int = field(default=5, metadata=helptext("n-step double-Q targets within a sequence"))
+    rescale_epsilon: float = field(
+        default=1e-3, metadata=helptext("eps of the value rescaling h(x) (0: no rescaling)")
+    )
+    priority_eta: float = field(
+        default=0.9, metadata=helptext("sequence priority: eta * max + (1 - eta) * mean |TD|")
+    )
+    priority_exponent: float = field(default=0.9, metadata=helptext("priority exponent alpha"))
+    importance_exponent: float = field(default=0.6, metadata=helptext("importance exponent beta"))
+    max_grad_norm: float = field(default=10.0, metadata=helptext("gradient clipping global norm"))
+    exploration_fraction: float = field(
+        default=0.3, metadata=helptext("fraction of the run over which epsilon decays")
+    )
+    exploration_initial_eps: float = field(default=1.0, metadata=helptext("epsilon at the start"))
+    exploration_final_eps: float = field(default=0.01, metadata=helptext("epsilon after decay"))
+    eval_episodes: int = field(default=20, metadata=helptext("greedy evaluation episodes"))
+    jit_compile: bool = field(default=True, metadata=helptext("compile the SGD loop with XLA"))
+    device: str = field(default="", metadata=helptext("TF device; empty: first GPU, else CPU"))
+
+    def __post_init__(self) -> None:
+        positive = [
+            "steps",
+            "sequence_length",
+            "period",
+            "lstm_units",
+            "torso_size",
+            "batch_size",
+            "buffer_size",
+            "train_freq",
+            "gradient_steps",
+            "target_update_period",
+            "n_step",
+            "eval_episodes",
+        ]
+        require_positive_ints(self, *positive)
+        require(self, ["learning_starts", "burn_in", "rescale_epsilon"], lambda v: v >= 0, ">= 0")
+        require_unit_interval(self, "gamma", "priority_eta", "exploration_initial_eps")
+        require_unit_interval(self, "exploration_final_eps", "importance_exponent")
+        require_positive(self, "learning_rate", "exploration_fraction")
+        require(self, ["priority_exponent"], lambda v: v >= 0, ">= 0")
+        if self.sequence_length <= self.burn_in:
+            raise rg.ConfigError(
+                f"sequence_length: got {self.sequence_length}, expected > burn_in "
+                f"({self.burn_in}): the steps after the burn-in are the ones trained on; "
+                "raise sequence_length or lower burn_in"
+            )
+        if self.period > self.trace_length:
+            raise rg.ConfigError(
+                f"period: got {self.period}, expected <= the trained length "
+                f"{self.trace_length} (sequence_length {self.sequence_length} - burn_in "
+                f"{self.burn_in}); a longer period leaves steps no sequence trains on"
+            )
+        if self.buffer_size < self.sequence_length:
+            raise rg.ConfigError(
+                f"buffer_size: got {self.buffer_size}, expected >= sequence_length "
+                f"({self.sequence_length})"
+            )
+
+    @property
+    def trace_length(self) -> int:
+        """T, the steps of a sequence after its burn-in (the ones with a loss)."""
+        return self.sequence_length - self.burn_in
