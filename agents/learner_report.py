@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from replaygpu.agents.progress import EventsRecorder, NullRecorder
+from replaygpu.agents.progress import EventsRecorder
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class LearnerReport:
             )
         self.service = service
         self.stats = service.server.run_stats
-        self.recorder = EventsRecorder(logdir) if logdir else NullRecorder()
+        self.recorder = EventsRecorder(logdir or None)  # keeps nothing: a service runs long
         service.recorder = self.recorder
         self.eval_every_s = eval_every_s
         self.log_every_s = log_every_s
@@ -135,9 +135,7 @@ class LearnerReport:
         evaluation still running is left to end with the process)."""
         self._log_episodes()
         self.log_progress()
-        close = getattr(self.recorder, "close", None)
-        if close is not None:
-            close()
+        self.recorder.close()
 
     def _log_episodes(self) -> int:
         """Record the episodes reported since the last call at the env step of now; returns

@@ -194,26 +194,31 @@ class EventsRecorder:
     """Writes what a run reports as TensorBoard scalars into ``folder`` and keeps nothing in
     memory (the standalone learner's recorder; `RunRecorder` adds a bar and a curve): the
     metrics as they are named (``losses/td_loss``, ``charts/SGD_steps_per_s``, ...), each
-    episode as ``charts/episodic_return`` and ``charts/episodic_length``."""
+    episode as ``charts/episodic_return`` and ``charts/episodic_length``. ``folder`` None:
+    nothing is written."""
 
-    def __init__(self, folder: str) -> None:
-        self.events = ScalarEvents(folder)
+    def __init__(self, folder: str | None) -> None:
+        self.events = ScalarEvents(folder) if folder is not None else None
 
     def metrics(self, step: int, values: Mapping[str, float]) -> None:
+        if self.events is None:
+            return
         for name, value in values.items():
             if math.isfinite(value):
                 self.events.scalar(name, value, step)
 
     def episode(self, step: int, episodic_return: float, length: int) -> None:
-        self.events.scalar("charts/episodic_return", episodic_return, step)
-        self.events.scalar("charts/episodic_length", length, step)
+        if self.events is not None:
+            self.events.scalar("charts/episodic_return", episodic_return, step)
+            self.events.scalar("charts/episodic_length", length, step)
 
     def progress(self, env_steps: int, sgd_steps: int, recent_return: float) -> None:
         pass
 
     def close(self) -> None:
         """Flush and close the event file. Idempotent."""
-        self.events.close()
+        if self.events is not None:
+            self.events.close()
 
 
 class RunRecorder(NullRecorder):
