@@ -19,8 +19,12 @@ envs, the network the actor acts with, and how env steps become table rows.
   the Nature CNN on k-frame stacks, whole episode segments of `rg.frame_rows`.
 
 `ActorConfig.from_settings` builds an actor's config from the `rg.ActorSettings` that a learner
-announces in ``Info``, so ``replaygpu actor ADDRESS`` needs no other flags. This module imports
-no TensorFlow, so actor processes start fast and stay small.
+announces in ``Info``, so ``replaygpu actor ADDRESS`` needs no other flags. The actor reports
+each finished episode (its return as the env scored it, unclipped, the whole game) with its
+next request (``report_episode``), logs a progress line every ``progress_interval_s``, and
+stops (flushing what it sent) once the learner says its run is finished (``run_finished``, in
+acks and ``Info``). This module imports no TensorFlow, so actor processes start fast and stay
+small.
 """
 
 from __future__ import annotations
@@ -174,11 +178,14 @@ def run_actor(
     stop: threading.Event | None = None,
     report: Report | None = None,
 ) -> dict[str, float]:
-    """Collect experience into the replay server at ``address`` until done or stopped.
+    """Collect experience into the replay server at ``address`` until done (``steps``, or
+    the learner's run is finished) or stopped.
 
     Returns:
         ``{"env_steps", "episodes", "seconds", "env_steps_per_s", "weight_updates",
-        "acked_transitions"}`` (rows the server committed from this actor's batches).
+        "acked_transitions", "run_finished"}``: ``acked_transitions`` counts the rows the
+        server committed from this actor's batches; ``run_finished`` is 1.0 when the learner
+        ended the run.
 
     Raises:
         ReplayError: when the server is unreachable or rejects the data.
@@ -195,6 +202,7 @@ def run_actor(
     stats = EpisodeStats(n)
     version, policy = 0, None
     env_steps, since_pull, updates, episodes = 0, config.weight_pull_interval, 0, 0
+    progress = _Progress(index, config.progress_interval_s)
 
     def send(final: bool = False) -> int:
         sent = experience.send(client, final)
@@ -205,7 +213,7 @@ def run_actor(
     start = time.perf_counter()
     try:
         experience.start(config.env_seed, client.spec)
-        while not (stop is not None and stop.is_set()):
+        while not (stop is not None and stop.is_set()) and not client.run_finished:
             if config.steps and env_steps >= config.steps:
                 break
             if since_pull >= config.weight_pull_interval:
@@ -220,15 +228,22 @@ def run_actor(
             since_pull += n
             for episodic_return, length in stats.step(reward, done):
                 episodes += 1
+                client.report_episode(episodic_return, length)
                 if report is not None:
                     report("episode", index, (env_steps, episodic_return, length))
             if send() and config.insert_slack >= 0:
                 room = functools.partial(client.wait_for_insert_room, config.insert_slack, stop)
                 _retrying(room, config, stop)
-        send(final=True)
-        # a stopped actor (SIGTERM) flushes within a container's grace period; a finished one
-        # waits for every ack
-        stopped = stop is not None and stop.is_set()
+            progress(env_steps, episodes, stats, client)
+        finished = client.run_finished
+        if finished:
+            logger.info("actor %d: the learner's run is finished; stopping", index)
+        else:
+            send(final=True)
+        # a stopped actor (SIGTERM) flushes within a container's grace period, as does one whose
+        # run is over (a learner that finished may exit); one that collected its steps waits
+        # for every ack
+        stopped = finished or (stop is not None and stop.is_set())
         client.close(timeout=min(STOP_FLUSH_S, config.retry_deadline_s) if stopped else None)
     except BaseException:
         client.close(flush=False)
@@ -243,6 +258,7 @@ def run_actor(
         "env_steps_per_s": env_steps / max(seconds, 1e-9),
         "weight_updates": float(updates),
         "acked_transitions": float(client.acked_transitions),
+        "run_finished": float(client.run_finished),
     }
     logger.info(
         "actor %d: %d env steps in %.1f s (%.0f/s), %d episodes, %d weight updates",
@@ -326,9 +342,38 @@ def default_prefix() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
+class _Progress:
+    """The actor's progress line, every ``interval_s`` seconds (0: never): env steps per second
+    since the last line, episodes, the last episode's return, transitions acknowledged."""
+
+    def __init__(self, index: int, interval_s: float) -> None:
+        self.index, self.interval_s = index, interval_s
+        self.last_time, self.last_steps = time.monotonic(), 0
+
+    def __call__(
+        self, env_steps: int, episodes: int, stats: EpisodeStats, client: rg.ReplayClient
+    ) -> None:
+        now = time.monotonic()
+        if not self.interval_s or now - self.last_time < self.interval_s:
+            return
+        rate = (env_steps - self.last_steps) / (now - self.last_time)
+        self.last_time, self.last_steps = now, env_steps
+        last = f"{stats.recent[-1]:.1f}" if stats.recent else "none yet"
+        logger.info(
+            "actor %d: %d env steps (%.0f/s), %d episodes, last return %s, %d transitions acked",
+            self.index,
+            env_steps,
+            rate,
+            episodes,
+            last,
+            client.acked_transitions,
+        )
+
+
 def _retrying(call: Callable[[], T], config: ActorConfig, stop: threading.Event | None) -> T:
     """``call()``, retried while the server is unavailable (a learner restarting), with
-    backoff up to 1 s, for ``retry_deadline_s`` at most, like the client's append stream.
+    backoff up to 1 s, for ``retry_deadline_s`` at most, like the client's append stream. The
+    client logs the outage (once when it begins, once when it ends), not each retry.
 
     Raises:
         ServiceUnavailableError: still unavailable after ``retry_deadline_s``, or stopped.
@@ -340,16 +385,10 @@ def _retrying(call: Callable[[], T], config: ActorConfig, stop: threading.Event 
             return call()
         except rg.ServiceError as err:
             # a learner going down cancels calls in flight; one that is down is UNAVAILABLE
-            transient = getattr(err, "code", None) in _TRANSIENT and not isinstance(
-                err, rg.TLSError
-            )
+            transient = err.code in _TRANSIENT and not isinstance(err, rg.TLSError)
             late = time.monotonic() + wait > deadline
             if not transient or late or (stop is not None and stop.is_set()):
                 raise
-            if wait == 0.05:
-                logger.info(
-                    "server unavailable (%s); retrying for %.0f s", err, config.retry_deadline_s
-                )
             time.sleep(wait)
             wait = min(1.0, wait * 2)
 

@@ -9,7 +9,14 @@ of a fleet of ``--num-actors`` actors (each explores with its Ape-X epsilon). ``
 them as Ray actors instead (``pip install "replaygpu[ray]"``): on a local Ray instance, or on a
 cluster with ``--ray-address auto``, each reserving ``--ray-num-cpus`` and restarted by Ray up to
 ``--max-restarts`` times under the same actor id. Ctrl-C or SIGTERM stops them after they flush
-what they collected.
+what they collected; so does the learner when its run is finished (its ``--steps``), and the
+command exits 0.
+
+An address where no server answers within 2 s ends the command in one line (exit status 2);
+``--wait`` waits for a server that is still starting, until it answers (``--wait SECONDS``: at
+most SECONDS more). An outage during the run (a learner restarting) is ridden out for
+``--retry-deadline-s``, logged once when it begins and once when it ends. Each actor logs a
+progress line every ``--progress-interval-s``.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import math
 import multiprocessing as mp
 import signal
 import threading
@@ -31,6 +39,22 @@ logger = logging.getLogger(__name__)
 #: `ActorConfig` fields whose flags come from `replaygpu.service.ops.commands.add_client_flags`.
 _CLIENT_FIELDS = ("token", "tls_ca", "tls_cert", "tls_key", "server_name")
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+#: seconds the command tries to reach the server at start without ``--wait``
+CONNECT_TIMEOUT_S = 2.0
+
+
+def _wait_seconds(text: str) -> float:
+    """``--wait``'s value: seconds > 0 (``inf``: no limit)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0:
+        raise argparse.ArgumentTypeError(
+            f"got {text!r}, expected seconds > 0 (write the address first: ADDRESS --wait, or "
+            "--wait=SECONDS)"
+        )
+    return value
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -51,6 +75,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         dest="env_id",
         default=None,
         help="gymnasium env id (default: the learner's; needed against a bare serve)",
+    )
+    parser.add_argument(
+        "--wait",
+        nargs="?",
+        const=math.inf,
+        default=None,
+        type=_wait_seconds,
+        metavar="SECONDS",
+        help="wait for a server that does not answer yet (a learner still starting): until it "
+        f"answers, or at most SECONDS; default: give up after {CONNECT_TIMEOUT_S:g} s, in one "
+        "line",
     )
     parser.add_argument(
         "--processes",
@@ -118,13 +153,38 @@ def _config(args: argparse.Namespace) -> ActorConfig:
 
 
 def _learner_settings(args: argparse.Namespace) -> rg.ActorSettings | None:
-    """The learner's `rg.ActorSettings` from ``Info``, or None from a bare server; waits up to
-    ``--retry-deadline-s`` for a learner that is still starting.
+    """The learner's `rg.ActorSettings` from ``Info``, or None from a bare server. A server
+    that does not answer within `CONNECT_TIMEOUT_S` is waited for only with ``--wait``.
 
     Raises:
-        ServiceError: the server cannot be reached in time, refuses the token or the TLS
-            handshake, or has no table ``--table``.
+        ServiceUnavailableError: the server cannot be reached (in one line: where, why, what
+            to do), or not within ``--wait SECONDS``.
+        ServiceError: it refuses the token or the TLS handshake, or has no table ``--table``.
     """
+    import replaygpu as rg
+    from replaygpu.service.actor.connection import reason
+
+    try:
+        return _ask_settings(args, CONNECT_TIMEOUT_S)
+    except rg.ServiceUnavailableError as err:
+        why = reason(err)
+        if args.wait is None:
+            raise rg.ServiceUnavailableError(
+                f"cannot reach {args.address} ({why}); is the learner running? pass --wait to "
+                "keep retrying"
+            ) from None
+    limit = None if math.isinf(args.wait) else args.wait
+    logger.warning(
+        "cannot reach %s (%s); waiting for it %s (--wait)",
+        args.address,
+        why,
+        "until it answers" if limit is None else f"for up to {limit:g} s",
+    )
+    return _ask_settings(args, limit)
+
+
+def _ask_settings(args: argparse.Namespace, wait_s: float | None) -> rg.ActorSettings | None:
+    """Ask the server for its actor settings, retrying for ``wait_s`` (None: forever)."""
     import replaygpu as rg
     from replaygpu.agents.actor import default_prefix
     from replaygpu.service.ops.commands import client_tls
@@ -135,7 +195,7 @@ def _learner_settings(args: argparse.Namespace) -> rg.ActorSettings | None:
         table=args.table,
         token=args.token or None,
         tls=client_tls(args),
-        config=rg.ClientConfig(retry_deadline_s=args.retry_deadline_s),
+        config=rg.ClientConfig(retry_deadline_s=wait_s),
     )
     client.close(flush=False)
     return client.actor_settings

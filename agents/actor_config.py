@@ -83,7 +83,18 @@ class ActorConfig:
     )
     clip_rewards: bool = field(default=True, metadata=helptext("frames: send sign(reward)"))
     retry_deadline_s: float = field(
-        default=60.0, metadata=helptext("give up when the server is unreachable this long")
+        default=60.0,
+        metadata=helptext(
+            "give up when the server stops answering this long during the run (an outage "
+            "logs one line when it begins and one when it ends)"
+        ),
+    )
+    progress_interval_s: float = field(
+        default=30.0,
+        metadata=helptext(
+            "seconds between progress lines (env steps/s, episodes, last return, transitions "
+            "acknowledged); 0: none"
+        ),
     )
     table: str = field(default="replay", metadata=helptext("table name on the server"))
     token: str | None = field(
@@ -112,6 +123,11 @@ class ActorConfig:
             )
         if not self.retry_deadline_s > 0:
             raise rg.ConfigError(f"retry_deadline_s: got {self.retry_deadline_s}, expected > 0")
+        if not self.progress_interval_s >= 0:
+            raise rg.ConfigError(
+                f"progress_interval_s: got {self.progress_interval_s}, expected >= 0 (0: no "
+                "progress lines)"
+            )
         if self.insert_slack < -1:
             raise rg.ConfigError(f"insert_slack: got {self.insert_slack}, expected >= -1")
         if self.steps < 0:

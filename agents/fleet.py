@@ -3,12 +3,16 @@
 ``demo apex-cartpole`` (`apex`) and ``demo apex-breakout`` (`apex_atari`) run their actors so:
 spawned processes (no TensorFlow in them, nothing shared with the learner) running
 `actor.run_actor_process`, each reporting finished episodes, sends and its final stats through
-one bounded queue that `ActorFleet.drain` reads without blocking the learner.
+one bounded queue that `ActorFleet.drain` reads without blocking the learner. The recorder shows
+the progress, so the actors log no progress lines of their own. An actor exits 0 when it
+collected its steps, when it is stopped, and when the learner's server says the run is finished
+(`rg.ReplayServer.finish_run`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import multiprocessing as mp
 import os
 import queue
@@ -60,7 +64,12 @@ class ActorFleet:
         self.processes = [
             ctx.Process(
                 target=run_actor_process,
-                args=(config, address, self._stop, self._reports),
+                args=(
+                    dataclasses.replace(config, progress_interval_s=0.0),
+                    address,
+                    self._stop,
+                    self._reports,
+                ),
                 name=f"{name}-{config.actor_index}",
                 daemon=True,
             )

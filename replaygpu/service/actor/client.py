@@ -8,6 +8,10 @@ by ``max_buffer_bytes``: `add` blocks when full) and resends them in order after
 with exponential backoff; nothing is duplicated or lost. `flush` waits for the acks. The
 channel, connecting and the unary RPCs are the client's `Connection` (``connection.py``).
 
+Episodes the actor reports (`ReplayClient.report_episode`) ride on its next request, and on
+every resend of it: the server counts them once, with the seq it commits. A learner that has
+finished its run says so in every ack and ``Info`` reply (`ReplayClient.run_finished`).
+
 This module imports no TensorFlow: an actor process starts fast and stays small.
 """
 
@@ -69,6 +73,9 @@ class ReplayClient:
             got = client.get_weights(newer_than=version)
             if got is not None:
                 version, weights = got
+            client.report_episode(episode_return, episode_length)
+            if client.run_finished:
+                break
     """
 
     def __init__(
@@ -119,8 +126,13 @@ class ReplayClient:
         #: native dtype objects, so that most checks are identity checks
         self._layout: list[tuple[str, np.ndarray, np.dtype, tuple[int, ...]]] = []
         self._partial_since = 0.0
+        self._episodes: list[tuple[float, int]] = []  # reported, for the next request
         self._outbox = Outbox(
-            self._connection.append, address, self.config, classify=self._connection.classify
+            self._connection.append,
+            address,
+            self.config,
+            classify=self._connection.classify,
+            outage=self._connection.outage,
         )
         self._cond = self._outbox.cond  # one lock for the partial buffer and the outbox
         self._filling = threading.Event()  # set while a request is being filled
@@ -138,6 +150,26 @@ class ReplayClient:
     def last_table_size(self) -> int:
         """The table's size in the latest ack."""
         return self._outbox.last_table_size
+
+    @property
+    def run_finished(self) -> bool:
+        """Whether the learner has finished its run (its ``--steps`` budget), as an ack or an
+        ``Info`` reply (`info`, `wait_for_insert_room`, connecting) said: stop collecting."""
+        return self._outbox.run_finished or self._connection.run_finished
+
+    def report_episode(self, episode_return: float, length: int) -> None:
+        """Report an episode the actor finished: its return as the env scored it (unclipped,
+        the whole game) and its length in env steps. It rides on the next request (and on its
+        resends; the server counts it once), and the learner logs it as its run's episode
+        return and length.
+
+        Raises:
+            ConfigError: ``length`` is negative.
+        """
+        if length < 0:
+            raise ConfigError(f"episode length: got {length}, expected >= 0 env steps")
+        with self._cond:
+            self._episodes.append((float(episode_return), int(length)))
 
     # -- adding ---------------------------------------------------------------------------------
 
@@ -304,7 +336,8 @@ class ReplayClient:
 
     def _seal(self, columns: Mapping[str, np.ndarray], reserved: bool = False) -> None:
         seq = self._next_seq
-        data = encode_append_request(self.table, self.actor_id, seq, columns)
+        episodes, self._episodes = self._episodes, []
+        data = encode_append_request(self.table, self.actor_id, seq, columns, episodes)
         if not reserved:
             self._outbox.wait_for_room(len(data))
         self._next_seq += 1
@@ -359,7 +392,8 @@ class ReplayClient:
             stop: return early when this event is set.
 
         Returns:
-            whether it waited (False at once when the server's learner has no rate limiter).
+            whether it waited (False at once when the server's learner has no rate limiter);
+            it stops waiting when the learner's run is finished (`run_finished`).
 
         Raises:
             ServiceError: when an ``Info`` call fails.
@@ -372,7 +406,10 @@ class ReplayClient:
             return False
         delay = 0.002
         while not (stop is not None and stop.is_set()):
-            table = next((t for t in self.info().tables if t.name == self.table), None)
+            info = self.info()
+            if info.run_finished:
+                break
+            table = next((t for t in info.tables if t.name == self.table), None)
             if table is None:
                 raise TableNotFoundError(
                     f"server at {self.address} no longer has table {self.table!r}"
@@ -412,7 +449,8 @@ class ReplayClient:
         return reply.version, arrays if reply.named else list(arrays.values())
 
     def info(self) -> Any:
-        """The server's ``InfoResponse`` (tables, counters, weights version)."""
+        """The server's ``InfoResponse`` (tables, counters, weights version, whether the run
+        is finished)."""
         return self._connection.info()
 
     # -- closing --------------------------------------------------------------------------------

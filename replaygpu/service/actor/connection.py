@@ -2,12 +2,15 @@
 
 A `ReplayClient` (in `client`) owns one `Connection`: it connects through it (``Info``, waited
 for with backoff while the server is down), hands its `Connection.append` to the `Outbox` that
-streams the requests, and asks it for weights and counters. Imports no TensorFlow.
+streams the requests, and asks it for weights and counters. Its `Outage` turns the failures
+and successes of all those calls into one log line when the server stops answering and one when
+it answers again, however many retries lie between. Imports no TensorFlow.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,6 +27,7 @@ from replaygpu.service.wire.status import (
     ServiceError,
     ServiceUnavailableError,
     TableNotFoundError,
+    TLSError,
     error_from_rpc,
 )
 from replaygpu.v1 import replay_pb2, replay_pb2_grpc
@@ -31,6 +35,88 @@ from replaygpu.v1 import replay_pb2, replay_pb2_grpc
 logger = logging.getLogger(__name__)
 
 APPEND_METHOD = "/replaygpu.v1.ReplayService/Append"
+
+#: ``(what an error's message says, lower case; the reason shown)``, first match wins
+_REASONS = (
+    ("connection refused", "connection refused"),
+    ("address lookup failed", "unknown host"),
+    ("dns resolution failed", "unknown host"),
+    ("deadline exceeded", "no answer in time"),
+    ("socket closed", "connection closed"),
+    ("connection reset", "connection reset"),
+)
+
+
+#: codes of a server that is down or restarting: its calls in flight are cancelled, then the
+#: channel says UNAVAILABLE; DEADLINE_EXCEEDED is one that does not answer
+OUTAGE_CODES = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED}
+)
+
+
+def reason(error: BaseException) -> str:
+    """A few words on why a call failed (``connection refused``, ``unknown host``, ...); the
+    status code's name for another outage, the whole message for anything else (a full
+    staging queue says why)."""
+    text = str(error).lower()
+    found = next((shown for needle, shown in _REASONS if needle in text), None)
+    if found is not None:
+        return found
+    code = getattr(error, "code", None)
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return "no answer in time"
+    return code.name if code in OUTAGE_CODES else str(error)
+
+
+class Outage:
+    """Whether the server answers, as the client's calls find it, logged once per change.
+
+    Every call that fails while retrying (the append stream, and through `Connection` each
+    ``Info`` and ``GetWeights``) reports `failed`, every success `recovered`: an outage of any
+    length costs one line when it starts and one when it ends, not one per retry. An outage
+    the append stream began ends only with an ack: a server shutting down refuses appends
+    while it still answers the odd ``GetWeights``, and that is no recovery.
+
+    Args:
+        address: the server, for the lines.
+        retry_deadline_s: how long the client retries (None: forever), for the first line.
+    """
+
+    def __init__(self, address: str, retry_deadline_s: float | None) -> None:
+        self.address = address
+        self.retry_deadline_s = retry_deadline_s
+        #: when the outage began (`time.monotonic`), or None while the server answers
+        self.since: float | None = None
+        self._by_stream = False  # the append stream began the outage
+        self._lock = threading.Lock()
+
+    def failed(self, error: BaseException, stream: bool = False) -> None:
+        """A call (``stream``: the append stream) failed with ``error`` and will be retried:
+        log if an outage begins."""
+        if self.since is not None:
+            return
+        with self._lock:
+            if self.since is not None:
+                return
+            self.since, self._by_stream = time.monotonic(), stream
+        limit = self.retry_deadline_s
+        logger.warning(
+            "server %s unavailable (%s); retrying %s",
+            self.address,
+            reason(error),
+            "until it answers" if limit is None else f"for up to {limit:g} s",
+        )
+
+    def recovered(self, stream: bool = False) -> None:
+        """A call (``stream``: an ack) succeeded: log if an outage ends."""
+        if self.since is None or (self._by_stream and not stream):
+            return
+        with self._lock:
+            since, self.since = self.since, None
+        if since is not None:
+            logger.warning(
+                "server %s available again after %.1f s", self.address, time.monotonic() - since
+            )
 
 
 @dataclass(frozen=True)
@@ -42,12 +128,14 @@ class ConnectReply:
         last_seq: the last seq the server committed or staged for this actor (0: none).
         rate_limit: the rule of the learner's rate limiter, or None without one.
         actor_settings: what the learner asks its actors to run, or None when it sets none.
+        run_finished: the learner has finished its run (its ``--steps`` budget).
     """
 
     spec: HostSpec
     last_seq: int
     rate_limit: SampleToInsertRule | None
     actor_settings: ActorSettings | None
+    run_finished: bool = False
 
 
 class Connection:
@@ -59,6 +147,10 @@ class Connection:
         token: bearer token, when the server requires one.
         tls: `TLSConfig`, or None for plaintext.
         config: the client's limits and retries (`ClientConfig`).
+
+    Attributes:
+        outage: the `Outage` its calls (and the client's append stream) report to.
+        run_finished: an ``Info`` reply said the learner has finished its run.
     """
 
     def __init__(
@@ -72,6 +164,8 @@ class Connection:
         self.address = address
         self.actor_id = actor_id
         self.config = config
+        self.outage = Outage(address, config.retry_deadline_s)
+        self.run_finished = False
         self._tls = tls
         self._metadata = token_metadata(token)
         self._channel = make_channel(address, tls, config.max_message_bytes)
@@ -143,6 +237,7 @@ class Connection:
                 f"Found: {', '.join(sorted(tables))}"
             )
         found = tables[table]
+        self.run_finished = self.run_finished or info.run_finished
         return ConnectReply(
             spec=codec.host_spec_from_proto(found.spec),
             last_seq=int(info.actor_last_seq),
@@ -150,6 +245,7 @@ class Connection:
             actor_settings=ActorSettings.from_proto(info.actor_settings)
             if info.HasField("actor_settings")
             else None,
+            run_finished=bool(info.run_finished),
         )
 
     def get_weights(self, newer_than: int) -> Any:
@@ -158,29 +254,36 @@ class Connection:
         Raises:
             ServiceError: the call failed.
         """
-        try:
-            return self._stub.GetWeights(
-                replay_pb2.GetWeightsRequest(newer_than=newer_than),
-                metadata=self._metadata,
-                timeout=self.config.rpc_timeout_s,
-            )
-        except grpc.RpcError as err:
-            raise error_from_rpc(err, self.address) from None
+        return self._call(
+            self._stub.GetWeights, replay_pb2.GetWeightsRequest(newer_than=newer_than)
+        )
 
     def info(self) -> Any:
-        """The server's ``InfoResponse`` (tables, counters, weights version).
+        """The server's ``InfoResponse`` (tables, counters, weights version); notes its
+        ``run_finished``.
+
+        Raises:
+            ServiceError: the call failed.
+        """
+        reply = self._call(self._stub.Info, replay_pb2.InfoRequest(actor_id=self.actor_id))
+        self.run_finished = self.run_finished or reply.run_finished
+        return reply
+
+    def _call(self, method: Any, request: Any) -> Any:
+        """``method(request)`` with the token and timeout, reporting to `outage`.
 
         Raises:
             ServiceError: the call failed.
         """
         try:
-            return self._stub.Info(
-                replay_pb2.InfoRequest(actor_id=self.actor_id),
-                metadata=self._metadata,
-                timeout=self.config.rpc_timeout_s,
-            )
+            reply = method(request, metadata=self._metadata, timeout=self.config.rpc_timeout_s)
         except grpc.RpcError as err:
-            raise error_from_rpc(err, self.address) from None
+            error = error_from_rpc(err, self.address)
+            if error.code in OUTAGE_CODES and not isinstance(error, TLSError):
+                self.outage.failed(error)
+            raise error from None
+        self.outage.recovered()
+        return reply
 
     def close(self) -> None:
         """Close the channel (and any stream still open on it)."""

@@ -6,7 +6,8 @@ The stream thread keeps one bidirectional ``Append`` stream open, sends every re
 sent on it and reads one ack per request. After a retryable error (UNAVAILABLE,
 DEADLINE_EXCEEDED, a full staging queue) it backs off exponentially, opens a new stream and
 resends everything unacknowledged, in order; the server drops seqs it already committed, so
-nothing is duplicated or lost. A non-retryable error drops the batch it names (or everything)
+nothing is duplicated or lost; an `Outage` logs when the server stops answering and when it
+answers again, not each retry. A non-retryable error drops the batch it names (or everything)
 and is kept for the client to raise once.
 
 All state is guarded by ``cond``, which the client also uses for its own partial buffer.
@@ -24,6 +25,7 @@ from typing import Any
 
 import grpc
 
+from replaygpu.service.actor.connection import Outage
 from replaygpu.service.config import ClientConfig
 from replaygpu.service.wire.status import (
     ServiceError,
@@ -48,6 +50,10 @@ class Outbox:
         classify: the library error of a failed stream (default `status.error_from_rpc`); the
             client passes `auth.connect_error`, which tells a TLS mismatch (never retried)
             from a server that is down.
+        outage: the `Outage` the stream reports its failures and acks to (default: its own).
+
+    Attributes:
+        run_finished: an ack said the learner has finished its run.
     """
 
     def __init__(
@@ -56,8 +62,10 @@ class Outbox:
         address: str,
         config: ClientConfig,
         classify: Callable[[grpc.RpcError], ServiceError] | None = None,
+        outage: Outage | None = None,
     ) -> None:
         self.cond = threading.Condition()
+        self.run_finished = False
         self.acked_transitions = 0
         self.last_table_size = 0
         #: the largest (table inserted, learner sampled) counts any ack carried
@@ -67,6 +75,7 @@ class Outbox:
         self._classify = classify or (lambda err: error_from_rpc(err, address))
         self._address = address
         self._config = config
+        self._outage = outage or Outage(address, config.retry_deadline_s)
         self._unacked: collections.OrderedDict[int, bytes] = collections.OrderedDict()
         self._unacked_bytes = 0
         self._transitions: dict[int, int] = {}  # seq -> transitions in it
@@ -187,7 +196,9 @@ class Outbox:
             self.last_table_size = ack.table_size
             inserted, sampled = self.counters
             self.counters = (max(inserted, ack.table_inserted), max(sampled, ack.sampled))
+            self.run_finished = self.run_finished or ack.run_finished
             self.cond.notify_all()
+        self._outage.recovered(stream=True)
 
     def _stream_loop(self) -> None:
         config = self._config
@@ -227,7 +238,8 @@ class Outbox:
                             f"error: {error}"
                         )
                         return
-                    logger.info(
+                    self._outage.failed(error, stream=True)
+                    logger.debug(
                         "append stream to %s: %s; retrying in %.2f s",
                         self._address,
                         type(error).__name__,
