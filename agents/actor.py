@@ -17,6 +17,8 @@ envs, the network the actor acts with, and how env steps become table rows.
   computes n-step returns across interleaved actors.
 - `frame_actor.FrameExperience` (``frame_stack`` k > 0): ALE games for a frame-table learner,
   the Nature CNN on k-frame stacks, whole episode segments of `rg.frame_rows`.
+- `recurrent_actor.RecurrentExperience` (``sequence_period`` p > 0): an R2D2 learner's LSTM
+  Q-network with its state carried, overlapping sequences with the state at their start.
 
 `ActorConfig.from_settings` builds an actor's config from the `rg.ActorSettings` that a learner
 announces in ``Info``, so ``replaygpu actor ADDRESS`` needs no other flags. The actor reports
@@ -52,6 +54,7 @@ from replaygpu.agents.policies import (
     greedy_q_policy,
     squashed_gaussian_policy,
 )
+from replaygpu.agents.recurrent_actor import RecurrentExperience
 
 logger = logging.getLogger(__name__)
 
@@ -164,11 +167,14 @@ class VectorExperience:
 
 
 def make_experience(config: ActorConfig) -> Experience:
-    """The `Experience` ``config`` asks for: frames when ``frame_stack`` is set, else vectors.
+    """The `Experience` ``config`` asks for: overlapping sequences with the LSTM state when
+    ``sequence_period`` is set, frames when ``frame_stack`` is, else vectors.
 
     Raises:
         ConfigError: an env id gymnasium does not know (or not an ALE game, for frames).
     """
+    if config.sequence_period:
+        return RecurrentExperience(config)
     return FrameExperience(config) if config.frame_stack else VectorExperience(config)
 
 

@@ -82,6 +82,17 @@ class ActorConfig:
         default=True, metadata=helptext("frames: a lost life is terminal (the game plays on)")
     )
     clip_rewards: bool = field(default=True, metadata=helptext("frames: send sign(reward)"))
+    sequence_period: int = field(
+        default=0,
+        metadata=helptext(
+            "p > 0: act with an R2D2 learner's LSTM Q-network and send a sequence of "
+            "sequence_length steps, with the LSTM state before its first step, every p steps "
+            "(agents/recurrent_actor.py); 0: not recurrent"
+        ),
+    )
+    sequence_length: int = field(
+        default=0, metadata=helptext("recurrent: steps per sequence, the burn-in included")
+    )
     retry_deadline_s: float = field(
         default=60.0,
         metadata=helptext(
@@ -140,6 +151,18 @@ class ActorConfig:
             raise rg.ConfigError(
                 f"agent: got {self.agent!r} with frame_stack {self.frame_stack}, expected dqn "
                 "(frame actors act with a Nature CNN Q-network)"
+            )
+        if self.sequence_period and not 0 < self.sequence_period <= self.sequence_length:
+            raise rg.ConfigError(
+                f"sequence_period: got {self.sequence_period} with sequence_length "
+                f"{self.sequence_length}, expected 0 < sequence_period <= sequence_length "
+                "(0: not recurrent)"
+            )
+        if self.sequence_period and (self.frame_stack or self.agent != "dqn"):
+            raise rg.ConfigError(
+                f"sequence_period: got {self.sequence_period} with frame_stack "
+                f"{self.frame_stack} and agent {self.agent!r}, expected frame_stack 0 and dqn "
+                "(recurrent actors act epsilon-greedily with an LSTM Q-network on vectors)"
             )
         require_unit_interval(self, "epsilon_base", "repeat_action_probability")
         _ = self.tls  # checks the TLS files now: missing, unreadable, a key of another cert

@@ -12,6 +12,8 @@ config                 builder        table                               sample
 `ApexAtariConfig`      `FrameDQN`     a frame table (each 84x84 frame     Uniform / Prioritized x
 (``--agent dqn``,                     once)                               FrameStack(4, n_step)
 an ALE env)
+`R2D2LearnerConfig`    `ServedR2D2`   steps + the LSTM state, each        Prioritized x Sequence
+(``--agent r2d2``)                    sequence a block of its own         (burn-in, stored state)
 =====================  =============  ==================================  =======================
 
 A builder also names the weights actors pull, the `rg.ActorSettings` that ``replaygpu actor
@@ -32,7 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 import replaygpu as rg
-from replaygpu.agents import apex_config, atari, dqn, sac
+from replaygpu.agents import apex_config, atari, dqn, r2d2, sac
 from replaygpu.agents.actor import STREAM_FIELD
 from replaygpu.agents.apex_atari_config import ApexAtariConfig
 from replaygpu.agents.apex_config import ApexConfig
@@ -41,6 +43,7 @@ from replaygpu.agents.frame_actor import segment_client_config
 from replaygpu.agents.learner_config import SACLearnerConfig as SACLearnerConfig
 from replaygpu.agents.learner_config import config_class as config_class
 from replaygpu.agents.learner_config import is_atari as is_atari
+from replaygpu.agents.r2d2_learner_config import R2D2LearnerConfig
 
 Table = Any  # rg.ReplayTable or rg.ShardedReplayTable
 
@@ -243,11 +246,56 @@ class FrameDQN(Builder):
         return atari.evaluate_agent(config.dqn_config, agent, episodes, seed)
 
 
+class ServedR2D2(Builder):
+    """R2D2 on the overlapping sequences that recurrent actors send
+    (`recurrent_actor.RecurrentExperience`): `R2D2LearnerConfig`. Each sequence is a block of
+    rows whose first row holds the LSTM state (`r2d2.STATE_STORED` marks it), so the
+    prioritized `rg.Sequence` view starts windows there and never runs past a block."""
+
+    def check_env(self, env_id: str) -> gym.Env:
+        return r2d2.check_env(env_id)
+
+    def make_table(
+        self, config: R2D2LearnerConfig, env: gym.Env
+    ) -> tuple[Table, contextlib.AbstractContextManager[Any]]:
+        spec = r2d2.table_spec(config, env)
+        table = rg.ReplayTable(spec, config.buffer_size, device=config.device or None)
+        return table, tf.device(table.device)
+
+    def make_agent(self, config: R2D2LearnerConfig, env: gym.Env) -> r2d2.R2D2:
+        return r2d2.make_agent(config, env)
+
+    def make_sampler(self, config: R2D2LearnerConfig, table: Table) -> rg.Sampler:
+        # the table is the config's: its state field is the network's
+        return r2d2.sequence_sampler(config, table, start_field=r2d2.STATE_STORED)
+
+    def policy(self, agent: r2d2.R2D2) -> Any:
+        return lambda: agent.q.weights  # the order `policies.numpy_lstm_step` reads
+
+    def actor_settings(self, config: R2D2LearnerConfig) -> rg.ActorSettings:
+        return rg.ActorSettings(
+            env_id=config.env_id,
+            hidden_sizes=(config.torso_size, config.lstm_units),
+            weight_pull_interval=config.weight_pull_interval,
+            num_envs=config.actor_envs,
+            seed=config.seed,
+            num_actors=config.num_actors,
+            sequence_period=config.period,
+            sequence_length=config.sequence_length,
+        )
+
+    def evaluate(
+        self, config: R2D2LearnerConfig, agent: r2d2.R2D2, episodes: int, seed: int
+    ) -> np.ndarray:
+        return r2d2.evaluate_agent(config, agent, episodes, seed)
+
+
 #: the builder of each learner config
 BUILDERS: dict[type, Builder] = {
     ApexConfig: VectorDQN(),
     SACLearnerConfig: ServedSAC(),
     ApexAtariConfig: FrameDQN(),
+    R2D2LearnerConfig: ServedR2D2(),
 }
 
 

@@ -124,7 +124,7 @@ def send_segments(client: rg.ReplayClient, segments: Sequence[dict[str, np.ndarr
     group: list[dict[str, np.ndarray]] = []
     rows = 0
     for seg in [*segments, None]:
-        n = 0 if seg is None else len(seg["frame"])
+        n = 0 if seg is None else len(next(iter(seg.values())))
         if seg is not None and n > limit:
             raise rg.ConfigError(
                 f"a segment of {n} rows is over the {limit} rows of the client's requests "

@@ -35,6 +35,7 @@ from replaygpu.agents.builders import builder_for
 from replaygpu.agents.fleet import ActorFleet, split_steps
 from replaygpu.agents.learner_report import LearnerReport
 from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult
+from replaygpu.agents.r2d2_learner_config import R2D2LearnerConfig as R2D2LearnerConfig
 from replaygpu.agents.runs import LoopState, RunControl
 
 logger = logging.getLogger(__name__)

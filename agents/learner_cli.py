@@ -21,7 +21,7 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-AGENT_CHOICES = ("dqn", "sac")
+AGENT_CHOICES = ("dqn", "sac", "r2d2")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

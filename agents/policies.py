@@ -116,3 +116,24 @@ LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 def squash_log_std(log_std: np.ndarray) -> np.ndarray:
     """Map a raw network output into ``[LOG_STD_MIN, LOG_STD_MAX]`` smoothly."""
     return LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (1.0 + np.tanh(log_std))
+
+
+def numpy_lstm_step(
+    weights: Weights, obs: np.ndarray, state: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """One step of `networks.LSTMQNetwork` in numpy: ``[B, D], [B, 2U] -> (Q [B, A], state
+    [B, 2U])``; weights ``[torso w, torso b, kernel, bias, head w, head b]``, the state
+    ``concat([h, c])``."""
+    tw, tb, kernel, bias, hw, hb = weights
+    units = kernel.shape[1] // 4
+    x = np.maximum(obs @ tw + tb, 0.0)
+    h, c = state[:, :units], state[:, units:]
+    z = x @ kernel[:-units] + h @ kernel[-units:] + bias
+    i, f, g, o = np.split(z, 4, axis=1)
+    c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
+    h = _sigmoid(o) * np.tanh(c)
+    return h @ hw + hb, np.concatenate([h, c], axis=1).astype(np.float32)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (np.tanh(0.5 * x) + 1.0)

@@ -34,14 +34,12 @@ from replaygpu.agents.dqn import obs_size
 from replaygpu.agents.envs import EpisodeStats
 from replaygpu.agents.networks import Adam, LSTMQNetwork, copy_weights, numpy_lstm_step
 from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult, TrainTimer
+from replaygpu.agents.r2d2_config import STATE as STATE
+from replaygpu.agents.r2d2_config import STATE_STORED as STATE_STORED
 from replaygpu.agents.r2d2_config import R2D2Config as R2D2Config
 from replaygpu.agents.runs import LoopState, RunControl, checkpoint_when_due, resume
 
 logger = logging.getLogger(__name__)
-
-#: table fields beside the transition's: the LSTM state before the step, and where it is stored
-STATE = "recurrent_state"
-STATE_STORED = "state_stored"
 
 
 def value_rescale(x: tf.Tensor, eps: float) -> tf.Tensor:
@@ -238,10 +236,24 @@ def make_sampler(config: R2D2Config, table: rg.Table, agent: R2D2) -> rg.Sampler
             f"network's {config.lstm_units} LSTM units); store the network's state, or set "
             "lstm_units to the actors'"
         )
+    return sequence_sampler(config, table)
+
+
+def sequence_sampler(
+    config: R2D2Config, table: rg.Table, start_field: str | None = None
+) -> rg.Sampler:
+    """`make_sampler`'s sampler, unchecked against a network; ``start_field``: a bool field
+    where windows must stop (served actors mark each sequence's first row; see
+    `recurrent_actor`), None: at episode ends only.
+
+    Raises:
+        ConfigError: the table has no state field (the `rg.Sequence` view's check).
+    """
     view = rg.Sequence(
         config.trace_length,
         config.burn_in,
         pad=True,
+        start_field=start_field,
         state_field=STATE,
         state_start_field=STATE_STORED,
     )

@@ -22,6 +22,11 @@ from replaygpu.agents.dqn_config import LinearEpsilon
 from replaygpu.agents.flags import helptext
 from replaygpu.agents.masked_envs import CARTPOLE_NO_VELOCITY
 
+#: table fields beside the transition's: the LSTM state before the step, and where it is stored
+#: (what the demo's loop and served actors, `recurrent_actor`, write)
+STATE = "recurrent_state"
+STATE_STORED = "state_stored"
+
 
 @dataclass(frozen=True)
 class R2D2Config(LinearEpsilon):

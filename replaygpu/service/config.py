@@ -181,6 +181,11 @@ class ActorSettings:
         terminal_on_life_loss: frames: a lost life ends the table episode as terminal (the
             game plays on).
         clip_rewards: frames: rows carry ``sign(reward)``.
+        sequence_period: > 0 for a recurrent (R2D2) learner: actors act with its LSTM
+            Q-network, carry the state, and send a sequence of up to ``sequence_length`` steps
+            with the state before its first step every ``sequence_period`` steps of an
+            episode (overlapping when the period is below the length); 0: not recurrent.
+        sequence_length: recurrent: steps per sequence, the burn-in included.
     """
 
     env_id: str
@@ -198,6 +203,8 @@ class ActorSettings:
     repeat_action_probability: float = 0.25
     terminal_on_life_loss: bool = True
     clip_rewards: bool = True
+    sequence_period: int = 0
+    sequence_length: int = 0
 
     def __post_init__(self) -> None:
         if not self.env_id:
@@ -218,6 +225,12 @@ class ActorSettings:
             raise ConfigError(
                 f"ActorSettings.agent: got {self.agent!r} with frame_stack={self.frame_stack}, "
                 "expected 'dqn' (frame actors act with a Nature CNN Q-network)"
+            )
+        if self.sequence_period and not 0 < self.sequence_period <= self.sequence_length:
+            raise ConfigError(
+                f"ActorSettings: sequence_period={self.sequence_period} and sequence_length="
+                f"{self.sequence_length}, expected 0 < sequence_period <= sequence_length (or "
+                "sequence_period 0: not recurrent)"
             )
         if not 0.0 <= self.repeat_action_probability <= 1.0:
             raise ConfigError(
@@ -240,7 +253,7 @@ class ActorSettings:
         """The settings an ``ActorSettings`` protobuf message carries.
 
         A learner from before a field sends it as 0: ``num_actors`` and ``segment_steps`` then
-        take their defaults, and ``frame_stack`` 0 is a vector learner.
+        take their defaults, and ``frame_stack`` and ``sequence_period`` 0 are a vector learner.
 
         Raises:
             ConfigError: the message is empty or holds values out of range.

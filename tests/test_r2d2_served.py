@@ -1,0 +1,177 @@
+"""R2D2 served: ``replaygpu learner --agent r2d2`` and ``replaygpu actor ADDRESS`` (issue 25).
+
+The actor learns everything from the learner (env, the LSTM policy's weights, the sequence
+length and period); it sends overlapping sequences with the LSTM state it carried; the learner
+trains on them; SIGTERM checkpoints and a restart on the same folder continues the SGD steps.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+
+import replaygpu as rg
+from replaygpu.agents.recurrent_actor import STATE_FIELD, STATE_STORED, SequenceWriter
+
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+LENGTH, PERIOD, UNITS = 12, 4, 16
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "replaygpu", *args]
+
+
+def wait_for_line(proc: subprocess.Popen, pattern: str, lines: list[str]) -> re.Match:
+    """Read ``proc``'s stderr until a line matches ``pattern`` (the lines read go to ``lines``)."""
+    for line in proc.stderr:
+        lines.append(line)
+        found = re.search(pattern, line)
+        if found:
+            return found
+    raise AssertionError(f"{pattern!r} never printed:\n{''.join(lines[-40:])}")
+
+
+def reap(proc: subprocess.Popen) -> None:
+    """Kill ``proc`` if it still runs (a failed test leaves no process behind)."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+
+
+def run_actor(address: str, steps: int) -> str:
+    """``replaygpu actor ADDRESS --steps N``: nothing else from the command line."""
+    actor = subprocess.run(
+        cli("actor", address, "--steps", str(steps)),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=ENV,
+    )
+    assert actor.returncode == 0, actor.stderr[-3000:]
+    assert f"actor 0: {steps} env steps" in actor.stderr, actor.stderr[-3000:]
+    return actor.stderr
+
+
+def wait_for_sgd_steps(address: str, above: int, timeout_s: float = 120.0) -> rg.ReplayClient:
+    """Poll the learner's ``Info`` until it took more than ``above`` SGD steps; returns it."""
+    deadline = time.monotonic() + timeout_s
+    with rg.ReplayClient(address, actor_id="probe") as client:
+        while True:
+            info = client.info()
+            if info.learner_steps > above:
+                return info
+            assert time.monotonic() < deadline, f"SGD steps stayed at {info.learner_steps}"
+            time.sleep(0.5)
+
+
+def stop(learner: subprocess.Popen, lines: list[str]) -> int:
+    """SIGTERM the learner; it exits 0 after a final checkpoint; returns that SGD step."""
+    learner.send_signal(signal.SIGTERM)
+    _, rest = learner.communicate(timeout=120)
+    lines.append(rest)
+    log = "".join(lines)
+    assert learner.returncode == 0, log[-3000:]
+    final = re.search(r"final checkpoint \S+ \(SGD step (\d+)\)", log)
+    assert final, log[-3000:]
+    return int(final.group(1))
+
+
+def stored_table(folder: str) -> dict[str, np.ndarray]:
+    """The table's filled rows as the newest checkpoint in ``folder`` holds them."""
+    path = tf.train.latest_checkpoint(folder)
+    size = int(tf.train.load_variable(path, "table/size_var/.ATTRIBUTES/VARIABLE_VALUE"))
+    return {
+        name: tf.train.load_variable(path, f"table/storage/{name}/.ATTRIBUTES/VARIABLE_VALUE")[
+            :size
+        ]
+        for name in ("obs", "terminated", "truncated", STATE_FIELD, STATE_STORED)
+    }
+
+
+def test_sequence_writer_cuts_overlapping_sequences_and_counts_each_step_once():
+    writer = SequenceWriter(length=5, period=2)
+    # an episode of 8 steps (the last terminal), then 3 steps of the next one, then the end
+    for t in range(11):
+        done = t == 7
+        state = np.full(2, t, np.float32)
+        writer.add((np.array([t], np.float32), 0, 1.0, done, False, state), done)
+    writer.end()
+    blocks = writer.blocks
+    firsts = [int(b["obs"][0, 0]) for b in blocks]
+    assert firsts == [0, 2, 4, 6, 8, 10]  # every 2 steps of each episode, from its first step
+    assert [len(b["obs"]) for b in blocks] == [5, 5, 4, 2, 3, 1]  # the episode end cuts
+    for b in blocks:  # the state before the first step, marked on the first row only
+        assert b[STATE_FIELD][0, 0] == b["obs"][0, 0]
+        assert b[STATE_STORED].tolist() == [True] + [False] * (len(b["obs"]) - 1)
+    assert writer.steps_ready == 11
+
+
+def test_r2d2_learner_trains_on_an_actor_with_only_the_address_and_resumes(tmp_path):
+    ckpt = str(tmp_path / "ckpt")
+    learner_cmd = cli(
+        "learner", "--agent", "r2d2", "--env", "CartPoleNoVelocity-v1",
+        "--address", "127.0.0.1:0", "--checkpoint-dir", ckpt, "--steps", "0",
+        "--sequence-length", str(LENGTH), "--burn-in", "4", "--period", str(PERIOD),
+        "--lstm-units", str(UNITS), "--torso-size", "16", "--batch-size", "16",
+        "--steps-per-call", "8", "--learning-starts", "300", "--buffer-size", "30000",
+        "--num-actors", "1", "--checkpoint-every-s", "3600",
+    )  # fmt: skip
+    learner = subprocess.Popen(learner_cmd, stderr=subprocess.PIPE, text=True, env=ENV)
+    lines: list[str] = []
+    try:
+        address = wait_for_line(learner, r"serving at (\S+);", lines).group(1)
+        run_actor(address, 1500)
+        info = wait_for_sgd_steps(address, 0)
+        settings = rg.ActorSettings.from_proto(info.actor_settings)
+        assert (settings.env_id, settings.sequence_length, settings.sequence_period) == (
+            "CartPoleNoVelocity-v1",
+            LENGTH,
+            PERIOD,
+        )
+        first_steps = stop(learner, lines)
+    finally:
+        reap(learner)
+
+    rows = stored_table(ckpt)
+    starts = np.flatnonzero(rows[STATE_STORED])
+    ends = np.append(starts[1:], len(rows["obs"]))
+    assert starts[0] == 0 and np.all(ends - starts <= LENGTH)
+    # overlapping sequences (period < length): 1500 env steps became more rows than that
+    assert len(rows["obs"]) > 1500
+    done = rows["terminated"] | rows["truncated"]
+    overlaps = episodes = 0
+    for (a, b), next_a in zip(zip(starts, ends, strict=True), starts[1:], strict=False):
+        if b - a > PERIOD:  # not its episode's last sequence: the next one starts PERIOD steps
+            # into it, with the state the actor had there
+            np.testing.assert_array_equal(rows["obs"][next_a], rows["obs"][a + PERIOD])
+            np.testing.assert_array_equal(rows[STATE_FIELD][next_a], rows[STATE_FIELD][a + PERIOD])
+            overlaps += 1
+        else:  # its episode's last: the next episode starts with the zero state
+            assert done[b - 1]
+            assert not rows[STATE_FIELD][next_a].any()
+            episodes += 1
+    assert overlaps > 10 and episodes > 10
+    # the actor carried the LSTM state of the learner's network (h, c of UNITS units)
+    assert rows[STATE_FIELD].shape[1] == 2 * UNITS
+    assert np.abs(rows[STATE_FIELD][starts]).max() > 0.01
+
+    # Restart on the same folder: the run continues from its SGD step; SIGTERM again.
+    learner = subprocess.Popen(learner_cmd, stderr=subprocess.PIPE, text=True, env=ENV)
+    lines = []
+    try:
+        resumed = wait_for_line(learner, r"(\d+) transitions inserted, SGD step (\d+)", lines)
+        assert int(resumed.group(1)) == len(rows["obs"])
+        assert int(resumed.group(2)) == first_steps
+        address = wait_for_line(learner, r"serving at (\S+);", lines).group(1)
+        run_actor(address, 500)
+        wait_for_sgd_steps(address, first_steps)
+        assert stop(learner, lines) > first_steps
+    finally:
+        reap(learner)
