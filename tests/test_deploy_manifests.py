@@ -371,6 +371,65 @@ def test_compose_command_lines_parse_with_the_cli():
     assert _parse(learner).checkpoint_dir == "/ckpt"
 
 
+def _env_example() -> dict[str, str]:
+    """``NAME -> value`` of docker/.env.example (comments and blank lines aside)."""
+    lines = (DOCKER / ".env.example").read_text().splitlines()
+    pairs = [line.split("=", 1) for line in lines if line.strip() and not line.startswith("#")]
+    return {name.strip(): value.strip() for name, value in pairs}
+
+
+def _shell_blocks(doc: Path) -> list[str]:
+    return re.findall(r"```(?:bash|sh)\n(.*?)\n```", doc.read_text(encoding="utf-8"), re.S)
+
+
+#: the documents that tell how to deploy
+DEPLOY_DOCS = (ROOT / "README.md", DOCKER / "README.md")
+
+
+def test_compose_reads_its_settings_from_docker_env_whose_example_lists_each_one():
+    text = (DOCKER / "compose.yaml").read_text()
+    example = _env_example()
+    assert set(example) == set(re.findall(r"\$\{(\w+)", text)), "compose.yaml vs .env.example"
+    for name, default in re.findall(r"\$\{(\w+):-([^}]*)\}", text):
+        assert example[name] == default, f"{name}: the example shows {example[name]!r}"
+    assert example["REPLAYGPU_TOKEN"] == "", "the example must not carry a token"
+    # compose reads .env from the compose file's folder; the real one never goes into git
+    ignored = (ROOT / ".gitignore").read_text().splitlines()
+    assert "docker/.env" in ignored and "docker/.env.example" not in ignored
+    env = {**example, **COMPOSE_ENV}
+    learner = [_interpolate(a, env) for a in _compose()["services"]["learner"]["command"]]
+    assert _parse(learner).checkpoint_dir == "/ckpt"
+
+
+def test_docs_put_the_compose_token_in_docker_env():
+    for doc in DEPLOY_DOCS:
+        blocks = [b for b in _shell_blocks(doc) if "docker compose" in b]
+        assert blocks, f"{doc.name}: no compose instructions"
+        for block in blocks:
+            assert "docker/.env" in block, f"{doc.name}: the token goes in docker/.env:\n{block}"
+            assert not re.search(r"REPLAYGPU_TOKEN=\S+ docker compose", block), block
+
+
+def test_docs_build_and_ship_the_image_before_applying_the_kustomization():
+    name = _kustomization()["images"][0]["name"]
+    for doc in DEPLOY_DOCS:
+        (block,) = [b for b in _shell_blocks(doc) if "kubectl apply -k docker/k8s" in b]
+        image = re.search(rf"kustomize edit set image {name}=(\S+)\)?", block)
+        assert image, f"{doc.name}: the Kubernetes steps do not point the kustomization at an image"
+        tag = image.group(1).rstrip(")")
+        # a tag of its own: Kubernetes always pulls :latest, which a kind-loaded image is not in
+        assert ":" in tag.rsplit("/", 1)[-1] and not tag.endswith(":latest"), tag
+        shipped = [block.find(f"{how} {tag}") for how in ("docker push", "kind load docker-image")]
+        assert max(shipped) >= 0, f"{doc.name}: the image is neither pushed nor loaded"
+        steps = [
+            block.index(f"docker build -f docker/Dockerfile -t {tag} "),
+            min(i for i in shipped if i >= 0),
+            image.start(),
+            block.index("kubectl apply -k docker/k8s"),
+        ]
+        assert steps == sorted(steps), f"{doc.name}: build, push or load, set image, apply"
+
+
 # -- Dockerfile, .dockerignore ----------------------------------------------------------------
 
 
