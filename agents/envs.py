@@ -301,8 +301,16 @@ class ChunkCollector:
         self.env.close()
 
 
-def evaluate(policy: Policy, env_id: str, episodes: int, seed: int) -> np.ndarray:
+def evaluate(
+    policy: Policy,
+    env_id: str,
+    episodes: int,
+    seed: int,
+    on_reset: Callable[[], None] | None = None,
+) -> np.ndarray:
     """Returns of ``episodes`` full episodes of ``policy`` (one env, seeds ``seed + i``).
+
+    ``on_reset`` is called as each episode starts (a recurrent policy resets its state).
 
     Returns:
         ``[episodes]`` float64 undiscounted returns.
@@ -312,6 +320,8 @@ def evaluate(policy: Policy, env_id: str, episodes: int, seed: int) -> np.ndarra
     try:
         for ep in range(episodes):
             obs, _ = env.reset(seed=seed + ep)
+            if on_reset is not None:
+                on_reset()
             done = False
             while not done:
                 action = policy(_one_row(obs))[0]

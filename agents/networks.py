@@ -257,24 +257,5 @@ class LSTMQNetwork(tf.Module):
         return tf.reshape(q, [batch, steps, -1]), tf.concat([h, c], axis=1)
 
     def numpy_weights(self) -> list[np.ndarray]:
-        """A numpy copy of ``weights`` for acting (`numpy_lstm_step`)."""
+        """A numpy copy of ``weights`` for acting (`policies.numpy_lstm_step`)."""
         return [v.numpy() for v in self.weights]
-
-
-def numpy_lstm_step(
-    weights: Sequence[np.ndarray], obs: np.ndarray, state: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """One step of `LSTMQNetwork` in numpy: ``[B, D], [B, 2U] -> (Q [B, A], state [B, 2U])``."""
-    tw, tb, kernel, bias, hw, hb = weights
-    units = kernel.shape[1] // 4
-    x = np.maximum(obs @ tw + tb, 0.0)
-    h, c = state[:, :units], state[:, units:]
-    z = x @ kernel[:-units] + h @ kernel[-units:] + bias
-    i, f, g, o = np.split(z, 4, axis=1)
-    c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
-    h = _sigmoid(o) * np.tanh(c)
-    return h @ hw + hb, np.concatenate([h, c], axis=1).astype(np.float32)
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 0.5 * (np.tanh(0.5 * x) + 1.0)

@@ -137,3 +137,35 @@ def numpy_lstm_step(
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 0.5 * (np.tanh(0.5 * x) + 1.0)
+
+
+class RecurrentQPolicy:
+    """An `networks.LSTMQNetwork` mirror acting in one env, its state carried across steps.
+
+    Args:
+        weights: ``LSTMQNetwork.numpy_weights()`` (replace ``weights`` to act with new ones).
+        num_actions: number of discrete actions.
+
+    Call it (``[1, ...] -> [1]`` greedy actions, a `Policy` for `envs.evaluate` with
+    ``on_reset=policy.reset``) or `act`; `reset` starts an episode with the zero state.
+    """
+
+    def __init__(self, weights: Weights, num_actions: int) -> None:
+        self.weights = weights
+        self.num_actions = int(num_actions)
+        self.state = np.zeros((1, weights[2].shape[1] // 2), np.float32)
+
+    def reset(self) -> None:
+        """Start an episode: the zero state."""
+        self.state = np.zeros_like(self.state)
+
+    def __call__(self, obs: Any) -> np.ndarray:
+        q, self.state = numpy_lstm_step(self.weights, flat_features(obs), self.state)
+        return q.argmax(axis=1).astype(np.int64)
+
+    def act(self, obs: Any, epsilon: float, rng: np.random.Generator) -> tuple[int, np.ndarray]:
+        """An epsilon-greedy action for one observation, and the state ``[2U]`` the network had
+        before it (what an actor stores with the step)."""
+        before = self.state[0]
+        greedy = int(self(np.asarray(obs)[None])[0])
+        return (int(rng.integers(self.num_actions)) if rng.random() < epsilon else greedy), before

@@ -15,14 +15,13 @@ T steps; the targets are n-step double-Q within the window, in the rescaled valu
 ``tf.while_loop``, compiled with XLA (``jit_compile=True``), the target sync included.
 
 Acting never calls TensorFlow: the actor steps a numpy mirror of the network
-(`networks.numpy_lstm_step`), carries its state across steps and resets it at episode starts.
+(`policies.RecurrentQPolicy`), carries its state across steps and resets it at episode starts.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -31,8 +30,9 @@ import tensorflow as tf
 import replaygpu as rg
 from replaygpu.agents.dqn import check_env as check_env
 from replaygpu.agents.dqn import obs_size
-from replaygpu.agents.envs import EpisodeStats
-from replaygpu.agents.networks import Adam, LSTMQNetwork, copy_weights, numpy_lstm_step
+from replaygpu.agents.envs import EpisodeStats, evaluate
+from replaygpu.agents.networks import Adam, LSTMQNetwork, copy_weights
+from replaygpu.agents.policies import RecurrentQPolicy
 from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult, TrainTimer
 from replaygpu.agents.r2d2_config import STATE as STATE
 from replaygpu.agents.r2d2_config import STATE_STORED as STATE_STORED
@@ -201,7 +201,8 @@ class R2D2(tf.Module):
         }
 
     def acting_weights(self) -> list[np.ndarray]:
-        """A numpy copy of the online weights for `networks.numpy_lstm_step` (one graph call)."""
+        """A numpy copy of the online weights for `policies.RecurrentQPolicy` (one graph
+        call)."""
         return [w.numpy() for w in self._read()]
 
 
@@ -261,54 +262,13 @@ def sequence_sampler(
     return rg.Sampler(table, distribution, view, seed=config.seed)
 
 
-class RecurrentActor:
-    """Epsilon-greedy acting with the numpy LSTM mirror, carrying the state across steps.
-
-    ``act`` returns the action and the state the network had *before* the step (the one to
-    store); ``reset`` starts an episode with the zero state.
-    """
-
-    def __init__(self, weights: list[np.ndarray], num_actions: int) -> None:
-        self.weights = weights
-        self.num_actions = num_actions
-        self.state = np.zeros((1, weights[2].shape[1] // 2), np.float32)
-
-    def reset(self) -> None:
-        self.state = np.zeros_like(self.state)
-
-    def act(self, obs: np.ndarray, epsilon: float, rng: np.random.Generator) -> tuple[int, Any]:
-        before = self.state
-        x = np.asarray(obs, np.float32).reshape(1, -1)
-        q, self.state = numpy_lstm_step(self.weights, x, before)
-        if rng.random() < epsilon:
-            return int(rng.integers(self.num_actions)), before[0]
-        return int(q[0].argmax()), before[0]
-
-
 def evaluate_agent(config: R2D2Config, agent: R2D2, episodes: int, seed: int) -> np.ndarray:
-    """Greedy returns of ``episodes`` episodes (seeds ``seed + i``), the state carried."""
-    return play_greedy(agent.acting_weights(), config.env_id, episodes, seed)
-
-
-def play_greedy(weights: list[np.ndarray], env_id: str, episodes: int, seed: int) -> np.ndarray:
-    """``[episodes]`` undiscounted returns of the greedy recurrent policy ``weights``."""
-    env = gym.make(env_id)
-    actor = RecurrentActor(weights, int(env.action_space.n))
-    rng = np.random.default_rng(seed)
-    returns = np.zeros(episodes)
-    try:
-        for ep in range(episodes):
-            obs, _ = env.reset(seed=seed + ep)
-            actor.reset()
-            done = False
-            while not done:
-                action, _ = actor.act(obs, 0.0, rng)
-                obs, reward, terminated, truncated, _ = env.step(action)
-                returns[ep] += float(reward)
-                done = terminated or truncated
-    finally:
-        env.close()
-    return returns
+    """Greedy returns of ``episodes`` episodes (seeds ``seed + i``), the state carried within
+    each episode and reset at its start."""
+    env = gym.make(config.env_id)
+    policy = RecurrentQPolicy(agent.acting_weights(), int(env.action_space.n))
+    env.close()
+    return evaluate(policy, config.env_id, episodes, seed, on_reset=policy.reset)
 
 
 def train(
@@ -344,7 +304,7 @@ def train(
     env_steps, _ = resume(run, loop, rng, learner, table=table, sampler=sampler, agent=agent)
     host = rg.host_spec(spec)
     columns = {k: np.zeros((config.train_freq, *f.shape), f.numpy_dtype) for k, f in host.items()}
-    actor = RecurrentActor(agent.acting_weights(), num_actions)
+    actor = RecurrentQPolicy(agent.acting_weights(), num_actions)
     timer = TrainTimer()
     sgd_steps = int(learner.steps.numpy())
     stats = EpisodeStats(1)

@@ -39,7 +39,7 @@ class R2D2Config(LinearEpsilon):
         metadata=helptext("gymnasium env id (Discrete actions, flat Box observations)"),
     )
     seed: int = field(default=1, metadata=helptext("seed of env, networks, sampling, exploration"))
-    steps: int = field(default=60_000, metadata=helptext("env steps to train for"))
+    steps: int = field(default=100_000, metadata=helptext("env steps to train for"))
     sequence_length: int = field(
         default=30, metadata=helptext("steps per replayed sequence, the burn-in included")
     )
@@ -52,14 +52,14 @@ class R2D2Config(LinearEpsilon):
     )
     lstm_units: int = field(default=64, metadata=helptext("LSTM units"))
     torso_size: int = field(default=64, metadata=helptext("dense layer before the LSTM"))
-    learning_rate: float = field(default=1e-3, metadata=helptext("Adam step size"))
+    learning_rate: float = field(default=2e-3, metadata=helptext("Adam step size"))
     batch_size: int = field(default=32, metadata=helptext("sequences per SGD step"))
     buffer_size: int = field(default=100_000, metadata=helptext("replay table capacity (steps)"))
     learning_starts: int = field(default=2000, metadata=helptext("env steps before training"))
     train_freq: int = field(default=200, metadata=helptext("env steps between training calls"))
     gradient_steps: int = field(default=25, metadata=helptext("SGD steps per training call"))
     target_update_period: int = field(
-        default=100, metadata=helptext("SGD steps between target-network syncs (in the graph)")
+        default=25, metadata=helptext("SGD steps between target-network syncs (in the graph)")
     )
     gamma: float = field(default=0.99, metadata=helptext("discount factor"))
     n_step: int = field(default=5, metadata=helptext("n-step double-Q targets within a sequence"))
