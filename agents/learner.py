@@ -260,7 +260,7 @@ class LearnerService:
         if self.run is None or not save:
             return None
         self.loop.capture(self.env_steps(), self._last_sync)
-        path = self.run.save()
+        path = self.run.save(final=True)
         if path:
             logger.info("final checkpoint %s (SGD step %d)", path, self.sgd_steps)
         return path

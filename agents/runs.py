@@ -120,7 +120,7 @@ def checkpoint_when_due(
     if settle is not None:
         settle()
     loop.capture(env_steps, last_sync, rng)
-    run.save()
+    run.save(final=final)
     return run.stop.is_set()
 
 
@@ -152,7 +152,7 @@ class RunControl:
         self.checkpoints = 0
         self.checkpoint_seconds = 0.0
         self._checkpointer: rg.Checkpointer | None = None
-        self._last_save = time.monotonic()
+        self._schedule = rg.CheckpointSchedule(every_s)
         self._previous: dict[int, Any] = {}
         self._run_file: dict[str, Any] | None = None
         if directory is not None:
@@ -192,28 +192,37 @@ class RunControl:
             return None
         self._checkpointer = rg.Checkpointer(self.directory, max_to_keep=2, **objects)
         restored = self._checkpointer.restore()
-        self._last_save = time.monotonic()
+        self._schedule.restart()
         return restored
 
     def due(self) -> bool:
         """Whether a checkpoint should be written now (periodic, or stopping)."""
         if self._checkpointer is None:
             return False
-        return self.stop.is_set() or time.monotonic() - self._last_save >= self.every_s
+        return self.stop.is_set() or self._schedule.due()
 
-    def save(self, saver: Any = None) -> str | None:
+    def save(self, saver: Any = None, *, final: bool = False) -> str | None:
         """Write a checkpoint (through ``saver.save(checkpointer)`` when given, e.g. a
-        `ReplayServer`, so no commit runs meanwhile); None without a folder."""
-        if self._checkpointer is None:
+        `ReplayServer`, so no commit runs meanwhile); None without a folder. A periodic one
+        that fails (`rg.CheckpointSaveError`: a full disk) is logged and tried again later
+        (None); a ``final`` one, or one on the way out after a stop signal, raises."""
+        checkpointer = self._checkpointer
+        if checkpointer is None:
             return None
         began = time.monotonic()
-        path = saver.save(self._checkpointer) if saver is not None else self._checkpointer.save()
+
+        def write() -> str:
+            return saver.save(checkpointer) if saver is not None else checkpointer.save()
+
+        path = write() if final or self.stop.is_set() else self._schedule.run(write)
+        if path is None:
+            return None
+        self._schedule.restart()
         if self._run_file is not None:  # with the first checkpoint: a failed start leaves none
             _write_json(os.path.join(self.directory, RUN_FILE), self._run_file)
             self._run_file = None
-        self._last_save = time.monotonic()
         self.checkpoints += 1
-        self.checkpoint_seconds = self._last_save - began
+        self.checkpoint_seconds = time.monotonic() - began
         return path
 
 

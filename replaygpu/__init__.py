@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from replaygpu._version import __version__
 
 if TYPE_CHECKING:
-    from replaygpu.checkpoint import Checkpointer, check_writable
+    from replaygpu.checkpoint import Checkpointer, CheckpointSchedule, check_writable
     from replaygpu.errors import (
         BatchError,
         CheckpointCorruptError,
@@ -71,6 +71,7 @@ if TYPE_CHECKING:
     from replaygpu.service.ops.metrics import MetricsServer, start_metrics_server
     from replaygpu.service.wire.status import (
         AuthenticationError,
+        DiskFullError,
         InvalidBatchError,
         ResourceExhaustedError,
         ServiceError,

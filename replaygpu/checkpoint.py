@@ -5,26 +5,45 @@ before anything is read, every live variable is matched to its saved value throu
 object graph and their shapes and dtypes are compared (the table's fields and capacity get a
 message of their own); and every variable but the large table storage is snapshotted and put
 back should the read still fail part way.
+
+Storage faults: each save is fsynced and sealed with a checksum manifest (`checkpoint_files`);
+a save that fails (a full disk, a permission) raises `CheckpointSaveError` and leaves nothing
+behind, so callers log it and try again later. A restore checks the newest checkpoint against
+its manifest first; a corrupt one (truncated, bit-flipped, unfinished) is skipped with a
+warning for the previous one; with none intact, `CheckpointCorruptError` names the files.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import tempfile
+import time
+from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
-from replaygpu.errors import CheckpointMismatchError, ConfigError
+from replaygpu import checkpoint_files
+from replaygpu.disk import describe_space
+from replaygpu.errors import (
+    CheckpointCorruptError,
+    CheckpointMismatchError,
+    CheckpointSaveError,
+    ConfigError,
+)
 from replaygpu.storage import ReplayTable
 from replaygpu.table import Table
 
 logger = logging.getLogger(__name__)
 
 _VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
+#: what reading a damaged checkpoint raises (TensorFlow's CRC and length checks; its reader's
+#: "Read less bytes than requested" is an IndexError)
+_DAMAGED = (tf.errors.DataLossError, tf.errors.OutOfRangeError, IndexError)
 
 
 def check_writable(directory: str) -> None:
@@ -51,6 +70,54 @@ def check_writable(directory: str) -> None:
             "container's uid, run with --user, or set Kubernetes fsGroup), or pass another "
             "--checkpoint-dir"
         ) from None
+
+
+class CheckpointSchedule:
+    """When periodic checkpoints are due, and a failed one that never stops the caller.
+
+    `run` saves and, when the save fails with `CheckpointSaveError` (a full disk, a
+    permission), logs one line and makes the next one due after ``retry_s`` (or the period, if
+    shorter) instead of raising: training and serving go on, and a durable server's journal
+    keeps every acknowledged batch since the last checkpoint meanwhile.
+
+    Args:
+        every_s: seconds between checkpoints (None: never due).
+        retry_s: seconds before a failed one is tried again.
+
+    Attributes:
+        failures: saves that failed so far.
+    """
+
+    def __init__(self, every_s: float | None, retry_s: float = 30.0) -> None:
+        self.every_s = every_s
+        self.retry_s = retry_s
+        self.failures = 0
+        self._next = time.monotonic() + (every_s if every_s is not None else math.inf)
+
+    def wait_s(self) -> float:
+        """Seconds until the next checkpoint is due (0 when it is; inf: never)."""
+        return max(0.0, self._next - time.monotonic())
+
+    def due(self) -> bool:
+        """Whether a checkpoint is due now."""
+        return self.wait_s() == 0.0
+
+    def restart(self) -> None:
+        """Count the period from now (after a restore, or a save made elsewhere)."""
+        self._next = time.monotonic() + (self.every_s if self.every_s is not None else math.inf)
+
+    def run(self, save: Callable[[], str | None]) -> str | None:
+        """``save()``; its path, or None when it failed (logged; retried after ``retry_s``)."""
+        try:
+            path = save()
+        except CheckpointSaveError as err:
+            self.failures += 1
+            retry = min(self.retry_s, self.every_s or self.retry_s)
+            self._next = time.monotonic() + retry
+            logger.error("%s; training goes on, next try in %.0f s", err, retry)
+            return None
+        self.restart()
+        return path
 
 
 class Checkpointer:
@@ -101,13 +168,34 @@ class Checkpointer:
         return self._manager.latest_checkpoint
 
     def save(self, step: int | None = None) -> str:
-        """Write a checkpoint; returns its path prefix."""
-        path = self._manager.save(checkpoint_number=step)
+        """Write a checkpoint, fsynced and sealed with its checksum manifest; returns its path
+        prefix.
+
+        Raises:
+            CheckpointSaveError: it could not be written (the message names the folder, the
+                reason and the free bytes); nothing of it is left, earlier ones are untouched.
+        """
+        counter = int(self._checkpoint.save_counter.numpy())
+        number = step if step is not None else counter + 1
+        prefix = os.path.join(self.directory, f"ckpt-{number}")
+        existed = os.path.exists(prefix + ".index")
+        try:
+            path = self._manager.save(checkpoint_number=step)
+            checkpoint_files.seal(path)
+        except (OSError, tf.errors.OpError) as err:
+            self._checkpoint.save_counter.assign(counter)
+            checkpoint_files.discard(prefix, files_too=not existed)
+            raise CheckpointSaveError(
+                f"checkpoint {prefix}: cannot write it ({_reason(err)}; "
+                f"{describe_space(self.directory)}); nothing of it was kept and the "
+                "checkpoints before it are untouched"
+            ) from err
         logger.info("saved checkpoint %s", path)
         return path
 
     def restore(self, path: str | None = None) -> str | None:
-        """Restore ``path`` (default: the newest checkpoint in the folder).
+        """Restore ``path``, or by default the newest intact checkpoint in the folder: each is
+        checked against its manifest first, and a corrupt one is skipped with a warning.
 
         Returns:
             the path restored, or None when there is no checkpoint to restore.
@@ -115,14 +203,54 @@ class Checkpointer:
         Raises:
             CheckpointMismatchError: when the checkpoint does not fit (another table spec or
                 capacity, other network shapes); every object keeps its old state.
+            CheckpointCorruptError: ``path``, or every checkpoint in the folder, is corrupt
+                (the message names the files); nothing was restored.
         """
-        path = path or self.latest
-        if path is None:
-            return None
-        reader = tf.train.load_checkpoint(path)
-        if self.table is not None:
-            self._check_shards(self.table, path, reader)
-        mismatches = _mismatched_variables(self._checkpoint, reader)
+        candidates = [path] if path else self._candidates()
+        problems: list[str] = []
+        for index, candidate in enumerate(candidates):
+            if checkpoint_files.has_manifest(candidate):
+                problem = checkpoint_files.verify(candidate)
+            elif any(checkpoint_files.has_manifest(c) for c in candidates[index + 1 :]):
+                problem = checkpoint_files.unfinished(candidate)
+            else:
+                problem = None  # written before manifests: TensorFlow's checks only
+            if problem is None:
+                try:
+                    self._restore(candidate)
+                except CheckpointCorruptError as err:
+                    problem = str(err)
+            if problem is None:
+                if problems:
+                    logger.warning(
+                        "restored %s, the newest intact checkpoint in %s, after skipping: %s",
+                        candidate,
+                        self.directory,
+                        "; ".join(problems),
+                    )
+                return candidate
+            problems.append(problem)
+        if problems:
+            raise CheckpointCorruptError(
+                f"checkpoint folder {self.directory} holds no intact checkpoint: "
+                f"{'; '.join(problems)}. Nothing was restored; put intact files back from a "
+                "backup, or move the folder aside to start afresh"
+            )
+        return None
+
+    def _candidates(self) -> list[str]:
+        """The checkpoints in the folder whose index file exists, newest first."""
+        kept = self._manager.checkpoints
+        return [p for p in reversed(kept) if os.path.exists(p + ".index")]
+
+    def _restore(self, path: str) -> None:
+        try:
+            reader = tf.train.load_checkpoint(path)
+            if self.table is not None:
+                self._check_shards(self.table, path, reader)
+            mismatches = _mismatched_variables(self._checkpoint, reader)
+        except _DAMAGED as err:
+            raise CheckpointCorruptError(f"{path}: unreadable ({_reason(err)})") from err
         if mismatches:
             raise CheckpointMismatchError(
                 f"checkpoint {path} does not fit the objects it was restored into: "
@@ -143,15 +271,16 @@ class Checkpointer:
         snapshot = [tf.identity(v) for v in others]
         try:
             self._checkpoint.read(path).expect_partial().assert_existing_objects_matched()
-        except (ValueError, AssertionError, tf.errors.OpError) as err:
+        except (ValueError, AssertionError, IndexError, tf.errors.OpError) as err:
             for var, old in zip(others, snapshot, strict=True):
                 var.assign(old)
+            if isinstance(err, _DAMAGED):
+                raise CheckpointCorruptError(f"{path}: unreadable ({_reason(err)})") from err
             raise CheckpointMismatchError(
                 f"checkpoint {path} does not fit the objects it was restored into: {err}; "
                 "nothing was restored. Build the networks and table as in the saved run."
             ) from err
         logger.info("restored checkpoint %s", path)
-        return path
 
     def _check_shards(self, table: Table, path: str, reader: Any) -> None:
         """Each shard's fields against the checkpoint; a table restores only onto as many
@@ -203,6 +332,16 @@ class Checkpointer:
                 f"([capacity, ...shape], stored dtype): {'; '.join(diffs)}. Nothing was "
                 "restored; make the table with the saved spec, capacity and storage_dtypes."
             )
+
+
+def _reason(err: BaseException) -> str:
+    """An OS or TensorFlow error in a few words: TensorFlow's without its op decorations."""
+    if isinstance(err, OSError) and err.strerror:
+        return f"{err.strerror}: {err.filename}" if err.filename else err.strerror
+    text = getattr(err, "message", None) or str(err)
+    text = " ".join(re.sub(r"\{\{[^}]*\}\}|\[Op:\w+\]", "", text).split())
+    path, sep, what = text.partition("; ")  # TensorFlow's file errors: "PATH; what happened"
+    return f"{what}: {path}" if sep and os.sep in path and " " not in path else text
 
 
 def _unescape(name: str) -> str:

@@ -31,11 +31,15 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from replaygpu.errors import BatchError
+from replaygpu.errors import BatchError, StorageFullError
 from replaygpu.service.learner.journal import Journal
 from replaygpu.service.learner.ledger import SequenceLedger
 from replaygpu.service.learner.staging import BufferPool, StagedBatch, StagingQueue
-from replaygpu.service.wire.status import InvalidBatchError, ServiceUnavailableError
+from replaygpu.service.wire.status import (
+    InvalidBatchError,
+    ServiceUnavailableError,
+    commit_failure,
+)
 from replaygpu.storage import ReplayTable
 
 logger = logging.getLogger(__name__)
@@ -384,17 +388,17 @@ class Ingest:
         )
 
     def _fail_unavailable(self, items: list[StagedBatch], what: str, err: Exception) -> None:
-        """Answer ``items`` UNAVAILABLE so their clients resend them (no stream is left waiting)."""
-        logger.exception("%s failed; %d staged batches answered UNAVAILABLE", what, len(items))
+        """Answer ``items`` with a retryable error so their clients resend them (no stream is
+        left waiting): RESOURCE_EXHAUSTED for a full disk (the journal logs that once per
+        outage), UNAVAILABLE otherwise."""
+        if not isinstance(err, StorageFullError):
+            logger.exception("%s failed; %d staged batches answered UNAVAILABLE", what, len(items))
         for item in items:
-            self._fail(
-                item,
-                ServiceUnavailableError(
-                    f"{what} failed while committing seq {item.seq} of actor '{item.actor_id}' "
-                    f"({type(err).__name__}: {err}); resend it",
-                    seq=item.seq,
-                ),
+            message = (
+                f"{what} failed while committing seq {item.seq} of actor '{item.actor_id}' "
+                f"({type(err).__name__}: {err}); resend it"
             )
+            self._fail(item, commit_failure(err, message, item.seq))
 
     def _release(self, items: list[StagedBatch]) -> None:
         """Give the batches' buffers back to the pool and wake waiters on the queue."""

@@ -10,6 +10,11 @@ is forgotten (logged). Exactly-once then no longer holds for that actor: should 
 and resend a batch that was already committed, the batch is inserted again (a new client under
 that id starts again at seq 1, which is safe). Keep ``max_actors`` above the number of actor ids
 in use; the map is rewritten once per commit round, so its size is the per-commit cost.
+
+In durable mode it also holds the journal segment the checkpoint starts after
+(`journal_segment`), so that a restarted server can tell whether its journal still reaches
+back to the checkpoint it restored (`replaygpu.service.learner.journal.Journal.resume_after`).
+Saved as ``{"actors": {...}, "journal_segment": N}`` then; without one, as the bare map.
 """
 
 from __future__ import annotations
@@ -50,11 +55,16 @@ class SequenceLedger(tf.Module):
         self._lock = threading.Lock()
         self._written = b"{}"
         self._seqs = _ActorSeqs()
+        self._segment = 0
 
     def _sync_from_variable(self) -> None:
         value = self.state.numpy()
         if value != self._written:  # restored from a checkpoint since we last wrote
             saved = json.loads(value.decode())  # in commit order, oldest first
+            self._segment = 0
+            if isinstance(saved.get("actors"), dict):  # seqs are ints: this is no actor
+                self._segment = int(saved.get("journal_segment", 0))
+                saved = saved["actors"]
             self._seqs = _ActorSeqs((str(k), int(v)) for k, v in saved.items())
             self._evict()
             self._written = value
@@ -107,10 +117,26 @@ class SequenceLedger(tf.Module):
                 self._seqs.move_to_end(actor_id)
                 self._evict()
 
+    @property
+    def journal_segment(self) -> int:
+        """The journal segment the last checkpoint saved or restored starts after: the journal
+        from it on holds what came after that checkpoint (0: none noted)."""
+        with self._lock:
+            self._sync_from_variable()
+            return self._segment
+
+    def mark_journal(self, segment: int) -> None:
+        """Note ``segment`` (from ``Journal.rotate``) for the checkpoint about to be saved."""
+        with self._lock:
+            self._sync_from_variable()
+            self._segment = int(segment)
+        self.write()
+
     def write(self) -> None:
         """Copy the map into the checkpointed variable (call after a group of commits)."""
         with self._lock:
-            value = json.dumps(self._seqs).encode()
+            state = {"actors": self._seqs, "journal_segment": self._segment}
+            value = json.dumps(state if self._segment else self._seqs).encode()
             if value != self._written:
                 self.state.assign(value)
                 self._written = value

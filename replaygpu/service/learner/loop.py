@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from replaygpu.checkpoint import CheckpointSchedule
 from replaygpu.errors import ConfigError
 from replaygpu.learner.learner import Learner
 
@@ -121,7 +122,8 @@ def run(
         stop: stop when this event is set.
         checkpointer: saved every ``checkpoint_every_s`` and once at the end, between train
             calls; give it the server's ledger (``rg.Checkpointer(..., ledger=server.ledger)``)
-            for exactly-once appends across restarts.
+            for exactly-once appends across restarts. A periodic save that fails (a full
+            disk) is logged and tried again later (`rg.CheckpointSchedule`): training goes on.
         checkpoint_every_s: seconds between checkpoints (None: only at the end).
         handle_sigterm: on SIGTERM, stop cleanly (main thread only).
         idle_wait_s: how long to wait for data when there was nothing to train on.
@@ -133,6 +135,7 @@ def run(
     Raises:
         ConfigError: for out-of-range arguments, a server that does not serve ``learner``, or
             ``weights`` that hold no variables.
+        CheckpointSaveError: the final checkpoint could not be written.
     """
     _check(server, learner)
     if steps_per_call < 1 or publish_every < 1:
@@ -146,16 +149,15 @@ def run(
             "handle_sigterm=True"
         )
     stop = stop or threading.Event()
-    start = last_ckpt = time.monotonic()
+    start = time.monotonic()
+    schedule = CheckpointSchedule(checkpoint_every_s if checkpointer is not None else None)
     steps = calls = inserted = unpublished = 0
     last: dict[str, float] = {}
 
-    def save() -> None:
-        if checkpointer is not None:
-            if server is not None:
-                server.save(checkpointer)
-            else:
-                checkpointer.save()
+    def save() -> str | None:
+        if checkpointer is None:
+            return None
+        return server.save(checkpointer) if server is not None else checkpointer.save()
 
     with _sigterm_sets(stop, handle_sigterm):
         while not stop.is_set():
@@ -176,9 +178,8 @@ def run(
                 if weights is not None and unpublished >= publish_every:
                     learner.publish_weights(weights)
                     unpublished = 0
-            if checkpoint_every_s is not None and now - last_ckpt >= checkpoint_every_s:
-                save()
-                last_ckpt = time.monotonic()
+            if schedule.due():
+                schedule.run(save)
         if weights is not None and unpublished:
             learner.publish_weights(weights)
         if server is not None:  # what was acknowledged is in the final checkpoint

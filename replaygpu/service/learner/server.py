@@ -14,10 +14,10 @@ Who writes the table:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import logging
-import os
 import socket
 import time
 from typing import Any
@@ -26,21 +26,22 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from replaygpu.errors import ConfigError, ReplayError
+from replaygpu.errors import CheckpointSaveError, ConfigError
 from replaygpu.fields import DTYPE_NAMES, row_nbytes
 from replaygpu.learner.learner import Learner
 from replaygpu.learner.weights import WeightStore
 from replaygpu.service.config import ActorSettings, ServerConfig
+from replaygpu.service.learner.durable import replay_journal, watch_storage
 from replaygpu.service.learner.eventloop import EventLoopThread
 from replaygpu.service.learner.ingest import Ingest
 from replaygpu.service.learner.journal import Journal
+from replaygpu.service.learner.journal_files import JournalError
 from replaygpu.service.learner.ledger import SequenceLedger
 from replaygpu.service.learner.run_stats import RunStats
 from replaygpu.service.learner.servicer import SERVICE_NAME, Servicer, handlers
-from replaygpu.service.learner.staging import BufferPool, StagedBatch, StagingQueue
+from replaygpu.service.learner.staging import BufferPool, StagingQueue
 from replaygpu.service.ops.allocator import freeze_long_lived_objects, keep_freed_memory
 from replaygpu.service.ops.auth import TLSConfig, TokenInterceptor, warn_if_exposed
-from replaygpu.service.wire.status import InvalidBatchError
 from replaygpu.specs import host_spec
 from replaygpu.table import Table
 
@@ -104,6 +105,11 @@ class ReplayServer:
         self._stopped = False
         self.checkpoints = 0
         self.checkpoint_seconds = 0.0
+        #: saves through `save` that failed (a full disk, a permission)
+        self.checkpoint_failures = 0
+        #: why appends are refused now (the journal's disk is full), or None (`watch_storage`)
+        self.storage_problem: str | None = None
+        self._watch: asyncio.Task[None] | None = None
         queue = StagingQueue(
             config.staging_max_batches, config.staging_max_bytes, config.staging_timeout_s
         )
@@ -121,7 +127,8 @@ class ReplayServer:
         self._servicer = Servicer(self._ingest, spec, self.learner, weights, config)
         if self.journal is not None:
             try:
-                self._replay_journal()
+                self.journal.resume_after(self.ledger.journal_segment)
+                replay_journal(self.journal, self._servicer, self._ingest, self.table.name)
             except BaseException:
                 self.journal.close()
                 raise
@@ -141,63 +148,6 @@ class ReplayServer:
         self.table.served_at = self._servicer.address = self.address
         warn_if_exposed(address, tls, token)
         logger.info("serving table '%s' at %s", self.table.name, self.address)
-
-    def _replay_journal(self) -> None:
-        """Commit the journalled batches that the restored checkpoint does not hold yet.
-
-        Raises:
-            ReplayError: a record cannot be read or committed (the server does not start: it
-                would delete the journal at its next checkpoint); records the table refused
-                when they came in (never acknowledged) are skipped.
-        """
-        assert self.journal is not None
-        records = inserted = 0
-        pending: list[StagedBatch] = []
-        pending_bytes = 0
-        failures: list[BaseException] = []
-
-        def commit() -> int:
-            n = self._ingest.replay(pending)
-            pending.clear()
-            if failures:
-                raise ReplayError(
-                    f"journal {self.journal.directory}: replaying record {records} failed "
-                    f"({failures[0]}); the server does not start, so that the journal is kept. "
-                    "Start it with the spec and table it was written for"
-                ) from failures[0]
-            return n
-
-        def failed(err: BaseException) -> None:
-            if isinstance(err, InvalidBatchError):  # refused when it came in, never acked
-                logger.warning("journal replay: skipped a batch the table refuses: %s", err)
-            else:
-                failures.append(err)
-
-        for data in self.journal.replay():
-            records += 1
-            try:
-                item = self._servicer.prepare(data, lambda _: None, replay=True)
-            except Exception as err:
-                raise ReplayError(
-                    f"journal {self.journal.directory}: record {records} does not fit table "
-                    f"'{self.table.name}' ({err}); the server does not start, so that the "
-                    "journal is kept. Start it with the spec and table it was written for"
-                ) from err
-            if item is None:  # in the checkpoint already
-                continue
-            item.fail = failed
-            pending.append(item)
-            pending_bytes += item.nbytes
-            if pending_bytes > 256 * 2**20:
-                inserted += commit()
-                pending_bytes = 0
-        inserted += commit()
-        logger.info(
-            "journal %s: %d records read, %d transitions not in the checkpoint replayed",
-            self.journal.directory,
-            records,
-            inserted,
-        )
 
     def _sampled(self) -> int:
         """Transitions the learner sampled, as its rate limiter counts them (for acks)."""
@@ -248,7 +198,13 @@ class ReplayServer:
         await server.start()
         for name in ("", SERVICE_NAME):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        if self.journal is not None:
+            watch = watch_storage(self.journal, self._health, self._storage_changed)
+            self._watch = asyncio.get_running_loop().create_task(watch)
         return server, f"{address.rsplit(':', 1)[0]}:{port}"
+
+    def _storage_changed(self, problem: str | None) -> None:
+        self.storage_problem = problem
 
     @property
     def actor_settings(self) -> ActorSettings | None:
@@ -289,7 +245,6 @@ class ReplayServer:
         if self.table.total_inserted >= rows:
             self.finish_run()
 
-
     # -- committing and checkpoints -------------------------------------------------------------
 
     def commit_pending(self) -> int:
@@ -310,15 +265,34 @@ class ReplayServer:
         return self._ingest.training_turn()
 
     def save(self, checkpointer: Any) -> str:
-        """``checkpointer.save()`` while no commit runs, so table and ledger agree; in durable
-        mode the journal segments the checkpoint covers are deleted after it."""
+        """``checkpointer.save()`` while no commit runs, so table and ledger agree. In durable
+        mode the ledger notes the journal segment the checkpoint starts after, and once it is
+        saved (fsynced) the segments only the previous checkpoint needed are deleted.
+
+        Raises:
+            CheckpointSaveError: the save failed (counted in ``checkpoint_failures``); the
+                journal is untouched, so log it and try again later: nothing is lost.
+        """
         with self._ingest.exclusive():
             started = time.monotonic()
-            before = self.journal.rotate() if self.journal is not None else 0
-            path = checkpointer.save()
-            if self.journal is not None:  # the checkpoint holds every journalled batch
-                _fsync_checkpoint(path)  # on disk before the journal that it replaces goes
-                self.journal.checkpointed(before)
+            mark = 0
+            if self.journal is not None:
+                try:
+                    mark = self.journal.rotate()
+                except JournalError as err:  # e.g. a full disk: the current segment, kept
+                    mark = self.journal.segment
+                    logger.info("checkpoint: the journal was not rotated (%s)", err)
+            self.ledger.mark_journal(mark)
+            try:
+                path = checkpointer.save()
+            except CheckpointSaveError:
+                self.checkpoint_failures += 1
+                raise
+            if self.journal is not None:
+                try:
+                    self.journal.checkpointed(mark)
+                except JournalError as err:
+                    logger.warning("checkpoint %s saved, but %s", path, err)
             self.checkpoint_seconds = time.monotonic() - started
             self.checkpoints += 1
             return path
@@ -331,7 +305,9 @@ class ReplayServer:
         requests this process committed), ``staged_batches``, ``staged_bytes``, ``table_size``,
         ``table_capacity``, ``table_inserted``, ``sampled`` (by the learner), ``weights_version``,
         ``open_streams``, ``refused_streams``, ``actors`` (in the ledger), ``checkpoints``,
-        ``checkpoint_seconds`` (the last one's) and the `run_stats` values."""
+        ``checkpoint_seconds`` (the last one's), ``checkpoint_failures``, ``storage_full``
+        (1 while the journal's disk is full and appends are refused) and the `run_stats`
+        values."""
         servicer, queue = self._servicer, self._ingest.queue
         ingested = servicer.ingested
         return {
@@ -349,6 +325,8 @@ class ReplayServer:
             "actors": self.ledger.actors(),
             "checkpoints": self.checkpoints,
             "checkpoint_seconds": self.checkpoint_seconds,
+            "checkpoint_failures": self.checkpoint_failures,
+            "storage_full": float(self.storage_problem is not None),
             **servicer.run_stats.values(),  # NaN where not known yet
         }
 
@@ -372,6 +350,8 @@ class ReplayServer:
             return
         self._stopped = True
         grace = self.config.shutdown_grace_s if grace is None else grace
+        if self._watch is not None:
+            self._loop.loop.call_soon_threadsafe(self._watch.cancel)
         self._loop.run(self._health.enter_graceful_shutdown())
         self._servicer.closing = True
         try:
@@ -431,20 +411,6 @@ def serve(
     server = ReplayServer(target, address, token, tls, config or ServerConfig(), ledger)
     server.actor_settings = actor_settings
     return server
-
-
-def _fsync_checkpoint(path: str) -> None:
-    """Flush a saved checkpoint's files (``path.*``), the folder's index file and the folder
-    itself to disk (TensorFlow does not fsync them)."""
-    folder = os.path.dirname(path) or "."
-    prefix = os.path.basename(path) + "."
-    names = [n for n in os.listdir(folder) if n.startswith(prefix) or n == "checkpoint"]
-    for name in [*names, "."]:
-        fd = os.open(os.path.join(folder, name), os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def bind_failure(address: str, err: Exception) -> str:

@@ -259,9 +259,11 @@ def run_serve(args: argparse.Namespace) -> int:
             args.table,
             args.capacity,
         )
-        while not stop.wait(args.checkpoint_every_s if ckpt else 3600):
-            if ckpt is not None:
-                server.save(ckpt)
+        # a failed checkpoint (a full disk) is logged and retried, never fatal
+        schedule = rg.CheckpointSchedule(args.checkpoint_every_s if ckpt else None)
+        while not stop.wait(min(schedule.wait_s(), 3600)):
+            if ckpt is not None and schedule.due():
+                schedule.run(lambda: server.save(ckpt))
     finally:
         server.stop()
         if metrics is not None:

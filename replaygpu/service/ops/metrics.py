@@ -104,6 +104,18 @@ METRICS: tuple[tuple[str, str, str, str], ...] = (
         GAUGE,
         "How long the last checkpoint took (0 before the first).",
     ),
+    (
+        "checkpoint_failures",
+        "replaygpu_checkpoint_failures",
+        COUNTER,
+        "Periodic checkpoints that failed (a full disk, a permission); each is retried later.",
+    ),
+    (
+        "storage_full",
+        "replaygpu_storage_full",
+        GAUGE,
+        "1 while the journal's file system is full and appends are refused (retryably).",
+    ),
     ("sgd_steps", "replaygpu_sgd_steps", COUNTER, "SGD steps of the learner, restored ones too."),
     (
         "sgd_steps_per_s",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import grpc
 
-from replaygpu.errors import BatchError, ConfigError, ReplayError
+from replaygpu.errors import BatchError, ConfigError, ReplayError, StorageFullError
 
 
 class ServiceError(ReplayError, RuntimeError):
@@ -42,7 +42,18 @@ class ResourceExhaustedError(ServiceError):
 
 class StagingFullError(ResourceExhaustedError):
     """The staging queue stayed full for ``staging_timeout_s``: the learner is behind. Unlike an
-    oversize message this is transient; clients keep the batch and resend it with backoff."""
+    oversize message this is transient; clients keep the batch and resend it with backoff.
+    Clients get this class for every transient RESOURCE_EXHAUSTED, `DiskFullError` too (the
+    message says which)."""
+
+    retryable = True
+
+
+class DiskFullError(ResourceExhaustedError):
+    """The journal's file system is full (durable acks): the batch was not acknowledged, and
+    appends are refused until space is freed, then resume by themselves. Transient: clients
+    keep the batch and resend it with backoff. The message names the folder and the free
+    bytes."""
 
     retryable = True
 
@@ -157,6 +168,14 @@ def tls_failure(details: str) -> str | None:
         if any(needle in text for needle in needles):
             return hint
     return None
+
+
+def commit_failure(err: BaseException, message: str, seq: int) -> ServiceError:
+    """The answer to a batch whose commit failed on ``err`` (its client resends it later):
+    `DiskFullError` (RESOURCE_EXHAUSTED) when a file system is full, else UNAVAILABLE."""
+    if isinstance(err, StorageFullError):
+        return DiskFullError(message, seq=seq)
+    return ServiceUnavailableError(message, seq=seq)
 
 
 def code_of(err: BaseException) -> grpc.StatusCode:
