@@ -230,3 +230,48 @@ def test_a_frame_learner_serves_an_atari_game_to_an_actor_with_only_the_address(
     finally:
         reap(learner)
     final_checkpoint(learner, lines)
+
+
+def test_a_learner_budget_ends_the_learner_and_actors_that_have_no_budget_of_their_own(tmp_path):
+    """`replaygpu learner --steps N` and `replaygpu actor ADDRESS --num-actors 2` (which would
+    collect forever): the learner takes N rows (and less than a batch more), tells the actors,
+    trains out its budget, evaluates, checkpoints; all exit 0. TensorBoard has the episodes the
+    actors reported over the wire."""
+    address = f"127.0.0.1:{free_port()}"
+    ckpt = str(tmp_path / "ckpt")
+    learner_cmd = cli(
+        "learner", "--agent", "dqn", "--env", "CartPole-v1", "--address", address,
+        "--checkpoint-dir", ckpt, "--steps", "3000", "--learning-starts", "500",
+        "--samples-per-insert", "2", "--batch-size", "32", "--steps-per-call", "16",
+        "--hidden-sizes", "32,32", "--no-jit-compile", "--eval-episodes", "2",
+    )  # fmt: skip
+    learner = subprocess.Popen(learner_cmd, stderr=subprocess.PIPE, text=True, env=ENV)
+    lines: list[str] = []
+    try:
+        wait_for_line(learner, r"serving at", lines)
+        actors = subprocess.run(
+            cli("actor", address, "--num-actors", "2"),
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=ENV,
+        )
+        assert actors.returncode == 0, actors.stderr[-3000:]
+        _, rest = learner.communicate(timeout=300)
+        lines.append(rest)
+    finally:
+        reap(learner)
+    final_checkpoint(learner, lines)
+    log = "".join(lines)
+    finished = re.search(r"run finished: (\d+) transitions inserted, SGD step (\d+)", log)
+    assert finished, log[-3000:]
+    assert 3000 <= int(finished.group(1)) < 3000 + 512  # the batch that reached it, no more
+    assert re.search(r"greedy evaluation at SGD step \d+: return [\d.]+ \+- [\d.]+ over 2 ", log)
+    events = [name for name in os.listdir(ckpt) if name.startswith("events.out.tfevents")]
+    tags = {
+        value.tag
+        for name in events
+        for event in tf.compat.v1.train.summary_iterator(os.path.join(ckpt, name))
+        for value in event.summary.value
+    }
+    assert {"losses/td_loss", "charts/episodic_return", "eval/mean_return"} <= tags, tags
