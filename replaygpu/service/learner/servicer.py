@@ -209,7 +209,7 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
             with contextlib.suppress(RuntimeError):  # the loop closed: the server stopped
                 loop.call_soon_threadsafe(outbox.put_nowait, item)
 
-        reader = asyncio.ensure_future(self._read_stream(requests, outbox, post))
+        reader = asyncio.ensure_future(self._read_stream(context, outbox, post))
         try:
             acked, expected = 0, None
             while expected is None or acked < expected:
@@ -234,12 +234,17 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
 
     async def _read_stream(
         self,
-        requests: AsyncIterator[bytes],
+        context: grpc.aio.ServicerContext,
         outbox: asyncio.Queue[Any],
         post: Callable[[Any], None],
     ) -> None:
         """Admit each request of one stream, each read under the request budget (reserved
-        before the read, settled to its size after); errors and the end go to ``outbox``."""
+        before the read, settled to its size after); errors and the end go to ``outbox``.
+
+        Reads with ``context.read()``: the request iterator's generator keeps the last request
+        it yielded until the next read, which, for a stream waiting for the budget, held one
+        whole request per stream outside the budget (measured: +45 MiB per stream sending
+        64 MiB requests)."""
         count = 0
         budget = self.budget
         expect = min(self.config.max_message_bytes, budget.max_bytes)  # a first: the largest
@@ -247,17 +252,18 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
             while True:
                 hold = await budget.reserve(expect)  # no read pending while this waits
                 try:
-                    data = await anext(requests)
-                except BaseException:  # the end (StopAsyncIteration) or the client went away
+                    data = await context.read()
+                except BaseException:  # the client went away
                     hold.release()
                     raise
+                if data is grpc.aio.EOF:
+                    hold.release()
+                    break
                 hold.resize(len(data))
                 expect = max(1, len(data))
                 count += 1
                 await self._admit(data, hold, post)
                 del data  # not kept while the next request is read
-        except StopAsyncIteration:
-            pass
         except (ServiceError, BatchError) as err:
             outbox.put_nowait(err)
         except (asyncio.CancelledError, grpc.aio.AbortError, grpc.RpcError):
@@ -341,12 +347,12 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
             request, len(data), self.table.name, self.config.max_message_bytes, self.address, replay
         )
         columns, n = decode_columns(request, self.spec, self.table.name)
-        actor = request.actor_id
+        actor, episodes = request.actor_id, request.episodes  # not ``request``: it holds ``data``
 
         def done(ack: dict[str, Any]) -> None:
             if ack["transitions"] and not replay:  # a commit: under the commit lock
                 self.ingested += ack["transitions"]
-                self.run_stats.add_episodes(request.episodes)
+                self.run_stats.add_episodes(episodes)
             post(replay_pb2.AppendAck(**ack, run_finished=self.ingest.run_finished))
 
         last = self.ingest.ledger.last(actor, sync=False)  # a hint; the committer decides
