@@ -244,3 +244,86 @@ def test_the_wheel_installs_the_agents_under_replaygpu_and_marks_the_package_typ
     text = zipfile.ZipFile(wheel).read(metadata).decode()
     assert "Requires-Dist: grpcio>=1.85.1" in text  # the generated code's floor
     assert "Requires-Dist: matplotlib" in text and 'extra == "demos"' in text
+    # what the package index shows: classifiers, project URLs (one repository), authors
+    assert "Classifier: Programming Language :: Python :: 3.11" in text
+    assert "Project-URL: Source, https://github.com/replaygpu/replaygpu" in text
+    assert "Author: The replaygpu authors" in text or "Author-email:" in text
+
+
+#: extras whose floors must resolve with the base dependencies (gpu shares cpu's TensorFlow
+#: floor; test pins tools)
+RESOLVED_EXTRAS = ("cpu", "demos", "ray", "atari")
+
+
+def _tomllib():
+    import pytest
+
+    return pytest.importorskip("tomllib", reason="tomllib (Python >= 3.11) reads pyproject.toml")
+
+
+def _floors(python: str) -> dict[str, str]:
+    """``{distribution: lowest allowed version}`` of pyproject's dependencies and
+    `RESOLVED_EXTRAS` that apply on Linux x86-64 with ``python``."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = _tomllib().loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = [(r, "") for r in project["dependencies"]]
+    wanted += [(r, x) for x in RESOLVED_EXTRAS for r in project["optional-dependencies"][x]]
+    floors = {}
+    for text, extra in wanted:
+        req = Requirement(text)
+        env = {"sys_platform": "linux", "platform_machine": "x86_64", "python_version": python}
+        if req.marker is not None and not req.marker.evaluate({**env, "extra": extra}):
+            continue
+        lows = [s.version for s in req.specifier if s.operator in (">=", "==")]
+        assert lows, f"{text}: no floor (>=) to resolve at"
+        floors[canonicalize_name(req.name)] = lows[0]
+    return floors
+
+
+def test_the_dependency_floors_resolve_together(tmp_path):
+    """A resolver asked for the lowest version of every direct dependency (uv's
+    ``--resolution lowest-direct``, Linux x86-64, the lowest Python the package supports) gets
+    each one's floor: a dependency that comes out higher has a floor that cannot be installed
+    together with the others (``tensorflow-cpu>=2.17`` beside ``protobuf>=7.35.1`` did: TF 2.17
+    wants protobuf < 5)."""
+    import os
+    import subprocess
+    import sys
+    import urllib.request
+
+    import pytest
+    from packaging.utils import canonicalize_name
+    from packaging.version import Version
+
+    index = os.environ.get("UV_DEFAULT_INDEX") or os.environ.get("UV_INDEX_URL")
+    index = index or "https://pypi.org/simple"
+    try:
+        urllib.request.urlopen(index.rstrip("/") + "/protobuf/", timeout=15).close()
+    except OSError as err:
+        pytest.skip(f"the package index {index} is unreachable ({err}); nothing to resolve from")
+    project = _tomllib().loads((ROOT / "pyproject.toml").read_text())["project"]
+    python = project["requires-python"].removeprefix(">=")
+    extras = [arg for extra in RESOLVED_EXTRAS for arg in ("--extra", extra)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "uv", "pip", "compile", str(ROOT / "pyproject.toml"), *extras,
+         "--resolution", "lowest-direct", "--python-version", python,
+         "--python-platform", "x86_64-manylinux_2_28", "--no-annotate", "--no-header",
+         "--output-file", str(tmp_path / "lowest.txt")],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"the floors do not resolve:\n{proc.stderr[-3000:]}"
+    pins = [line.split("==") for line in (tmp_path / "lowest.txt").read_text().splitlines()]
+    resolved = {canonicalize_name(p[0].split("[")[0]): p[1] for p in pins if len(p) == 2}
+    floors = _floors(python)
+    # a floor names a release (4.8), the resolver the first published one under it (4.8.0.76)
+    above = {
+        name: f"floor {low}, resolved {resolved.get(name)}"
+        for name, low in floors.items()
+        if name not in resolved
+        or Version(resolved[name]).release[: len(Version(low).release)] != Version(low).release
+    }
+    assert not above, f"floors that cannot be met together (raise them): {above}"
