@@ -9,7 +9,12 @@ Each row of issue 11's table, measured against a real ``replaygpu serve`` proces
   again on the same port; reports how long after it came back the client's first ack came;
 - hostile requests, sent with a bare gRPC stream: a 1 MiB ``actor_id`` (x50; RSS growth),
   leading dims ``[2**62, 4]`` with no data, a field named twice, bool bytes 0x02; reports the
-  status code and message the server answered, and whether it logged a traceback.
+  status code and message the server answered, and whether it logged a traceback;
+- storage (root: a tmpfs of 8 MiB under ``--checkpoint-dir`` and ``--journal-dir``): the disk is
+  filled while an actor appends; reports whether the server lives on, when the append path's
+  health went NOT_SERVING, and after space is freed when it is SERVING again and the first ack
+  came; then the newest checkpoint is truncated and the server restarted: how long until it
+  serves, and how many rows it got back (from the previous checkpoint plus the journal).
 
 Run::
 
@@ -40,6 +45,7 @@ import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from replaygpu.service.actor.client import ReplayClient
+from replaygpu.service.config import ClientConfig
 from replaygpu.service.wire.append_request import _len_field, encode_append_request
 from replaygpu.v1 import replay_pb2, replay_pb2_grpc
 
@@ -235,6 +241,90 @@ def outage(folder: pathlib.Path, outage_s: float) -> None:
     server.stop()
 
 
+# -- storage faults -------------------------------------------------------------------------------
+
+
+def append_status(address: str) -> int:
+    """The health status of the replay service (the append path) at ``address``."""
+    with grpc.insecure_channel(address) as channel:
+        request = health_pb2.HealthCheckRequest(service="replaygpu.v1.ReplayService")
+        return health_pb2_grpc.HealthStub(channel).Check(request, timeout=5).status
+
+
+def seconds_until(condition: Any, since: float, timeout: float = 60.0) -> float:
+    while not condition():
+        if time.monotonic() - since > timeout:
+            return float("inf")
+        time.sleep(0.02)
+    return time.monotonic() - since
+
+
+def storage(folder: pathlib.Path) -> None:
+    disk = folder / "disk"
+    disk.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(disk)]
+    if subprocess.run(mount, capture_output=True, check=False).returncode != 0:
+        print("storage: skipped (cannot mount a tmpfs: run as root)", flush=True)
+        return
+    serving = health_pb2.HealthCheckResponse.SERVING
+    try:
+        address = f"127.0.0.1:{free_port()}"
+        flags = ("--capacity", "20000", "--checkpoint-every-s", "1")
+        flags += ("--checkpoint-dir", str(disk / "ckpt"), "--journal-dir", str(disk / "jnl"))
+        server = Server(address, folder, *flags)
+        client = ReplayClient(address, actor_id="disk", config=ClientConfig(retry_max_s=0.25))
+        client.add_batch(columns(1000))
+        client.flush(timeout=60)
+        with open(disk / "filler", "wb", buffering=0) as filler:
+            try:
+                while True:
+                    filler.write(bytes(1 << 16))
+            except OSError:
+                pass
+        full = time.monotonic()
+        client.add_batch(columns(1000, 1000))
+        refused = seconds_until(lambda: append_status(address) != serving, full)
+        time.sleep(3.0)
+        alive = server.process.poll() is None
+        before = "NOT_SERVING" if append_status(address) != serving else "SERVING"
+        (disk / "filler").unlink()
+        freed = time.monotonic()
+        back = seconds_until(lambda: append_status(address) == serving, freed)
+        client.flush(timeout=60)
+        acked = time.monotonic() - freed
+        client.close()
+        print(
+            f"storage: full disk: server {'alive' if alive else 'EXITED'}, append path "
+            f"NOT_SERVING {refused:.2f} s after it filled ({before} just before space was "
+            f"freed); space freed: SERVING after "
+            f"{back:.2f} s, the refused batch acknowledged after {acked:.2f} s; tracebacks "
+            f"{server.tracebacks()}",
+            flush=True,
+        )
+        server.stop()
+        newest = max((disk / "ckpt").glob("ckpt-*.index"), key=lambda p: int(p.stem[5:]))
+        data = newest.with_name(newest.stem + ".data-00000-of-00001")
+        os.truncate(data, data.stat().st_size // 2)
+        started = time.monotonic()
+        server = Server(address, folder, *flags)
+        up = time.monotonic() - started
+        with ReplayClient(address, actor_id="probe") as probe:
+            rows = probe.info().tables[0].size
+        print(
+            f"storage: {data.name} truncated: serving again {up:.1f} s after the start "
+            f"(process start and TensorFlow import included), {rows} of 2000 acknowledged "
+            f"rows back; tracebacks {server.tracebacks()}",
+            flush=True,
+        )
+        server.stop()
+        started = time.monotonic()
+        server = Server(address, folder, *flags)
+        print(f"storage: an intact restart, for comparison: {time.monotonic() - started:.1f} s")
+        server.stop()
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True, check=False)
+
+
 # -- hostile requests -----------------------------------------------------------------------------
 
 
@@ -318,7 +408,9 @@ def main() -> None:
     parser.add_argument("--streams", type=int, nargs="+", default=[40, 512])
     parser.add_argument("--procs", type=int, default=8, help="actor processes for the streams")
     parser.add_argument("--outage-s", type=float, nargs="+", default=[50.0])
-    parser.add_argument("--skip", nargs="*", default=[], choices=("streams", "outage", "hostile"))
+    parser.add_argument(
+        "--skip", nargs="*", default=[], choices=("streams", "outage", "hostile", "storage")
+    )
     args = parser.parse_args()
     print(f"# {date.today()} {os.cpu_count()} CPUs, load {os.getloadavg()}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -331,6 +423,8 @@ def main() -> None:
                 outage(folder, seconds)
         if "hostile" not in args.skip:
             hostile(folder)
+        if "storage" not in args.skip:
+            storage(folder)
 
 
 if __name__ == "__main__":
