@@ -240,6 +240,10 @@ def test_learner_probes_are_grpc_on_the_port_its_service_targets_and_it_binds():
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container[probe]["grpc"]["port"] == grpc_port, probe
         assert set(container[probe]) & {"httpGet", "tcpSocket", "exec"} == set(), probe
+    # readiness: the append path (NOT_SERVING while a full disk refuses appends); liveness:
+    # the whole server, which a full disk never fails (a restart would not free the disk)
+    assert container["readinessProbe"]["grpc"]["service"] == "replaygpu.v1.ReplayService"
+    assert container["livenessProbe"]["grpc"].get("service", "") == ""
     args = container["args"]
     assert _port(_flag(args, "--address")) == grpc_port
     assert _flag(args, "--address").startswith("0.0.0.0:"), "a pod must listen beyond loopback"
