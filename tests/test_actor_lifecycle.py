@@ -276,3 +276,30 @@ def test_the_actor_logs_its_progress_every_interval(caplog):
     assert int(found[-1][2]) <= result["episodes"]
     with pytest.raises(rg.ConfigError, match="progress_interval_s: got -1"):
         ActorConfig(progress_interval_s=-1)
+
+
+def test_a_learner_run_ends_its_actor_command_and_counts_their_episodes(tmp_path):
+    """`replaygpu learner --steps N` and `replaygpu actor ADDRESS` (no --steps of its own):
+    the learner's budget ends both, with exit 0, and the learner counted the actors'
+    episodes."""
+    address = f"127.0.0.1:{free_port()}"
+    learner_cmd = [
+        sys.executable, "-m", "replaygpu.cli", "learner", "--agent", "dqn", "--env",
+        "CartPole-v1", "--address", address, "--checkpoint-dir", str(tmp_path / "ckpt"),
+        "--steps", "3000", "--learning-starts", "500", "--samples-per-insert", "2",
+        "--batch-size", "32", "--steps-per-call", "16", "--hidden-sizes", "32,32",
+        "--no-jit-compile",
+    ]  # fmt: skip
+    with (
+        running(learner_cmd, tmp_path / "learner.log") as learner,
+        running(actor_command(address, "--wait"), tmp_path / "actors.log") as actors,
+    ):
+        assert actors.wait(300) == 0, (tmp_path / "actors.log").read_text()[-3000:]
+        assert learner.wait(120) == 0, (tmp_path / "learner.log").read_text()[-3000:]
+    log = (tmp_path / "actors.log").read_text()
+    assert log.count("the learner's run is finished; stopping") == 2, log
+    # the learner counted the episodes of the batches it committed, not those of the batches
+    # that came after the end (each actor runs up to --insert-slack 2048 rows ahead)
+    sent = sum(int(n) for n in re.findall(r"actor \d: \d+ env steps .*?, (\d+) episodes", log))
+    counted = re.findall(r"of (\d+) episodes\)", (tmp_path / "learner.log").read_text())
+    assert counted and 0.25 * sent <= int(counted[-1]) <= sent, (sent, counted)

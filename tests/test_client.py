@@ -317,6 +317,30 @@ def test_wait_for_insert_room_follows_the_learners_rate_limit_from_the_acks(empt
         assert client.wait_for_insert_room(slack=-100, stop=stop) is True  # returns on stop
 
 
+def test_wait_for_insert_room_counts_the_rows_not_acknowledged_yet(empty_table):
+    """Before the learner commits (it may still be compiling its first train call), the acks
+    say nothing: the client counts its own rows in flight, so it waits instead of running
+    ahead of the limiter by all it can send before the first ack."""
+    limiter = rg.SampleToInsertRatio(1.0, min_size_to_sample=10, error_buffer=4)
+    sampler = rg.UniformSampler(empty_table, seed=0)
+    update = lambda b: {"x": tf.zeros([])}  # noqa: E731
+    learner = rg.Learner(empty_table, sampler, update, batch_size=2, rate_limiter=limiter)
+    learner.train(0)
+    with rg.serve(learner) as server, rg.ReplayClient(server.address) as client:
+        client.add_batch({"id": np.arange(14), "obs": np.zeros((14, 4), np.float32)})
+        assert client.wait_for_insert_room() is False  # 14 rows in flight <= 10 + 4
+        client.add_batch({"id": np.arange(14, 20), "obs": np.zeros((6, 4), np.float32)})
+        waited = []
+        waiter = threading.Thread(target=lambda: waited.append(client.wait_for_insert_room()))
+        waiter.start()
+        time.sleep(0.5)
+        assert waiter.is_alive() and client.acked_transitions == 0  # 20 in flight, no ack
+        out = rg.learner_step(server, learner, 100)  # commits 20, then 7 steps of 2 samples
+        assert (out["inserted"], out["steps"]) == (20, 7)
+        waiter.join(10)
+        assert not waiter.is_alive() and waited == [True]
+
+
 def test_sampling_and_inserting_share_one_rule():
     rule = rg.SampleToInsertRule(samples_per_insert=4.0, min_size_to_sample=100, error_buffer=64)
     limiter = rg.SampleToInsertRatio(4.0, min_size_to_sample=100, error_buffer=64)

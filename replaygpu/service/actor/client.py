@@ -384,8 +384,10 @@ class ReplayClient:
         The learner's `SampleToInsertRatio` only holds back sampling; an actor that could
         outrun the learner calls this after each batch, so the learner trains on data from
         recent policies instead of a backlog. The rule is the limiter's own
-        (`SampleToInsertRule.insert_room`), fed by the counters of the latest ack; only while
-        they say wait does it ask the server (``Info``) for fresh ones, backing off up to 50 ms.
+        (`SampleToInsertRule.insert_room`), fed by the counters of the latest ack, with this
+        client's rows not acknowledged yet counted as inserted (so an actor does not run ahead
+        while its acks lag, e.g. behind a learner still compiling); only while they say wait
+        does it ask the server (``Info``) for fresh ones, backing off up to 50 ms.
 
         Args:
             slack: rows the table may run ahead beyond the limiter's ``error_buffer``.
@@ -401,8 +403,10 @@ class ReplayClient:
         rule = self.rate_limit
         if rule is None:
             return False
+        with self._cond:  # this client's rows not acknowledged yet count as inserted
+            pending = self._outbox.unacked_transitions + self._partial_n
         inserted, sampled = self._outbox.counters
-        if rule.insert_room(inserted, sampled) + slack >= 0:
+        if rule.insert_room(inserted + pending, sampled) + slack >= 0:
             return False
         delay = 0.002
         while not (stop is not None and stop.is_set()):
@@ -414,7 +418,10 @@ class ReplayClient:
                 raise TableNotFoundError(
                     f"server at {self.address} no longer has table {self.table!r}"
                 )
-            if rule.insert_room(table.inserted, table.rate_limiter.sampled) + slack >= 0:
+            with self._cond:
+                pending = self._outbox.unacked_transitions + self._partial_n
+            room = rule.insert_room(table.inserted + pending, table.rate_limiter.sampled)
+            if room + slack >= 0:
                 break
             if stop is not None:
                 stop.wait(delay)
