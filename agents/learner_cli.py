@@ -43,6 +43,7 @@ def learner_parser(agent: str, env_id: str | None = None) -> argparse.ArgumentPa
     from replaygpu.agents.learner_config import config_class
     from replaygpu.cli import CommandParser
     from replaygpu.service.ops.commands import (
+        add_inflight_flag,
         add_server_security_flags,
         port_number,
         positive_int,
@@ -70,6 +71,7 @@ def learner_parser(agent: str, env_id: str | None = None) -> argparse.ArgumentPa
     parser.add_argument(
         "--max-actors", type=positive_int, default=1024, help="concurrent actor streams at most"
     )
+    add_inflight_flag(parser)
     parser.add_argument(
         "--logdir",
         help="write TensorBoard scalars here (loss, Q, episode return and length from the "
@@ -119,7 +121,9 @@ def run(args: argparse.Namespace) -> int:
 
     module = "replaygpu.agents.learner"
     control = RunControl(opts.checkpoint_dir, opts.checkpoint_every_s, module, config)
-    server_config = rg.ServerConfig(max_actors=opts.max_actors)
+    server_config = rg.ServerConfig(
+        max_actors=opts.max_actors, inflight_max_bytes=opts.inflight_mb * 2**20
+    )
     with control:
         service = LearnerService(config, control, opts.token, tls, server_config)
         metrics, report, trained = None, None, False

@@ -168,6 +168,10 @@ class ReplayServer:
             options=[
                 # 2x so that our own check answers with the configured limit by name
                 ("grpc.max_receive_message_length", 2 * self.config.max_message_bytes),
+                # no window growth (it reaches 4 MiB+ per connection): a stream with no read
+                # pending, one waiting for the request budget, buffers one 64 KiB window, and
+                # a pending read still opens the window to its whole message
+                ("grpc.http2.bdp_probe", 0),
                 ("grpc.max_send_message_length", self.config.max_message_bytes),
                 # actors' keepalive pings (every 20 s) are welcome, even on idle streams
                 ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
@@ -306,8 +310,10 @@ class ReplayServer:
         ``table_capacity``, ``table_inserted``, ``sampled`` (by the learner), ``weights_version``,
         ``open_streams``, ``refused_streams``, ``actors`` (in the ledger), ``checkpoints``,
         ``checkpoint_seconds`` (the last one's), ``checkpoint_failures``, ``storage_full``
-        (1 while the journal's disk is full and appends are refused) and the `run_stats`
-        values."""
+        (1 while the journal's disk is full and appends are refused), ``inflight_bytes`` (of
+        Append requests read and not answered yet), ``inflight_peak_bytes`` (the most it was) and
+        ``inflight_waiting_streams`` (streams waiting for room to read; see
+        `ServerConfig.inflight_max_bytes`) and the `run_stats` values."""
         servicer, queue = self._servicer, self._ingest.queue
         ingested = servicer.ingested
         return {
@@ -327,6 +333,9 @@ class ReplayServer:
             "checkpoint_seconds": self.checkpoint_seconds,
             "checkpoint_failures": self.checkpoint_failures,
             "storage_full": float(self.storage_problem is not None),
+            "inflight_bytes": servicer.budget.used,
+            "inflight_peak_bytes": servicer.budget.peak,
+            "inflight_waiting_streams": servicer.budget.waiting,
             **servicer.run_stats.values(),  # NaN where not known yet
         }
 

@@ -42,6 +42,7 @@ def register(subparsers: Any) -> None:
     serve.add_argument(
         "--max-message-mb", type=positive_int, default=64, help="largest append (MiB)"
     )
+    add_inflight_flag(serve)
     serve.add_argument(
         "--max-actors",
         type=positive_int,
@@ -100,6 +101,17 @@ def add_server_security_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-key", help="server private key (PEM)")
     parser.add_argument(
         "--tls-ca", help="CA of client certificates: require mTLS (with --tls-cert/--tls-key)"
+    )
+
+
+def add_inflight_flag(parser: argparse.ArgumentParser) -> None:
+    """``--inflight-mb``, the request budget of a server command (``serve``, ``learner``)."""
+    parser.add_argument(
+        "--inflight-mb",
+        type=positive_int,
+        default=512,
+        help="MiB of append requests read and not yet committed, over all actors, at most; "
+        "actors wait (HTTP/2 flow control) beyond it (default 512)",
     )
 
 
@@ -241,6 +253,7 @@ def run_serve(args: argparse.Namespace) -> int:
         max_message_bytes=args.max_message_mb * 2**20,
         max_actors=args.max_actors,
         journal_dir=args.journal_dir,
+        inflight_max_bytes=args.inflight_mb * 2**20,
     )
     server = rg.serve(table, args.address, args.token, tls, config=config, ledger=ledger)
     metrics = None
