@@ -1,8 +1,16 @@
-"""Checkpointer: exact resume of sampling and learning; failed restores change nothing."""
+"""Checkpointer: exact resume of sampling and learning; failed restores change nothing; saves
+are sealed with a checksum manifest, failed saves leave nothing, corrupt ones are skipped."""
+
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from small_disk import small_filesystem
 
 import replaygpu as rg
 
@@ -116,3 +124,87 @@ def test_restore_with_mismatched_network_rolls_back_every_variable(tmp_path):
     assert table2.size == 3 and table2.total_inserted == 3
     np.testing.assert_array_equal(sampler2.index.generator.state.numpy(), state_before)
     assert int(learner2.steps.numpy()) == 0
+
+
+def saved_ids(folder, capacity=32):
+    """The ids in the checkpoint ``rg.Checkpointer`` restores from ``folder`` (newest intact)."""
+    table = rg.ReplayTable(SPEC, capacity=capacity, device="CPU")
+    path = rg.Checkpointer(str(folder), table=table).restore()
+    return path, sorted(table.storage["id"].numpy()[: table.size].tolist())
+
+
+def test_each_save_is_sealed_with_a_manifest_of_its_files_sizes_and_sha256(tmp_path):
+    table = rg.ReplayTable(SPEC, capacity=32, device="CPU")
+    fill(table, 0, 4)
+    path = rg.Checkpointer(str(tmp_path), table=table).save()
+    manifest = json.loads(Path(path + ".manifest.json").read_text())
+    files = manifest["files"]
+    assert sorted(files) == sorted(
+        p.name for p in tmp_path.glob("ckpt-1.*") if "manifest" not in p.name
+    )
+    for name, entry in files.items():
+        data = (tmp_path / name).read_bytes()
+        assert entry == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def test_a_failed_save_raises_in_one_message_and_leaves_nothing_behind(tmp_path):
+    table = rg.ReplayTable(SPEC, capacity=32, device="CPU")
+    fill(table, 0, 4)
+    with small_filesystem(tmp_path / "disk", 1 << 20) as disk:
+        ckpt = rg.Checkpointer(str(disk / "ckpt"), table=table)
+        first = ckpt.save()
+        before = sorted(os.listdir(disk / "ckpt"))
+        subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+        with pytest.raises(rg.CheckpointSaveError) as failed:
+            ckpt.save()
+        subprocess.run(["mount", "-o", "remount,rw", str(disk)], check=True)
+        message = str(failed.value)
+        assert f"checkpoint {disk / 'ckpt' / 'ckpt-2'}: cannot write it (" in message
+        assert "Read-only file system" in message and "bytes free of" in message
+        assert sorted(os.listdir(disk / "ckpt")) == before and ckpt.latest == first
+        fill(table, 4, 4)
+        assert ckpt.save().endswith("ckpt-2")  # the failed number is reused, none skipped
+        assert saved_ids(disk / "ckpt")[1] == list(range(8))
+
+
+def test_restore_skips_a_checkpoint_whose_save_did_not_finish(tmp_path, caplog):
+    table = rg.ReplayTable(SPEC, capacity=32, device="CPU")
+    ckpt = rg.Checkpointer(str(tmp_path), table=table)
+    fill(table, 0, 4)
+    ckpt.save()
+    fill(table, 4, 4)
+    unfinished = ckpt.save()
+    Path(unfinished + ".manifest.json").unlink()  # as a crash before the seal leaves it
+    path, ids = saved_ids(tmp_path)
+    assert path.endswith("ckpt-1") and ids == list(range(4))
+    assert f"{unfinished}.index: no ckpt-2.manifest.json beside it" in caplog.text
+
+
+def test_restoring_a_named_corrupt_checkpoint_raises_naming_the_file_and_restores_nothing(
+    tmp_path,
+):
+    table = rg.ReplayTable(SPEC, capacity=32, device="CPU")
+    fill(table, 0, 4)
+    path = rg.Checkpointer(str(tmp_path), table=table).save()
+    data = Path(path + ".data-00000-of-00001")
+    flipped = bytearray(data.read_bytes())
+    flipped[len(flipped) // 2] ^= 1
+    data.write_bytes(bytes(flipped))
+    other = rg.ReplayTable(SPEC, capacity=32, device="CPU")
+    with pytest.raises(rg.CheckpointCorruptError, match=f"{data}: its bytes changed"):
+        rg.Checkpointer(str(tmp_path), table=other).restore(path)
+    assert other.size == 0
+
+
+def test_the_ledger_reads_the_map_older_checkpoints_hold(tmp_path):
+    ledger = rg.SequenceLedger()
+    ledger.state.assign(json.dumps({"a": 3, "actors": 5}).encode())  # before journal marks
+    assert ledger.snapshot() == {"a": 3, "actors": 5} and ledger.journal_segment == 0
+    ledger.mark_journal(7)
+    assert json.loads(ledger.state.numpy()) == {
+        "actors": {"a": 3, "actors": 5},
+        "journal_segment": 7,
+    }
+    restored = rg.SequenceLedger()
+    restored.state.assign(ledger.state.numpy())
+    assert restored.last("actors") == 5 and restored.journal_segment == 7
