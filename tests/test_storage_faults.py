@@ -269,3 +269,26 @@ def test_serve_rides_out_a_full_disk_under_its_journal_and_checkpoints(tmp_path)
         assert "training goes on, next try in 0 s" in log
         table, _, _ = restored(disk / "ckpt", capacity=20_000)
         assert stored_ids(table).tolist() == list(range(2000))
+
+
+def test_a_run_retries_a_failed_periodic_checkpoint_and_raises_a_failed_final_one(tmp_path, caplog):
+    from replaygpu.agents.dqn_config import DQNConfig
+    from replaygpu.agents.runs import RunControl
+
+    with small_filesystem(tmp_path / "disk", 4 << 20) as disk:
+        table = rg.ReplayTable(SPEC, capacity=20_000, device="/CPU:0")  # 480 KB a checkpoint
+        table.append(columns(range(100)))
+        run = RunControl(str(disk / "run"), 0.2, "replaygpu.agents.dqn", DQNConfig())
+        run.attach(table=table)
+        filler = fill(disk)
+        time.sleep(0.25)
+        assert run.due() and run.save() is None  # logged, not raised
+        assert "cannot write it (No space left on device" in caplog.text
+        assert "training goes on, next try in 0 s" in caplog.text
+        assert not run.due() and run.checkpoints == 0
+        with pytest.raises(rg.CheckpointSaveError, match="No space left on device"):
+            run.save(final=True)  # the run's last one: its caller must hear of it
+        filler.unlink()
+        time.sleep(0.25)
+        assert run.due() and run.save() is not None and run.checkpoints == 1
+        assert (disk / "run" / "run.json").exists()
