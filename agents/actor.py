@@ -414,7 +414,9 @@ def run_actor_process(config: ActorConfig, address: str, stop=None, reports=None
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops actors through ``stop``
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(processName)s %(name)s: %(message)s"
+    )
 
     def report(kind: str, index: int, payload: object) -> None:
         try:

@@ -39,6 +39,8 @@ APPEND_METHOD = "/replaygpu.v1.ReplayService/Append"
 #: ``(what an error's message says, lower case; the reason shown)``, first match wins
 _REASONS = (
     ("connection refused", "connection refused"),
+    ("stopped; reconnect", "it stopped"),
+    ("shutting down", "it is shutting down"),
     ("address lookup failed", "unknown host"),
     ("dns resolution failed", "unknown host"),
     ("deadline exceeded", "no answer in time"),
