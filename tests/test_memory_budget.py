@@ -52,8 +52,9 @@ class Stream:
 def test_streams_wait_for_the_budget_before_reading_and_every_request_lands():
     size = len(request("a0", 1, 0))
     streams_n, per_stream = 12, 2
-    # the first read of a stream reserves max_message_bytes (its size is not known yet): 4 fit
-    config = rg.ServerConfig(max_message_bytes=size + 4096, inflight_max_bytes=4 * (size + 4096))
+    # a request takes twice its size; a stream's first read reserves twice max_message_bytes
+    # (its size is not known yet): 4 fit
+    config = rg.ServerConfig(max_message_bytes=size + 4096, inflight_max_bytes=8 * (size + 4096))
     table = rg.ReplayTable(SPEC, capacity=streams_n * per_stream * ROWS, device="/CPU:0")
     with rg.serve(table, config=config) as server, grpc.insecure_channel(server.address) as ch:
         with server.training_turn():  # the committer is held: nothing read is answered yet
@@ -69,7 +70,7 @@ def test_streams_wait_for_the_budget_before_reading_and_every_request_lands():
             time.sleep(0.3)
             stats = server.stats()
             assert stats["staged_batches"] == 4
-            assert stats["inflight_bytes"] == 4 * size <= config.inflight_max_bytes
+            assert stats["inflight_bytes"] == 4 * 2 * size <= config.inflight_max_bytes
             assert stats["inflight_waiting_streams"] == streams_n
             assert sum(s.acks for s in streams) == 0
             for stream in streams[-3:]:  # streams that go away while they wait
@@ -90,7 +91,7 @@ def test_streams_wait_for_the_budget_before_reading_and_every_request_lands():
 
 def test_a_request_larger_than_the_budget_is_still_served_alone():
     size = len(request("a0", 1, 0))
-    config = rg.ServerConfig(max_message_bytes=4 * size, inflight_max_bytes=size // 3)
+    config = rg.ServerConfig(max_message_bytes=4 * size, inflight_max_bytes=size)
     table = rg.ReplayTable(SPEC, capacity=8 * ROWS, device="/CPU:0")
     with rg.serve(table, config=config) as server, grpc.insecure_channel(server.address) as ch:
         streams = [
@@ -101,7 +102,7 @@ def test_a_request_larger_than_the_budget_is_still_served_alone():
             stream.thread.join(timeout=60)
         stats = server.stats()
     assert [s.acks for s in streams] == [2, 2, 2, 2]
-    assert stats["inflight_peak_bytes"] == size  # one request at a time, never two
+    assert stats["inflight_peak_bytes"] == 2 * size  # one request at a time, never two
     assert stored_ids(table).tolist() == list(range(8 * ROWS))
 
 

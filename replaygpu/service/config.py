@@ -94,13 +94,15 @@ class ServerConfig:
         staging_max_bytes: staged bytes, at most (one batch is always admitted).
         staging_timeout_s: how long an append waits for room in a full staging queue before
             RESOURCE_EXHAUSTED.
-        inflight_max_bytes: bytes of Append requests read and not yet committed or refused,
-            over all streams, at most (staged ones included): a stream waits for room before
-            it reads its next message, so HTTP/2 flow control holds its sender back, and the
-            server's request memory stays bounded whatever the number of streams (see
+        inflight_max_bytes: memory of the Append requests read and not yet committed or
+            refused, over all streams, at most (staged ones included; a request takes twice its
+            size: received, then copied): a stream waits for room before it reads its next
+            message, so HTTP/2 flow control holds its sender back, and the server's request
+            memory stays bounded whatever the number of streams (see
             `replaygpu.service.learner.admission` for the exact bound). A request larger than
-            this is still served, alone. The default holds 8 requests of the default largest
-            size, which keeps the admit threads and the committer busy.
+            this is still served, alone. The default holds 4 requests of the default largest
+            size (16 of a default client's), which keeps the admit threads and the committer
+            busy.
         max_actors: concurrent Append streams (one per connected actor) at most; one more is
             answered RESOURCE_EXHAUSTED at once, naming this limit. Streams are coroutines
             on the server's event loop, not threads, so this bounds memory, not threads.

@@ -11,26 +11,29 @@ Steps 1 to 3 of the Append path (`servicer`):
    the table's host spec, before anything is copied or staged. Each check raises the
    `ServiceError` the client gets, with the request's seq. Imports no TensorFlow.
 
-The bound. A message's size is known only once it is read, and gRPC receives a whole message
-once a read is pending (it opens the stream's window to the message's length). So a read
-reserves an estimate and is settled to the real size after it: the stream's previous message
-size, or ``min(max_message_bytes, budget)`` for its first. A request is counted from its read
-until its batch is answered (committed, acknowledged as a duplicate, or refused). Hence, with
-``B`` the budget:
+The bound. A request is counted at twice its size, from its read until its batch is answered
+(committed, acknowledged as a duplicate, or refused): while it is received it is in gRPC's
+buffers and then in the bytes handed over, and while it is admitted in those bytes and then in
+the aligned copy that is staged. A message's size is known only once it is read, and gRPC
+receives a whole message once a read is pending (it opens the stream's window to the
+message's length). So a read reserves an estimate and is settled to the real size after it:
+twice the stream's previous message size, or ``min(2 * max_message_bytes, budget)`` for its
+first. Hence, with ``B`` the budget:
 
 - bytes reserved or held <= ``B`` + the growth of the messages being read at that moment
   (a message larger than its stream's previous one); streams that send steady sizes (full
   client batches, the benchmark's 64 MiB requests) never exceed ``B``, whatever their number;
-- a message larger than ``B`` is still read, when nothing else is held (one stream alone can
-  always proceed: the budget never deadlocks);
-- the rest of the server's request memory is outside this count and bounded apart: the
-  staged copies' free pool (``staging_max_bytes / 2``), one message parsed and copied per admit
-  thread (the received bytes and their copy both live while it is copied), and the commit's
-  joined group (`ingest.GROUP_BYTES`).
+- a request that takes more than ``B`` is still read, when nothing else is held (one stream
+  alone can always proceed: the budget never deadlocks);
+- the rest of the server's request memory is outside this count and bounded apart, by the
+  staging limits: the staged copies' free pool (``staging_max_bytes / 2``), the commit's joined
+  group (`ingest.GROUP_BYTES`), and freed buffers that the allocator keeps for reuse
+  (``keep_freed_memory``, up to ``staging_max_bytes``).
 
 The one cost: a stream that holds a reservation while its sender is idle keeps those bytes
 from the others (streams are served in arrival order), so the budget should hold a good many
-typical requests; the default holds 8 requests of the largest size.
+typical requests; the default holds 4 requests of the largest size, 16 of a default
+client's (16 MiB).
 """
 
 from __future__ import annotations

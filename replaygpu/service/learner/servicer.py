@@ -247,7 +247,8 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         64 MiB requests)."""
         count = 0
         budget = self.budget
-        expect = min(self.config.max_message_bytes, budget.max_bytes)  # a first: the largest
+        # a request takes twice its size (`admission`); a first one is taken as the largest
+        expect = min(2 * self.config.max_message_bytes, budget.max_bytes)
         try:
             while True:
                 hold = await budget.reserve(expect)  # no read pending while this waits
@@ -259,8 +260,8 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
                 if data is grpc.aio.EOF:
                     hold.release()
                     break
-                hold.resize(len(data))
-                expect = max(1, len(data))
+                expect = max(1, 2 * len(data))
+                hold.resize(expect)
                 count += 1
                 await self._admit(data, hold, post)
                 del data  # not kept while the next request is read
