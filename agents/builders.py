@@ -40,10 +40,8 @@ from replaygpu.agents.apex_atari_config import ApexAtariConfig
 from replaygpu.agents.apex_config import ApexConfig
 from replaygpu.agents.envs import evaluate
 from replaygpu.agents.frame_actor import segment_client_config
-from replaygpu.agents.learner_config import SACLearnerConfig as SACLearnerConfig
-from replaygpu.agents.learner_config import config_class as config_class
-from replaygpu.agents.learner_config import is_atari as is_atari
 from replaygpu.agents.r2d2_learner_config import R2D2LearnerConfig
+from replaygpu.agents.sac_config import SACLearnerConfig as SACLearnerConfig
 
 Table = Any  # rg.ReplayTable or rg.ShardedReplayTable
 

@@ -132,8 +132,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         if args.command != "learner":
             return args
         from replaygpu.agents import learner_cli
-        from replaygpu.agents.builders import config_class
         from replaygpu.agents.flags import config_from_args
+        from replaygpu.agents.learner_config import config_class
 
         options = extra + list(args.options)
         pre = argparse.ArgumentParser(add_help=False)
