@@ -132,7 +132,7 @@ for i in 1 2; do
     "${RUN[@]}" -d --name "$PREFIX-actor-$i" --no-healthcheck --restart on-failure:5 \
         -e "REPLAYGPU_TOKEN=$TOKEN" \
         -e REPLAYGPU_ACTOR_SLOTS=/actor-slots -v "$SLOTS:/actor-slots" "$IMAGE" \
-        actor "127.0.0.1:$PORT" --num-actors 2 >/dev/null 2>>"$WORK/run.err"
+        actor "127.0.0.1:$PORT" --num-actors 2 --wait >/dev/null 2>>"$WORK/run.err"
 done
 sleep 5
 indices=$(for i in 1 2; do

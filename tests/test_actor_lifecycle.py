@@ -52,6 +52,17 @@ def settled(table, for_s=1.0):
     return table.total_inserted == before
 
 
+def episode_reports():
+    """A list of ``(return, length)`` and the `run_actor` report function that fills it."""
+    reported = []
+
+    def report(kind, index, payload):
+        if kind == "episode":
+            reported.append(payload[1:])  # (env_steps, return, length)
+
+    return reported, report
+
+
 def wait_until(condition, timeout=60.0, what="the condition"):
     deadline = time.monotonic() + timeout
     while not condition():
@@ -145,12 +156,7 @@ def test_the_client_learns_the_run_is_finished_from_an_ack():
 
 def test_vector_actors_report_their_episodes_to_the_server():
     table = cartpole_table(5_000)
-    reported = []
-
-    def report(kind, index, payload):
-        if kind == "episode":
-            reported.append(payload[1:])  # (return, length)
-
+    reported, report = episode_reports()
     with rg.serve(table) as server:
         config = ActorConfig(steps=600, num_envs=3, progress_interval_s=0)
         result = run_actor(config, server.address, report=report)
@@ -175,12 +181,7 @@ def test_frame_actors_report_whole_games_with_unclipped_returns():
         repeat_action_probability=0.0,
         progress_interval_s=0,
     )
-    reported = []
-
-    def report(kind, index, payload):
-        if kind == "episode":
-            reported.append(payload[1:])
-
+    reported, report = episode_reports()
     with rg.serve(table) as server:
         run_actor(config, server.address, report=report)
         stats = server.run_stats.values()
