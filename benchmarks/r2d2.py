@@ -1,34 +1,39 @@
 """Recurrent replay (issue 25): prioritized sequence sampling with a stored LSTM state, and the
 R2D2 learner's SGD steps/s in the fused loop.
 
+The table is R2D2's (`replaygpu.agents.r2d2.table_spec`): masked-CartPole steps (obs [2]
+float32, action, reward, terminated, truncated) with the LSTM state before each step
+(``recurrent_state``, ``concat([h, c])``, [2 x --hidden] float32) and ``state_stored``. It
+holds --sequences + T - 1 rows of one episode, so exactly --sequences windows of T rows are
+valid starts; priorities are exponential(1).
+
 Sections:
 
   sample   ``rg.Sampler(table, rg.Prioritized(0.6, 0.4), rg.Sequence(T, burn_in,
-           state_field="state"))`` over a table of --sequences + T rows of masked-CartPole
-           transitions (obs [2] float32, the gymnasium transition fields) with the LSTM state
-           ``state/h``, ``state/c`` ([--hidden] float32 each) and a bool ``state_start``: one
-           episode, so exactly --sequences windows of T rows are valid starts; priorities are
-           exponential(1). Each call draws --draws batches of --batch windows in one
-           `tf.while_loop` and reduces every field into a checksum (nothing is pruned); the
-           figures are samples/s (windows) and batches/s, medians of --repeats calls. Rows: T=80
+           state_field="recurrent_state"))``: each call draws --draws batches of --batch
+           windows in one `tf.while_loop` and reduces every field into a checksum (nothing is
+           pruned); samples/s (windows) and batches/s, medians of --repeats calls. Rows: T=80
            without burn-in (with and without XLA), with R2D2's burn-in 40, and with burn-in 40
            and a state stored every 40 rows (``state_start_field``: the other starts are
-           redrawn and get priority 0, as an actor with ``period`` 40 makes them).
-  learner  the R2D2 agent (`replaygpu.agents.r2d2`) trained by `rg.Learner` on that table's
-           shape: ``train(--steps-per-call)`` calls (sample + burn-in + unroll + n-step double
-           Q + priority write in one `tf.while_loop`, under XLA when the agent allows it), its
-           SGD steps/s the median of --repeats calls; batch, T, burn-in and hidden sizes are
-           printed with it.
+           redrawn and get priority 0, as served actors with ``period`` 40 mark them).
+  learner  the R2D2 agent (`replaygpu.agents.r2d2`: LSTM Q-network, burn-in, 5-step double Q
+           with value rescaling, eta-mixed priorities written back, target sync in the graph)
+           trained by `rg.Learner` on that table: ``train(--sgd-steps)`` calls, SGD steps/s the
+           median of --repeats calls, at two shapes: the demo's (batch 32, burn-in 10 + T 20,
+           LSTM 64, torso 64, a state every 10 rows; XLA) and R2D2's paper shape at CartPole
+           width (batch 64, burn-in 40 + T 80, LSTM 64, a state every 40 rows; without XLA,
+           whose CPU compile of the 120-step unroll ran past 10 minutes here).
 
 benchmarks/peers/r2d2_acme.py measures Acme's R2D2 on Reverb at the same shapes. Run:
 
-    python benchmarks/r2d2.py                 # both sections, ~3 min on 2 cores
+    python benchmarks/r2d2.py                 # both sections, ~5 min on 2 cores
     python benchmarks/r2d2.py --section sample --quick
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import time
@@ -36,37 +41,31 @@ from collections.abc import Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 from common import CHUNK
 
 import replaygpu as rg
+from replaygpu.agents import r2d2
 
 OBS_DIM, NUM_ACTIONS = 2, 2  # masked CartPole: position and angle; left, right
+#: (name, batch, burn-in, T, LSTM units, state period, XLA) of the learner section; XLA's CPU
+#: compile of the 120-step unroll (online, target and gradient) ran past 10 minutes here
+LEARNER_SHAPES = (
+    ("demo", 32, 10, 20, 64, 10, True),
+    ("R2D2 paper", 64, 40, 80, 64, 40, False),
+)
 
 
-def r2d2_spec(hidden: int) -> dict[str, object]:
-    """A masked-CartPole transition with the LSTM state before the step and its mark."""
-    return {
-        "obs": tf.TensorSpec([OBS_DIM], tf.float32),
-        "action": tf.TensorSpec([], tf.int64),
-        "reward": tf.TensorSpec([], tf.float32),
-        "next_obs": tf.TensorSpec([OBS_DIM], tf.float32),
-        "terminated": tf.TensorSpec([], tf.bool),
-        "truncated": tf.TensorSpec([], tf.bool),
-        "state": {
-            "h": tf.TensorSpec([hidden], tf.float32),
-            "c": tf.TensorSpec([hidden], tf.float32),
-        },
-        "state_start": tf.TensorSpec([], tf.bool),
-    }
-
-
-def filled_table(rows: int, hidden: int, period: int, seed: int = 0) -> rg.ReplayTable:
-    """A full table of ``rows`` random rows of `r2d2_spec`, one episode; ``state_start`` set on
-    every ``period``-th row."""
-    table = rg.ReplayTable(r2d2_spec(hidden), rows)
+def filled_table(config: r2d2.R2D2Config, rows: int, seed: int = 0) -> rg.ReplayTable:
+    """A full table of ``rows`` random rows of R2D2's spec for ``config``, one episode, the
+    state stored every ``config.period`` rows."""
+    env = gym.make(config.env_id)
+    table = rg.ReplayTable(r2d2.table_spec(config, env), rows)
+    env.close()
     rng = np.random.default_rng(seed)
+    width = 2 * config.lstm_units
     for start in range(0, rows, CHUNK):
         n = min(CHUNK, rows - start)
         table.append(
@@ -74,14 +73,10 @@ def filled_table(rows: int, hidden: int, period: int, seed: int = 0) -> rg.Repla
                 "obs": rng.normal(size=(n, OBS_DIM)).astype(np.float32),
                 "action": rng.integers(0, NUM_ACTIONS, n),
                 "reward": np.ones(n, np.float32),
-                "next_obs": rng.normal(size=(n, OBS_DIM)).astype(np.float32),
                 "terminated": np.zeros(n, bool),
                 "truncated": np.zeros(n, bool),
-                "state": {
-                    "h": rng.normal(size=(n, hidden)).astype(np.float32),
-                    "c": rng.normal(size=(n, hidden)).astype(np.float32),
-                },
-                "state_start": (np.arange(start, start + n) % period) == 0,
+                r2d2.STATE: rng.normal(size=(n, width)).astype(np.float32),
+                r2d2.STATE_STORED: (np.arange(start, start + n) % config.period) == 0,
             }
         )
     return table
@@ -135,7 +130,7 @@ def bench_sample(args: argparse.Namespace) -> None:
     print(
         f"sequence sampling: {args.sequences} windows of T={T} ({rows} rows, one episode), "
         f"prioritized (alpha 0.6, beta 0.4, exponential(1) priorities), batch {args.batch}, "
-        f"LSTM state h, c [{args.hidden}] float32 stored per row, {args.draws} draws per call, "
+        f"LSTM state [2 x {args.hidden}] float32 stored per row, {args.draws} draws per call, "
         f"median of {args.repeats} calls"
     )
     variants = [
@@ -146,12 +141,15 @@ def bench_sample(args: argparse.Namespace) -> None:
     ]
     for name, burn_in, period, xla in variants:
         name = name.replace("80", str(T))
-        table = filled_table(rows, args.hidden, period)
+        config = r2d2.R2D2Config(
+            sequence_length=burn_in + T, burn_in=burn_in, period=period, lstm_units=args.hidden
+        )
+        table = filled_table(config, rows)
         view = rg.Sequence(
             T,
             burn_in,
-            state_field="state",
-            state_start_field="state_start" if period > 1 else None,
+            state_field=r2d2.STATE,
+            state_start_field=r2d2.STATE_STORED if period > 1 else None,
         )
         sampler = rg.Sampler(table, rg.Prioritized(0.6, 0.4), view, seed=1)
         write_exponential_priorities(sampler, rows, burn_in, period)
@@ -161,13 +159,53 @@ def bench_sample(args: argparse.Namespace) -> None:
         # 39 of 40 starts that hold none are refused and zeroed in their first draws
         seconds = median_seconds(lambda loop=loop, n=n: loop(n).numpy(), args.repeats, 10)
         batches = args.draws / seconds
-        invalid = int(sampler.invalid_draws.numpy()) if hasattr(sampler, "invalid_draws") else 0
         print(
             f"  {name:42s} {batches * args.batch:>11,.0f} samples/s  {batches:>8,.0f} "
-            f"batches/s  ({seconds / args.draws * 1e3:.3f} ms/batch, invalid draws {invalid})",
+            f"batches/s  ({seconds / args.draws * 1e3:.3f} ms/batch, "
+            f"invalid draws {int(sampler.invalid_draws.numpy())})",
             flush=True,
         )
         del sampler, table, loop
+
+
+def bench_learner(args: argparse.Namespace) -> None:
+    print(
+        f"R2D2 learner: SGD steps in the fused loop (rg.Learner), {args.sgd_steps} steps "
+        f"per call, median of {args.repeats} calls; the table as above ({args.sequences} "
+        "windows), 5-step double Q, h(x) rescaling, eta 0.9 priorities written back"
+    )
+    for name, batch, burn_in, T, units, period, xla in LEARNER_SHAPES:
+        config = r2d2.R2D2Config(
+            sequence_length=burn_in + T,
+            burn_in=burn_in,
+            period=period,
+            lstm_units=units,
+            torso_size=units,
+            batch_size=batch,
+        )
+        rows = args.sequences + config.sequence_length - 1
+        table = filled_table(config, rows)
+        env = gym.make(config.env_id)
+        agent = r2d2.make_agent(config, env)
+        env.close()
+        sampler = r2d2.make_sampler(config, table, agent)
+        learner = rg.Learner(
+            table, sampler, agent.update, batch_size=batch, jit_compile=xla, autograph=False
+        )
+        start = time.perf_counter()
+        learner.train(1)
+        compile_s = time.perf_counter() - start
+        train = functools.partial(learner.train, args.sgd_steps)
+        seconds = median_seconds(train, args.repeats, 2)
+        rate = args.sgd_steps / seconds
+        print(
+            f"  {name:10s} batch {batch:3d}, burn-in {burn_in:2d} + T {T:2d}, LSTM {units}, "
+            f"torso {units}, state every {period:2d} rows, {'XLA' if xla else 'no XLA'}: "
+            f"{rate:7.1f} SGD steps/s "
+            f"({rate * batch:,.0f} sequences/s; first call {compile_s:.0f} s)",
+            flush=True,
+        )
+        del learner, sampler, agent, table
 
 
 def main() -> None:
@@ -178,14 +216,17 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--hidden", type=int, default=64, help="LSTM width")
     parser.add_argument("--draws", type=int, default=100, help="batches per sampling call")
+    parser.add_argument("--sgd-steps", type=int, default=50, help="SGD steps per learner call")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="1e4 sequences, 3 repeats")
     args = parser.parse_args()
     if args.quick:
-        args.sequences, args.repeats, args.draws = 10_000, 3, 20
+        args.sequences, args.repeats, args.draws, args.sgd_steps = 10_000, 3, 20, 10
     print(f"tensorflow {tf.__version__}, replaygpu {rg.__version__}, {os.cpu_count()} CPUs")
     if args.section in ("all", "sample"):
         bench_sample(args)
+    if args.section in ("all", "learner"):
+        bench_learner(args)
 
 
 if __name__ == "__main__":
