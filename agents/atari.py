@@ -32,6 +32,7 @@ from replaygpu.agents.runs import (
     LoopState,
     RunControl,
     checkpoint_when_due,
+    next_chunk,
     resume,
     stopped_early,
 )
@@ -206,10 +207,11 @@ def train(
     frame, info = env.reset(seed=config.seed + env_steps)
     writer.start(frame)
     lives = info.get("lives", 0)
-    timer, metrics = TrainTimer(), {}
+    timer, metrics = TrainTimer(env_steps), {}
     next_report = env_steps + config.report_interval
     while env_steps < config.steps:
-        for _ in range(config.train_freq):
+        size, sgd_steps = next_chunk(config, env_steps)  # the last chunk: what is left of steps
+        for _ in range(size):
             eps = config.epsilon(env_steps)
             action = epsilon_greedy_actions(act, writer.stack[None], eps, num_actions, rng)[0]
             frame, reward, terminated, truncated, info = env.step(int(action))
@@ -232,7 +234,7 @@ def train(
             table.append(rows)
 
         if env_steps > config.learning_starts:
-            metrics = timer.train(learner, config.gradient_steps)
+            metrics = timer.train(learner, sgd_steps)
             if env_steps - last_sync >= config.target_update_interval:
                 agent.sync_target()
                 last_sync = env_steps

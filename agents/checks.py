@@ -36,19 +36,25 @@ def require_widths(config: Any, name: str = "hidden_sizes") -> None:
     require(config, [name], lambda v: bool(v) and min(v) >= 1, "positive widths like 256,256")
 
 
+#: the help of the ``steps`` field of a config that `require_vector_loop` checks
+STEPS_HELP = (
+    "env steps to train for, exactly (the last chunk is shorter, with SGD steps in proportion); "
+    "rerun a finished run with a larger value to continue it (its schedules follow the new "
+    "length)"
+)
+
+
 def require_vector_loop(config: Any, *positive: str) -> None:
     """The fields of a single-process training loop over a vector env (DQN's, SAC's): the run
     length and sizes (and each of ``positive``) >= 1, ``learning_starts`` >= 0, ``gamma`` in
-    [0, 1], ``learning_rate`` > 0, ``hidden_sizes``, and ``train_freq`` a multiple of
-    ``num_envs`` (a chunk holds whole vector steps)."""
+    [0, 1], ``learning_rate`` > 0, ``hidden_sizes``, and ``train_freq`` and ``steps``
+    multiples of ``num_envs`` (chunks, the last one too, hold whole vector steps)."""
     sizes = ("batch_size", "buffer_size", "train_freq", "gradient_steps", "num_envs")
     require_positive_ints(config, "steps", *sizes, "eval_episodes", *positive)
     require(config, ["learning_starts"], lambda v: v >= 0, ">= 0")
     require_unit_interval(config, "gamma")
     require_positive(config, "learning_rate")
     require_widths(config)
-    if config.train_freq % config.num_envs:
-        raise rg.ConfigError(
-            f"train_freq: got {config.train_freq}, expected a multiple of num_envs "
-            f"({config.num_envs}) so that each chunk holds whole vector steps"
-        )
+    n = config.num_envs
+    whole = f"a multiple of num_envs ({n}), as each vector step takes {n} env steps"
+    require(config, ["train_freq", "steps"], lambda v: v % n == 0, whole)

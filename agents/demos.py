@@ -17,6 +17,7 @@ import dataclasses
 import gc
 import importlib
 import json
+import math
 import os
 import sys
 import time
@@ -189,7 +190,8 @@ def demo_parser(name: str) -> tuple[argparse.ArgumentParser, type]:
         "--run-dir",
         default=None,
         help="run folder for TensorBoard events, config.json and learning_curve.png "
-        "(default: runs/NAME-sSEED-TIMESTAMP); rerun with the same --run-dir to resume",
+        "(default: runs/NAME-sSEED-TIMESTAMP); rerun with the same --run-dir to resume, and "
+        "with a larger --steps to continue a finished run",
     )
     parser.add_argument(
         "--checkpoint-dir",
@@ -232,7 +234,8 @@ def run(args: argparse.Namespace) -> int:
 
     from replaygpu.agents.progress import RunRecorder
 
-    recorder = RunRecorder(run_dir, config.steps, f"{args.name} ({config.env_id})")
+    title = f"{args.name} ({config.env_id})"
+    recorder = RunRecorder(run_dir, config.steps, title, control.resumed or (0, 0))
     try:
         with control:
             result = module.train(config, recorder, control)
@@ -247,12 +250,23 @@ def run(args: argparse.Namespace) -> int:
             "(and the same flags)"
         )
         return 0
+    resumed = control.resumed
+    if resumed is not None and (result.env_steps, result.sgd_steps) == resumed:
+        recorder.events.close()  # the learning curve of the processes before stays as it is
+        print(
+            f"{args.name}: nothing to do: the run finished at step {result.env_steps} "
+            f"({result.sgd_steps} SGD steps); continue it with a larger --steps, or evaluate "
+            f"it: replaygpu eval {run_dir}"
+        )
+        return 0
     curve = recorder.close(result.eval_returns, result.env_steps)
     returns = result.eval_returns
     print(
         f"{args.name}: {result.env_steps} env steps, {result.sgd_steps} SGD steps in "
-        f"{result.train_seconds:.1f} s ({result.env_steps_per_s:.0f} env steps/s, "
-        f"{result.sgd_steps_per_s:.0f} SGD steps/s in training calls)"
+        f"{result.train_seconds:.1f} s"
+        + (f", resumed at step {resumed.env_steps}" if resumed else "")
+        + f" ({_per_s(result.env_steps_per_s)} env steps/s, "
+        f"{_per_s(result.sgd_steps_per_s)} SGD steps/s in training calls)"
     )
     print(
         f"greedy evaluation over {len(returns)} episodes: mean return {returns.mean():.1f} "
@@ -262,6 +276,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"learning curve: {curve}")
     print(f"evaluate again: replaygpu eval {run_dir} --episodes 20")
     return 0
+
+
+def _per_s(rate: float) -> str:
+    """A rate of this process's work, or "n/a" where it measured none (a single, compiling
+    training call)."""
+    return f"{rate:.0f}" if math.isfinite(rate) else "n/a"
 
 
 def _require_demo_extras() -> None:

@@ -23,19 +23,14 @@ import numpy as np
 import tensorflow as tf
 
 import replaygpu as rg
+from replaygpu.agents import runs
 from replaygpu.agents.dqn_config import DQNConfig as DQNConfig
 from replaygpu.agents.dqn_config import LinearEpsilon as LinearEpsilon
 from replaygpu.agents.envs import ChunkCollector, evaluate, make_vector_env
 from replaygpu.agents.networks import MLP, Adam, Schedule, copy_weights
 from replaygpu.agents.policies import epsilon_greedy_actions, greedy_q_policy
 from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult, TrainTimer
-from replaygpu.agents.runs import (
-    LoopState,
-    RunControl,
-    checkpoint_when_due,
-    resume,
-    stopped_early,
-)
+from replaygpu.agents.runs import RunControl
 from replaygpu.agents.training_jobs import TrainingJobs
 
 
@@ -242,8 +237,8 @@ def train(
         autograph=False,  # the update has no Python control flow on tensors
     )
     rng = np.random.default_rng(config.seed)
-    loop = LoopState()
-    env_steps, last_sync = resume(
+    loop = runs.LoopState()
+    env_steps, last_sync = runs.resume(
         run, loop, rng, learner, table=table, sampler=sampler, agent=agent
     )
     acting = ChunkCollector(
@@ -261,12 +256,12 @@ def train(
         return epsilon_greedy_actions(act_greedy, obs, config.epsilon(step), num_actions, rng)
 
     def training_job(
-        batch: dict[str, np.ndarray], sync: bool, entering: Callable[[], None]
+        batch: dict[str, np.ndarray], num_steps: int, sync: bool, entering: Callable[[], None]
     ) -> JobResult:
         """One chunk's training: append it, the SGD steps, the target sync and a weight read."""
         table.append(batch)  # the table is written only between training calls
         entering()
-        metrics = timer.train(learner, config.gradient_steps)
+        metrics = timer.train(learner, num_steps)
         return metrics, agent.sync_and_mirror(sync)
 
     def finish_oldest() -> None:
@@ -282,26 +277,30 @@ def train(
         while jobs.pending:
             finish_oldest()
 
-    timer = TrainTimer()
+    timer = TrainTimer(env_steps)
     try:
         while env_steps < config.steps:
-            # Act for one chunk of train_freq env steps with the numpy weight mirror.
-            batch = acting.collect(policy, config.train_freq)
+            # Act for one chunk of train_freq env steps (the last one: what is left of steps)
+            # with the numpy weight mirror.
+            size, chunk_sgd_steps = runs.next_chunk(config, env_steps)
+            batch = acting.collect(policy, size)
             env_steps = acting.env_steps
             if env_steps <= config.learning_starts:
                 table.append(batch)  # no job before training starts
             else:
-                # Train: gradient_steps SGD steps in one fused graph call, then the target
-                # sync when due (decided here, in call order, as if after the call).
+                # Train: gradient_steps SGD steps (in proportion for a last, shorter chunk) in
+                # one fused graph call, then the target sync when due (decided here, in call
+                # order, as if after the call).
                 sync = env_steps - last_sync >= config.target_update_interval
                 if sync:
                     last_sync = env_steps
-                jobs.run(functools.partial(training_job, batch, sync), env_steps)
+                job = functools.partial(training_job, batch, chunk_sgd_steps, sync)
+                jobs.run(job, env_steps)
                 while jobs.pending > jobs.lag:  # the job before: its weights act the next chunk
                     finish_oldest()
             recorder.progress(env_steps, sgd_steps, acting.recent_return)
             final = env_steps >= config.steps
-            if checkpoint_when_due(
+            if runs.checkpoint_when_due(
                 run, loop, env_steps, last_sync, rng, final=final, settle=finish_all
             ):
                 break
@@ -310,7 +309,7 @@ def train(
         jobs.close()
     acting.close()
     return timer.finish(
-        stopped_early(run, env_steps, config.steps),
+        runs.stopped_early(run, env_steps, config.steps),
         lambda: evaluate(act_greedy, config.env_id, config.eval_episodes, config.seed + 10_000),
         env_steps,
         sgd_steps,

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import replaygpu as rg
-from replaygpu.agents.checks import require_unit_interval, require_vector_loop
+from replaygpu.agents.checks import STEPS_HELP, require_unit_interval, require_vector_loop
 from replaygpu.agents.flags import helptext
 
 
@@ -39,7 +39,7 @@ class DQNConfig(LinearEpsilon):
     seed: int = field(
         default=1, metadata=helptext("seed of envs, networks, sampling and exploration")
     )
-    steps: int = field(default=50_000, metadata=helptext("env steps to train for"))
+    steps: int = field(default=50_000, metadata=helptext(STEPS_HELP))
     learning_rate: float = field(default=2.3e-3, metadata=helptext("Adam step size"))
     batch_size: int = field(default=64, metadata=helptext("minibatch size of each SGD step"))
     buffer_size: int = field(default=100_000, metadata=helptext("replay table capacity"))

@@ -81,11 +81,11 @@ class ScalarEvents:
 class TrainResult:
     """What a training run measured."""
 
-    eval_returns: np.ndarray  # [eval_episodes] greedy returns after training
-    env_steps: int
-    sgd_steps: int
-    train_seconds: float  # acting + training, without the final evaluation
-    env_steps_per_s: float
+    eval_returns: np.ndarray  # [eval_episodes] greedy returns; empty if stopped or nothing ran
+    env_steps: int  # of the whole run, a resumed run's earlier processes included
+    sgd_steps: int  # same
+    train_seconds: float  # acting + training in this process, without the final evaluation
+    env_steps_per_s: float  # this process's env steps over its train_seconds
     sgd_steps_per_s: float  # inside Learner.train calls, after the first (compiling) call
     compile_seconds: float  # the first Learner.train call: tracing and XLA compilation
     episodes: int
@@ -94,9 +94,15 @@ class TrainResult:
 
 class TrainTimer:
     """Times a training loop (from the timer's making: make it as the loop starts) and its
-    `Learner.train` calls; the first call (tracing, XLA compilation) is kept apart."""
+    `Learner.train` calls; the first call (tracing, XLA compilation) is kept apart.
 
-    def __init__(self) -> None:
+    Args:
+        env_steps: env steps the run had taken when this process started its loop (a resumed
+            run's), so that rates count this process's work only.
+    """
+
+    def __init__(self, env_steps: int = 0) -> None:
+        self.start_env_steps = env_steps
         self.started = time.perf_counter()
         self.calls = 0
         self.compile_seconds = 0.0
@@ -118,7 +124,9 @@ class TrainTimer:
 
     @property
     def steps_per_second(self) -> float:
-        """SGD steps per second after the first call (NaN before a second call)."""
+        """SGD steps per second after the first call (NaN after one call; 0 without any)."""
+        if self.calls == 0:
+            return 0.0
         return self.steps / self.seconds if self.seconds > 0 else math.nan
 
     def result(
@@ -132,12 +140,13 @@ class TrainTimer:
     ) -> TrainResult:
         """The `TrainResult` of a single-process training loop timed by this timer (episodes
         counted from ``recorder.episodes`` when it keeps them)."""
+        ran = env_steps - self.start_env_steps
         return TrainResult(
             eval_returns=eval_returns,
             env_steps=env_steps,
             sgd_steps=sgd_steps,
             train_seconds=train_seconds,
-            env_steps_per_s=env_steps / train_seconds,
+            env_steps_per_s=ran / train_seconds if train_seconds > 0 else math.nan,
             sgd_steps_per_s=self.steps_per_second,
             compile_seconds=self.compile_seconds,
             episodes=len(getattr(recorder, "episodes", [])),
@@ -153,10 +162,12 @@ class TrainTimer:
         recorder: object,
     ) -> TrainResult:
         """The `TrainResult` of a loop that ends now: its seconds since the timer was made,
-        then the returns of ``evaluate()``, skipped (no returns) when the run ``stopped`` early.
+        then the returns of ``evaluate()``, skipped (no returns) when the run ``stopped`` early
+        or this process had nothing left to do (a finished run resumed: no step, no call).
         """
         train_seconds = time.perf_counter() - self.started
-        returns = np.zeros(0) if stopped else evaluate()
+        idle = env_steps == self.start_env_steps and self.calls == 0
+        returns = np.zeros(0) if stopped or idle else evaluate()
         return self.result(returns, env_steps, sgd_steps, train_seconds, recorder, stopped)
 
 
@@ -229,9 +240,13 @@ class RunRecorder(NullRecorder):
         run_dir: run folder; created if missing. Events and the learning curve go here.
         total_steps: env steps of the run (the bar's total).
         title: the bar's label and the plot's title.
+        start: ``(env steps, SGD steps)`` a resumed run starts from (the bar starts there,
+            and the first rates count from there).
     """
 
-    def __init__(self, run_dir: str, total_steps: int, title: str) -> None:
+    def __init__(
+        self, run_dir: str, total_steps: int, title: str, start: tuple[int, int] = (0, 0)
+    ) -> None:
         super().__init__()
         from tqdm import tqdm
 
@@ -240,9 +255,11 @@ class RunRecorder(NullRecorder):
         self.title = title
         self.tensorboard = EventsRecorder(run_dir)
         self.events = self.tensorboard.events
-        self.bar = tqdm(total=total_steps, desc=title, unit="step", mininterval=0.5)
+        self.bar = tqdm(
+            total=total_steps, initial=start[0], desc=title, unit="step", mininterval=0.5
+        )
         self._start = time.perf_counter()
-        self._last = (self._start, 0, 0)
+        self._last = (self._start, *start)
 
     def metrics(self, step: int, values: Mapping[str, float]) -> None:
         super().metrics(step, values)

@@ -12,6 +12,17 @@ the chunks after it, so it ends with the same env and SGD step counts as one nev
 
 ``run.json`` in the folder names the algorithm and its config, so ``replaygpu eval DIR`` can
 rebuild the networks without flags, and a resumed run refuses other hyperparameters.
+
+A run's length (`BUDGET_FIELDS`: ``--steps``) is the one thing a resumed run may change, down to
+the env steps it already took: a finished run continues when given a larger ``--steps``.
+Schedules spread over ``steps`` (DQN's epsilon, the Ape-X learning-rate decay over the replay
+budget) are functions of the step and ``steps``, so they follow the new length: from the
+resumed step on, the run acts and learns as a run asked for the new ``steps`` from the start
+would at that step. Within 1 / ``exploration_fraction`` times the steps already taken (6.25x with
+DQN's defaults) epsilon stays at its final value; a longer extension raises it again, to what
+the longer run has there, and it decays anew. A decayed learning rate likewise rises to the
+longer run's value at that SGD step, so the extension trains at a useful rate instead of the
+floor it had reached.
 """
 
 from __future__ import annotations
@@ -24,19 +35,21 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import tensorflow as tf
 
 import replaygpu as rg
+from replaygpu.agents.run_file import RUN_FILE as RUN_FILE
+from replaygpu.agents.run_file import read_json
 
 logger = logging.getLogger(__name__)
 
-#: the file in a checkpoint folder naming the algorithm and its config
-RUN_FILE = "run.json"
-#: config fields a resumed run may change (everything else must match the saved run; ``steps``
-#: too, as the exploration and learning-rate schedules are spread over it)
+#: config fields that set a run's length: a resumed run may change them, down to the env steps
+#: it already took (0, "until stopped", is longer than any); see the module doc for schedules
+BUDGET_FIELDS = frozenset({"steps"})
+#: other config fields a resumed run may change (everything else must match the saved run)
 RESUMABLE_FIELDS = frozenset(
     {
         "eval_episodes",
@@ -124,6 +137,24 @@ def checkpoint_when_due(
     return run.stop.is_set()
 
 
+class RunProgress(NamedTuple):
+    """How far a run got: its newest checkpoint's env and SGD step counts."""
+
+    env_steps: int
+    sgd_steps: int
+
+
+def next_chunk(config: Any, env_steps: int) -> tuple[int, int]:
+    """``(env steps, SGD steps)`` of a training loop's next chunk, after ``env_steps``:
+    ``train_freq`` and ``gradient_steps`` of a config; the run's last chunk is what is left of
+    its ``steps``, trained with SGD steps in proportion (at least 1), so that ``--steps N`` runs
+    exactly N env steps at the configured replay ratio."""
+    left = config.steps - env_steps
+    if left >= config.train_freq:
+        return config.train_freq, config.gradient_steps
+    return left, max(1, config.gradient_steps * left // config.train_freq)
+
+
 def stopped_early(run: RunControl | None, env_steps: int, steps: int) -> bool:
     """Whether ``run`` stopped its loop (on a signal) before the ``steps`` it was to run."""
     return run is not None and run.stop.is_set() and env_steps < steps
@@ -139,9 +170,13 @@ class RunControl:
         algorithm: module of the algorithm (``replaygpu.agents.dqn``), saved in ``run.json``.
         config: the run's frozen config dataclass, saved in ``run.json``.
 
+    Attributes:
+        resumed: the step counts of the checkpoint the run resumes from (None: a new run).
+
     Raises:
-        ConfigError: the folder is not writable, or it holds a run of another algorithm or
-            other hyperparameters (fields outside `RESUMABLE_FIELDS`).
+        ConfigError: the folder is not writable, or it holds a run of another algorithm, of
+            other hyperparameters (fields outside `RESUMABLE_FIELDS` and `BUDGET_FIELDS`), or
+            one that already took more env steps than ``config.steps``.
     """
 
     def __init__(self, directory: str | None, every_s: float, algorithm: str, config: Any) -> None:
@@ -155,9 +190,11 @@ class RunControl:
         self._schedule = rg.CheckpointSchedule(every_s)
         self._previous: dict[int, Any] = {}
         self._run_file: dict[str, Any] | None = None
+        self.resumed: RunProgress | None = None
         if directory is not None:
             rg.check_writable(directory)
-            self._run_file = _check_run_file(directory, algorithm, config)
+            self.resumed = _progress(directory)
+            self._run_file = _check_run_file(directory, algorithm, config, self.resumed)
 
     # -- signals --------------------------------------------------------------------------------
 
@@ -226,9 +263,27 @@ class RunControl:
         return path
 
 
-def _check_run_file(directory: str, algorithm: str, config: Any) -> dict[str, Any] | None:
-    """Check that the folder's ``run.json`` describes the same run; returns what to write with
-    the first checkpoint (None: the saved one stands)."""
+def _progress(directory: str) -> RunProgress | None:
+    """The step counts of the newest checkpoint in ``directory`` (None: none, or unreadable:
+    restoring it reports why)."""
+    latest = tf.train.latest_checkpoint(directory)
+    if latest is None:
+        return None
+    try:
+        read = tf.train.load_variable
+        env_steps = read(latest, "loop/env_steps/.ATTRIBUTES/VARIABLE_VALUE")
+        sgd_steps = read(latest, "learner/steps/.ATTRIBUTES/VARIABLE_VALUE")
+    except Exception:  # a damaged or foreign checkpoint: restoring it says what is wrong
+        return None
+    return RunProgress(int(env_steps), int(sgd_steps))
+
+
+def _check_run_file(
+    directory: str, algorithm: str, config: Any, resumed: RunProgress | None
+) -> dict[str, Any] | None:
+    """Check that the folder's ``run.json`` describes the same run, but for its length (which
+    may not fall below the ``resumed`` env steps); returns what to write with the next
+    checkpoint (None: the saved one stands)."""
     path = os.path.join(directory, RUN_FILE)
     values = _jsonable(dataclasses.asdict(config))
     current = {"algorithm": algorithm, "config_class": type(config).__name__, "config": values}
@@ -246,16 +301,40 @@ def _check_run_file(directory: str, algorithm: str, config: Any) -> dict[str, An
         diffs = [
             f"{name}: saved {old.get(name)!r}, given {value!r}"
             for name, value in values.items()
-            if name not in RESUMABLE_FIELDS and value != old.get(name)
+            if name not in RESUMABLE_FIELDS | BUDGET_FIELDS and value != old.get(name)
         ]
         if diffs:
             raise rg.ConfigError(
                 f"checkpoint folder {directory!r} holds a run with other hyperparameters "
-                f"({'; '.join(diffs)}); resume with the same flags or pass another "
-                "--checkpoint-dir"
+                f"({'; '.join(diffs)}); resume with the same flags (--steps may change) or pass "
+                "another --checkpoint-dir"
             )
-        return None
+        changed = {name for name in BUDGET_FIELDS if values.get(name) != old.get(name)}
+        if not changed:
+            return None
+        _check_budget(directory, config.steps, old.get("steps"), resumed)
+        logger.info(
+            "continuing the run in %s: steps %s -> %d (schedules follow the new steps)",
+            directory,
+            old.get("steps"),
+            config.steps,
+        )
     return current
+
+
+def _check_budget(directory: str, steps: int, saved: int, resumed: RunProgress | None) -> None:
+    """A resumed run's new ``steps`` must not fall below the env steps it already took.
+
+    Raises:
+        ConfigError: it does (0, "until stopped", never does).
+    """
+    if resumed is None or not steps or steps >= resumed.env_steps:
+        return
+    raise rg.ConfigError(
+        f"steps: got {steps}, but the run in {directory!r} already took {resumed.env_steps} env "
+        f"steps (of {saved or 'unlimited'}); pass --steps {resumed.env_steps} or more to "
+        "continue it, or another --checkpoint-dir"
+    )
 
 
 def _defaults(config: Any) -> dict[str, Any]:

@@ -16,17 +16,12 @@ import numpy as np
 import tensorflow as tf
 
 import replaygpu as rg
+from replaygpu.agents import runs
 from replaygpu.agents.envs import ChunkCollector, evaluate, make_vector_env
 from replaygpu.agents.networks import MLP, Adam, polyak_update
 from replaygpu.agents.policies import LOG_STD_MAX, LOG_STD_MIN, squashed_gaussian_policy
 from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult, TrainTimer
-from replaygpu.agents.runs import (
-    LoopState,
-    RunControl,
-    checkpoint_when_due,
-    resume,
-    stopped_early,
-)
+from replaygpu.agents.runs import RunControl
 from replaygpu.agents.sac_config import SACConfig as SACConfig
 
 
@@ -188,8 +183,8 @@ def train(
         table, sampler, agent.update, batch_size=config.batch_size, jit_compile=config.jit_compile
     )
     rng = np.random.default_rng(config.seed)
-    loop = LoopState()
-    env_steps, _ = resume(run, loop, rng, learner, table=table, sampler=sampler, agent=agent)
+    loop = runs.LoopState()
+    env_steps, _ = runs.resume(run, loop, rng, learner, table=table, sampler=sampler, agent=agent)
     acting = ChunkCollector(
         env, rg.host_spec(spec), config.train_freq, recorder.episode, config.seed, env_steps
     )
@@ -201,25 +196,27 @@ def train(
             return rng.uniform(low, high, size=(n, len(low))).astype(np.float32)
         return act(obs)
 
-    timer = TrainTimer()
+    timer = TrainTimer(env_steps)
     while env_steps < config.steps:
-        table.append(acting.collect(policy, config.train_freq))
+        # Act for one chunk (the last one: what is left of steps).
+        size, sgd_steps = runs.next_chunk(config, env_steps)
+        table.append(acting.collect(policy, size))
         env_steps = acting.env_steps
 
-        # Train: gradient_steps SGD steps in one fused graph call, then refresh the actor mirror.
+        # Train: the chunk's SGD steps in one fused graph call, then refresh the actor mirror.
         if env_steps >= config.learning_starts:
-            metrics = timer.train(learner, config.gradient_steps)
+            metrics = timer.train(learner, sgd_steps)
             weights = agent.actor.numpy_weights()
             act = squashed_gaussian_policy(weights, agent.scale, agent.bias, rng)
             metrics.pop("steps")
             recorder.metrics(env_steps, metrics)
         recorder.progress(env_steps, int(learner.steps.numpy()), acting.recent_return)
-        if checkpoint_when_due(run, loop, env_steps, 0, rng, final=env_steps >= config.steps):
+        if runs.checkpoint_when_due(run, loop, env_steps, 0, rng, final=env_steps >= config.steps):
             break
     acting.close()
     greedy = greedy_policy(agent)
     return timer.finish(
-        stopped_early(run, env_steps, config.steps),
+        runs.stopped_early(run, env_steps, config.steps),
         lambda: evaluate(greedy, config.env_id, config.eval_episodes, seed=config.seed + 10_000),
         env_steps,
         int(learner.steps.numpy()),

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import replaygpu as rg
 from replaygpu.agents.apex_config import DEVICES_HELP
 from replaygpu.agents.checks import (
+    STEPS_HELP,
     require_positive,
     require_positive_ints,
     require_unit_interval,
@@ -25,7 +26,7 @@ class SACConfig:
 
     env_id: str = field(default="Pendulum-v1", metadata=helptext("gymnasium env id (Box actions)"))
     seed: int = field(default=1, metadata=helptext("seed of envs, networks, sampling and noise"))
-    steps: int = field(default=20_000, metadata=helptext("env steps to train for"))
+    steps: int = field(default=20_000, metadata=helptext(STEPS_HELP))
     learning_rate: float = field(default=1e-3, metadata=helptext("Adam step size (all nets)"))
     batch_size: int = field(default=256, metadata=helptext("minibatch size of each SGD step"))
     buffer_size: int = field(default=100_000, metadata=helptext("replay table capacity"))

@@ -3,10 +3,11 @@
 Builds the demo's DQN update (rl-zoo3's CartPole-v1 hyperparameters: batch 64, MLP 256x256) on
 a table of 50k random CartPole-shaped rows and times, in one process: the TensorFlow + agents
 import, the first ``Learner.train(128)`` call (trace + XLA compilation), and the demo's other
-training calls (192 of 128 steps: 24,704 SGD steps in all in 50k env steps), run one after the
-other as the demo runs them. With and without double DQN (rl-zoo3's SB3 DQN is not double). No
-env step is taken: whatever the demo does beyond this is acting, logging and evaluation. The
-imports and the exit get the demo's treatment (`demos.imports_frozen`), so the floor stays one.
+training calls (191 of 128 steps and a last one of 40 after the last, shorter chunk: 24,616 SGD
+steps in all in 50k env steps), run one after the other as the demo runs them. With and without
+double DQN (rl-zoo3's SB3 DQN is not double). No env step is taken: whatever the demo does
+beyond this is acting, logging and evaluation. The imports and the exit get the demo's
+treatment (`demos.imports_frozen`), so the floor stays one.
 
 ``--vs-demo`` runs the floor (double DQN, the demo's default) and the demo itself as whole
 processes, alternating (floor first in even rounds, demo first in odd ones), one pair per seed,
@@ -34,11 +35,19 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RETURN = re.compile(r"greedy evaluation over \d+ episodes: mean return ([-\d.]+)")
 
 
-def training_calls(steps: int, train_freq: int, learning_starts: int) -> int:
-    """How many ``Learner.train`` calls the demo makes: one after each chunk of ``train_freq``
-    env steps that ends past ``learning_starts``."""
-    chunks = -(-steps // train_freq)
-    return sum(j * train_freq > learning_starts for j in range(1, chunks + 1))
+def training_calls(config) -> list[int]:
+    """The SGD steps of each ``Learner.train`` call the demo makes: one after each chunk of env
+    steps (`runs.next_chunk`: ``train_freq``, the last one shorter and trained in proportion)
+    that ends past ``learning_starts``."""
+    from replaygpu.agents.runs import next_chunk
+
+    calls, env_steps = [], 0
+    while env_steps < config.steps:
+        size, sgd_steps = next_chunk(config, env_steps)
+        env_steps += size
+        if env_steps > config.learning_starts:
+            calls.append(sgd_steps)
+    return calls
 
 
 def measure(double_q: bool) -> None:
@@ -54,7 +63,7 @@ def measure(double_q: bool) -> None:
 
     import_s = time.perf_counter() - start
     config = DQNConfig(double_q=double_q)
-    calls = training_calls(config.steps, config.train_freq, config.learning_starts)
+    calls = training_calls(config)
     table = rg.ReplayTable(rg.specs_from_env(make_vector_env("CartPole-v1", 1, 0)), 100_000)
     rng, n = np.random.default_rng(0), 50_000
     table.append(
@@ -73,17 +82,16 @@ def measure(double_q: bool) -> None:
         table, sampler, agent.update, config.batch_size, jit_compile=True, autograph=False
     )
     start = time.perf_counter()
-    learner.train(config.gradient_steps)
+    learner.train(calls[0])
     first_s = time.perf_counter() - start
     start = time.perf_counter()
-    for _ in range(calls - 1):
-        learner.train(config.gradient_steps)
+    for num_steps in calls[1:]:
+        learner.train(num_steps)
     rest_s = time.perf_counter() - start
-    sgd_steps = calls * config.gradient_steps
     print(
         f"double_q={double_q}: import {import_s:.1f} s, first call {first_s:.2f} s, "
-        f"{rest_s / ((calls - 1) * config.gradient_steps) * 1e3:.3f} ms a step -> "
-        f"{sgd_steps} SGD steps in {calls} calls; "
+        f"{rest_s / sum(calls[1:]) * 1e3:.3f} ms a step -> "
+        f"{sum(calls)} SGD steps in {len(calls)} calls; "
         f"floor {import_s + first_s + rest_s:.1f} s",
         flush=True,
     )
