@@ -8,12 +8,12 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from process_helpers import ENV, cli, reap, wait_for_line
 from service_helpers import free_port
 
 import replaygpu as rg
@@ -22,29 +22,6 @@ from replaygpu.agents.actor_config import ActorConfig
 from replaygpu.agents.apex import ApexConfig
 from replaygpu.agents.learner import LearnerService, SACLearnerConfig
 from replaygpu.agents.runs import RunControl
-
-ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-
-
-def cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "replaygpu", *args]
-
-
-def wait_for_line(proc: subprocess.Popen, pattern: str, lines: list[str]) -> re.Match:
-    """Read ``proc``'s stderr until a line matches ``pattern`` (the lines read go to ``lines``)."""
-    for line in proc.stderr:
-        lines.append(line)
-        found = re.search(pattern, line)
-        if found:
-            return found
-    raise AssertionError(f"{pattern!r} never printed:\n{''.join(lines[-40:])}")
-
-
-def reap(proc: subprocess.Popen) -> None:
-    """Kill ``proc`` if it still runs (a failed test leaves no process behind)."""
-    if proc.poll() is None:
-        proc.kill()
-        proc.communicate()
 
 
 def final_checkpoint(learner: subprocess.Popen, lines: list[str]) -> re.Match:

@@ -7,42 +7,19 @@ trains on them; SIGTERM checkpoints and a restart on the same folder continues t
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
 import tensorflow as tf
+from process_helpers import ENV, cli, reap, wait_for_line
 
 import replaygpu as rg
 from replaygpu.agents.recurrent_actor import STATE_FIELD, STATE_STORED, SequenceWriter
 
-ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
 LENGTH, PERIOD, UNITS = 12, 4, 16
-
-
-def cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "replaygpu", *args]
-
-
-def wait_for_line(proc: subprocess.Popen, pattern: str, lines: list[str]) -> re.Match:
-    """Read ``proc``'s stderr until a line matches ``pattern`` (the lines read go to ``lines``)."""
-    for line in proc.stderr:
-        lines.append(line)
-        found = re.search(pattern, line)
-        if found:
-            return found
-    raise AssertionError(f"{pattern!r} never printed:\n{''.join(lines[-40:])}")
-
-
-def reap(proc: subprocess.Popen) -> None:
-    """Kill ``proc`` if it still runs (a failed test leaves no process behind)."""
-    if proc.poll() is None:
-        proc.kill()
-        proc.communicate()
 
 
 def run_actor(address: str, steps: int) -> str:
