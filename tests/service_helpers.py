@@ -5,6 +5,8 @@ import socket
 import numpy as np
 import tensorflow as tf
 
+import replaygpu as rg
+
 SPEC = {"id": tf.TensorSpec([], tf.int64), "obs": tf.TensorSpec([4], tf.float32)}
 
 
@@ -24,3 +26,13 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def restored(folder, capacity=4096):
+    """A new table and ledger, restored from the newest intact checkpoint in ``folder`` when
+    there is one, and their checkpointer."""
+    table = rg.ReplayTable(SPEC, capacity=capacity, device="/CPU:0")
+    ledger = rg.SequenceLedger()
+    ckpt = rg.Checkpointer(str(folder), table=table, ledger=ledger)
+    ckpt.restore()
+    return table, ledger, ckpt

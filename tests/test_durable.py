@@ -16,18 +16,9 @@ import time
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from service_helpers import SPEC, columns, free_port, stored_ids
+from service_helpers import SPEC, columns, free_port, restored, stored_ids
 
 import replaygpu as rg
-
-
-def restored(folder, capacity=4096):
-    """A new table and ledger, restored from the checkpoint in ``folder`` when there is one."""
-    table = rg.ReplayTable(SPEC, capacity=capacity, device="/CPU:0")
-    ledger = rg.SequenceLedger()
-    ckpt = rg.Checkpointer(str(folder), table=table, ledger=ledger)
-    ckpt.restore()
-    return table, ledger, ckpt
 
 
 def test_a_restarted_server_replays_the_journal_over_its_checkpoint(tmp_path):

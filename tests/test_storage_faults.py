@@ -22,7 +22,7 @@ import grpc
 import pytest
 import tensorflow as tf
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from service_helpers import SPEC, columns, free_port, stored_ids
+from service_helpers import SPEC, columns, free_port, restored, stored_ids
 from small_disk import fill, small_filesystem
 
 import replaygpu as rg
@@ -49,15 +49,6 @@ def wait_for(condition, timeout, what):
     while not condition():
         assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
         time.sleep(0.05)
-
-
-def restored(folder, capacity=4096):
-    """A new table and ledger, restored from the newest intact checkpoint in ``folder``."""
-    table = rg.ReplayTable(SPEC, capacity=capacity, device="/CPU:0")
-    ledger = rg.SequenceLedger()
-    ckpt = rg.Checkpointer(str(folder), table=table, ledger=ledger)
-    ckpt.restore()
-    return table, ledger, ckpt
 
 
 FAST_RETRY = rg.ClientConfig(retry_initial_s=0.05, retry_max_s=0.25)
