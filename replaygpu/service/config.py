@@ -110,8 +110,10 @@ class ServerConfig:
             appended to a journal in this folder and fsynced, once per commit round, before
             it is acknowledged, and the journal is replayed over the restored checkpoint when
             the server starts; so an ack means "on disk", and a kill -9 loses nothing that was
-            acknowledged and duplicates nothing. Segments older than the last checkpoint saved
-            with `ReplayServer.save` are deleted, so checkpoint regularly.
+            acknowledged and duplicates nothing. Segments older than the previous checkpoint
+            saved with `ReplayServer.save` are deleted (so that one plus the journal still
+            restores everything should the newest be corrupt); checkpoint regularly. A full
+            disk refuses appends retryably (RESOURCE_EXHAUSTED) until space is freed.
         admit_threads: threads that parse and copy large requests (1 MiB and over) off the
             event loop, so health checks and Info never wait behind them.
         shutdown_grace_s: on `stop`, how long in-flight RPCs get to finish.
