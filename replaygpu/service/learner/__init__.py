@@ -10,7 +10,8 @@ Its modules, in about the order an Append request meets them:
 - `ingest`: commits staged batches to the table exactly once per (actor, seq);
 - `ledger`: the last committed seq per actor, checkpointed with the table;
 - `journal`: durable acknowledgements, an append-only log of the raw requests (its files
-  on disk: `journal_files`);
+  on disk: `journal_files`; the segment being written and its recovery after a failed write:
+  `journal_segment`); `durable`: replaying it at start, health that follows its disk;
 - `loop`: a served learner's training loop (`rg.run_learner`, `rg.learner_step`).
 
 This package re-exports nothing.
