@@ -40,6 +40,7 @@ APPEND_METHOD = "/replaygpu.v1.ReplayService/Append"
 _REASONS = (
     ("connection refused", "connection refused"),
     ("stopped; reconnect", "it stopped"),
+    ("server stopped", "it stopped"),
     ("shutting down", "it is shutting down"),
     ("address lookup failed", "unknown host"),
     ("dns resolution failed", "unknown host"),
@@ -57,17 +58,20 @@ OUTAGE_CODES = frozenset(
 
 
 def reason(error: BaseException) -> str:
-    """A few words on why a call failed (``connection refused``, ``unknown host``, ...); the
-    status code's name for another outage, the whole message for anything else (a full
-    staging queue says why)."""
-    text = str(error).lower()
-    found = next((shown for needle, shown in _REASONS if needle in text), None)
+    """A few words on why a call failed (``connection refused``, ``unknown host``, ...); for
+    another outage what gRPC said, up to its first ``;``; the whole message for anything else
+    (a full staging queue says why)."""
+    text = str(error)
+    found = next((shown for needle, shown in _REASONS if needle in text.lower()), None)
     if found is not None:
         return found
     code = getattr(error, "code", None)
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return "no answer in time"
-    return code.name if code in OUTAGE_CODES else str(error)
+    if code in OUTAGE_CODES:  # "UNAVAILABLE (server ADDRESS): what gRPC said; ..."
+        said = text.split("): ", 1)[-1].split(";", 1)[0].strip()
+        return f"{code.name}: {said}" if said and said != code.name else code.name
+    return text
 
 
 class Outage:
