@@ -276,11 +276,12 @@ def storage(folder: pathlib.Path) -> None:
         client.add_batch(columns(1000))
         client.flush(timeout=60)
         with open(disk / "filler", "wb", buffering=0) as filler:
-            try:
-                while True:
-                    filler.write(bytes(1 << 16))
-            except OSError:
-                pass
+            for chunk in (1 << 16, 1 << 12):  # full to the last page
+                try:
+                    while True:
+                        filler.write(bytes(chunk))
+                except OSError:
+                    pass
         full = time.monotonic()
         client.add_batch(columns(1000, 1000))
         refused = seconds_until(lambda: append_status(address) != serving, full)

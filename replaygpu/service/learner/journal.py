@@ -250,7 +250,8 @@ class Journal:
             try:
                 segment.sync()
             except OSError as exc:
-                raise self._fail(f"syncing {segment.path.name}", exc, segment.size) from exc
+                unsynced = segment.size - segment.synced
+                raise self._fail(f"syncing {segment.path.name}", exc, unsynced) from exc
 
     def _rotate(self) -> None:
         """Sync the current segment, create the next and close the current (callers hold the
