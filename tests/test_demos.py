@@ -115,6 +115,8 @@ def test_demo_writes_events_curve_and_prints_greedy_evaluation(name, tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "greedy evaluation over 1 episodes: mean return" in proc.stdout
+    closing = ("greedy evaluation over", "TensorBoard: ", "learning curve: ", "evaluate again: ")
+    assert [proc.stdout.count(line) for line in closing] == [1] * 4, proc.stdout
 
     files = os.listdir(run_dir)
     assert any(f.startswith("events.out.tfevents") for f in files), files
