@@ -110,8 +110,9 @@ def add_inflight_flag(parser: argparse.ArgumentParser) -> None:
         "--inflight-mb",
         type=positive_int,
         default=512,
-        help="MiB of append requests read and not yet committed, over all actors, at most; "
-        "actors wait (HTTP/2 flow control) beyond it (default 512)",
+        help="MiB of memory for append requests read and not yet committed (each counts "
+        "twice its size), over all actors; beyond it actors wait, held back by HTTP/2 flow "
+        "control (default 512)",
     )
 
 
