@@ -27,9 +27,9 @@ import numpy as np
 from replaygpu.errors import BatchError, ConfigError
 from replaygpu.fields import HostSpec, check_columns, row_nbytes
 from replaygpu.learner.ratio import SampleToInsertRule
-from replaygpu.nest import SEP, flatten_batch
 from replaygpu.service.actor.connection import Connection
 from replaygpu.service.actor.outbox import Outbox
+from replaygpu.service.actor.rows import checked_row, flat_fields, is_nested
 from replaygpu.service.config import (
     MAX_ACTOR_ID_BYTES,
     ActorSettings,
@@ -121,7 +121,7 @@ class ReplayClient:
         self._partial_n = 0
         self._bool_fields = [k for k, f in self.spec.items() if f.dtype == "bool"]
         # a nested spec travels as leaf paths: nested transitions are flattened on the way in
-        self._nested = any(SEP in k for k in self.spec)
+        self._nested = is_nested(self.spec)
         #: ``(name, column being filled, dtype, shape)`` per field in spec order (for `add`);
         #: native dtype objects, so that most checks are identity checks
         self._layout: list[tuple[str, np.ndarray, np.dtype, tuple[int, ...]]] = []
@@ -188,7 +188,7 @@ class ReplayClient:
             BatchError: naming the field, expected and received dtype/shape (nothing is added).
             ServiceError: an earlier batch failed for good (raised once).
         """
-        transition = self._flat("transition", transition)
+        transition = flat_fields(self.spec, self._nested, "transition", transition)
         with self._cond:
             self._outbox.raise_pending_error()
             if self._partial_n == 0:
@@ -215,56 +215,12 @@ class ReplayClient:
                 # check and convert field by field, raising the error that names the field;
                 # row i is only kept once `_partial_n` counts it
                 for (_, column, _, _), value in zip(
-                    self._layout, self._checked_row(transition), strict=True
+                    self._layout, checked_row(self.spec, transition), strict=True
                 ):
                     column[i] = value
             self._partial_n = i + 1
             if self._partial_n >= self._rows:
                 self._seal_partial()
-
-    def _flat(self, what: str, value: Any) -> Mapping[str, Any]:
-        """``value`` (a transition or columns) as ``{leaf path: value}``: flattened when the
-        table's spec is nested, as it is when flat.
-
-        Raises:
-            BatchError: when it is not a dict (nor nested like the spec).
-        """
-        if self._nested:
-            value = flatten_batch(self.spec, value)
-        if not isinstance(value, Mapping):
-            nested = " (or nested like the table's spec)" if self._nested else ""
-            raise BatchError(
-                f"{what}: got {type(value).__name__}, expected a dict with fields "
-                f"{sorted(self.spec)}{nested}"
-            )
-        return value
-
-    def _checked_row(self, transition: Mapping[str, Any]) -> list[np.ndarray]:
-        """The row's values in field order, converted and checked.
-
-        Raises:
-            BatchError: naming the field.
-        """
-        row = []
-        for name, (dtype, shape) in self.spec.items():
-            if name not in transition:
-                raise BatchError(
-                    f"transition fields do not match the table: missing {name!r}; expected "
-                    f"exactly {sorted(self.spec)}, got {sorted(transition)}",
-                    field=name,
-                )
-            value = codec.as_field_array(transition[name], dtype, name, shape)
-            if value.shape != shape:
-                raise BatchError(
-                    f"field '{name}': expected shape {list(shape)}, got {list(value.shape)} "
-                    f"(dtype {dtype})",
-                    field=name,
-                )
-            row.append(value)
-        if len(transition) != len(self.spec):
-            extra = sorted(set(transition) - set(self.spec))
-            raise BatchError(f"transition has unexpected fields {extra}", field=extra[0])
-        return row
 
     def add_batch(self, columns: Mapping[str, Any]) -> None:
         """Buffer ``n`` transitions given as columns ``{field: [n, ...] array}``.
@@ -277,7 +233,7 @@ class ReplayClient:
         Raises:
             BatchError: naming the field, expected and received dtype/shape (nothing is added).
         """
-        columns = self._flat("batch", columns)
+        columns = flat_fields(self.spec, self._nested, "batch", columns)
         cols = {
             k: codec.as_field_array(v, self.spec[k][0], k, None) if k in self.spec else v
             for k, v in columns.items()

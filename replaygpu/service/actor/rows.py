@@ -1,0 +1,65 @@
+"""What a `ReplayClient` checks of the rows it is given, before they reach its buffer: the
+shape of the container (flat by leaf path, or nested like the table's spec) and, on the slow
+path of `ReplayClient.add`, each field's dtype and shape. Imports no TensorFlow."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from replaygpu.errors import BatchError
+from replaygpu.fields import HostSpec
+from replaygpu.nest import SEP, flatten_batch
+from replaygpu.service.wire import codec
+
+
+def is_nested(spec: HostSpec) -> bool:
+    """Whether ``spec``'s fields are leaf paths of a nested structure (``obs/image``)."""
+    return any(SEP in k for k in spec)
+
+
+def flat_fields(spec: HostSpec, nested: bool, what: str, value: Any) -> Mapping[str, Any]:
+    """``value`` (a transition or columns) as ``{leaf path: value}``: flattened when ``spec``
+    is ``nested`` (`is_nested`), as it is when flat.
+
+    Raises:
+        BatchError: when it is not a dict (nor nested like the spec).
+    """
+    if nested:
+        value = flatten_batch(spec, value)
+    if not isinstance(value, Mapping):
+        like = " (or nested like the table's spec)" if nested else ""
+        raise BatchError(
+            f"{what}: got {type(value).__name__}, expected a dict with fields {sorted(spec)}{like}"
+        )
+    return value
+
+
+def checked_row(spec: HostSpec, transition: Mapping[str, Any]) -> list[np.ndarray]:
+    """The row's values in ``spec``'s field order, converted and checked.
+
+    Raises:
+        BatchError: naming the field.
+    """
+    row = []
+    for name, (dtype, shape) in spec.items():
+        if name not in transition:
+            raise BatchError(
+                f"transition fields do not match the table: missing {name!r}; expected "
+                f"exactly {sorted(spec)}, got {sorted(transition)}",
+                field=name,
+            )
+        value = codec.as_field_array(transition[name], dtype, name, shape)
+        if value.shape != shape:
+            raise BatchError(
+                f"field '{name}': expected shape {list(shape)}, got {list(value.shape)} "
+                f"(dtype {dtype})",
+                field=name,
+            )
+        row.append(value)
+    if len(transition) != len(spec):
+        extra = sorted(set(transition) - set(spec))
+        raise BatchError(f"transition has unexpected fields {extra}", field=extra[0])
+    return row
