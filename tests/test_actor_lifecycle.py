@@ -28,6 +28,17 @@ def cartpole_table(capacity=50_000):
     return rg.ReplayTable(CARTPOLE, capacity, name="replay", device="/CPU:0")
 
 
+def cartpole_rows(n):
+    return {
+        "obs": np.zeros((n, 4), np.float32),
+        "action": np.zeros(n, np.int64),
+        "reward": np.ones(n, np.float32),
+        "next_obs": np.zeros((n, 4), np.float32),
+        "terminated": np.zeros(n, bool),
+        "truncated": np.zeros(n, bool),
+    }
+
+
 def actor_command(address, *flags):
     return [sys.executable, "-m", "replaygpu.cli", "actor", address, *flags]
 
@@ -135,14 +146,7 @@ def test_run_finished_in_info_ends_an_actor_waiting_for_insert_room():
 
 def test_the_client_learns_the_run_is_finished_from_an_ack():
     table = cartpole_table(100)
-    rows = {
-        "obs": np.zeros((3, 4), np.float32),
-        "action": np.zeros(3, np.int64),
-        "reward": np.ones(3, np.float32),
-        "next_obs": np.zeros((3, 4), np.float32),
-        "terminated": np.zeros(3, bool),
-        "truncated": np.zeros(3, bool),
-    }
+    rows = cartpole_rows(3)
     with rg.serve(table) as server, rg.ReplayClient(server.address, actor_id="a") as client:
         client.add_batch(rows)
         client.flush(30)
@@ -152,6 +156,34 @@ def test_the_client_learns_the_run_is_finished_from_an_ack():
         client.flush(30)  # acknowledged without being inserted
         assert client.run_finished
         assert table.total_inserted == 3 and client.acked_transitions == 3
+
+
+def test_a_resent_request_carries_its_episodes_to_the_server_that_commits_it():
+    """A learner that stops with the request staged answers it UNAVAILABLE; the client resends
+    it, episodes included, to the learner that comes back, which counts them once."""
+    address = f"127.0.0.1:{free_port()}"
+    table = cartpole_table(100)
+    learner = rg.Learner(table, rg.UniformSampler(table, 0), lambda b: {"x": tf.zeros([])})
+    first = rg.serve(learner, address)  # no training loop: nothing is committed
+    client = rg.ReplayClient(address, actor_id="a")
+    try:
+        with pytest.raises(rg.ConfigError, match="episode length: got -1"):
+            client.report_episode(1.0, -1)
+        client.report_episode(21.0, 21)
+        client.report_episode(-3.5, 7)
+        client.add_batch(cartpole_rows(3))
+        with pytest.raises(TimeoutError):
+            client.flush(1.0)  # staged, not acknowledged
+        first.stop()
+        assert first.run_stats.values()["episodes"] == 0
+        with rg.serve(cartpole_table(100), address) as second:  # a bare table commits at once
+            client.flush(30)
+            stats = second.run_stats.values()
+    finally:
+        first.stop()
+        client.close(flush=False)
+    assert (stats["episodes"], stats["mean_return"], stats["mean_length"]) == (2, 8.75, 14)
+    assert client.acked_transitions == 3
 
 
 def test_vector_actors_report_their_episodes_to_the_server():
