@@ -41,6 +41,7 @@ from replaygpu.table import Table
 logger = logging.getLogger(__name__)
 
 _VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
+_INDEX = re.compile(r"ckpt-(\d+)\.index")  # the manager's default checkpoint_name is "ckpt"
 #: what reading a damaged checkpoint raises (TensorFlow's CRC and length checks; its reader's
 #: "Read less bytes than requested" is an IndexError)
 _DAMAGED = (tf.errors.DataLossError, tf.errors.OutOfRangeError, IndexError)
@@ -239,9 +240,14 @@ class Checkpointer:
         return None
 
     def _candidates(self) -> list[str]:
-        """The checkpoints in the folder whose index file exists, newest first."""
-        kept = self._manager.checkpoints
-        return [p for p in reversed(kept) if os.path.exists(p + ".index")]
+        """The checkpoints in the folder, newest (highest number) first, found by their index
+        files: a lost or damaged ``checkpoint`` state file hides none of them."""
+        found = [
+            (int(match[1]), os.path.join(self.directory, f"ckpt-{match[1]}"))
+            for name in os.listdir(self.directory)
+            if (match := _INDEX.fullmatch(name))
+        ]
+        return [prefix for _, prefix in sorted(found, reverse=True)]
 
     def _restore(self, path: str) -> None:
         try:

@@ -208,3 +208,18 @@ def test_the_ledger_reads_the_map_older_checkpoints_hold(tmp_path):
     restored = rg.SequenceLedger()
     restored.state.assign(ledger.state.numpy())
     assert restored.last("actors") == 5 and restored.journal_segment == 7
+
+
+@pytest.mark.parametrize("state", ["lost", "damaged"])
+def test_a_lost_or_damaged_checkpoint_state_file_hides_no_checkpoint(tmp_path, state):
+    table = rg.ReplayTable(SPEC, capacity=32, device="CPU")
+    ckpt = rg.Checkpointer(str(tmp_path), table=table)
+    for start in (0, 4):
+        fill(table, start, 4)
+        newest = ckpt.save()
+    index = tmp_path / "checkpoint"  # TensorFlow's list of the checkpoints in the folder
+    if state == "lost":
+        index.unlink()
+    else:
+        index.write_text(index.read_text()[:20] + "garbage")
+    assert saved_ids(tmp_path) == (newest, list(range(8)))
