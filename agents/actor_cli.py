@@ -12,7 +12,7 @@ cluster with ``--ray-address auto``, each reserving ``--ray-num-cpus`` and resta
 what they collected; so does the learner when its run is finished (its ``--steps``), and the
 command exits 0.
 
-An address where no server answers within 2 s ends the command in one line (exit status 2);
+An address where no server answers within 1 s ends the command in one line (exit status 2);
 ``--wait`` waits for a server that is still starting, until it answers (``--wait SECONDS``: at
 most SECONDS more). An outage during the run (a learner restarting) is ridden out for
 ``--retry-deadline-s``, logged once when it begins and once when it ends. Each actor logs a
@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 _CLIENT_FIELDS = ("token", "tls_ca", "tls_cert", "tls_key", "server_name")
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 #: seconds the command tries to reach the server at start without ``--wait``
-CONNECT_TIMEOUT_S = 2.0
+CONNECT_TIMEOUT_S = 1.0
 
 
 def _wait_seconds(text: str) -> float:

@@ -246,7 +246,7 @@ def test_wait_keeps_retrying_until_the_server_comes_up(tmp_path):
     cmd = actor_command(address, "--wait", "--env", "CartPole-v1", "--num-envs", "2")
     with running(cmd, tmp_path / "actor.log") as proc:
         time.sleep(4.0)
-        assert proc.poll() is None  # still waiting, past the 2 s a plain start is given
+        assert proc.poll() is None  # still waiting, past the 1 s a plain start is given
         table = cartpole_table()
         with rg.serve(table, address) as server:
             wait_until(lambda: table.total_inserted > 0, what="rows after the server came up")
