@@ -159,6 +159,7 @@ class Checkpointer:
         self.table = table if table is not None else getattr(learner, "table", None)
         self._table_prefix = "table/" if table is not None else "learner/table/"
         self._checkpoint = tf.train.Checkpoint(**self.objects)
+        self._pending: tuple[str, int, bool] | None = None  # a save not sealed yet
         self._manager = tf.train.CheckpointManager(
             self._checkpoint, self.directory, max_to_keep=max_to_keep
         )
@@ -168,9 +169,15 @@ class Checkpointer:
         """Path prefix of the newest checkpoint, or None."""
         return self._manager.latest_checkpoint
 
-    def save(self, step: int | None = None) -> str:
+    def save(self, step: int | None = None, *, seal: bool = True) -> str:
         """Write a checkpoint, fsynced and sealed with its checksum manifest; returns its path
         prefix.
+
+        Args:
+            step: its number (default: one more than the last).
+            seal: False leaves the fsync and the manifest to a `seal` call, e.g. made once a
+                lock held for the write is released (a server's commits wait only for TensorFlow's
+                write, not for reading the files back).
 
         Raises:
             CheckpointSaveError: it could not be written (the message names the folder, the
@@ -179,20 +186,40 @@ class Checkpointer:
         counter = int(self._checkpoint.save_counter.numpy())
         number = step if step is not None else counter + 1
         prefix = os.path.join(self.directory, f"ckpt-{number}")
-        existed = os.path.exists(prefix + ".index")
+        self._pending = (prefix, counter, os.path.exists(prefix + ".index"))
         try:
             path = self._manager.save(checkpoint_number=step)
-            checkpoint_files.seal(path)
         except (OSError, tf.errors.OpError) as err:
-            self._checkpoint.save_counter.assign(counter)
-            checkpoint_files.discard(prefix, files_too=not existed)
-            raise CheckpointSaveError(
-                f"checkpoint {prefix}: cannot write it ({_reason(err)}; "
-                f"{describe_space(self.directory)}); nothing of it was kept and the "
-                "checkpoints before it are untouched"
-            ) from err
-        logger.info("saved checkpoint %s", path)
+            raise self._failed(err) from err
+        if seal:
+            self.seal(path)
         return path
+
+    def seal(self, path: str) -> None:
+        """Fsync the checkpoint `save` just wrote with ``seal=False`` and write its manifest.
+
+        Raises:
+            CheckpointSaveError: as `save`.
+        """
+        try:
+            checkpoint_files.seal(path)
+        except OSError as err:
+            raise self._failed(err) from err
+        self._pending = None
+        logger.info("saved checkpoint %s", path)
+
+    def _failed(self, err: BaseException) -> CheckpointSaveError:
+        """Undo the save in progress (its files, its number); the error to raise."""
+        assert self._pending is not None
+        prefix, counter, existed = self._pending
+        self._pending = None
+        self._checkpoint.save_counter.assign(counter)
+        checkpoint_files.discard(prefix, files_too=not existed)
+        return CheckpointSaveError(
+            f"checkpoint {prefix}: cannot write it ({_reason(err)}; "
+            f"{describe_space(self.directory)}); nothing of it was kept and the "
+            "checkpoints before it are untouched"
+        )
 
     def restore(self, path: str | None = None) -> str | None:
         """Restore ``path``, or by default the newest intact checkpoint in the folder: each is

@@ -91,13 +91,13 @@ class _SaveWatcher(rg.Checkpointer):
         self.commit_ran_during_save = []
         self.committers = []
 
-    def save(self, step=None):
+    def save(self, step=None, **options):
         other = threading.Thread(target=self.server.commit_pending)
         other.start()
         other.join(0.5)  # finishes at once unless the commit lock is held by the saver
         self.commit_ran_during_save.append(not other.is_alive())
         self.committers.append(other)  # (joined after run: it waits for this save's lock)
-        return super().save(step)
+        return super().save(step, **options)
 
 
 def test_run_saves_checkpoints_holding_the_commit_lock(tmp_path):

@@ -171,7 +171,7 @@ class ReplayServer:
                 # no window growth (it reaches 4 MiB+ per connection): a stream with no read
                 # pending, one waiting for the request budget, buffers one 64 KiB window, and
                 # a pending read still opens the window to its whole message
-                ("grpc.http2.bdp_probe", 0),
+                ("grpc.http2.bdp_probe", 1),  # E-AB-TEMP
                 ("grpc.max_send_message_length", self.config.max_message_bytes),
                 # actors' keepalive pings (every 20 s) are welcome, even on idle streams
                 ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
@@ -269,9 +269,10 @@ class ReplayServer:
         return self._ingest.training_turn()
 
     def save(self, checkpointer: Any) -> str:
-        """``checkpointer.save()`` while no commit runs, so table and ledger agree. In durable
-        mode the ledger notes the journal segment the checkpoint starts after, and once it is
-        saved (fsynced) the segments only the previous checkpoint needed are deleted.
+        """``checkpointer.save(seal=False)`` while no commit runs, so table and ledger agree,
+        then ``checkpointer.seal`` (fsync, checksums) while commits go on; one at a time. In
+        durable mode the ledger notes the journal segment the checkpoint starts after, and once
+        it is sealed the segments only the previous checkpoint needed are deleted.
 
         Raises:
             CheckpointSaveError: the save failed (counted in ``checkpoint_failures``); the
@@ -288,18 +289,23 @@ class ReplayServer:
                     logger.info("checkpoint: the journal was not rotated (%s)", err)
             self.ledger.mark_journal(mark)
             try:
-                path = checkpointer.save()
+                path = checkpointer.save(seal=False)
             except CheckpointSaveError:
                 self.checkpoint_failures += 1
                 raise
-            if self.journal is not None:
-                try:
-                    self.journal.checkpointed(mark)
-                except JournalError as err:
-                    logger.warning("checkpoint %s saved, but %s", path, err)
-            self.checkpoint_seconds = time.monotonic() - started
-            self.checkpoints += 1
-            return path
+        try:  # commits and training go on while the files are synced and hashed
+            checkpointer.seal(path)
+        except CheckpointSaveError:
+            self.checkpoint_failures += 1
+            raise
+        if self.journal is not None:  # the checkpoint is on disk: what it covers may go
+            try:
+                self.journal.checkpointed(mark)
+            except JournalError as err:
+                logger.warning("checkpoint %s saved, but %s", path, err)
+        self.checkpoint_seconds = time.monotonic() - started
+        self.checkpoints += 1
+        return path
 
     # -- metrics --------------------------------------------------------------------------------
 
