@@ -171,7 +171,7 @@ class ReplayServer:
                 # no window growth (it reaches 4 MiB+ per connection): a stream with no read
                 # pending, one waiting for the request budget, buffers one 64 KiB window, and
                 # a pending read still opens the window to its whole message
-                ("grpc.http2.bdp_probe", 1),  # E-AB-TEMP
+                ("grpc.http2.bdp_probe", 0),
                 ("grpc.max_send_message_length", self.config.max_message_bytes),
                 # actors' keepalive pings (every 20 s) are welcome, even on idle streams
                 ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
