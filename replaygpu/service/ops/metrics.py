@@ -55,8 +55,9 @@ METRICS: tuple[tuple[str, str, str, str], ...] = (
         "inflight_bytes",
         "replaygpu_inflight_bytes",
         GAUGE,
-        "Bytes of Append requests read (or being read) and not answered yet, staged ones "
-        "included; at most ServerConfig.inflight_max_bytes for steady request sizes.",
+        "Memory of the Append requests read (or being read) and not answered yet, staged "
+        "ones included, each counted twice its size (received, then copied); at most "
+        "ServerConfig.inflight_max_bytes for steady request sizes.",
     ),
     (
         "inflight_waiting_streams",
