@@ -431,11 +431,11 @@ class _SaveWatcher(rg.Checkpointer):
         super().__init__(directory, table=table, **objects)
         self.sizes = []
 
-    def save(self, step=None):
+    def save(self, step=None, **options):
         before = self.table.size
         time.sleep(0.5)
         self.sizes.append((before, self.table.size))
-        return super().save(step)
+        return super().save(step, **options)
 
 
 def test_save_holds_back_background_commits_until_the_checkpoint_is_written(empty_table, tmp_path):

@@ -48,10 +48,10 @@ from replaygpu.service.learner.admission import (
     decode_columns,
     parse_request,
 )
+from replaygpu.service.learner.info import table_info, weights_message
 from replaygpu.service.learner.ingest import Ingest
 from replaygpu.service.learner.run_stats import RunStats
 from replaygpu.service.learner.staging import StagedBatch, StagingQueue
-from replaygpu.service.wire import codec
 from replaygpu.service.wire.status import (
     ResourceExhaustedError,
     ServiceError,
@@ -388,7 +388,7 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         cached, message = self._weights_cache
         if cached is not snapshot:  # a new version: encoded once, off the loop (megabytes)
             loop = asyncio.get_running_loop()
-            message = await loop.run_in_executor(self._info_pool, _weights_message, snapshot)
+            message = await loop.run_in_executor(self._info_pool, weights_message, snapshot)
             self._weights_cache = (snapshot, message)
         return message
 
@@ -400,32 +400,11 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         return await loop.run_in_executor(self._info_pool, self._info, request, staged_seq)
 
     def _info(self, request: Any, staged_seq: int) -> Any:
-        table = replay_pb2.TableInfo(
-            name=self.table.name,
-            capacity=self.table.capacity,
-            size=self.table.size,
-            inserted=self.table.total_inserted,
-            device=", ".join(t.device for t in self.table.shards),
-        )
-        for name, (dtype, shape) in self.spec.items():
-            table.spec.add(name=name, dtype=dtype, shape=shape)
-        steps = 0
-        learner = self.learner
-        if learner is not None:
-            steps = int(learner.steps.numpy())
-            table.sampled = steps * learner.batch_size
-            limiter = learner.rate_limiter
-            if limiter is not None:
-                table.rate_limiter.kind = type(limiter).__name__
-                table.rate_limiter.samples_per_insert = limiter.samples_per_insert
-                table.rate_limiter.min_size_to_sample = limiter.min_size_to_sample
-                table.rate_limiter.error_buffer = limiter.error_buffer
-                table.rate_limiter.sampled = int(limiter.sampled.numpy())
         ledger = self.ingest.ledger
         reply = replay_pb2.InfoResponse(
-            tables=[table],
+            tables=[table_info(self.table, self.spec, self.learner)],
             weights_version=self.weights.version,
-            learner_steps=steps,
+            learner_steps=0 if self.learner is None else int(self.learner.steps.numpy()),
             max_message_bytes=self.config.max_message_bytes,
             server_version=__version__,
             # committed or staged: a restarted client must not reuse a seq still in flight
@@ -437,22 +416,11 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
             actors=ledger.actors(),
             run_finished=self.ingest.run_finished,
         )
-        if learner is not None:
+        if self.learner is not None:
             self.run_stats.to_proto(reply.learner_stats)
         if self.actor_settings is not None:
             self.actor_settings.to_proto(reply.actor_settings)
         return reply
-
-
-def _weights_message(snapshot: WeightSnapshot) -> Any:
-    """The ``Weights`` message of one published snapshot."""
-    message = replay_pb2.Weights(version=snapshot.version, named=snapshot.names is not None)
-    names = snapshot.names or tuple(str(i) for i in range(len(snapshot.arrays)))
-    for name, array in zip(names, snapshot.arrays, strict=True):
-        entry = message.tensors.add()
-        entry.name = name
-        codec.encode_tensor(array, entry.tensor)
-    return message
 
 
 def handlers(servicer: Servicer) -> grpc.GenericRpcHandler:
