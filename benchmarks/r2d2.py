@@ -175,6 +175,7 @@ def bench_learner(args: argparse.Namespace) -> None:
         "windows), 5-step double Q, h(x) rescaling, eta 0.9 priorities written back"
     )
     for name, batch, burn_in, T, units, period, xla in LEARNER_SHAPES:
+        xla = xla or args.xla_all
         config = r2d2.R2D2Config(
             sequence_length=burn_in + T,
             burn_in=burn_in,
@@ -218,11 +219,18 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=100, help="batches per sampling call")
     parser.add_argument("--sgd-steps", type=int, default=50, help="SGD steps per learner call")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--xla-all", action="store_true", help="learner: the paper shape with XLA too"
+    )
     parser.add_argument("--quick", action="store_true", help="1e4 sequences, 3 repeats")
     args = parser.parse_args()
     if args.quick:
         args.sequences, args.repeats, args.draws, args.sgd_steps = 10_000, 3, 20, 10
-    print(f"tensorflow {tf.__version__}, replaygpu {rg.__version__}, {os.cpu_count()} CPUs")
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(
+        f"tensorflow {tf.__version__}, replaygpu {rg.__version__}, {os.cpu_count()} CPUs, "
+        f"load average {load}"
+    )
     if args.section in ("all", "sample"):
         bench_sample(args)
     if args.section in ("all", "learner"):

@@ -271,6 +271,7 @@ def main() -> None:
         out.update(bench_sample(args, spec))
     if args.only in (None, "learner"):
         out.update(bench_learner(args, spec))
+    out["load_average"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(json.dumps(out))
 
 
