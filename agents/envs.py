@@ -6,6 +6,8 @@ first observation of the next one and puts the true last observation in ``info["
 so every step yields one valid transition per env.
 Transitions go to the replay table in chunks (one `ReplayTable.append` per chunk), never one
 append per step.
+Importing this module registers the partially observed ids of `masked_envs`
+(``CartPoleNoVelocity-v1``), so every agent and actor can make them.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 
 import replaygpu as rg
 from replaygpu.agents.atari_wrappers import FireToLaunch
+from replaygpu.agents.masked_envs import CARTPOLE_NO_VELOCITY as CARTPOLE_NO_VELOCITY
 
 #: policy for evaluation and acting: ``[B, *obs_shape] observations -> [B, ...] actions``.
 Policy = Callable[[np.ndarray], np.ndarray]

@@ -252,3 +252,21 @@ def test_demo_r2d2_cartpole_runs_end_to_end(tmp_path):
     )
     assert eval_proc.returncode == 0, eval_proc.stderr[-3000:]
     assert f"greedy evaluation on {CARTPOLE_NO_VELOCITY} over 2 episodes" in eval_proc.stdout
+
+
+def test_cartpole_no_velocity_shows_the_position_and_angle_of_cartpole_only():
+    masked, full = gym.make(CARTPOLE_NO_VELOCITY), gym.make("CartPole-v1")
+    obs, _ = masked.reset(seed=5)
+    full_obs, _ = full.reset(seed=5)
+    assert masked.observation_space.shape == (2,)
+    for action in [0, 1, 1, 0, 1]:
+        np.testing.assert_array_equal(obs, full_obs[[0, 2]])
+        obs, *_ = masked.step(action)
+        full_obs, *_ = full.step(action)
+    # any agent's env helpers register the id (the actors and `demo cartpole --env-id` use them)
+    code = (
+        "from replaygpu.agents.envs import make_vector_env\n"
+        f"print(make_vector_env({CARTPOLE_NO_VELOCITY!r}, 2, 0).single_observation_space.shape)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "(2,)"
