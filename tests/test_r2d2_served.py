@@ -12,12 +12,20 @@ import signal
 import subprocess
 import time
 
+import gymnasium as gym
 import numpy as np
+import pytest
 import tensorflow as tf
 from process_helpers import ENV, cli, reap, wait_for_line
 
 import replaygpu as rg
-from replaygpu.agents.recurrent_actor import STATE_FIELD, STATE_STORED, SequenceWriter
+from replaygpu.agents.actor_config import ActorConfig
+from replaygpu.agents.recurrent_actor import (
+    STATE_FIELD,
+    STATE_STORED,
+    RecurrentExperience,
+    SequenceWriter,
+)
 
 LENGTH, PERIOD, UNITS = 12, 4, 16
 
@@ -88,6 +96,24 @@ def test_sequence_writer_cuts_overlapping_sequences_and_counts_each_step_once():
         assert b[STATE_FIELD][0, 0] == b["obs"][0, 0]
         assert b[STATE_STORED].tolist() == [True] + [False] * (len(b["obs"]) - 1)
     assert writer.steps_ready == 11
+
+
+def test_a_period_longer_than_the_sequence_is_refused_naming_it():
+    with pytest.raises(rg.ConfigError, match=r"^ActorSettings: sequence_period=9 and "):
+        rg.ActorSettings("CartPoleNoVelocity-v1", sequence_period=9, sequence_length=8)
+    with pytest.raises(rg.ConfigError, match=r"^sequence_period: got 9 with sequence_length 8"):
+        ActorConfig(sequence_period=9, sequence_length=8)
+
+
+def test_a_recurrent_actor_refuses_a_table_without_the_state_field():
+    config = ActorConfig(env_id="CartPoleNoVelocity-v1", sequence_period=4, sequence_length=8)
+    experience = RecurrentExperience(config)
+    spec = rg.host_spec(rg.specs_from_env(gym.make("CartPoleNoVelocity-v1")))
+    try:
+        with pytest.raises(rg.ConfigError, match=f"writes the LSTM state to '{STATE_FIELD}'"):
+            experience.start(0, spec)
+    finally:
+        experience.close()
 
 
 def test_r2d2_learner_trains_on_an_actor_with_only_the_address_and_resumes(tmp_path):
