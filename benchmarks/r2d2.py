@@ -22,7 +22,7 @@ Sections:
            median of --repeats calls, at two shapes: the demo's (batch 32, burn-in 10 + T 20,
            LSTM 64, torso 64, a state every 10 rows; XLA) and R2D2's paper shape at CartPole
            width (batch 64, burn-in 40 + T 80, LSTM 64, a state every 40 rows; without XLA,
-           whose CPU compile of the 120-step unroll ran past 10 minutes here).
+           whose CPU compile of the 120-step unroll took minutes and ran slower; --xla-all).
 
 benchmarks/peers/r2d2_acme.py measures Acme's R2D2 on Reverb at the same shapes. Run:
 
@@ -51,7 +51,8 @@ from replaygpu.agents import r2d2
 
 OBS_DIM, NUM_ACTIONS = 2, 2  # masked CartPole: position and angle; left, right
 #: (name, batch, burn-in, T, LSTM units, state period, XLA) of the learner section; XLA's CPU
-#: compile of the 120-step unroll (online, target and gradient) ran past 10 minutes here
+#: compile of the 120-step unroll (online, target and gradient) took 407 s here and the result
+#: ran slower than without XLA (benchmarks/README.md); --xla-all runs it
 LEARNER_SHAPES = (
     ("demo", 32, 10, 20, 64, 10, True),
     ("R2D2 paper", 64, 40, 80, 64, 40, False),
