@@ -212,9 +212,12 @@ class LearnerService:
         if self.run is not None and self.run.stop.is_set():
             return False
         logger.info(
-            "run finished: %d transitions inserted, SGD step %d",
+            "run finished: %d transitions inserted, SGD step %d (budget %d rows; the batch "
+            "that reached it: %d rows)",
             self.table.total_inserted,
             self.sgd_steps,
+            self.config.steps,
+            self.server.finishing_rows,
         )
         report.evaluate(self.config.eval_episodes)
         deadline = time.monotonic() + grace_s

@@ -240,9 +240,14 @@ def test_a_learner_budget_ends_the_learner_and_actors_that_have_no_budget_of_the
         reap(learner)
     final_checkpoint(learner, lines)
     log = "".join(lines)
-    finished = re.search(r"run finished: (\d+) transitions inserted, SGD step (\d+)", log)
+    finished = re.search(
+        r"run finished: (\d+) transitions inserted, SGD step \d+ \(budget 3000 rows; the "
+        r"batch that reached it: (\d+) rows\)",
+        log,
+    )
     assert finished, log[-3000:]
-    assert 3000 <= int(finished.group(1)) < 3000 + 512  # the batch that reached it, no more
+    inserted, last_batch = int(finished.group(1)), int(finished.group(2))
+    assert last_batch > 0 and inserted - last_batch < 3000 <= inserted  # that batch, no more
     assert re.search(r"greedy evaluation at SGD step \d+: return [\d.]+ \+- [\d.]+ over 2 ", log)
     events = [name for name in os.listdir(ckpt) if name.startswith("events.out.tfevents")]
     tags = {

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+from replaygpu.checkpoint_files import manifest_path
+
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
 STEPS, TRAIN_FREQ, GRADIENT_STEPS, LEARNING_STARTS = 25_600, 256, 16, 512
 FLAGS = [
@@ -36,7 +38,9 @@ def start_demo(run_dir) -> subprocess.Popen:
 
 
 def wait_for_checkpoint(ckpt_dir, after: int, timeout: float = 120) -> int:
-    """Wait until the folder's newest checkpoint number exceeds ``after``; returns it."""
+    """Wait until the folder's newest checkpoint number exceeds ``after`` and that checkpoint
+    is sealed (its checksum manifest written: until then a restart skips it as unfinished);
+    returns it."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -44,7 +48,8 @@ def wait_for_checkpoint(ckpt_dir, after: int, timeout: float = 120) -> int:
         except OSError:
             text = ""
         found = re.search(r'model_checkpoint_path: "ckpt-(\d+)"', text)
-        if found and int(found.group(1)) > after:
+        sealed = found and os.path.exists(manifest_path(str(ckpt_dir / f"ckpt-{found[1]}")))
+        if sealed and int(found.group(1)) > after:
             return int(found.group(1))
         time.sleep(0.1)
     raise AssertionError(f"no checkpoint after ckpt-{after} in {ckpt_dir} within {timeout} s")

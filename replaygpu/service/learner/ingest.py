@@ -121,6 +121,8 @@ class Ingest:
         #: set once the run is over (`ReplayServer.finish_run`, or ``row_limit`` reached): new
         #: batches are acknowledged without being inserted, every ack says ``run_finished``
         self.run_finished = False
+        #: transitions of the batch that reached ``row_limit`` (the run's overshoot is less)
+        self.finishing_rows = 0
 
     def start(self) -> None:
         """Start the background committer (when asked for); `close` stops it."""
@@ -293,8 +295,15 @@ class Ingest:
                 # resent batches are acknowledged as duplicates: nothing is lost or doubled.
                 self._fail_unavailable([item for item, _ in done], "ledger write", err)
                 done = []
-        if self.row_limit is not None and self.table.total_inserted >= self.row_limit:
+        if (
+            not self.run_finished
+            and self.row_limit is not None
+            and self.table.total_inserted >= self.row_limit
+        ):
             self.run_finished = True  # before the acks: the last batch's says so
+            self.finishing_rows = next(
+                (item.transitions for item, dup in reversed(done) if not dup), 0
+            )
         if done or dropped:
             counters = self.counters()
             acks = [(item, dup, 0 if dup else item.transitions) for item, dup in done]

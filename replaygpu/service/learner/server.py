@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
-import socket
 import time
 from typing import Any
 
@@ -31,6 +29,7 @@ from replaygpu.fields import DTYPE_NAMES, row_nbytes
 from replaygpu.learner.learner import Learner
 from replaygpu.learner.weights import WeightStore
 from replaygpu.service.config import ActorSettings, ServerConfig
+from replaygpu.service.learner.binding import bind_failure
 from replaygpu.service.learner.durable import replay_journal, watch_storage
 from replaygpu.service.learner.eventloop import EventLoopThread
 from replaygpu.service.learner.ingest import Ingest
@@ -249,6 +248,11 @@ class ReplayServer:
         if self.table.total_inserted >= rows:
             self.finish_run()
 
+    @property
+    def finishing_rows(self) -> int:
+        """Transitions of the batch that reached `finish_at`'s budget (0: none yet)."""
+        return self._ingest.finishing_rows
+
     # -- committing and checkpoints -------------------------------------------------------------
 
     def commit_pending(self) -> int:
@@ -426,25 +430,3 @@ def serve(
     server = ReplayServer(target, address, token, tls, config or ServerConfig(), ledger)
     server.actor_settings = actor_settings
     return server
-
-
-def bind_failure(address: str, err: Exception) -> str:
-    """Why ``address`` could not be bound, in the OS's words where gRPC gives only "Failed to
-    bind" (e.g. "address already in use: another process listens on port 50051; stop it or pick
-    another --address")."""
-    host, _, port = address.rpartition(":")
-    host = host.strip("[]") or "0.0.0.0"
-    try:
-        number = int(port)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        with socket.socket(family, socket.SOCK_STREAM) as probe:
-            probe.bind((host, number))
-    except (ValueError, OSError) as cause:
-        if isinstance(cause, OSError) and cause.errno == errno.EADDRINUSE:
-            return (
-                f"address already in use: another process listens on port {port}; stop it or "
-                "pick another --address (port 0 picks a free one)"
-            )
-        if isinstance(cause, OSError) and cause.strerror:
-            return f"{cause.strerror.lower()} ({err})"
-    return str(err)
