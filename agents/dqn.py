@@ -200,6 +200,20 @@ def greedy_policy(agent: DQN) -> Callable[[np.ndarray], np.ndarray]:
     return greedy_q_policy(agent.q.numpy_weights())
 
 
+def fused_learner(table: rg.ReplayTable, sampler: Any, agent: Any, config: Any) -> rg.Learner:
+    """The `rg.Learner` of a demo agent (DQN, R2D2): ``agent.update`` on ``config.batch_size``
+    rows, compiled with XLA when ``config.jit_compile``; no autograph (the update has no Python
+    control flow on tensors)."""
+    return rg.Learner(
+        table,
+        sampler,
+        agent.update,
+        batch_size=config.batch_size,
+        jit_compile=config.jit_compile,
+        autograph=False,
+    )
+
+
 def train(
     config: DQNConfig, recorder: Recorder | None = None, run: RunControl | None = None
 ) -> TrainResult:
@@ -228,14 +242,7 @@ def train(
     with tf.device(table.device):
         agent = DQN(obs_dim, num_actions, config)
     sampler = rg.UniformSampler(table, seed=config.seed)
-    learner = rg.Learner(
-        table,
-        sampler,
-        agent.update,
-        batch_size=config.batch_size,
-        jit_compile=config.jit_compile,
-        autograph=False,  # the update has no Python control flow on tensors
-    )
+    learner = fused_learner(table, sampler, agent, config)
     rng = np.random.default_rng(config.seed)
     loop = runs.LoopState()
     env_steps, last_sync = runs.resume(

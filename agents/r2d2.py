@@ -29,7 +29,7 @@ import tensorflow as tf
 
 import replaygpu as rg
 from replaygpu.agents.dqn import check_env as check_env
-from replaygpu.agents.dqn import obs_size
+from replaygpu.agents.dqn import fused_learner, obs_size
 from replaygpu.agents.envs import EpisodeStats, evaluate
 from replaygpu.agents.networks import Adam, LSTMQNetwork, copy_weights
 from replaygpu.agents.policies import RecurrentQPolicy
@@ -291,21 +291,14 @@ def train(
     with tf.device(table.device):
         agent = make_agent(config, env)
     sampler = make_sampler(config, table, agent)
-    learner = rg.Learner(
-        table,
-        sampler,
-        agent.update,
-        batch_size=config.batch_size,
-        jit_compile=config.jit_compile,
-        autograph=False,
-    )
+    learner = fused_learner(table, sampler, agent, config)
     rng = np.random.default_rng(config.seed)
     loop = LoopState()
     env_steps, _ = resume(run, loop, rng, learner, table=table, sampler=sampler, agent=agent)
     host = rg.host_spec(spec)
     columns = {k: np.zeros((config.train_freq, *f.shape), f.numpy_dtype) for k, f in host.items()}
     actor = RecurrentQPolicy(agent.acting_weights(), num_actions)
-    timer = TrainTimer()
+    timer = TrainTimer(env_steps)  # rates over this process's work (a resumed run)
     sgd_steps = int(learner.steps.numpy())
     stats = EpisodeStats(1)
     obs, _ = env.reset(seed=config.seed + env_steps)
