@@ -9,7 +9,7 @@
         evaluation and the Python/TensorFlow import are reported apart).
   sac   SAC on Pendulum-v1, 20k env steps. Target: greedy evaluation mean >= -200.
   apex  Ape-X DQN on CartPole-v1 with 2 actor processes (ApexConfig defaults: 80k env steps,
-        3-step returns, batch 128, 32 samples per insert, lr 2e-3 decayed linearly to 0).
+        3-step returns, batch 128, 32 samples per insert, lr 2e-3 decayed linearly to 2e-5).
         Target: greedy evaluation >= 475; reports actor env steps/s and learner SGD steps/s.
   breakout  DQN with the Nature CNN on Breakout under the Atari-100k protocol: 100k agent steps
         (400k frames), no sticky actions, replay 1e5, training from step 1600, epsilon 1 -> 0.01
