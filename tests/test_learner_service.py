@@ -32,15 +32,20 @@ def final_checkpoint(learner: subprocess.Popen, lines: list[str]) -> re.Match:
     return final
 
 
+#: a 3000-step DQN learner on CartPole small enough for a test (no XLA compile)
+SMALL_DQN = (
+    "--steps", "3000", "--learning-starts", "500", "--samples-per-insert", "2",
+    "--batch-size", "32", "--steps-per-call", "16", "--hidden-sizes", "32,32", "--no-jit-compile",
+)  # fmt: skip
+
+
 def test_learner_and_actors_with_only_the_address_then_resume(tmp_path):
     port = free_port()
     address = f"127.0.0.1:{port}"
     ckpt = str(tmp_path / "ckpt")
     learner_cmd = cli(
         "learner", "--agent", "dqn", "--env", "CartPole-v1", "--address", address,
-        "--checkpoint-dir", ckpt, "--steps", "3000", "--learning-starts", "500",
-        "--samples-per-insert", "2", "--batch-size", "32", "--steps-per-call", "16",
-        "--hidden-sizes", "32,32", "--no-jit-compile",
+        "--checkpoint-dir", ckpt, *SMALL_DQN,
     )  # fmt: skip
     learner = subprocess.Popen(learner_cmd, stderr=subprocess.PIPE, text=True, env=ENV)
     lines: list[str] = []
@@ -218,9 +223,7 @@ def test_a_learner_budget_ends_the_learner_and_actors_that_have_no_budget_of_the
     ckpt = str(tmp_path / "ckpt")
     learner_cmd = cli(
         "learner", "--agent", "dqn", "--env", "CartPole-v1", "--address", address,
-        "--checkpoint-dir", ckpt, "--steps", "3000", "--learning-starts", "500",
-        "--samples-per-insert", "2", "--batch-size", "32", "--steps-per-call", "16",
-        "--hidden-sizes", "32,32", "--no-jit-compile", "--eval-episodes", "2",
+        "--checkpoint-dir", ckpt, *SMALL_DQN, "--eval-episodes", "2",
     )  # fmt: skip
     learner = subprocess.Popen(learner_cmd, stderr=subprocess.PIPE, text=True, env=ENV)
     lines: list[str] = []
