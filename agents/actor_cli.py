@@ -61,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``actor`` subcommand."""
     from replaygpu.agents.actor_config import ActorConfig
     from replaygpu.agents.flags import add_config_flags
-    from replaygpu.service.ops.commands import add_client_flags
+    from replaygpu.service.ops.commands import add_client_flags, positive_int
 
     parser = subparsers.add_parser(
         "actor",
@@ -89,7 +89,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--processes",
-        type=int,
+        type=positive_int,
         default=None,
         help="actor processes to start here (default: all of --num-actors from --actor-index; "
         "replicas that each run one actor of a larger fleet pass --processes 1)",
@@ -127,7 +127,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _config(args: argparse.Namespace) -> ActorConfig:
-    """The actor's config: flags given, else the learner's actor settings, else defaults.
+    """The actor's config: flags given, else the learner's actor settings, else defaults. The
+    flags are checked before the server is asked (`ActorConfig.check_given`), in the flags'
+    names.
 
     Raises:
         ConfigError: bad flags, or no env id anywhere (a bare serve and no --env).
@@ -135,12 +137,17 @@ def _config(args: argparse.Namespace) -> ActorConfig:
     """
     import replaygpu as rg
     from replaygpu.agents.actor_config import ActorConfig
+    from replaygpu.agents.flags import flag_message
 
     given = {
         f.name: getattr(args, f.name)
         for f in dataclasses.fields(ActorConfig)
         if getattr(args, f.name) is not None
     }
+    try:
+        ActorConfig.check_given(given)
+    except rg.ConfigError as err:
+        raise rg.ConfigError(flag_message(err, given)) from err
     settings = _learner_settings(args)
     if settings is not None:
         return ActorConfig.from_settings(settings, **given)
@@ -219,10 +226,10 @@ def run(args: argparse.Namespace) -> int:
     config = _config(args)
     if args.processes is None:  # all the fleet's actors from actor_index on
         args.processes = config.num_actors - config.actor_index
-    if args.processes < 1 or config.actor_index + args.processes > config.num_actors:
+    if config.actor_index + args.processes > config.num_actors:
         raise rg.ConfigError(
             f"--processes {args.processes} from --actor-index {config.actor_index}: "
-            f"expected 1 <= processes and actor_index + processes <= num_actors "
+            "expected actor_index + processes <= num_actors "
             f"({config.num_actors})"
         )
     if args.processes == 1:

@@ -11,8 +11,11 @@ no TensorFlow.
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from types import SimpleNamespace
+from typing import Any, Literal
 
 import replaygpu as rg
 from replaygpu.agents.checks import require_positive_ints, require_unit_interval
@@ -123,49 +126,22 @@ class ActorConfig:
     )
 
     def __post_init__(self) -> None:
-        require_positive_ints(
-            self, "num_actors", "num_envs", "weight_pull_interval", "send_interval"
-        )
-        require_positive_ints(self, "segment_steps")
-        if not 0 <= self.actor_index < self.num_actors:
-            raise rg.ConfigError(
-                f"actor_index: got {self.actor_index}, expected in [0, num_actors="
-                f"{self.num_actors})"
-            )
-        if not self.retry_deadline_s > 0:
-            raise rg.ConfigError(f"retry_deadline_s: got {self.retry_deadline_s}, expected > 0")
-        if not self.progress_interval_s >= 0:
-            raise rg.ConfigError(
-                f"progress_interval_s: got {self.progress_interval_s}, expected >= 0 (0: no "
-                "progress lines)"
-            )
-        if self.insert_slack < -1:
-            raise rg.ConfigError(f"insert_slack: got {self.insert_slack}, expected >= -1")
-        if self.steps < 0:
-            raise rg.ConfigError(f"steps: got {self.steps}, expected >= 0 (0: until stopped)")
-        if self.frame_stack < 0:
-            raise rg.ConfigError(
-                f"frame_stack: got {self.frame_stack}, expected >= 0 (0: vector transitions)"
-            )
-        if self.frame_stack and self.agent != "dqn":
-            raise rg.ConfigError(
-                f"agent: got {self.agent!r} with frame_stack {self.frame_stack}, expected dqn "
-                "(frame actors act with a Nature CNN Q-network)"
-            )
-        if self.sequence_period and not 0 < self.sequence_period <= self.sequence_length:
-            raise rg.ConfigError(
-                f"sequence_period: got {self.sequence_period} with sequence_length "
-                f"{self.sequence_length}, expected 0 < sequence_period <= sequence_length "
-                "(0: not recurrent)"
-            )
-        if self.sequence_period and (self.frame_stack or self.agent != "dqn"):
-            raise rg.ConfigError(
-                f"sequence_period: got {self.sequence_period} with frame_stack "
-                f"{self.frame_stack} and agent {self.agent!r}, expected frame_stack 0 and dqn "
-                "(recurrent actors act epsilon-greedily with an LSTM Q-network on vectors)"
-            )
-        require_unit_interval(self, "epsilon_base", "repeat_action_probability")
-        _ = self.tls  # checks the TLS files now: missing, unreadable, a key of another cert
+        _check(self)
+
+    @classmethod
+    def check_given(cls, given: Mapping[str, object]) -> None:
+        """Check the values ``given`` (flags) before a learner's settings are known: every
+        check that reads only fields in ``given`` or fields outside `settings_fields` (the
+        settings cannot change those, so they keep their defaults), so a bad value is refused
+        before the learner is asked anything.
+
+        Raises:
+            ConfigError: a value out of range, as the config itself would refuse it.
+        """
+        fields = dataclasses.fields(cls)
+        known = set(given) | {f.name for f in fields} - set(cls.settings_fields())
+        values = {f.name: f.default for f in fields} | dict(given)
+        _check(SimpleNamespace(**values), known)
 
     @classmethod
     def settings_fields(cls) -> tuple[str, ...]:
@@ -191,14 +167,7 @@ class ActorConfig:
         Raises:
             ConfigError: a file is missing or unreadable, or certificate and key do not match.
         """
-        if not any((self.tls_ca, self.tls_cert, self.tls_key, self.server_name)):
-            return None
-        return rg.TLSConfig(
-            cert_file=self.tls_cert,
-            key_file=self.tls_key,
-            ca_file=self.tls_ca,
-            server_name=self.server_name,
-        )
+        return _tls(self)
 
     @property
     def epsilon(self) -> float:
@@ -212,3 +181,72 @@ class ActorConfig:
     def env_seed(self) -> int:
         """The seed of this actor's envs and random stream: the base seed offset by the index."""
         return self.seed + 1000 * self.actor_index
+
+
+def _check(config: Any, known: Collection[str] | None = None) -> None:
+    """`ActorConfig`'s checks of ``config`` (an `ActorConfig`, or values under its field
+    names); with ``known``, only those that read no field outside it. Fields outside
+    `ActorConfig.settings_fields` are always known: only the checks that read a settings field
+    ask `reads`.
+
+    Raises:
+        ConfigError: the first value out of range.
+    """
+
+    def reads(*names: str) -> bool:
+        return known is None or all(name in known for name in names)
+
+    sizes = ("num_actors", "num_envs", "weight_pull_interval", "send_interval", "segment_steps")
+    require_positive_ints(config, *filter(reads, sizes))
+    if reads("actor_index"):
+        top = config.num_actors if reads("num_actors") else math.inf
+        if not 0 <= config.actor_index < top:
+            bound = "num_actors" + (f"={top}" if reads("num_actors") else "")
+            raise rg.ConfigError(f"actor_index: got {config.actor_index}, expected in [0, {bound})")
+    if not config.retry_deadline_s > 0:
+        raise rg.ConfigError(f"retry_deadline_s: got {config.retry_deadline_s}, expected > 0")
+    if not config.progress_interval_s >= 0:
+        raise rg.ConfigError(
+            f"progress_interval_s: got {config.progress_interval_s}, expected >= 0 (0: no "
+            "progress lines)"
+        )
+    if config.insert_slack < -1:
+        raise rg.ConfigError(f"insert_slack: got {config.insert_slack}, expected >= -1")
+    if config.steps < 0:
+        raise rg.ConfigError(f"steps: got {config.steps}, expected >= 0 (0: until stopped)")
+    if reads("frame_stack") and config.frame_stack < 0:
+        raise rg.ConfigError(
+            f"frame_stack: got {config.frame_stack}, expected >= 0 (0: vector transitions)"
+        )
+    if reads("frame_stack", "agent") and config.frame_stack and config.agent != "dqn":
+        raise rg.ConfigError(
+            f"agent: got {config.agent!r} with frame_stack {config.frame_stack}, expected dqn "
+            "(frame actors act with a Nature CNN Q-network)"
+        )
+    period, length = config.sequence_period, config.sequence_length
+    if reads("sequence_period", "sequence_length") and period and not 0 < period <= length:
+        raise rg.ConfigError(
+            f"sequence_period: got {period} with sequence_length {length}, expected 0 < "
+            "sequence_period <= sequence_length (0: not recurrent)"
+        )
+    vector_dqn = not config.frame_stack and config.agent == "dqn"
+    if reads("sequence_period", "frame_stack", "agent") and period and not vector_dqn:
+        raise rg.ConfigError(
+            f"sequence_period: got {period} with frame_stack {config.frame_stack} and agent "
+            f"{config.agent!r}, expected frame_stack 0 and dqn (recurrent actors act "
+            "epsilon-greedily with an LSTM Q-network on vectors)"
+        )
+    require_unit_interval(config, *filter(reads, ("epsilon_base", "repeat_action_probability")))
+    _tls(config)  # checks the TLS files now: missing, unreadable, a key of another cert
+
+
+def _tls(config: Any) -> rg.TLSConfig | None:
+    """`ActorConfig.tls` of ``config``."""
+    if not any((config.tls_ca, config.tls_cert, config.tls_key, config.server_name)):
+        return None
+    return rg.TLSConfig(
+        cert_file=config.tls_cert,
+        key_file=config.tls_key,
+        ca_file=config.tls_ca,
+        server_name=config.server_name,
+    )

@@ -19,7 +19,7 @@ import argparse
 import dataclasses
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, Literal, TypeVar
 
 from replaygpu.errors import ConfigError
@@ -181,8 +181,14 @@ def config_from_args(
     try:
         return config_cls(**{n: getattr(args, n) for n in names})
     except ValueError as err:  # rg.ConfigError is one
-        field_name, sep, rest = str(err).partition(": ")
-        message = f"{flag_name(field_name)}: {rest}" if sep and field_name in names else str(err)
+        message = flag_message(err, names)
         if parser is not None:
             parser.error(message)
         raise ConfigError(message) from None
+
+
+def flag_message(err: ValueError, names: Collection[str]) -> str:
+    """A config's error about one of the fields ``names`` as its flag's: ``batch_size: got -3,
+    expected >= 1`` -> ``--batch-size: got -3, expected >= 1``; any other error as it is."""
+    field_name, sep, rest = str(err).partition(": ")
+    return f"{flag_name(field_name)}: {rest}" if sep and field_name in names else str(err)

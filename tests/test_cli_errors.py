@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -181,6 +182,44 @@ def test_a_bad_flag_or_value_is_one_line_before_tensorflow_is_imported(args, say
     prog = "replaygpu" if args[0] == "no-such-command" else f"replaygpu {args[0]}"
     assert proc.stderr.startswith(prog) and ": error: " in proc.stderr, proc.stderr
     assert "usage:" not in proc.stderr and proc.stdout == ""
+
+
+# (actor flags, what the error says): every value the actor can check without the learner
+ACTOR_BAD_VALUES = [
+    (["--num-envs", "0"], "--num-envs: got 0, expected >= 1"),
+    (["--num-actors", "0"], "--num-actors: got 0, expected >= 1"),
+    (["--actor-index", "-1"], "--actor-index: got -1, expected in [0, num_actors)"),
+    (["--num-actors", "2", "--actor-index", "2"], "--actor-index: got 2, expected in [0, num"),
+    (["--steps", "-5"], "--steps: got -5, expected >= 0"),
+    (["--send-interval", "0"], "--send-interval: got 0, expected >= 1"),
+    (["--segment-steps", "0"], "--segment-steps: got 0, expected >= 1"),
+    (["--progress-interval-s", "-1"], "--progress-interval-s: got -1.0, expected >= 0"),
+    (["--retry-deadline-s", "0"], "--retry-deadline-s: got 0.0, expected > 0"),
+    (["--epsilon-base", "2"], "--epsilon-base: got 2.0, expected in [0, 1]"),
+    (["--processes", "0"], "argument --processes: got '0', expected an integer >= 1"),
+]
+
+
+@pytest.mark.parametrize(
+    "flags, says", ACTOR_BAD_VALUES, ids=[" ".join(f) for f, _ in ACTOR_BAD_VALUES]
+)
+def test_actor_refuses_a_bad_value_before_connecting_to_the_learner(flags, says):
+    """The value's error, not the address's: the actor never connects to a server that would
+    accept the connection, and the line comes in < 1.5 s without TensorFlow."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        address = f"127.0.0.1:{server.getsockname()[1]}"
+        began = time.monotonic()
+        proc = replaygpu_without_tensorflow("actor", address, *flags)
+        elapsed = time.monotonic() - began
+        server.setblocking(False)
+        with pytest.raises(BlockingIOError):  # no connection waits to be accepted
+            server.accept()
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.count("\n") == 1 and says in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.startswith("replaygpu actor: error: ") and proc.stdout == ""
+    assert elapsed < 1.5, f"{elapsed:.2f} s"
 
 
 def test_help_still_prints_the_full_usage():
