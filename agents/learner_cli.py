@@ -43,10 +43,9 @@ def learner_parser(agent: str, env_id: str | None = None) -> argparse.ArgumentPa
     from replaygpu.agents.learner_config import config_class
     from replaygpu.cli import CommandParser
     from replaygpu.service.ops.commands import (
-        add_inflight_flag,
+        add_server_flags,
         add_server_security_flags,
         port_number,
-        positive_int,
     )
 
     config_cls = config_class(agent, env_id)
@@ -68,10 +67,7 @@ def learner_parser(agent: str, env_id: str | None = None) -> argparse.ArgumentPa
         type=port_number,
         help="serve Prometheus metrics on this port (default: off)",
     )
-    parser.add_argument(
-        "--max-actors", type=positive_int, default=1024, help="concurrent actor streams at most"
-    )
-    add_inflight_flag(parser)
+    add_server_flags(parser)
     parser.add_argument(
         "--logdir",
         help="write TensorBoard scalars here (loss, Q, episode return and length from the "
@@ -104,16 +100,16 @@ def _agent_of(options: list[str]) -> tuple[str, str | None]:
 def run(args: argparse.Namespace) -> int:
     """Serve and train until the run is done or a signal stops it. Flags and values are
     checked before TensorFlow is imported."""
-    import replaygpu as rg
     from replaygpu.agents.flags import config_from_args
     from replaygpu.agents.learner_config import config_class
-    from replaygpu.service.ops.commands import server_tls
+    from replaygpu.service.ops.commands import server_config, server_tls
 
     agent, env_id = _agent_of(args.options)
     parser = learner_parser(agent, env_id)
     opts = parser.parse_args(args.options + (["--help"] if args.help else []))
     config = config_from_args(config_class(agent, env_id), opts, parser)
     tls = server_tls(opts)
+    service_config = server_config(opts)
 
     from replaygpu.agents.learner import LearnerService
     from replaygpu.agents.learner_report import LearnerReport
@@ -121,11 +117,8 @@ def run(args: argparse.Namespace) -> int:
 
     module = "replaygpu.agents.learner"
     control = RunControl(opts.checkpoint_dir, opts.checkpoint_every_s, module, config)
-    server_config = rg.ServerConfig(
-        max_actors=opts.max_actors, inflight_max_bytes=opts.inflight_mb * 2**20
-    )
     with control:
-        service = LearnerService(config, control, opts.token, tls, server_config)
+        service = LearnerService(config, control, opts.token, tls, service_config)
         metrics, report, trained = None, None, False
         try:
             report = LearnerReport(service, opts.logdir or opts.checkpoint_dir, opts.eval_every_s)

@@ -14,6 +14,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from replaygpu.service.config import ServerConfig
     from replaygpu.service.ops.auth import TLSConfig
 
 logger = logging.getLogger(__name__)
@@ -42,19 +43,7 @@ def register(subparsers: Any) -> None:
     serve.add_argument(
         "--max-message-mb", type=positive_int, default=64, help="largest append (MiB)"
     )
-    add_inflight_flag(serve)
-    serve.add_argument(
-        "--max-actors",
-        type=positive_int,
-        default=1024,
-        help="concurrent actor streams at most; one more is refused at once (default 1024)",
-    )
-    serve.add_argument(
-        "--journal-dir",
-        help="durable acks: journal every acknowledged batch here (fsynced) and replay it over "
-        "the checkpoint on restart, so a crash loses nothing acknowledged; needs "
-        "--checkpoint-dir (each checkpoint cuts the journal)",
-    )
+    add_server_flags(serve)
     serve.add_argument(
         "--metrics-port",
         type=port_number,
@@ -104,8 +93,9 @@ def add_server_security_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_inflight_flag(parser: argparse.ArgumentParser) -> None:
-    """``--inflight-mb``, the request budget of a server command (``serve``, ``learner``)."""
+def add_server_flags(parser: argparse.ArgumentParser) -> None:
+    """The `ServerConfig` flags of a server command (``serve``, ``learner``): ``--inflight-mb``,
+    ``--max-actors`` and ``--journal-dir`` (`server_config` reads them)."""
     parser.add_argument(
         "--inflight-mb",
         type=positive_int,
@@ -113,6 +103,41 @@ def add_inflight_flag(parser: argparse.ArgumentParser) -> None:
         help="MiB of memory for append requests read and not yet committed (each counts "
         "twice its size), over all actors; beyond it actors wait, held back by HTTP/2 flow "
         "control (default 512)",
+    )
+    parser.add_argument(
+        "--max-actors",
+        type=positive_int,
+        default=1024,
+        help="concurrent actor streams at most; one more is refused at once (default 1024)",
+    )
+    parser.add_argument(
+        "--journal-dir",
+        help="durable acks: journal every acknowledged batch here (fsynced) and replay it over "
+        "the checkpoint on restart, so a crash loses nothing acknowledged; needs "
+        "--checkpoint-dir (each checkpoint cuts the journal)",
+    )
+
+
+def server_config(args: argparse.Namespace, **fields: Any) -> ServerConfig:
+    """The `ServerConfig` of `add_server_flags`' flags, with ``fields`` (others: defaults).
+
+    Raises:
+        ConfigError: ``--journal-dir`` without ``--checkpoint-dir`` (nothing is started).
+    """
+    from replaygpu.errors import ConfigError
+    from replaygpu.service.config import ServerConfig
+
+    if args.journal_dir and not args.checkpoint_dir:
+        raise ConfigError(
+            f"--journal-dir={args.journal_dir!r} needs --checkpoint-dir: the journal is "
+            "replayed over the last checkpoint and cut at each one (without checkpoints it "
+            "would grow without bound); pass --checkpoint-dir too"
+        )
+    return ServerConfig(
+        max_actors=args.max_actors,
+        inflight_max_bytes=args.inflight_mb * 2**20,
+        journal_dir=args.journal_dir,
+        **fields,
     )
 
 
@@ -232,14 +257,7 @@ def run_serve(args: argparse.Namespace) -> int:
         ConfigError: for TLS flags that do not go together (nothing is served).
     """
     tls = server_tls(args)
-    if args.journal_dir and not args.checkpoint_dir:
-        from replaygpu.errors import ConfigError
-
-        raise ConfigError(
-            f"serve: --journal-dir={args.journal_dir!r} needs --checkpoint-dir: the journal is "
-            "replayed over the last checkpoint and cut at each one (without checkpoints it "
-            "would grow without bound); pass --checkpoint-dir too"
-        )
+    config = server_config(args, max_message_bytes=args.max_message_mb * 2**20)
     import replaygpu as rg
 
     table = rg.ReplayTable(_load_spec(args), args.capacity, device=args.device, name=args.table)
@@ -250,12 +268,6 @@ def run_serve(args: argparse.Namespace) -> int:
         restored = ckpt.restore()
         if restored:
             logger.info("restored %s: %d transitions", restored, table.size)
-    config = rg.ServerConfig(
-        max_message_bytes=args.max_message_mb * 2**20,
-        max_actors=args.max_actors,
-        journal_dir=args.journal_dir,
-        inflight_max_bytes=args.inflight_mb * 2**20,
-    )
     server = rg.serve(table, args.address, args.token, tls, config=config, ledger=ledger)
     metrics = None
     try:
