@@ -36,7 +36,7 @@ from replaygpu.agents.fleet import ActorFleet, split_steps
 from replaygpu.agents.learner_report import LearnerReport
 from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult
 from replaygpu.agents.r2d2_learner_config import R2D2LearnerConfig as R2D2LearnerConfig
-from replaygpu.agents.runs import LoopState, RunControl
+from replaygpu.agents.runs import JsonState, LoopState, RunControl
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +101,7 @@ class LearnerService:
         )
         self.ledger = rg.SequenceLedger()
         self.loop = LoopState()
+        self.saved_stats = JsonState("run_stats")  # the episodes reported, across restarts
         #: how many env steps the run took: the table's rows, unless a driver that sees the
         #: actors' reports counts them (a frame table holds one more row per episode)
         self.env_steps: Callable[[], int] = lambda: self.table.total_inserted
@@ -113,6 +114,7 @@ class LearnerService:
                 agent=self.agent,
                 ledger=self.ledger,
                 loop=self.loop,
+                run_stats=self.saved_stats,
             )
         if self.restored:
             logger.info(
@@ -132,6 +134,7 @@ class LearnerService:
             actor_settings=self.actor_settings,
         )
         self.server.run_stats.target_steps = total_sgd_steps(config) if config.steps else 0
+        self.server.run_stats.resume(self.saved_stats.value())
         self.learner.publish_weights(builder.policy(self.agent))
         self._last_sync = int(self.loop.last_sync.numpy())  # 0, or the restored run's
         self._rate = (time.monotonic(), self.sgd_steps, 0.0)
@@ -170,7 +173,7 @@ class LearnerService:
             self.recorder.metrics(self.env_steps(), losses)
             self.server.run_stats.set_loss(losses.get(self.builder.loss_key, float("nan")))
         if self.run is not None and self.run.due() and not self.run.stop.is_set():
-            self.loop.capture(self.env_steps(), self._last_sync)
+            self._capture()
             self.run.save(self.server)
         return ran
 
@@ -262,11 +265,17 @@ class LearnerService:
         self.server.stop()
         if self.run is None or not save:
             return None
-        self.loop.capture(self.env_steps(), self._last_sync)
+        self._capture()
         path = self.run.save(final=True)
         if path:
             logger.info("final checkpoint %s (SGD step %d)", path, self.sgd_steps)
         return path
+
+    def _capture(self) -> None:
+        """Copy the loop's counters and the run's episode figures into the checkpoint's
+        variables."""
+        self.loop.capture(self.env_steps(), self._last_sync)
+        self.saved_stats.capture(self.server.run_stats.state())
 
 
 def train_with_actors(

@@ -89,6 +89,24 @@ class LoopState(tf.Module):
             rng.bit_generator.state = json.loads(saved)
 
 
+class JsonState(tf.Module):
+    """A JSON value a checkpoint holds beside the networks, in one string variable (e.g. the
+    served learner's episode figures, `RunStats.state`)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name=name)
+        self.text = tf.Variable("", dtype=tf.string, trainable=False, name="json")
+
+    def capture(self, value: Any) -> None:
+        """Copy ``value`` into the variable."""
+        self.text.assign(json.dumps(value))
+
+    def value(self) -> Any:
+        """The value saved or restored; ``{}`` before any."""
+        text = self.text.numpy().decode()
+        return json.loads(text) if text else {}
+
+
 def resume(
     run: RunControl | None,
     loop: LoopState,
@@ -142,17 +160,6 @@ class RunProgress(NamedTuple):
 
     env_steps: int
     sgd_steps: int
-
-
-def next_chunk(config: Any, env_steps: int) -> tuple[int, int]:
-    """``(env steps, SGD steps)`` of a training loop's next chunk, after ``env_steps``:
-    ``train_freq`` and ``gradient_steps`` of a config; the run's last chunk is what is left of
-    its ``steps``, trained with SGD steps in proportion (at least 1), so that ``--steps N`` runs
-    exactly N env steps at the configured replay ratio."""
-    left = config.steps - env_steps
-    if left >= config.train_freq:
-        return config.train_freq, config.gradient_steps
-    return left, max(1, config.gradient_steps * left // config.train_freq)
 
 
 def stopped_early(run: RunControl | None, env_steps: int, steps: int) -> bool:

@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -260,3 +261,97 @@ def test_a_learner_budget_ends_the_learner_and_actors_that_have_no_budget_of_the
         for value in event.summary.value
     }
     assert {"losses/td_loss", "charts/episodic_return", "eval/mean_return"} <= tags, tags
+
+
+def zero_rows(client: rg.ReplayClient, n: int) -> dict[str, np.ndarray]:
+    """``n`` rows of the client's table spec, all zeros."""
+    return {name: np.zeros((n, *shape), dtype) for name, (dtype, shape) in client.spec.items()}
+
+
+def append_and_report(address: str, actor_id: str, rows: int, returns: list[float]) -> None:
+    """Append ``rows`` rows and report an episode of each of ``returns``; wait for the acks."""
+    with rg.ReplayClient(address, actor_id=actor_id) as client:
+        for episode_return in returns:
+            client.report_episode(episode_return, 10)
+        client.add_batch(zero_rows(client, rows))
+        client.flush(timeout=120)
+        assert client.acked_transitions == rows
+
+
+def learner_info(address: str):
+    with rg.ReplayClient(address, actor_id="probe") as client:
+        return client.info()
+
+
+def test_a_learner_with_a_journal_keeps_every_acked_row_through_kill_9(tmp_path):
+    """`replaygpu learner --journal-dir`: rows acknowledged after the last checkpoint come back
+    from the journal when a learner killed with SIGKILL restarts over the same folders, and the
+    episodes reported with them count again (the checkpoint holds those reported before it)."""
+    address = f"127.0.0.1:{free_port()}"
+    learner_cmd = cli(
+        "learner", "--agent", "dqn", "--env", "CartPole-v1", "--address", address,
+        "--checkpoint-dir", str(tmp_path / "ckpt"), "--journal-dir", str(tmp_path / "journal"),
+        "--checkpoint-every-s", "3600", *SMALL_DQN,
+    )  # fmt: skip
+
+    def start() -> tuple[subprocess.Popen, list[str]]:
+        learner = subprocess.Popen(learner_cmd, stderr=subprocess.PIPE, text=True, env=ENV)
+        lines: list[str] = []
+        wait_for_line(learner, r"serving at", lines)
+        return learner, lines
+
+    learner, lines = start()
+    try:  # 400 rows and 3 episodes, then SIGTERM: the final checkpoint holds them
+        append_and_report(address, "a", 400, [10.0, 20.0, 30.0])
+        learner.send_signal(signal.SIGTERM)
+        _, rest = learner.communicate(timeout=120)
+        assert learner.returncode == 0 and "final checkpoint" in rest, "".join(lines) + rest
+    finally:
+        reap(learner)
+
+    learner, lines = start()
+    try:  # 300 rows and 2 episodes acknowledged after the checkpoint, then kill -9
+        assert learner_info(address).tables[0].size == 400
+        append_and_report(address, "b", 300, [40.0, 50.0])
+        learner.send_signal(signal.SIGKILL)
+        learner.wait(timeout=60)
+    finally:
+        reap(learner)
+
+    learner, lines = start()
+    try:
+        info = learner_info(address)
+        assert (info.tables[0].size, info.tables[0].inserted) == (700, 700)
+        assert info.learner_stats.episodes == 5
+        assert info.learner_stats.mean_return == pytest.approx(30.0)
+        learner.send_signal(signal.SIGTERM)
+        learner.communicate(timeout=120)
+    finally:
+        reap(learner)
+    assert re.search(r"journal \S+: \d+ records read, 300 transitions not in", "".join(lines))
+
+
+def test_the_learners_episode_figures_continue_after_a_restart_from_its_checkpoint(tmp_path):
+    """The episodes actors reported before a checkpoint still count after a restart from it:
+    Info's learner_stats (what `replaygpu info` prints) goes on from them."""
+    config = ApexConfig(
+        steps=4000, learning_starts=2000, batch_size=32, steps_per_call=8, hidden_sizes=(16, 16)
+    )
+
+    def served(returns: list[float], actor_id: str):
+        run = RunControl(str(tmp_path / "ckpt"), 3600, "replaygpu.agents.learner", config)
+        service = LearnerService(config, run=run)
+        try:
+            with ThreadPoolExecutor(1) as pool:
+                actor = pool.submit(append_and_report, service.address, actor_id, 100, returns)
+                while not actor.done():  # the learner commits the appends in service.step
+                    service.step(idle_wait_s=0.05)
+                actor.result()
+            return learner_info(service.address).learner_stats
+        finally:
+            service.close()
+
+    first = served([1.0, 2.0, 3.0], "a")
+    assert (first.episodes, first.recent_episodes, first.mean_return) == (3, 3, 2.0)
+    again = served([10.0], "b")  # a new service from the checkpoint that close() wrote
+    assert (again.episodes, again.recent_episodes, again.mean_return) == (4, 4, 4.0)

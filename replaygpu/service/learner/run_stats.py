@@ -3,7 +3,10 @@ and ``replaygpu info`` show it.
 
 The server records the episodes that actors report in their Append requests (once per
 committed seq: a resent request's episodes are not counted again); the learner's driver
-records its latest loss and evaluations. Imports no TensorFlow.
+records its latest loss and evaluations. A learner saves `RunStats.state` with its checkpoint
+and `RunStats.resume`s it at restart, so the episode count goes on; the episodes of journal
+records replayed at start (durable mode) are counted again, as the checkpoint lacks them.
+Imports no TensorFlow.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import collections
 import math
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 #: episodes the recent mean return and length are taken over
@@ -50,6 +53,27 @@ class RunStats:
                 self._recent.append(episode)
                 self._new.append(episode)
                 self._episodes += 1
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the run's figures, JSON-able: the episode count, the
+        recent episodes and the last evaluation (`resume` takes it back)."""
+        with self._lock:
+            recent = [list(episode) for episode in self._recent]
+            return {"episodes": self._episodes, "recent": recent, "eval": list(self._eval)}
+
+    def resume(self, state: Mapping[str, Any]) -> None:
+        """Continue a restarted run from its saved `state`: its episodes come before those
+        recorded since this object was made (a journal replayed at start), and its evaluation
+        stands until a new one."""
+        with self._lock:
+            since = list(self._recent)
+            self._recent.clear()
+            self._recent.extend((float(r), int(n)) for r, n in state.get("recent", ()))
+            self._recent.extend(since)
+            self._episodes += int(state.get("episodes", 0))
+            if math.isnan(self._eval[0]) and state.get("eval"):
+                mean_return, sgd_step = state["eval"]
+                self._eval = (float(mean_return), int(sgd_step))
 
     def take_new(self) -> list[tuple[float, int]]:
         """The episodes recorded since the last call (e.g. to log each one), oldest first."""

@@ -351,9 +351,10 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         actor, episodes = request.actor_id, request.episodes  # not ``request``: it holds ``data``
 
         def done(ack: dict[str, Any]) -> None:
-            if ack["transitions"] and not replay:  # a commit: under the commit lock
-                self.ingested += ack["transitions"]
-                self.run_stats.add_episodes(episodes)
+            if ack["transitions"]:  # a commit: under the commit lock
+                if not replay:
+                    self.ingested += ack["transitions"]
+                self.run_stats.add_episodes(episodes)  # replayed: not in the checkpoint's
             post(replay_pb2.AppendAck(**ack, run_finished=self.ingest.run_finished))
 
         last = self.ingest.ledger.last(actor, sync=False)  # a hint; the committer decides
