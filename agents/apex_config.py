@@ -19,6 +19,7 @@ from replaygpu.agents.checks import (
     require_widths,
 )
 from replaygpu.agents.flags import helptext
+from replaygpu.agents.schedules import DecayedLearningRate
 
 if TYPE_CHECKING:  # imported when an agent is made: the config alone needs no TensorFlow
     from replaygpu.agents.dqn import DQN
@@ -31,13 +32,11 @@ DEVICES_HELP = helptext(
 
 
 @dataclass(frozen=True)
-class ApexConfig:
+class ApexConfig(DecayedLearningRate):
     """Ape-X DQN hyperparameters: the rl-zoo3 CartPole DQN network and replay ratio, with the
     Ape-X paper's 3-step returns, batch 128 and a learning rate decayed linearly to a small
-    floor, ``final_learning_rate``, over the replay budget (with a constant one the greedy
-    policy reached 500 and then fell again in some runs; see benchmarks/README.md). The floor is
-    > 0 so that SGD steps past the budget (a resumed run, a last call) still learn; ``steps`` 0
-    (no end) trains at the constant ``learning_rate``."""
+    floor, ``final_learning_rate``, over the SGD steps of the replay budget
+    (`DecayedLearningRate`; ``steps`` 0, no end: constant)."""
 
     env_id: str = field(default="CartPole-v1", metadata=helptext("gymnasium env id (Discrete)"))
     seed: int = field(default=1, metadata=helptext("seed of actors, networks and sampling"))
@@ -118,12 +117,7 @@ class ApexConfig:
         ]
         require_positive_ints(self, *positive)
         require_positive(self, "learning_rate", "samples_per_insert")
-        if not 0.0 < self.final_learning_rate <= self.learning_rate:
-            raise rg.ConfigError(
-                f"final_learning_rate: got {self.final_learning_rate}, expected in "
-                f"(0, learning_rate={self.learning_rate}]: a learner never trains at rate 0; "
-                "pass --final-learning-rate, e.g. learning_rate / 100"
-            )
+        self.check_learning_rates()
         require_unit_interval(self, "gamma")
         require(self, ["steps"], lambda v: v >= 0, ">= 0 (0: until stopped)")
         if self.steps and self.learning_starts > self.steps:
@@ -137,16 +131,6 @@ class ApexConfig:
     def total_sgd_steps(self) -> int:
         """SGD steps the rate limiter allows once all ``steps`` rows are inserted."""
         return total_sgd_steps(self)
-
-    @property
-    def learning_rate_schedule(self) -> rg.LinearSchedule | float:
-        """Adam's step size: linear from ``learning_rate`` to ``final_learning_rate`` over the
-        SGD steps of the replay budget (evaluated in the graph at every step), then
-        ``final_learning_rate`` (> 0: never 0, whatever the step); constant for a run without
-        an end (``steps`` 0)."""
-        if not self.steps:
-            return self.learning_rate
-        return rg.LinearSchedule(self.learning_rate, self.final_learning_rate, self.total_sgd_steps)
 
 
 def total_sgd_steps(config: Any) -> int:

@@ -32,10 +32,10 @@ from replaygpu.agents.runs import (
     LoopState,
     RunControl,
     checkpoint_when_due,
-    next_chunk,
     resume,
     stopped_early,
 )
+from replaygpu.agents.schedules import next_chunk
 
 try:  # register the ALE/* ids, so `replaygpu eval` can gym.make them (make_atari_env does too)
     import ale_py

@@ -15,8 +15,8 @@ from replaygpu.agents.checks import (
     require_positive_ints,
     require_unit_interval,
 )
-from replaygpu.agents.dqn_config import LinearEpsilon
 from replaygpu.agents.flags import helptext
+from replaygpu.agents.schedules import LinearEpsilon
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Double DQN with a Huber loss, a target network and a linear epsilon schedule (Discrete actions).
+"""DQN (double DQN optional) with a Huber loss, a target network, and linear epsilon and
+learning-rate schedules (Discrete actions).
 
 Reads top to bottom: the config, the agent (networks + the in-graph update), the training loop.
 
@@ -25,12 +26,12 @@ import tensorflow as tf
 import replaygpu as rg
 from replaygpu.agents import runs
 from replaygpu.agents.dqn_config import DQNConfig as DQNConfig
-from replaygpu.agents.dqn_config import LinearEpsilon as LinearEpsilon
 from replaygpu.agents.envs import ChunkCollector, evaluate, make_vector_env
 from replaygpu.agents.networks import MLP, Adam, Schedule, copy_weights
 from replaygpu.agents.policies import epsilon_greedy_actions, greedy_q_policy
 from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult, TrainTimer
 from replaygpu.agents.runs import RunControl
+from replaygpu.agents.schedules import next_chunk
 from replaygpu.agents.training_jobs import TrainingJobs
 
 
@@ -240,7 +241,7 @@ def train(
     obs_dim = obs_size(env.single_observation_space)
     num_actions = int(env.single_action_space.n)
     with tf.device(table.device):
-        agent = DQN(obs_dim, num_actions, config)
+        agent = DQN(obs_dim, num_actions, config, config.learning_rate_schedule)
     sampler = rg.UniformSampler(table, seed=config.seed)
     learner = fused_learner(table, sampler, agent, config)
     rng = np.random.default_rng(config.seed)
@@ -289,7 +290,7 @@ def train(
         while env_steps < config.steps:
             # Act for one chunk of train_freq env steps (the last one: what is left of steps)
             # with the numpy weight mirror.
-            size, chunk_sgd_steps = runs.next_chunk(config, env_steps)
+            size, chunk_sgd_steps = next_chunk(config, env_steps)
             batch = acting.collect(policy, size)
             env_steps = acting.env_steps
             if env_steps <= config.learning_starts:

@@ -18,9 +18,9 @@ from replaygpu.agents.checks import (
     require_positive_ints,
     require_unit_interval,
 )
-from replaygpu.agents.dqn_config import LinearEpsilon
 from replaygpu.agents.flags import helptext
 from replaygpu.agents.masked_envs import CARTPOLE_NO_VELOCITY
+from replaygpu.agents.schedules import LinearEpsilon
 
 #: table fields beside the transition's: the LSTM state before the step, and where it is stored
 #: (what the demo's loop and served actors, `recurrent_actor`, write)

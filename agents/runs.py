@@ -162,17 +162,6 @@ class RunProgress(NamedTuple):
     sgd_steps: int
 
 
-def next_chunk(config: Any, env_steps: int) -> tuple[int, int]:
-    """``(env steps, SGD steps)`` of a training loop's next chunk, after ``env_steps``:
-    ``train_freq`` and ``gradient_steps`` of a config; the run's last chunk is what is left of
-    its ``steps``, trained with SGD steps in proportion (at least 1), so that ``--steps N`` runs
-    exactly N env steps at the configured replay ratio."""
-    left = config.steps - env_steps
-    if left >= config.train_freq:
-        return config.train_freq, config.gradient_steps
-    return left, max(1, config.gradient_steps * left // config.train_freq)
-
-
 def stopped_early(run: RunControl | None, env_steps: int, steps: int) -> bool:
     """Whether ``run`` stopped its loop (on a signal) before the ``steps`` it was to run."""
     return run is not None and run.stop.is_set() and env_steps < steps

@@ -23,6 +23,7 @@ from replaygpu.agents.policies import LOG_STD_MAX, LOG_STD_MIN, squashed_gaussia
 from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult, TrainTimer
 from replaygpu.agents.runs import RunControl
 from replaygpu.agents.sac_config import SACConfig as SACConfig
+from replaygpu.agents.schedules import next_chunk
 
 
 class SAC(tf.Module):
@@ -199,7 +200,7 @@ def train(
     timer = TrainTimer(env_steps)
     while env_steps < config.steps:
         # Act for one chunk (the last one: what is left of steps).
-        size, sgd_steps = runs.next_chunk(config, env_steps)
+        size, sgd_steps = next_chunk(config, env_steps)
         table.append(acting.collect(policy, size))
         env_steps = acting.env_steps
 

@@ -4,12 +4,12 @@ Builds the demo's DQN update (rl-zoo3's CartPole-v1 hyperparameters: batch 64, M
 a table of 50k random CartPole-shaped rows and times, in one process: the TensorFlow + agents
 import, the first ``Learner.train(128)`` call (trace + XLA compilation), and the demo's other
 training calls (191 of 128 steps and a last one of 40 after the last, shorter chunk: 24,616 SGD
-steps in all in 50k env steps), run one after the other as the demo runs them. With and without
-double DQN (rl-zoo3's SB3 DQN is not double). No env step is taken: whatever the demo does
+steps in all in 50k env steps), run one after the other as the demo runs them, with the demo's
+learning-rate decay. Without double DQN (the demo's default, rl-zoo3's SB3 DQN) and with it. No env step is taken: whatever the demo does
 beyond this is acting, logging and evaluation. The imports and the exit get the demo's
 treatment (`demos.imports_frozen`), so the floor stays one.
 
-``--vs-demo`` runs the floor (double DQN, the demo's default) and the demo itself as whole
+``--vs-demo`` runs the floor (not double DQN, the demo's default) and the demo itself as whole
 processes, alternating (floor first in even rounds, demo first in odd ones), one pair per seed,
 timed the same way from start to exit; it prints each run, the medians and the ratio
 demo / floor (issue 23's target: <= 1.15x). Run:
@@ -35,21 +35,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RETURN = re.compile(r"greedy evaluation over \d+ episodes: mean return ([-\d.]+)")
 
 
-def training_calls(config) -> list[int]:
-    """The SGD steps of each ``Learner.train`` call the demo makes: one after each chunk of env
-    steps (`runs.next_chunk`: ``train_freq``, the last one shorter and trained in proportion)
-    that ends past ``learning_starts``."""
-    from replaygpu.agents.runs import next_chunk
-
-    calls, env_steps = [], 0
-    while env_steps < config.steps:
-        size, sgd_steps = next_chunk(config, env_steps)
-        env_steps += size
-        if env_steps > config.learning_starts:
-            calls.append(sgd_steps)
-    return calls
-
-
 def measure(double_q: bool) -> None:
     start = time.perf_counter()
     from replaygpu.agents.demos import imports_frozen  # the demo's own import and exit
@@ -60,6 +45,7 @@ def measure(double_q: bool) -> None:
         import replaygpu as rg
         from replaygpu.agents.dqn import DQN, DQNConfig
         from replaygpu.agents.envs import make_vector_env
+        from replaygpu.agents.schedules import training_calls
 
     import_s = time.perf_counter() - start
     config = DQNConfig(double_q=double_q)
@@ -76,7 +62,7 @@ def measure(double_q: bool) -> None:
             "truncated": np.zeros(n, bool),
         }
     )
-    agent = DQN(4, 2, config)
+    agent = DQN(4, 2, config, config.learning_rate_schedule)
     sampler = rg.UniformSampler(table, seed=0)
     learner = rg.Learner(
         table, sampler, agent.update, config.batch_size, jit_compile=True, autograph=False
@@ -124,7 +110,7 @@ def vs_demo(seeds: list[int]) -> None:
     floors, demos = [], []
 
     def floor() -> None:
-        wall, cpu, out = timed([sys.executable, __file__, "--child", "double"])
+        wall, cpu, out = timed([sys.executable, __file__, "--child", "single"])
         floors.append(wall)
         print(f"floor        : wall {wall:.1f} s, CPU {cpu:.1f} s | {out.strip()} | {load()}")
 
@@ -171,7 +157,7 @@ def main() -> None:
         vs_demo(args.seeds)
         return
     print(f"{os.cpu_count()} CPUs, {load()}")
-    for variant in ("double", "single"):  # a fresh process each: the import is measured too
+    for variant in ("single", "double"):  # a fresh process each: the import is measured too
         subprocess.run([sys.executable, __file__, "--child", variant], check=True)
 
 

@@ -44,3 +44,24 @@ def test_a_learner_without_an_end_takes_steps_0_and_a_constant_learning_rate():
             config_cls(steps=-1)
     with pytest.raises(rg.ConfigError, match="batch_size: got 0"):
         SACLearnerConfig(steps=0, batch_size=0)  # the other fields are still checked
+
+
+@pytest.mark.parametrize("config_cls", [DQNConfig, ApexConfig])
+def test_learning_rate_floor_must_be_positive_and_at_most_the_start(config_cls):
+    for final in (0.0, 1.0):
+        with pytest.raises(rg.ConfigError, match=f"final_learning_rate: got {final}, expected"):
+            config_cls(final_learning_rate=final)
+
+
+def test_dqn_learning_rate_decays_over_the_run_sgd_steps_and_follows_a_longer_run():
+    from replaygpu.agents.schedules import training_calls
+
+    config = DQNConfig(steps=3000, learning_starts=1000, train_freq=256, gradient_steps=128)
+    # chunks end at 256, ..., 2816 and a last one of 184 steps at 3000 (92 SGD steps); those
+    # ending past 1000 train
+    assert training_calls(config) == [128] * 8 + [92]
+    schedule = config.learning_rate_schedule
+    assert schedule.steps == config.total_sgd_steps == 8 * 128 + 92
+    assert (schedule.start, schedule.end) == (config.learning_rate, config.final_learning_rate)
+    longer = DQNConfig(steps=6000, learning_starts=1000, train_freq=256, gradient_steps=128)
+    assert longer.learning_rate_schedule.steps == sum(training_calls(longer)) > schedule.steps

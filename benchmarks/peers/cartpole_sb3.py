@@ -1,5 +1,6 @@
-"""DQN on CartPole-v1, rl-zoo3 hyperparameters, 50k env steps: `replaygpu demo cartpole` vs
-Stable-Baselines3, whole processes, alternating, one pair per seed.
+"""DQN on CartPole-v1, 50k env steps: `replaygpu demo cartpole` vs Stable-Baselines3 with the
+demo's hyperparameters (rl-zoo3's, learning rate decayed), whole processes, alternating, one pair
+per seed.
 
 For each seed (in this order, the other way round for the next seed, and so on): (a) ``python
 -m replaygpu demo cartpole --seed S`` in this interpreter's venv (the project's), timed from
@@ -14,7 +15,7 @@ SB3 / replaygpu and the ratio of each seed's pair. Targets (issue 23, as DESIGN.
     bash benchmarks/peers/setup.sh                      # once: the peers venv
     .venv/bin/python benchmarks/peers/cartpole_sb3.py   # seeds 0 1 2
     .venv/bin/python benchmarks/peers/cartpole_sb3.py --seeds 0
-    .venv/bin/python benchmarks/peers/cartpole_sb3.py --demo-flags=--no-double-q  # SB3's DQN
+    .venv/bin/python benchmarks/peers/cartpole_sb3.py --demo-flags=--double-q  # not SB3's DQN
 """
 
 from __future__ import annotations
@@ -71,8 +72,8 @@ def main() -> None:
     parser.add_argument(
         "--demo-flags",
         default="",
-        help="extra flags of `replaygpu demo cartpole`, e.g. --no-double-q (then both sides "
-        "train the same algorithm: rl-zoo3's SB3 DQN is not double DQN)",
+        help="extra flags of `replaygpu demo cartpole`, e.g. --double-q (then the two sides no "
+        "longer train the same algorithm: SB3's DQN is not double DQN)",
     )
     args = parser.parse_args()
     if not os.path.exists(PEERS_PYTHON):
