@@ -5,11 +5,14 @@ env: a frame table, the Nature CNN, prioritized frame stacks with 3-step returns
 its replay table over gRPC, trains the agent's update under a samples-per-insert rate
 limiter as the actors' transitions arrive, and publishes weights; ``replaygpu actor ADDRESS``
 learns the env, the policy and its exploration from it. With ``--checkpoint-dir`` it resumes
-from the newest checkpoint there, saves one every ``--checkpoint-every-s`` and a last one on
-SIGTERM or Ctrl-C. Once the run's ``--steps`` transitions arrived it tells the actors that
-the run is finished (they exit), trains out its replay budget, evaluates ``--eval-episodes``
-greedy episodes, and exits; a signal stops it at once. It writes TensorBoard scalars to
-``--logdir`` (default: the checkpoint folder) and logs progress every 10 s.
+from the newest checkpoint there (the episode count and recent returns included), saves one
+every ``--checkpoint-every-s`` and a last one on SIGTERM or Ctrl-C; acknowledged rows are safe
+as of the last checkpoint, or at once with ``--journal-dir`` (a learner killed with SIGKILL
+replays the journal over its checkpoint when it restarts). Once the run's ``--steps``
+transitions arrived it tells the actors that the run is finished (they exit), trains out its
+replay budget, evaluates ``--eval-episodes`` greedy episodes, and exits; a signal stops it at
+once. It writes TensorBoard scalars to ``--logdir`` (default: the checkpoint folder) and logs
+progress every 10 s.
 """
 
 from __future__ import annotations
