@@ -214,8 +214,9 @@ def run(args: argparse.Namespace) -> int:
     from replaygpu.agents.actor import run_actor, run_actor_process
 
     if args.ray:
-        from replaygpu.agents.ray_actors import import_ray
+        from replaygpu.agents.ray_actors import check_ray_options, import_ray
 
+        check_ray_options(args.ray_num_cpus, args.max_restarts)
         import_ray()  # a missing extra is said before the server is asked anything
         if args.processes is not None:
             raise rg.ConfigError(

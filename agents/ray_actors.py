@@ -256,6 +256,23 @@ class RayActorFleet:
             ) from None
 
 
+def check_ray_options(num_cpus_per_actor: float, max_restarts: int) -> None:
+    """`start_ray_actors`' checks of its Ray options (``replaygpu actor --ray`` makes them
+    before it asks the learner anything).
+
+    Raises:
+        ConfigError: ``num_cpus_per_actor`` <= 0, or ``max_restarts`` not an int >= -1.
+    """
+    if not num_cpus_per_actor > 0:
+        raise rg.ConfigError(
+            f"num_cpus_per_actor (--ray-num-cpus): got {num_cpus_per_actor}, expected > 0"
+        )
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < -1:
+        raise rg.ConfigError(
+            f"max_restarts (--max-restarts): got {max_restarts!r}, expected >= 0 (-1: no limit)"
+        )
+
+
 def start_ray_actors(
     address: str,
     config: ActorConfig,
@@ -290,13 +307,10 @@ def start_ray_actors(
         ConfigError: ray is not installed, an argument is out of range, the Ray cluster
             cannot be joined, or a local Ray instance has fewer CPUs than the actors reserve.
     """
+    check_ray_options(num_cpus_per_actor, max_restarts)
     ray = import_ray()
     if num_actors is not None:
         config = dataclasses.replace(config, num_actors=num_actors)
-    if not num_cpus_per_actor > 0:
-        raise rg.ConfigError(f"num_cpus_per_actor: got {num_cpus_per_actor}, expected > 0")
-    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < -1:
-        raise rg.ConfigError(f"max_restarts: got {max_restarts!r}, expected >= 0 (-1: no limit)")
     prefix = config.actor_id_prefix or f"{default_prefix()}-ray"
     configs = [
         dataclasses.replace(config, actor_index=i, actor_id_prefix=prefix)

@@ -199,6 +199,8 @@ ACTOR_BAD_VALUES = [
     (["--retry-deadline-s", "0"], "--retry-deadline-s: got 0.0, expected > 0"),
     (["--epsilon-base", "2"], "--epsilon-base: got 2.0, expected in [0, 1]"),
     (["--processes", "0"], "argument --processes: got '0', expected an integer >= 1"),
+    (["--ray", "--ray-num-cpus", "0"], "(--ray-num-cpus): got 0.0, expected > 0"),
+    (["--ray", "--max-restarts", "-2"], "(--max-restarts): got -2, expected >= 0 (-1: no limit)"),
 ]
 
 
