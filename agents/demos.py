@@ -35,6 +35,12 @@ class Demo:
     summary: str
     preset: dict[str, Any] = field(default_factory=dict)
     checkpoint_every_s: float = 60.0  # default of --checkpoint-every-s
+    # TensorFlow's threads per op (TF_NUM_INTRAOP_THREADS, unless the environment sets it);
+    # None: TF's default, one per core. 1 for the MLP demos: XLA's matmuls at their size run as
+    # fast on one thread (0.506 against 0.508 ms an SGD step on 2 cores), while the pool's other
+    # threads spin and take the core that acts (`demo cartpole` under load: 14.2 s against 17.6 s
+    # median, 14.7 s of CPU against 20; benchmarks/README.md)
+    intra_op_threads: int | None = None
 
     def load_config_class(self) -> type:
         """The config class (importing it imports no TensorFlow)."""
@@ -72,6 +78,7 @@ def _zoo_dqn(*row: Any) -> Demo:
         _DQN,
         f"double DQN on {preset['env_id']} (rl-zoo3 hyperparameters, updates batched per 64 steps)",
         preset,
+        intra_op_threads=1,
     )
 
 
@@ -80,6 +87,7 @@ DEMOS: dict[str, Demo] = {
         "replaygpu.agents.dqn",
         _DQN,
         "DQN on CartPole-v1 (rl-zoo3 hyperparameters, learning rate decayed to 1/100)",
+        intra_op_threads=1,
     ),
     # rl-zoo3's hyperparameters, in the order of _ZOO_COLUMNS
     "acrobot": _zoo_dqn("Acrobot-v1", 100_000, 6.3e-4, 50_000, 0, 0.99, 250, 64, 0.12, 0.1),
@@ -222,6 +230,9 @@ def run(args: argparse.Namespace) -> int:
     parser, config_cls = demo_parser(args.name)
     opts = parser.parse_args(args.options)
     config = config_from_args(config_cls, opts, parser)
+    threads = DEMOS[args.name].intra_op_threads
+    if threads is not None:  # read when TensorFlow starts its runtime
+        os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(threads))
     with imports_frozen():
         from replaygpu.agents.runs import RunControl
 

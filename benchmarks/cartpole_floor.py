@@ -37,8 +37,11 @@ RETURN = re.compile(r"greedy evaluation over \d+ episodes: mean return ([-\d.]+)
 
 def measure(double_q: bool) -> None:
     start = time.perf_counter()
-    from replaygpu.agents.demos import imports_frozen  # the demo's own import and exit
+    from replaygpu.agents.demos import DEMOS, imports_frozen  # the demo's own import and exit
 
+    threads = DEMOS["cartpole"].intra_op_threads  # the demo's TensorFlow threads, too
+    if threads is not None:
+        os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(threads))
     with imports_frozen():
         import numpy as np
 
