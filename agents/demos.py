@@ -69,10 +69,9 @@ _ZOO_COLUMNS = (
 
 def _zoo_dqn(*row: Any) -> Demo:
     """Double DQN with rl-zoo3's hyperparameters ``row`` (in `_ZOO_COLUMNS` order) and its
-    batch of 128, updates batched per 64 env steps (rl-zoo3 trains every 4 or 16), at a
-    constant learning rate (these demos were measured so; `demo cartpole` decays it)."""
+    batch of 128, updates batched per 64 env steps (rl-zoo3 trains every 4 or 16)."""
     preset = dict(zip(_ZOO_COLUMNS, row, strict=True), batch_size=128, train_freq=64)
-    preset.update(double_q=True, final_learning_rate=preset["learning_rate"])
+    preset.update(double_q=True)  # as these demos were measured; rl-zoo3's SB3 DQN is not double
     return Demo(
         "replaygpu.agents.dqn",
         _DQN,
@@ -86,7 +85,7 @@ DEMOS: dict[str, Demo] = {
     "cartpole": Demo(
         "replaygpu.agents.dqn",
         _DQN,
-        "DQN on CartPole-v1 (rl-zoo3 hyperparameters, learning rate decayed to 1/100)",
+        "DQN on CartPole-v1 (rl-zoo3 hyperparameters)",
         intra_op_threads=1,
     ),
     # rl-zoo3's hyperparameters, in the order of _ZOO_COLUMNS

@@ -15,10 +15,9 @@ from replaygpu.agents.schedules import DecayedLearningRate, LinearEpsilon, train
 
 @dataclass(frozen=True)
 class DQNConfig(LinearEpsilon, DecayedLearningRate):
-    """DQN hyperparameters; the defaults are rl-zoo3's tuned values for CartPole-v1 (SB3's DQN:
-    one-step targets, not double DQN), except that the learning rate decays linearly to
-    ``final_learning_rate`` over the run (`DecayedLearningRate`): with rl-zoo3's constant rate
-    the final greedy policy fell below 475 on 3 of seeds 0-5 (benchmarks/README.md)."""
+    """DQN hyperparameters; the defaults are rl-zoo3's tuned values for CartPole-v1, with its
+    algorithm (SB3's DQN: not double DQN) and its constant learning rate (``--final-learning-rate``
+    decays it, `DecayedLearningRate`)."""
 
     env_id: str = field(
         default="CartPole-v1", metadata=helptext("gymnasium env id (Discrete actions)")
@@ -28,10 +27,11 @@ class DQNConfig(LinearEpsilon, DecayedLearningRate):
     )
     steps: int = field(default=50_000, metadata=helptext(STEPS_HELP))
     learning_rate: float = field(default=2.3e-3, metadata=helptext("Adam step size at the start"))
-    final_learning_rate: float = field(
-        default=2.3e-5,
+    final_learning_rate: float | None = field(
+        default=None,
         metadata=helptext(
-            "Adam step size at the end, > 0: linear decay over the run's SGD steps, then constant"
+            "Adam step size at the end, > 0: linear decay over the run's SGD steps, then "
+            "constant; none: a constant learning_rate"
         ),
     )
     batch_size: int = field(default=64, metadata=helptext("minibatch size of each SGD step"))

@@ -32,15 +32,14 @@ class DecayedLearningRate:
     fields and a ``total_sgd_steps`` property (mixed into the configs): linear from
     ``learning_rate`` to ``final_learning_rate`` over the run's SGD steps, then constant.
 
-    With a constant rate, DQN's greedy policy on CartPole reached 500 and fell again late in
-    some runs; the decay lets the last updates settle (benchmarks/README.md). The floor is > 0,
-    so SGD steps past the end (a last call, a resumed run) still learn and no run trains at
-    rate 0; ``steps`` 0 (a run without an end) trains at the constant ``learning_rate``.
+    The floor is > 0, so SGD steps past the end (a last call, a resumed run) still learn and no
+    run trains at rate 0. ``final_learning_rate`` None, or ``steps`` 0 (a run without an end):
+    the constant ``learning_rate``.
     """
 
     steps: int
     learning_rate: float
-    final_learning_rate: float
+    final_learning_rate: float | None
 
     @property
     def total_sgd_steps(self) -> int:
@@ -48,7 +47,9 @@ class DecayedLearningRate:
         raise NotImplementedError
 
     def check_learning_rates(self) -> None:
-        """Raise `ConfigError` unless ``0 < final_learning_rate <= learning_rate``."""
+        """Raise `ConfigError` unless ``0 < final_learning_rate <= learning_rate`` (or None)."""
+        if self.final_learning_rate is None:
+            return
         if not 0.0 < self.final_learning_rate <= self.learning_rate:
             raise rg.ConfigError(
                 f"final_learning_rate: got {self.final_learning_rate}, expected in "
@@ -60,7 +61,7 @@ class DecayedLearningRate:
     def learning_rate_schedule(self) -> rg.LinearSchedule | float:
         """The step size (evaluated in the graph at every SGD step) or a constant one for a run
         without an end."""
-        if not self.steps:
+        if not self.steps or self.final_learning_rate is None:
             return self.learning_rate
         return rg.LinearSchedule(self.learning_rate, self.final_learning_rate, self.total_sgd_steps)
 

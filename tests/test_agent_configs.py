@@ -56,12 +56,14 @@ def test_learning_rate_floor_must_be_positive_and_at_most_the_start(config_cls):
 def test_dqn_learning_rate_decays_over_the_run_sgd_steps_and_follows_a_longer_run():
     from replaygpu.agents.schedules import training_calls
 
-    config = DQNConfig(steps=3000, learning_starts=1000, train_freq=256, gradient_steps=128)
+    assert DQNConfig().learning_rate_schedule == DQNConfig().learning_rate  # rl-zoo3: constant
+    sizes = dict(learning_starts=1000, train_freq=256, gradient_steps=128)
+    config = DQNConfig(steps=3000, final_learning_rate=2.3e-5, **sizes)
     # chunks end at 256, ..., 2816 and a last one of 184 steps at 3000 (92 SGD steps); those
     # ending past 1000 train
     assert training_calls(config) == [128] * 8 + [92]
     schedule = config.learning_rate_schedule
     assert schedule.steps == config.total_sgd_steps == 8 * 128 + 92
     assert (schedule.start, schedule.end) == (config.learning_rate, config.final_learning_rate)
-    longer = DQNConfig(steps=6000, learning_starts=1000, train_freq=256, gradient_steps=128)
+    longer = DQNConfig(steps=6000, final_learning_rate=2.3e-5, **sizes)
     assert longer.learning_rate_schedule.steps == sum(training_calls(longer)) > schedule.steps

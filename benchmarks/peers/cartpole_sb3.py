@@ -1,6 +1,5 @@
-"""DQN on CartPole-v1, 50k env steps: `replaygpu demo cartpole` vs Stable-Baselines3 with the
-demo's hyperparameters (rl-zoo3's, learning rate decayed), whole processes, alternating, one pair
-per seed.
+"""DQN on CartPole-v1, rl-zoo3 hyperparameters, 50k env steps: `replaygpu demo cartpole` vs
+Stable-Baselines3, whole processes, alternating, one pair per seed.
 
 For each seed (in this order, the other way round for the next seed, and so on): (a) ``python
 -m replaygpu demo cartpole --seed S`` in this interpreter's venv (the project's), timed from

@@ -1,5 +1,4 @@
-"""Stable-Baselines3 DQN on CartPole-v1 with `replaygpu demo cartpole`'s hyperparameters (rl-zoo3's,
-with the demo's learning-rate decay), then a greedy evaluation.
+"""Stable-Baselines3 DQN on CartPole-v1 with rl-zoo3's hyperparameters, then a greedy evaluation.
 
 Runs in the peers venv (``bash benchmarks/peers/setup.sh``), started by ``cartpole_sb3.py`` as a
 whole process, so its wall-clock counts the imports as the replaygpu demo's does. Prints one
@@ -17,7 +16,6 @@ import time
 import gymnasium as gym
 import numpy as np
 from stable_baselines3 import DQN
-from stable_baselines3.common.utils import LinearSchedule
 
 # rl-zoo3 hyperparams/dqn.yml, CartPole-v1 (n_timesteps 5e4).
 ZOO_CARTPOLE = {
@@ -35,10 +33,6 @@ ZOO_CARTPOLE = {
     "policy_kwargs": {"net_arch": [256, 256]},
 }
 STEPS = 50_000
-# `replaygpu demo cartpole` decays the learning rate linearly to 1/100 of it (DQNConfig's
-# final_learning_rate) over its SGD steps; SB3's schedules run over the env steps (they start
-# at learning_starts = 2% of the run, a 2% difference in the first rate).
-DEMO_LEARNING_RATE = LinearSchedule(2.3e-3, 2.3e-5, 1.0)
 
 
 def evaluate(model: DQN, episodes: int, seed: int) -> np.ndarray:
@@ -62,8 +56,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--episodes", type=int, default=20)
     args = parser.parse_args()
-    hyperparameters = {**ZOO_CARTPOLE, "learning_rate": DEMO_LEARNING_RATE}
-    model = DQN(env=gym.make("CartPole-v1"), seed=args.seed, device="cpu", **hyperparameters)
+    model = DQN(env=gym.make("CartPole-v1"), seed=args.seed, device="cpu", **ZOO_CARTPOLE)
     start = time.perf_counter()
     model.learn(total_timesteps=STEPS)
     train_s = time.perf_counter() - start
