@@ -115,6 +115,7 @@ class LearnerService:
                 ledger=self.ledger,
                 loop=self.loop,
                 run_stats=self.saved_stats,
+                optional=("run_stats",),  # checkpoints written before it was saved lack it
             )
         if self.restored:
             logger.info(

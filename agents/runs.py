@@ -34,7 +34,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -225,16 +225,19 @@ class RunControl:
 
     # -- checkpoints ----------------------------------------------------------------------------
 
-    def attach(self, **objects: Any) -> str | None:
+    def attach(self, optional: Collection[str] = (), **objects: Any) -> str | None:
         """Track ``objects`` (table=, sampler=, learner=, agent=, loop=, ledger=, ...) and
-        restore the newest checkpoint into them.
+        restore the newest checkpoint into them; those named in ``optional`` may be missing
+        from it (added to the checkpoint after it was written; see `rg.Checkpointer`).
 
         Returns:
             the checkpoint restored, or None (no folder, or no checkpoint in it yet).
         """
         if self.directory is None:
             return None
-        self._checkpointer = rg.Checkpointer(self.directory, max_to_keep=2, **objects)
+        self._checkpointer = rg.Checkpointer(
+            self.directory, max_to_keep=2, optional=optional, **objects
+        )
         restored = self._checkpointer.restore()
         self._schedule.restart()
         return restored

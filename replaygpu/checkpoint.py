@@ -21,13 +21,12 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import tensorflow as tf
-from tensorflow.core.protobuf import trackable_object_graph_pb2
 
-from replaygpu import checkpoint_files
+from replaygpu import checkpoint_files, checkpoint_graph
 from replaygpu.disk import describe_space
 from replaygpu.errors import (
     CheckpointCorruptError,
@@ -130,7 +129,14 @@ class Checkpointer:
         sampler: its sampler (the RNG state makes restored sampling exact).
         learner: the learner (step counter, rate-limiter counters).
         max_to_keep: how many checkpoints to keep on disk.
+        optional: names of objects (``"run_stats"``) a checkpoint may lack because it was
+            written before they existed: restoring one without them restores the others and
+            leaves these as they are (logged). Every other object must be in the checkpoint.
         **extra: more trackables: networks, optimizers, the service's sequence ledger, ...
+
+    Raises:
+        ConfigError: nothing to save, an ``optional`` name that is not one of the objects, or
+            a folder that is not writable.
 
     Example::
 
@@ -148,12 +154,25 @@ class Checkpointer:
         sampler: Any = None,
         learner: Any = None,
         max_to_keep: int = 3,
+        optional: Collection[str] = (),
         **extra: Any,
     ) -> None:
         named = {"table": table, "sampler": sampler, "learner": learner, **extra}
         self.objects = {k: v for k, v in named.items() if v is not None}
         if not self.objects:
             raise ConfigError("Checkpointer: nothing to save; pass table=, learner= or others")
+        if isinstance(optional, str):
+            raise ConfigError(
+                f"Checkpointer: optional={optional!r} is one string, expected a collection of "
+                f"object names; pass optional=({optional!r},)"
+            )
+        unknown = sorted(set(optional) - set(self.objects))
+        if unknown:
+            raise ConfigError(
+                f"Checkpointer: optional names {unknown}, expected names of the objects it "
+                f"saves {sorted(self.objects)}; name only objects passed to it (and not None)"
+            )
+        self.optional = frozenset(optional)
         self.directory = os.fspath(directory)
         check_writable(self.directory)  # now, not at the first save hours later
         self.table = table if table is not None else getattr(learner, "table", None)
@@ -279,9 +298,10 @@ class Checkpointer:
     def _restore(self, path: str) -> None:
         try:
             reader = tf.train.load_checkpoint(path)
-            if self.table is not None:
+            absent = sorted(self.optional - checkpoint_graph.saved_objects(reader))
+            if self.table is not None and self._table_prefix.split("/")[0] not in absent:
                 self._check_shards(self.table, path, reader)
-            mismatches = _mismatched_variables(self._checkpoint, reader)
+            mismatches = checkpoint_graph.mismatched_variables(self._checkpoint, reader)
         except _DAMAGED as err:
             raise CheckpointCorruptError(f"{path}: unreadable ({_reason(err)})") from err
         if mismatches:
@@ -297,13 +317,17 @@ class Checkpointer:
             {
                 id(v): v
                 for obj in self.objects.values()
-                for v in _variables_of(obj)
+                for v in checkpoint_graph.variables_of(obj)
                 if id(v) not in table_vars
             }.values()
         )
         snapshot = [tf.identity(v) for v in others]
+        # optional objects the checkpoint lacks are left out of the read: it checks the others
+        read = self._checkpoint
+        if absent:
+            read = tf.train.Checkpoint(**{k: v for k, v in self.objects.items() if k not in absent})
         try:
-            self._checkpoint.read(path).expect_partial().assert_existing_objects_matched()
+            read.read(path).expect_partial().assert_existing_objects_matched()
         except (ValueError, AssertionError, IndexError, tf.errors.OpError) as err:
             for var, old in zip(others, snapshot, strict=True):
                 var.assign(old)
@@ -313,13 +337,20 @@ class Checkpointer:
                 f"checkpoint {path} does not fit the objects it was restored into: {err}; "
                 "nothing was restored. Build the networks and table as in the saved run."
             ) from err
+        if absent:
+            self._checkpoint.save_counter.assign(read.save_counter)  # the next save's number
+            logger.info(
+                "checkpoint %s holds no %s (written before it existed): left as it was",
+                path,
+                ", ".join(absent),
+            )
         logger.info("restored checkpoint %s", path)
 
     def _check_shards(self, table: Table, path: str, reader: Any) -> None:
         """Each shard's fields against the checkpoint; a table restores only onto as many
         shards as it was saved from (a plain table is one)."""
         prefix = self._table_prefix
-        paths = _object_paths(self._checkpoint, table.shards)
+        paths = checkpoint_graph.object_paths(self._checkpoint, table.shards)
         pattern = re.compile(f"^{re.escape(prefix)}((?:[^/]+/)*?)storage/")
         keys = reader.get_variable_to_shape_map()
         saved = {m.group(1) for k in keys if (m := pattern.match(k))}
@@ -382,64 +413,3 @@ def _unescape(name: str) -> str:
     saved as ``'.S'`` and ``'.'`` as ``'..'``, so leaf path ``obs/image`` of a nested spec is
     key ``obs.Simage``."""
     return re.sub(r"\.(.)", lambda m: "/" if m.group(1) == "S" else m.group(1), name)
-
-
-def _mismatched_variables(root: Any, reader: Any) -> list[str]:
-    """Live variables whose saved value has another shape or dtype, as readable lines.
-
-    Walks the live object graph from ``root`` beside the saved one (by child name), the way a
-    restore matches them, so it finds every conflict before a restore writes anything.
-    """
-    graph = trackable_object_graph_pb2.TrackableObjectGraph()
-    graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
-    shapes = reader.get_variable_to_shape_map()
-    dtypes = reader.get_variable_to_dtype_map()
-    view = tf.train.TrackableView(root)
-    found: list[str] = []
-    seen: set[int] = set()
-    stack: list[tuple[Any, int, str]] = [(root, 0, "")]
-    while stack:
-        live, node_id, path = stack.pop()
-        if id(live) in seen:
-            continue
-        seen.add(id(live))
-        node = graph.nodes[node_id]
-        if isinstance(live, tf.Variable):
-            for attr in node.attributes:
-                key = attr.checkpoint_key
-                if attr.name != "VARIABLE_VALUE" or key not in shapes:
-                    continue
-                want = (live.shape.as_list(), live.dtype.name)
-                got = (list(shapes[key]), dtypes[key].name)
-                if want != got:
-                    found.append(f"'{path}': live {want}, saved {got}")
-        saved = {child.local_name: child.node_id for child in node.children}
-        for name, child in view.children(live).items():
-            if name in saved:
-                stack.append((child, saved[name], f"{path}/{name}" if path else name))
-    return sorted(found)
-
-
-def _object_paths(root: Any, targets: list[Any]) -> dict[int, str]:
-    """``{id(target): "its/checkpoint/path/"}`` for each of ``targets`` reachable from ``root``,
-    found by walking the checkpoint dependencies (so the keys follow the objects' layout)."""
-    view = tf.train.TrackableView(root)
-    wanted = {id(t) for t in targets}
-    found: dict[int, str] = {}
-    queue: list[tuple[Any, str]] = [(root, "")]
-    seen: set[int] = set()
-    while queue and len(found) < len(wanted):
-        obj, path = queue.pop(0)
-        if id(obj) in seen:
-            continue
-        seen.add(id(obj))
-        if id(obj) in wanted:
-            found[id(obj)] = path
-        for name, child in view.children(obj).items():
-            queue.append((child, f"{path}{name}/"))
-    return found
-
-
-def _variables_of(obj: Any) -> list[tf.Variable]:
-    """Every variable reachable from ``obj`` through checkpoint dependencies."""
-    return [v for v in tf.train.TrackableView(obj).descendants() if isinstance(v, tf.Variable)]

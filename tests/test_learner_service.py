@@ -331,27 +331,47 @@ def test_a_learner_with_a_journal_keeps_every_acked_row_through_kill_9(tmp_path)
     assert re.search(r"journal \S+: \d+ records read, 300 transitions not in", "".join(lines))
 
 
+#: a learner that only stores (100 rows per `served` call stay below learning_starts)
+STORING_APEX = ApexConfig(
+    steps=4000, learning_starts=2000, batch_size=32, steps_per_call=8, hidden_sizes=(16, 16)
+)
+
+
+def served(folder, returns: list[float], actor_id: str):
+    """A `LearnerService` over checkpoint ``folder`` takes 100 rows and the episodes of
+    ``returns`` from an actor, then closes with its final checkpoint; it and its Info's
+    learner_stats."""
+    run = RunControl(str(folder), 3600, "replaygpu.agents.learner", STORING_APEX)
+    service = LearnerService(STORING_APEX, run=run)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            actor = pool.submit(append_and_report, service.address, actor_id, 100, returns)
+            while not actor.done():  # the learner commits the appends in service.step
+                service.step(idle_wait_s=0.05)
+            actor.result()
+        return service, learner_info(service.address).learner_stats
+    finally:
+        service.close()
+
+
 def test_the_learners_episode_figures_continue_after_a_restart_from_its_checkpoint(tmp_path):
     """The episodes actors reported before a checkpoint still count after a restart from it:
     Info's learner_stats (what `replaygpu info` prints) goes on from them."""
-    config = ApexConfig(
-        steps=4000, learning_starts=2000, batch_size=32, steps_per_call=8, hidden_sizes=(16, 16)
-    )
-
-    def served(returns: list[float], actor_id: str):
-        run = RunControl(str(tmp_path / "ckpt"), 3600, "replaygpu.agents.learner", config)
-        service = LearnerService(config, run=run)
-        try:
-            with ThreadPoolExecutor(1) as pool:
-                actor = pool.submit(append_and_report, service.address, actor_id, 100, returns)
-                while not actor.done():  # the learner commits the appends in service.step
-                    service.step(idle_wait_s=0.05)
-                actor.result()
-            return learner_info(service.address).learner_stats
-        finally:
-            service.close()
-
-    first = served([1.0, 2.0, 3.0], "a")
+    _, first = served(tmp_path / "ckpt", [1.0, 2.0, 3.0], "a")
     assert (first.episodes, first.recent_episodes, first.mean_return) == (3, 3, 2.0)
-    again = served([10.0], "b")  # a new service from the checkpoint that close() wrote
+    _, again = served(tmp_path / "ckpt", [10.0], "b")  # from the checkpoint close() wrote
     assert (again.episodes, again.recent_episodes, again.mean_return) == (4, 4, 4.0)
+
+
+def test_a_learner_resumes_a_checkpoint_written_before_it_saved_its_episode_figures(tmp_path):
+    """A run checkpointed by a learner from before the episode figures were saved (no
+    ``run_stats`` in it) resumes its table, ledger and counters; its figures start afresh."""
+    service, _ = served(tmp_path / "ckpt", [1.0, 2.0, 3.0], "a")
+    objects = ("table", "sampler", "learner", "agent", "ledger", "loop")  # what it saved then
+    before = rg.Checkpointer(tmp_path / "ckpt", **{k: getattr(service, k) for k in objects})
+    older = before.save()  # the newest checkpoint, as that learner wrote it
+
+    resumed, again = served(tmp_path / "ckpt", [10.0], "b")
+    assert resumed.restored == older
+    assert resumed.table.total_inserted == 200 and resumed.ledger.last("a") > 0
+    assert (again.episodes, again.mean_return) == (1, 10.0)

@@ -1,0 +1,87 @@
+"""A checkpoint's saved object graph beside the live objects, read without restoring anything:
+what `replaygpu.Checkpointer` checks before a restore writes a single variable.
+
+A TensorFlow checkpoint names each value by its path of child names from the root
+(``learner/table/storage/x/.ATTRIBUTES/VARIABLE_VALUE``) and keeps the graph of those names in
+``_CHECKPOINTABLE_OBJECT_GRAPH``; a restore matches live objects to saved ones by walking both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+
+def saved_graph(reader: Any) -> trackable_object_graph_pb2.TrackableObjectGraph:
+    """The object graph of the checkpoint ``reader`` reads (`tf.train.load_checkpoint`)."""
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+    return graph
+
+
+def saved_objects(reader: Any) -> set[str]:
+    """The names of the objects the checkpoint holds at its root (``table``, ``learner``, ...,
+    and ``save_counter``)."""
+    return {child.local_name for child in saved_graph(reader).nodes[0].children}
+
+
+def mismatched_variables(root: Any, reader: Any) -> list[str]:
+    """Live variables whose saved value has another shape or dtype, as readable lines.
+
+    Walks the live object graph from ``root`` beside the saved one (by child name), the way a
+    restore matches them, so it finds every conflict before a restore writes anything.
+    """
+    graph = saved_graph(reader)
+    shapes = reader.get_variable_to_shape_map()
+    dtypes = reader.get_variable_to_dtype_map()
+    view = tf.train.TrackableView(root)
+    found: list[str] = []
+    seen: set[int] = set()
+    stack: list[tuple[Any, int, str]] = [(root, 0, "")]
+    while stack:
+        live, node_id, path = stack.pop()
+        if id(live) in seen:
+            continue
+        seen.add(id(live))
+        node = graph.nodes[node_id]
+        if isinstance(live, tf.Variable):
+            for attr in node.attributes:
+                key = attr.checkpoint_key
+                if attr.name != "VARIABLE_VALUE" or key not in shapes:
+                    continue
+                want = (live.shape.as_list(), live.dtype.name)
+                got = (list(shapes[key]), dtypes[key].name)
+                if want != got:
+                    found.append(f"'{path}': live {want}, saved {got}")
+        saved = {child.local_name: child.node_id for child in node.children}
+        for name, child in view.children(live).items():
+            if name in saved:
+                stack.append((child, saved[name], f"{path}/{name}" if path else name))
+    return sorted(found)
+
+
+def object_paths(root: Any, targets: list[Any]) -> dict[int, str]:
+    """``{id(target): "its/checkpoint/path/"}`` for each of ``targets`` reachable from ``root``,
+    found by walking the checkpoint dependencies (so the keys follow the objects' layout)."""
+    view = tf.train.TrackableView(root)
+    wanted = {id(t) for t in targets}
+    found: dict[int, str] = {}
+    queue: list[tuple[Any, str]] = [(root, "")]
+    seen: set[int] = set()
+    while queue and len(found) < len(wanted):
+        obj, path = queue.pop(0)
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if id(obj) in wanted:
+            found[id(obj)] = path
+        for name, child in view.children(obj).items():
+            queue.append((child, f"{path}{name}/"))
+    return found
+
+
+def variables_of(obj: Any) -> list[tf.Variable]:
+    """Every variable reachable from ``obj`` through checkpoint dependencies."""
+    return [v for v in tf.train.TrackableView(obj).descendants() if isinstance(v, tf.Variable)]
