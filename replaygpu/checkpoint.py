@@ -4,7 +4,8 @@ Built on `tf.train.Checkpoint` and `tf.train.CheckpointManager`. A restore is al
 before anything is read, every live variable is matched to its saved value through the saved
 object graph and their shapes and dtypes are compared (the table's fields and capacity get a
 message of their own); and every variable but the large table storage is snapshotted and put
-back should the read still fail part way.
+back should the read still fail part way. Only the objects named ``optional`` may be missing
+from a checkpoint (one written before they were added to it): they keep their state.
 
 Storage faults: each save is fsynced and sealed with a checksum manifest (`checkpoint_files`);
 a save that fails (a full disk, a permission) raises `CheckpointSaveError` and leaves nothing
