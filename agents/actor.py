@@ -414,6 +414,13 @@ def run_actor_process(config: ActorConfig, address: str, stop=None, reports=None
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops actors through ``stop``
+    if stop is not None:  # SIGTERM (sent to the whole process group): stop, flushing, as the
+        # parent does; `stop.set` in a thread, as the handler may interrupt `stop.is_set` while
+        # it holds the event's lock
+        def on_sigterm(*_: object) -> None:
+            threading.Thread(target=stop.set, daemon=True).start()
+
+        signal.signal(signal.SIGTERM, on_sigterm)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(processName)s %(name)s: %(message)s"
     )

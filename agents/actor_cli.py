@@ -271,8 +271,8 @@ def run(args: argparse.Namespace) -> int:
         for p in procs:
             p.join(30)
             if p.is_alive():
-                logger.warning("actor process %s did not stop; terminating it", p.name)
-                p.terminate()
+                logger.warning("actor process %s did not stop; killing it", p.name)
+                p.kill()  # SIGTERM only asks it to stop
                 p.join()
         signal.signal(signal.SIGTERM, previous)
     failed = [f"{p.name} (exit {p.exitcode})" for p in procs if p.exitcode not in (0, None)]

@@ -146,7 +146,7 @@ class ActorFleet:
     def stop(self, commit: Callable[[], object]) -> None:
         """Stop the actors: they flush what they collected while ``commit`` (called every
         50 ms) commits it, so their acks come and they exit; the ones still running after
-        30 s are terminated. Then read the last reports."""
+        30 s are killed. Then read the last reports."""
         self._stop.set()
         deadline = time.monotonic() + _STOP_S
         while any(p.is_alive() for p in self.processes) and time.monotonic() < deadline:
@@ -154,7 +154,7 @@ class ActorFleet:
             time.sleep(0.05)
         for proc in (p for p in self.processes if p.pid is not None):
             if proc.is_alive():
-                proc.terminate()
+                proc.kill()  # SIGTERM only asks it to stop
             proc.join()
         self.drain()
         self._reports.close()

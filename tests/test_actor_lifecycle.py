@@ -5,7 +5,9 @@ when it ends, and logs its progress."""
 
 import contextlib
 import logging
+import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -336,3 +338,25 @@ def test_a_learner_run_ends_its_actor_command_and_counts_their_episodes(tmp_path
     sent = sum(int(n) for n in re.findall(r"actor \d: \d+ env steps .*?, (\d+) episodes", log))
     counted = re.findall(r"of (\d+) episodes\)", (tmp_path / "learner.log").read_text())
     assert counted and 0.25 * sent <= int(counted[-1]) <= sent, (sent, counted)
+
+
+def test_sigterm_to_the_whole_process_group_stops_the_actors_cleanly(tmp_path):
+    """SIGTERM to the actor command's whole process group (`timeout`, `kill -- -PGID`,
+    systemd's default KillMode) reaches the actor processes too: they flush what they
+    collected and exit 0, as on Ctrl-C, and the command exits 0."""
+    table = cartpole_table()
+    with rg.serve(table) as server:
+        cmd = actor_command(server.address, "--env", "CartPole-v1", "--num-actors", "2")
+        with open(tmp_path / "actors.log", "w") as log:
+            proc = subprocess.Popen(cmd, stderr=log, start_new_session=True)
+        try:
+            wait_until(lambda: table.total_inserted >= 2_000, what="rows from both actors")
+            os.killpg(proc.pid, signal.SIGTERM)
+            rc = proc.wait(60)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        text = (tmp_path / "actors.log").read_text()
+        assert rc == 0, text[-3000:]
+        assert "failed" not in text and len(re.findall(r"actor \d: \d+ env steps in", text)) == 2
+        assert settled(table)
