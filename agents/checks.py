@@ -36,6 +36,21 @@ def require_widths(config: Any, name: str = "hidden_sizes") -> None:
     require(config, [name], lambda v: bool(v) and min(v) >= 1, "positive widths like 256,256")
 
 
+def require_env_id(env_id: str) -> None:
+    """``env_id`` is a registered gymnasium id (``masked_envs``' included); an ``ALE/...`` id
+    is left to `atari.check_env`, which says which extra to install when ale-py is missing.
+    Needs no TensorFlow, so a CLI says it before importing it."""
+    import gymnasium as gym
+
+    import replaygpu.agents.masked_envs  # noqa: F401  (registers its ids)
+
+    if not env_id.startswith("ALE/") and env_id not in gym.registry:
+        raise rg.ConfigError(
+            f"env_id: got {env_id!r}, which gymnasium does not know; expected a registered id "
+            "such as 'CartPole-v1' (see gymnasium.pprint_registry())"
+        )
+
+
 #: the help of the ``steps`` field of a config that `require_vector_loop` checks
 STEPS_HELP = (
     "env steps to train for, exactly (the last chunk is shorter, with SGD steps in proportion); "

@@ -21,6 +21,7 @@ import numpy as np
 
 import replaygpu as rg
 from replaygpu.agents.atari_wrappers import FireToLaunch
+from replaygpu.agents.checks import require_env_id
 from replaygpu.agents.masked_envs import CARTPOLE_NO_VELOCITY as CARTPOLE_NO_VELOCITY
 
 #: policy for evaluation and acting: ``[B, *obs_shape] observations -> [B, ...] actions``.
@@ -35,11 +36,7 @@ def make_vector_env(env_id: str, num_envs: int, seed: int) -> gym.vector.VectorE
     """
     if num_envs < 1:
         raise rg.ConfigError(f"num_envs: got {num_envs}, expected >= 1")
-    if env_id not in gym.registry:
-        raise rg.ConfigError(
-            f"env id: got {env_id!r}, which gymnasium does not know; expected a registered id "
-            "such as 'CartPole-v1' (see gymnasium.pprint_registry())"
-        )
+    require_env_id(env_id)
     if num_envs == 1:
         env: gym.vector.VectorEnv = OneEnv(gym.make(env_id))
     else:

@@ -177,9 +177,14 @@ def config_from_args(
     Raises:
         ConfigError: a value the config refuses, without ``parser``.
     """
+    from replaygpu.agents.checks import require_env_id
+
     names = [f.name for f in dataclasses.fields(config_cls)]
     try:
-        return config_cls(**{n: getattr(args, n) for n in names})
+        config = config_cls(**{n: getattr(args, n) for n in names})
+        if "env_id" in names:  # before TensorFlow, which making the agent's env comes after
+            require_env_id(config.env_id)
+        return config
     except ValueError as err:  # rg.ConfigError is one
         message = flag_message(err, names)
         if parser is not None:

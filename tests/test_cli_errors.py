@@ -164,6 +164,8 @@ BAD_FLAGS = [
     (["serve", "--env", "CartPole-v1", "--capacity", "0"], "argument --capacity: got '0'"),
     (["serve", "--capacity", "10"], "one of the arguments --env --spec is required"),
     (["serve", "--env", "CartPole-v1", "--journal-dir", "j"], "--journal-dir='j' needs --checkp"),
+    (["learner", "--agent", "dqn", "--env", "NoSuch-v9"], "--env-id: got 'NoSuch-v9', which gy"),
+    (["demo", "cartpole", "--env-id", "NoSuch-v0"], "--env-id: got 'NoSuch-v0', which gymnas"),
     (["info"], "the following arguments are required: address"),
     (["health", "127.0.0.1:1", "--timeout", "soon"], "argument --timeout: invalid float value"),
     (["actor"], "the following arguments are required: address"),
