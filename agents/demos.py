@@ -284,7 +284,8 @@ def run(args: argparse.Namespace) -> int:
     )
     print(
         f"greedy evaluation over {len(returns)} episodes: mean return {returns.mean():.1f} "
-        f"(std {returns.std():.1f}, min {returns.min():.1f}, max {returns.max():.1f})"
+        f"(std {returns.std():.1f}, min {returns.min():.1f}, max {returns.max():.1f}) of "
+        f"{result.evaluated}"
     )
     print(f"TensorBoard: tensorboard --logdir {run_dir}")
     print(f"learning curve: {curve}")
@@ -351,13 +352,17 @@ def run_eval(args: argparse.Namespace) -> int:
     agent = module.make_agent(config, env)
     env.close()
     tf.train.Checkpoint(agent=agent).read(latest).expect_partial().assert_existing_objects_matched()
+    evaluated = "the final weights"
     if hasattr(module, "evaluate_agent"):  # its own env wrappers (Atari preprocessing)
         returns = module.evaluate_agent(config, agent, args.episodes, seed=args.seed)
     else:
-        returns = evaluate(module.greedy_policy(agent), config.env_id, args.episodes, args.seed)
+        policy = module.greedy_policy(agent)
+        if hasattr(module, "kept_policy"):  # the weights the run handed back (keep_best)
+            policy, evaluated = module.kept_policy(config, agent, latest) or (policy, evaluated)
+        returns = evaluate(policy, config.env_id, args.episodes, args.seed)
     print(
         f"{latest}: greedy evaluation on {config.env_id} over {len(returns)} episodes: mean "
         f"return {returns.mean():.1f} (std {returns.std():.1f}, min {returns.min():.1f}, "
-        f"max {returns.max():.1f})"
+        f"max {returns.max():.1f}) of {evaluated}"
     )
     return 0

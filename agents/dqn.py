@@ -10,7 +10,9 @@ steps the loop hands the chunk of new transitions to one training job: append it
 XLA-compiled graph execution), sync the target network and read the new weights. The jobs run
 on a background thread while the next chunk is acted (``overlap_training``), one after the
 other with nothing in between, so acting (Python, one core) and training (the graph, without
-the GIL) overlap (`training_jobs.TrainingJobs`).
+the GIL) overlap (`training_jobs.TrainingJobs`). Every ``eval_every`` env steps the acting
+thread plays greedy episodes with the acting weights (the trainer meanwhile runs its call) and
+keeps the best weights (``keep_best``, `best_policy`).
 """
 
 from __future__ import annotations
@@ -25,11 +27,18 @@ import tensorflow as tf
 
 import replaygpu as rg
 from replaygpu.agents import runs
+from replaygpu.agents.best_policy import PERIODIC_EVAL_SEED, BestPolicy, evaluation_due
 from replaygpu.agents.dqn_config import DQNConfig as DQNConfig
 from replaygpu.agents.envs import ChunkCollector, evaluate, make_vector_env
 from replaygpu.agents.networks import MLP, Adam, Schedule, copy_weights
 from replaygpu.agents.policies import epsilon_greedy_actions, greedy_q_policy
-from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult, TrainTimer
+from replaygpu.agents.progress import (
+    PERIODIC_EVAL,
+    NullRecorder,
+    Recorder,
+    TrainResult,
+    TrainTimer,
+)
 from replaygpu.agents.runs import RunControl
 from replaygpu.agents.schedules import next_chunk
 from replaygpu.agents.training_jobs import TrainingJobs
@@ -201,6 +210,19 @@ def greedy_policy(agent: DQN) -> Callable[[np.ndarray], np.ndarray]:
     return greedy_q_policy(agent.q.numpy_weights())
 
 
+def kept_policy(
+    config: DQNConfig, agent: DQN, checkpoint: str
+) -> tuple[Callable[[np.ndarray], np.ndarray], str] | None:
+    """The greedy policy of the weights a run handed back (``keep_best``), read from
+    ``checkpoint``, and what they are; None where the run kept none (``keep_best`` off, or a
+    checkpoint written before it existed)."""
+    if not config.keep_best:
+        return None
+    best = BestPolicy(agent.q.numpy_weights())
+    tf.train.Checkpoint(best_policy=best).read(checkpoint).expect_partial()
+    return (greedy_q_policy(best.numpy_weights()), best.describe()) if best.found else None
+
+
 def fused_learner(table: rg.ReplayTable, sampler: Any, agent: Any, config: Any) -> rg.Learner:
     """The `rg.Learner` of a demo agent (DQN, R2D2): ``agent.update`` on ``config.batch_size``
     rows, compiled with XLA when ``config.jit_compile``; no autograph (the update has no Python
@@ -219,7 +241,9 @@ def train(
     config: DQNConfig, recorder: Recorder | None = None, run: RunControl | None = None
 ) -> TrainResult:
     """Train DQN on ``config.env_id`` for ``config.steps`` env steps, then evaluate the greedy
-    policy. A ``run`` resumes the run from its folder and checkpoints it (`runs.RunControl`);
+    policy of the weights it hands back: with ``keep_best``, those of the best greedy evaluation
+    every ``eval_every`` env steps and of the final weights (`best_policy.BestPolicy`), else the
+    final weights. A ``run`` resumes the run from its folder and checkpoints it (`runs.RunControl`);
     stopped by a signal, the result has ``stopped`` set and no evaluation.
 
     Raises:
@@ -246,13 +270,18 @@ def train(
     learner = fused_learner(table, sampler, agent, config)
     rng = np.random.default_rng(config.seed)
     loop = runs.LoopState()
+    # the weights handed back (keep_best); a run checkpointed before it existed resumes
+    best = BestPolicy(agent.q.numpy_weights()) if config.keep_best else None
+    kept = {} if best is None else {"best_policy": best}
     env_steps, last_sync = runs.resume(
-        run, loop, rng, learner, table=table, sampler=sampler, agent=agent
+        run, loop, rng, learner, tuple(kept), table=table, sampler=sampler, agent=agent, **kept
     )
     acting = ChunkCollector(
         env, rg.host_spec(spec), config.train_freq, recorder.episode, config.seed, env_steps
     )
-    act_greedy = greedy_q_policy(agent.q.numpy_weights())
+    act_weights = agent.q.numpy_weights()
+    act_greedy = greedy_q_policy(act_weights)
+    acted_since = env_steps  # the env step whose training call gave act_weights
     sgd_steps = int(learner.steps.numpy())
     # With overlap_training the training jobs run on a background thread, in order, while the
     # next chunk is acted. Only the jobs touch the table, the networks and the learner's
@@ -274,16 +303,29 @@ def train(
 
     def finish_oldest() -> None:
         """Wait for the oldest job; act with its weights from now on; record its metrics."""
-        nonlocal act_greedy, sgd_steps
-        (metrics, weights), at_steps = jobs.finish_oldest()
+        nonlocal act_weights, act_greedy, acted_since, sgd_steps
+        (metrics, act_weights), at_steps = jobs.finish_oldest()
+        acted_since = at_steps
         sgd_steps += int(metrics.pop("steps"))
-        act_greedy = greedy_q_policy(weights)
+        act_greedy = greedy_q_policy(act_weights)
         metrics["charts/epsilon"] = config.epsilon(at_steps)
         recorder.metrics(at_steps, metrics)
 
     def finish_all() -> None:
         while jobs.pending:
             finish_oldest()
+
+    def evaluate_while_training(at_steps: int) -> None:
+        """Greedy episodes of the acting weights (the same seeds each time); the best kept."""
+        returns = evaluate(
+            act_greedy,
+            config.env_id,
+            config.periodic_eval_episodes,
+            config.seed + PERIODIC_EVAL_SEED,
+        )
+        recorder.metrics(at_steps, {PERIODIC_EVAL: float(returns.mean())})
+        if best is not None:
+            best.consider(acted_since, returns, act_weights)
 
     timer = TrainTimer(env_steps)
     try:
@@ -308,6 +350,12 @@ def train(
                     finish_oldest()
             recorder.progress(env_steps, sgd_steps, acting.recent_return)
             final = env_steps >= config.steps
+            if final:
+                finish_all()  # the final weights are evaluated too
+            if evaluation_due(config.eval_every, env_steps - size, env_steps) or (
+                final and best is not None
+            ):
+                evaluate_while_training(env_steps)
             if runs.checkpoint_when_due(
                 run, loop, env_steps, last_sync, rng, final=final, settle=finish_all
             ):
@@ -316,10 +364,14 @@ def train(
     finally:
         jobs.close()
     acting.close()
+    evaluated = "the final weights"
+    if best is not None and best.found:
+        act_greedy, evaluated = greedy_q_policy(best.numpy_weights()), best.describe()
     return timer.finish(
         runs.stopped_early(run, env_steps, config.steps),
         lambda: evaluate(act_greedy, config.env_id, config.eval_episodes, config.seed + 10_000),
         env_steps,
         sgd_steps,
         recorder,
+        evaluated,
     )

@@ -8,7 +8,12 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import replaygpu as rg
-from replaygpu.agents.checks import STEPS_HELP, require_unit_interval, require_vector_loop
+from replaygpu.agents.checks import (
+    STEPS_HELP,
+    require,
+    require_unit_interval,
+    require_vector_loop,
+)
 from replaygpu.agents.flags import helptext
 from replaygpu.agents.schedules import DecayedLearningRate, LinearEpsilon, training_calls
 
@@ -59,6 +64,24 @@ class DQNConfig(LinearEpsilon, DecayedLearningRate):
     )
     num_envs: int = field(default=1, metadata=helptext("envs stepped together (one policy call)"))
     eval_episodes: int = field(default=20, metadata=helptext("greedy evaluation episodes"))
+    eval_every: int = field(
+        default=5000,
+        metadata=helptext(
+            "env steps between greedy evaluations while training (TensorBoard "
+            "eval/periodic_return); 0: none"
+        ),
+    )
+    periodic_eval_episodes: int = field(
+        default=10, metadata=helptext("episodes of each evaluation while training (same seeds)")
+    )
+    keep_best: bool = field(
+        default=True,
+        metadata=helptext(
+            "hand back the weights of the best evaluation while training, the final weights "
+            "included (rl-zoo3's best model): the run's evaluation and replaygpu eval play "
+            "them; no: the final weights"
+        ),
+    )
     jit_compile: bool = field(default=True, metadata=helptext("compile the SGD loop with XLA"))
     overlap_training: bool = field(
         default=True,
@@ -80,7 +103,8 @@ class DQNConfig(LinearEpsilon, DecayedLearningRate):
     )
 
     def __post_init__(self) -> None:
-        require_vector_loop(self, "target_update_interval")
+        require_vector_loop(self, "target_update_interval", "periodic_eval_episodes")
+        require(self, ["eval_every"], lambda v: v >= 0, ">= 0 (0: no evaluation while training)")
         self.check_learning_rates()
         require_unit_interval(self, "exploration_initial_eps", "exploration_final_eps")
         if not 0.0 < self.exploration_fraction <= 1.0:

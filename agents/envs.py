@@ -308,38 +308,55 @@ def evaluate(
     seed: int,
     on_reset: Callable[[], None] | None = None,
 ) -> np.ndarray:
-    """Returns of ``episodes`` full episodes of ``policy`` (one env, seeds ``seed + i``).
+    """Returns of ``episodes`` full episodes of ``policy``, seeded ``seed + i``.
 
-    ``on_reset`` is called as each episode starts (a recurrent policy resets its state).
+    The episodes run side by side, one env each, with one policy call per step for the
+    episodes still running (20 CartPole episodes: 500 calls, not 10,000). With ``on_reset``
+    (a recurrent policy, whose state is one episode's) they run one after the other and
+    ``on_reset`` is called as each starts.
 
     Returns:
         ``[episodes]`` float64 undiscounted returns.
     """
-    env = gym.make(env_id)
-    returns = np.zeros(episodes, np.float64)
+    if on_reset is None:
+        return _play(policy, env_id, [seed + ep for ep in range(episodes)])
+    returns = []
+    for ep in range(episodes):
+        on_reset()
+        returns.append(_play(policy, env_id, [seed + ep]))
+    return np.concatenate(returns) if returns else np.zeros(0, np.float64)
+
+
+def _play(policy: Policy, env_id: str, seeds: list[int]) -> np.ndarray:
+    """One episode per seed, in lock-step: the returns (``[len(seeds)]`` float64)."""
+    envs = [gym.make(env_id) for _ in seeds]
+    returns = np.zeros(len(seeds), np.float64)
     try:
-        for ep in range(episodes):
-            obs, _ = env.reset(seed=seed + ep)
-            if on_reset is not None:
-                on_reset()
-            done = False
-            while not done:
-                action = policy(_one_row(obs))[0]
-                obs, reward, terminated, truncated, _ = env.step(action)
-                returns[ep] += float(reward)
-                done = terminated or truncated
+        obs = [env.reset(seed=s)[0] for env, s in zip(envs, seeds, strict=True)]
+        running = list(range(len(envs)))
+        while running:
+            actions = policy(_stack([obs[i] for i in running]))
+            still = []
+            for i, action in zip(running, actions, strict=True):
+                obs[i], reward, terminated, truncated, _ = envs[i].step(action)
+                returns[i] += float(reward)
+                if not (terminated or truncated):
+                    still.append(i)
+            running = still
     finally:
-        env.close()
+        for env in envs:
+            env.close()
     return returns
 
 
-def _one_row(obs: Any) -> Any:
-    """One observation as a batch of one (``[1, ...]``; nests leaf by leaf)."""
-    if isinstance(obs, Mapping):
-        return {k: _one_row(v) for k, v in obs.items()}
-    if isinstance(obs, tuple):
-        return tuple(_one_row(v) for v in obs)
-    return np.asarray(obs)[None]
+def _stack(rows: list[Any]) -> Any:
+    """Observations as one batch (``[B, ...]``; nests leaf by leaf)."""
+    first = rows[0]
+    if isinstance(first, Mapping):
+        return {k: _stack([r[k] for r in rows]) for k in first}
+    if isinstance(first, tuple):
+        return tuple(_stack([r[i] for r in rows]) for i in range(len(first)))
+    return np.stack([np.asarray(r) for r in rows])
 
 
 def make_atari_env(

@@ -11,7 +11,7 @@ import math
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -19,6 +19,8 @@ import numpy as np
 import tensorflow as tf
 
 CURVE_FILE = "learning_curve.png"
+#: the TensorBoard tag of the greedy evaluations while training (mean return)
+PERIODIC_EVAL = "eval/periodic_return"
 
 
 class ScalarEvents:
@@ -90,6 +92,7 @@ class TrainResult:
     compile_seconds: float  # the first Learner.train call: tracing and XLA compilation
     episodes: int
     stopped: bool = False  # stopped early by SIGTERM / Ctrl-C (checkpointed; not evaluated)
+    evaluated: str = "the final weights"  # whose greedy returns eval_returns are
 
 
 class TrainTimer:
@@ -137,6 +140,7 @@ class TrainTimer:
         train_seconds: float,
         recorder: object,
         stopped: bool,
+        evaluated: str = "the final weights",
     ) -> TrainResult:
         """The `TrainResult` of a single-process training loop timed by this timer (episodes
         counted from ``recorder.episodes`` when it keeps them)."""
@@ -151,6 +155,7 @@ class TrainTimer:
             compile_seconds=self.compile_seconds,
             episodes=len(getattr(recorder, "episodes", [])),
             stopped=stopped,
+            evaluated=evaluated,
         )
 
     def finish(
@@ -160,6 +165,7 @@ class TrainTimer:
         env_steps: int,
         sgd_steps: int,
         recorder: object,
+        evaluated: str = "the final weights",
     ) -> TrainResult:
         """The `TrainResult` of a loop that ends now: its seconds since the timer was made,
         then the returns of ``evaluate()``, skipped (no returns) when the run ``stopped`` early
@@ -168,7 +174,9 @@ class TrainTimer:
         train_seconds = time.perf_counter() - self.started
         idle = env_steps == self.start_env_steps and self.calls == 0
         returns = np.zeros(0) if stopped or idle else evaluate()
-        return self.result(returns, env_steps, sgd_steps, train_seconds, recorder, stopped)
+        return self.result(
+            returns, env_steps, sgd_steps, train_seconds, recorder, stopped, evaluated
+        )
 
 
 class Recorder(Protocol):
@@ -260,10 +268,13 @@ class RunRecorder(NullRecorder):
         )
         self._start = time.perf_counter()
         self._last = (self._start, *start)
+        self.evaluations: list[tuple[int, float]] = []  # (env step, mean) while training
 
     def metrics(self, step: int, values: Mapping[str, float]) -> None:
         super().metrics(step, values)
         self.tensorboard.metrics(step, values)
+        if PERIODIC_EVAL in values:
+            self.evaluations.append((step, values[PERIODIC_EVAL]))
 
     def episode(self, step: int, episodic_return: float, length: int) -> None:
         super().episode(step, episodic_return, length)
@@ -296,6 +307,7 @@ class RunRecorder(NullRecorder):
             self.title,
             eval_returns,
             eval_step,
+            self.evaluations,
         )
 
 
@@ -305,8 +317,10 @@ def save_learning_curve(
     title: str,
     eval_returns: np.ndarray | None = None,
     eval_step: int | None = None,
+    evaluations: Sequence[tuple[int, float]] = (),
 ) -> str:
-    """Plot episodic return over env steps (raw and a moving average) to a PNG at ``path``."""
+    """Plot episodic return over env steps (raw and a moving average), the greedy evaluations
+    while training (``(env step, mean return)``) and the final one to a PNG at ``path``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -320,6 +334,15 @@ def save_learning_curve(
         window = min(20, len(returns))
         smooth = np.convolve(returns, np.ones(window) / window, mode="valid")
         ax.plot(steps[window - 1 :], smooth, label=f"moving average ({window})")
+    if evaluations:
+        ax.plot(
+            [s for s, _ in evaluations],
+            [m for _, m in evaluations],
+            "s-",
+            markersize=3,
+            color="tab:green",
+            label="greedy evaluations while training",
+        )
     if eval_returns is not None and eval_step is not None:
         ax.errorbar(
             [eval_step],

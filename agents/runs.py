@@ -53,6 +53,9 @@ BUDGET_FIELDS = frozenset({"steps"})
 RESUMABLE_FIELDS = frozenset(
     {
         "eval_episodes",
+        "eval_every",  # evaluations while training: what is learned does not depend on them
+        "periodic_eval_episodes",
+        "keep_best",
         "device",
         "devices",  # a checkpoint restores onto as many devices only (a clear error if not)
         "jit_compile",
@@ -112,16 +115,18 @@ def resume(
     loop: LoopState,
     rng: np.random.Generator,
     learner: Any,
+    optional: Collection[str] = (),
     **objects: Any,
 ) -> tuple[int, int]:
     """Track ``learner``, ``loop`` and ``objects`` (table=, sampler=, agent=) in ``run`` and
-    restore its newest checkpoint into them, the exploration ``rng`` included.
+    restore its newest checkpoint into them, the exploration ``rng`` included; those named in
+    ``optional`` may be missing from it (`RunControl.attach`).
 
     Returns:
         ``(env_steps, last_sync)`` of the restored loop; ``(0, 0)`` without a run or a
         checkpoint.
     """
-    if run is None or not run.attach(learner=learner, loop=loop, **objects):
+    if run is None or not run.attach(optional, learner=learner, loop=loop, **objects):
         return 0, 0
     env_steps, last_sync = int(loop.env_steps.numpy()), int(loop.last_sync.numpy())
     loop.restore_rng(rng)

@@ -1,0 +1,169 @@
+"""A DQN run hands back the weights of its best greedy evaluation while training (keep_best):
+the evaluations, the choice, the checkpoint that keeps it, `replaygpu eval` and resuming a run
+checkpointed before it existed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import replaygpu as rg
+from replaygpu.agents import dqn
+from replaygpu.agents.best_policy import BestPolicy, evaluation_due
+from replaygpu.agents.envs import evaluate
+from replaygpu.agents.progress import NullRecorder
+from replaygpu.agents.runs import RUN_FILE, RunControl
+
+SMALL = dict(
+    steps=3_000,
+    learning_starts=500,
+    gradient_steps=16,
+    hidden_sizes=(32, 32),
+    jit_compile=False,
+    eval_episodes=3,
+    eval_every=512,
+    periodic_eval_episodes=2,
+)
+
+
+def _leaning_policy(obs: np.ndarray) -> np.ndarray:
+    """Push towards where the pole leans: episodes of different lengths for different seeds."""
+    return (obs[:, 2] > 0).astype(np.int64)
+
+
+class _Evals(NullRecorder):
+    def __init__(self):
+        super().__init__()
+        self.evals = []
+
+    def metrics(self, step, values):
+        super().metrics(step, values)
+        if "eval/periodic_return" in values:
+            self.evals.append((step, values["eval/periodic_return"]))
+
+
+def test_evaluation_is_due_once_per_interval_crossed_and_never_for_zero():
+    assert evaluation_due(2500, 2304, 2560)
+    assert not evaluation_due(2500, 2560, 2816)
+    assert evaluation_due(2500, 4864, 5000)  # the boundary itself
+    assert not evaluation_due(2500, 5000, 5120)
+    assert not evaluation_due(0, 0, 10**6)
+
+
+def test_best_policy_keeps_the_best_mean_ties_to_the_later_weights(tmp_path):
+    like = [np.zeros((2, 3), np.float32), np.zeros(3, np.float32)]
+    best = BestPolicy(like)
+    assert not best.found
+
+    def weights(v):
+        return [np.full((2, 3), v, np.float32), np.full(3, v, np.float32)]
+
+    assert best.consider(100, np.array([10.0, 30.0]), weights(1))
+    assert not best.consider(200, np.array([5.0, 5.0]), weights(2))
+    assert best.consider(300, np.array([20.0, 20.0]), weights(3))  # a tie: the later
+    assert not best.consider(400, np.array([19.0, 20.0]), weights(4))
+    assert best.found and int(best.env_step.numpy()) == 300
+    assert all((w == 3).all() for w in best.numpy_weights())
+    assert best.describe() == (
+        "the weights of env step 300, the best of 4 greedy evaluations during training "
+        "(mean return 20.0 there)"
+    )
+    # kept in a checkpoint
+    path = tf.train.Checkpoint(best_policy=best).write(str(tmp_path / "ckpt"))
+    restored = BestPolicy(like)
+    tf.train.Checkpoint(best_policy=restored).read(path).assert_consumed()
+    assert int(restored.env_step.numpy()) == 300
+    assert all((w == 3).all() for w in restored.numpy_weights())
+
+
+def test_episodes_side_by_side_return_what_one_by_one_returns():
+    side_by_side = evaluate(_leaning_policy, "CartPole-v1", 6, seed=7)
+    one_by_one = evaluate(_leaning_policy, "CartPole-v1", 6, seed=7, on_reset=lambda: None)
+    np.testing.assert_array_equal(side_by_side, one_by_one)
+    assert len(set(side_by_side.tolist())) > 1  # the seeds gave different episodes
+
+
+def test_dqn_hands_back_and_checkpoints_the_weights_of_its_best_evaluation(tmp_path):
+    config = dqn.DQNConfig(seed=2, **SMALL)
+    recorder = _Evals()
+    with RunControl(str(tmp_path / "ckpt"), 3600.0, "replaygpu.agents.dqn", config) as run:
+        result = dqn.train(config, recorder, run)
+    # an evaluation each 512 env steps, and one of the final weights
+    steps = [s for s, _ in recorder.evals]
+    assert steps == [512, 1024, 1536, 2048, 2560, 3000], steps
+    best_mean = max(m for _, m in recorder.evals)
+    assert "the best of 6 greedy evaluations during training" in result.evaluated
+    assert f"(mean return {best_mean:.1f} there)" in result.evaluated
+
+    # the final checkpoint holds the weights that were evaluated, and `replaygpu eval` plays them
+    latest = tf.train.latest_checkpoint(str(tmp_path / "ckpt"))
+    env = dqn.check_env(config.env_id)
+    agent = dqn.make_agent(config, env)
+    env.close()
+    tf.train.Checkpoint(agent=agent).read(latest).expect_partial()
+    kept = dqn.kept_policy(config, agent, latest)
+    assert kept is not None and kept[1] == result.evaluated
+    again = evaluate(kept[0], config.env_id, config.eval_episodes, config.seed + 10_000)
+    np.testing.assert_array_equal(again, result.eval_returns)
+    out = subprocess.run(
+        [sys.executable, "-m", "replaygpu", "eval", str(tmp_path / "ckpt"), "--episodes", "3",
+         "--seed", str(config.seed + 10_000)],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert f"mean return {result.eval_returns.mean():.1f}" in out.stdout
+    assert result.evaluated in out.stdout
+
+
+def test_without_keep_best_the_final_weights_are_handed_back():
+    config = dqn.DQNConfig(seed=2, keep_best=False, **SMALL)
+    recorder = _Evals()
+    result = dqn.train(config, recorder)
+    assert result.evaluated == "the final weights"
+    # periodic evaluations still show the learning; none added for the final weights
+    assert [s for s, _ in recorder.evals] == [512, 1024, 1536, 2048, 2560]
+    agent = dqn.DQN(4, 2, config)
+    assert dqn.kept_policy(config, agent, "unused") is None
+
+
+def test_a_run_checkpointed_before_keep_best_resumes_and_keeps_its_best_from_then_on(tmp_path):
+    folder = str(tmp_path / "ckpt")
+    old = dqn.DQNConfig(seed=2, keep_best=False, **SMALL)
+    with RunControl(folder, 3600.0, "replaygpu.agents.dqn", old) as run:
+        dqn.train(old, NullRecorder(), run)
+    # as the version before wrote it: a run.json without the fields, no best_policy object
+    with open(os.path.join(folder, RUN_FILE)) as f:
+        saved = json.load(f)
+    for name in ("eval_every", "periodic_eval_episodes", "keep_best"):
+        del saved["config"][name]
+    with open(os.path.join(folder, RUN_FILE), "w") as f:
+        json.dump(saved, f)
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(folder))
+    assert not any(k.startswith("best_policy") for k in reader.get_variable_to_shape_map())
+
+    longer = dqn.DQNConfig(seed=2, **{**SMALL, "steps": 4_000})
+    recorder = _Evals()
+    with RunControl(folder, 3600.0, "replaygpu.agents.dqn", longer) as run:
+        result = dqn.train(longer, recorder, run)
+    assert result.env_steps == 4_000
+    assert [s for s, _ in recorder.evals] == [3256, 3768, 4000]  # chunks from 3000 on
+    assert "the best of 3 greedy evaluations during training" in result.evaluated
+
+
+@pytest.mark.parametrize(
+    "flag, message",
+    [
+        ({"eval_every": -1}, "eval_every: got -1, expected >= 0"),
+        ({"periodic_eval_episodes": 0}, "periodic_eval_episodes: got 0, expected >= 1"),
+    ],
+)
+def test_bad_evaluation_settings_are_refused(flag, message):
+    with pytest.raises(rg.ConfigError, match=message):
+        dqn.DQNConfig(**flag)
