@@ -5,9 +5,10 @@ a table of 50k random CartPole-shaped rows and times, in one process: the Tensor
 import, the first ``Learner.train(128)`` call (trace + XLA compilation), and the demo's other
 training calls (191 of 128 steps and a last one of 40 after the last, shorter chunk: 24,616 SGD
 steps in all in 50k env steps), run one after the other as the demo runs them, with the demo's
-learning-rate decay. Without double DQN (the demo's default, rl-zoo3's SB3 DQN) and with it.
-No env step is taken: whatever the demo does beyond this is acting, logging and evaluation. The
-imports and the exit get the demo's treatment (`demos.imports_frozen`), so the floor stays one.
+learning-rate schedule. Without double DQN (the demo's default, rl-zoo3's SB3 DQN) and with it.
+No env step is taken: whatever the demo does beyond this is acting, logging and evaluation
+(the greedy evaluations while training included). The imports and the exit get the demo's
+treatment (`demos.imports_frozen`), so the floor stays one.
 
 ``--vs-demo`` runs the floor (not double DQN, the demo's default) and the demo itself as whole
 processes, alternating (floor first in even rounds, demo first in odd ones), one pair per seed,
