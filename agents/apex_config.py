@@ -5,13 +5,15 @@ the in-process demo (`apex.train`, ``demo apex-cartpole``) and the standalone le
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import gymnasium as gym
 
 import replaygpu as rg
 from replaygpu.agents.checks import (
+    discrete_actions_env,
     require,
     require_positive,
     require_positive_ints,
@@ -37,6 +39,9 @@ class ApexConfig(DecayedLearningRate):
     Ape-X paper's 3-step returns, batch 128 and a learning rate decayed linearly to a small
     floor, ``final_learning_rate``, over the SGD steps of the replay budget
     (`DecayedLearningRate`; ``steps`` 0, no end: constant)."""
+
+    #: makes the env and checks it has the actions its agent takes (the CLI, before TensorFlow)
+    ENV_CHECK: ClassVar[Callable[[str], Any]] = discrete_actions_env
 
     env_id: str = field(default="CartPole-v1", metadata=helptext("gymnasium env id (Discrete)"))
     seed: int = field(default=1, metadata=helptext("seed of actors, networks and sampling"))

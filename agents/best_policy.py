@@ -2,7 +2,7 @@
 
 The greedy policy of DQN on CartPole swings from one training call to the next: over a run's
 last chunks its return jumps between ~100 and 500, so the final weights are a draw
-(benchmarks/README.md, "CartPole: the best evaluated policy"). `BestPolicy` keeps a copy of the
+(benchmarks/README.md, "CartPole: the best evaluated weights"). `BestPolicy` keeps a copy of the
 weights of the best of the periodic evaluations (``eval_every`` env steps, the same
 ``periodic_eval_episodes`` seeds each time, ties to the later weights) and of the final weights;
 the run hands those back. Its variables are checkpointed with the run, so a resumed run keeps
@@ -73,8 +73,11 @@ class BestPolicy(tf.Module):
 
     def describe(self) -> str:
         """Where the kept weights come from, for the run's report."""
+        step, count = int(self.env_step.numpy()), int(self.evaluations.numpy())
+        mean = float(self.mean_return.numpy())
+        if count == 1:
+            return f"the weights of env step {step}, its one greedy evaluation (mean {mean:.1f})"
         return (
-            f"the weights of env step {int(self.env_step.numpy())}, the best of "
-            f"{int(self.evaluations.numpy())} greedy evaluations during training (mean return "
-            f"{float(self.mean_return.numpy()):.1f} there)"
+            f"the weights of env step {step}, the best of {count} greedy evaluations during "
+            f"training (mean return {mean:.1f} there)"
         )

@@ -51,6 +51,66 @@ def require_env_id(env_id: str) -> None:
         )
 
 
+def discrete_actions_env(env_id: str) -> Any:
+    """Make ``env_id`` and check that its actions are Discrete (DQN, Ape-X, R2D2); returns the
+    env (close it). Needs no TensorFlow.
+
+    Raises:
+        ConfigError: the action space is not Discrete (gymnasium's own errors for an unknown
+            env id).
+    """
+    import gymnasium as gym
+
+    env = gym.make(env_id)
+    if not isinstance(env.action_space, gym.spaces.Discrete):
+        env.close()
+        raise rg.ConfigError(
+            f"env {env_id}: got action space {env.action_space}, expected Discrete; use the "
+            "SAC agent for Box actions"
+        )
+    return env
+
+
+def box_actions_env(env_id: str) -> Any:
+    """Make ``env_id`` and check that its actions are a bounded Box and its observations a Box
+    (SAC); returns the env (close it). Needs no TensorFlow.
+
+    Raises:
+        ConfigError: another action or observation space (gymnasium's own errors for an
+            unknown env id).
+    """
+    import gymnasium as gym
+
+    env = gym.make(env_id)
+    space = env.action_space
+    if not (isinstance(space, gym.spaces.Box) and space.is_bounded()):
+        env.close()
+        raise rg.ConfigError(
+            f"env {env_id}: got action space {space}, expected a bounded Box; use the DQN "
+            "agent for Discrete actions"
+        )
+    if not isinstance(env.observation_space, gym.spaces.Box):
+        observation_space = env.observation_space
+        env.close()
+        raise rg.ConfigError(
+            f"env {env_id}: got observation space {observation_space}, expected a Box (the SAC "
+            "networks take flat vectors); flatten a Dict or Tuple space with "
+            "gymnasium.wrappers.FlattenObservation, or use the DQN agent, which takes them"
+        )
+    return env
+
+
+def require_env_actions(config: Any) -> None:
+    """The config's env id is known and its env has the actions (and observations) its agent
+    takes: the config class's ``ENV_CHECK`` (`discrete_actions_env`, `box_actions_env`) makes
+    and checks it; a class without one (the Atari configs) and ALE ids are left to
+    `atari.check_env`, like `require_env_id`. Needs no TensorFlow, so a CLI says it at once."""
+    require_env_id(config.env_id)
+    check = getattr(type(config), "ENV_CHECK", None)
+    if check is not None and not config.env_id.startswith("ALE/"):
+        check(config.env_id).close()
+
+
 #: the help of the ``steps`` field of a config that `require_vector_loop` checks
 STEPS_HELP = (
     "env steps to train for, exactly (the last chunk is shorter, with SGD steps in proportion); "

@@ -236,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
         from replaygpu.agents.runs import RunControl
 
         module = importlib.import_module(DEMOS[args.name].module)
-    module.check_env(config.env_id).close()  # before any folder is made
+    module.check_env(config.env_id).close()  # before any folder is made (ALE games: only here)
     run_dir = opts.run_dir or os.path.join(
         "runs", f"{args.name}-s{config.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
@@ -341,6 +341,7 @@ def run_eval(args: argparse.Namespace) -> int:
         import tensorflow as tf
 
         from replaygpu.agents.envs import evaluate
+        from replaygpu.agents.progress import FINAL_WEIGHTS
 
         module = importlib.import_module(algorithm)
     config_cls = getattr(module, class_name)
@@ -352,7 +353,7 @@ def run_eval(args: argparse.Namespace) -> int:
     agent = module.make_agent(config, env)
     env.close()
     tf.train.Checkpoint(agent=agent).read(latest).expect_partial().assert_existing_objects_matched()
-    evaluated = "the final weights"
+    evaluated = FINAL_WEIGHTS
     if hasattr(module, "evaluate_agent"):  # its own env wrappers (Atari preprocessing)
         returns = module.evaluate_agent(config, agent, args.episodes, seed=args.seed)
     else:

@@ -28,11 +28,13 @@ import tensorflow as tf
 import replaygpu as rg
 from replaygpu.agents import runs
 from replaygpu.agents.best_policy import PERIODIC_EVAL_SEED, BestPolicy, evaluation_due
+from replaygpu.agents.checks import discrete_actions_env as check_env
 from replaygpu.agents.dqn_config import DQNConfig as DQNConfig
 from replaygpu.agents.envs import ChunkCollector, evaluate, make_vector_env
 from replaygpu.agents.networks import MLP, Adam, Schedule, copy_weights
 from replaygpu.agents.policies import epsilon_greedy_actions, greedy_q_policy
 from replaygpu.agents.progress import (
+    FINAL_WEIGHTS,
     PERIODIC_EVAL,
     NullRecorder,
     Recorder,
@@ -183,23 +185,6 @@ def obs_size(space: gym.Space) -> int:
     return int(np.prod(space.shape))
 
 
-def check_env(env_id: str) -> gym.Env:
-    """Make ``env_id`` and check that its actions are Discrete; returns the env (close it).
-
-    Raises:
-        ConfigError: the action space is not Discrete (gymnasium's own errors for an
-            unknown env id).
-    """
-    env = gym.make(env_id)
-    if not isinstance(env.action_space, gym.spaces.Discrete):
-        env.close()
-        raise rg.ConfigError(
-            f"env {env_id}: got action space {env.action_space}, expected Discrete; use the "
-            "SAC agent for Box actions"
-        )
-    return env
-
-
 def make_agent(config: DQNConfig, env: gym.Env) -> DQN:
     """The agent for ``env`` (its networks; what ``replaygpu eval`` restores)."""
     return DQN(obs_size(env.observation_space), int(env.action_space.n), config)
@@ -214,10 +199,10 @@ def kept_policy(
     config: DQNConfig, agent: DQN, checkpoint: str
 ) -> tuple[Callable[[np.ndarray], np.ndarray], str] | None:
     """The greedy policy of the weights a run handed back (``keep_best``), read from
-    ``checkpoint``, and what they are; None where the run kept none (``keep_best`` off, or a
-    checkpoint written before it existed)."""
-    if not config.keep_best:
-        return None
+    ``checkpoint``, and what they are; None where the checkpoint holds none (the process that
+    wrote it ran with ``keep_best`` off, or came before it existed), whatever ``config`` says:
+    ``keep_best`` may change when a run resumes."""
+    del config  # the checkpoint says whether the run kept weights
     best = BestPolicy(agent.q.numpy_weights())
     tf.train.Checkpoint(best_policy=best).read(checkpoint).expect_partial()
     return (greedy_q_policy(best.numpy_weights()), best.describe()) if best.found else None
@@ -315,15 +300,16 @@ def train(
         while jobs.pending:
             finish_oldest()
 
-    def evaluate_while_training(at_steps: int) -> None:
-        """Greedy episodes of the acting weights (the same seeds each time); the best kept."""
+    def evaluate_while_training() -> None:
+        """Greedy episodes of the acting weights (the same seeds each time), recorded at the
+        env step of the training call that gave them; the best kept."""
         returns = evaluate(
             act_greedy,
             config.env_id,
             config.periodic_eval_episodes,
             config.seed + PERIODIC_EVAL_SEED,
         )
-        recorder.metrics(at_steps, {PERIODIC_EVAL: float(returns.mean())})
+        recorder.metrics(acted_since, {PERIODIC_EVAL: float(returns.mean())})
         if best is not None:
             best.consider(acted_since, returns, act_weights)
 
@@ -355,7 +341,7 @@ def train(
             if evaluation_due(config.eval_every, env_steps - size, env_steps) or (
                 final and best is not None
             ):
-                evaluate_while_training(env_steps)
+                evaluate_while_training()
             if runs.checkpoint_when_due(
                 run, loop, env_steps, last_sync, rng, final=final, settle=finish_all
             ):
@@ -364,7 +350,7 @@ def train(
     finally:
         jobs.close()
     acting.close()
-    evaluated = "the final weights"
+    evaluated = FINAL_WEIGHTS
     if best is not None and best.found:
         act_greedy, evaluated = greedy_q_policy(best.numpy_weights()), best.describe()
     return timer.finish(

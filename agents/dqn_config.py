@@ -4,12 +4,14 @@ CLI builds and checks it before TensorFlow is imported, so a bad flag is reporte
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import replaygpu as rg
 from replaygpu.agents.checks import (
     STEPS_HELP,
+    discrete_actions_env,
     require,
     require_unit_interval,
     require_vector_loop,
@@ -22,7 +24,11 @@ from replaygpu.agents.schedules import DecayedLearningRate, LinearEpsilon, train
 class DQNConfig(LinearEpsilon, DecayedLearningRate):
     """DQN hyperparameters; the defaults are rl-zoo3's tuned values for CartPole-v1, with its
     algorithm (SB3's DQN: not double DQN) and its constant learning rate (``--final-learning-rate``
-    decays it, `DecayedLearningRate`)."""
+    decays it, `DecayedLearningRate`). The run hands back the weights of its best greedy
+    evaluation while training (``keep_best``, `best_policy`)."""
+
+    #: makes the env and checks it has the actions its agent takes (the CLI, before TensorFlow)
+    ENV_CHECK: ClassVar[Callable[[str], Any]] = discrete_actions_env
 
     env_id: str = field(
         default="CartPole-v1", metadata=helptext("gymnasium env id (Discrete actions)")

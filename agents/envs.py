@@ -24,6 +24,9 @@ from replaygpu.agents.atari_wrappers import FireToLaunch
 from replaygpu.agents.checks import require_env_id
 from replaygpu.agents.masked_envs import CARTPOLE_NO_VELOCITY as CARTPOLE_NO_VELOCITY
 
+#: the most episodes `evaluate` plays side by side (the envs it holds at once)
+EVAL_GROUP = 64
+
 #: policy for evaluation and acting: ``[B, *obs_shape] observations -> [B, ...] actions``.
 Policy = Callable[[np.ndarray], np.ndarray]
 
@@ -310,16 +313,18 @@ def evaluate(
 ) -> np.ndarray:
     """Returns of ``episodes`` full episodes of ``policy``, seeded ``seed + i``.
 
-    The episodes run side by side, one env each, with one policy call per step for the
-    episodes still running (20 CartPole episodes: 500 calls, not 10,000). With ``on_reset``
-    (a recurrent policy, whose state is one episode's) they run one after the other and
-    ``on_reset`` is called as each starts.
+    The episodes run side by side (up to `EVAL_GROUP` at once), one env each, with one policy
+    call per step for the episodes still running (20 CartPole episodes: 500 calls, not
+    10,000). With ``on_reset`` (a recurrent policy, whose state is one episode's) they run one
+    after the other and ``on_reset`` is called as each starts.
 
     Returns:
         ``[episodes]`` float64 undiscounted returns.
     """
     if on_reset is None:
-        return _play(policy, env_id, [seed + ep for ep in range(episodes)])
+        seeds = [seed + ep for ep in range(episodes)]
+        groups = [seeds[i : i + EVAL_GROUP] for i in range(0, episodes, EVAL_GROUP)]
+        return np.concatenate([_play(policy, env_id, g) for g in groups] or [np.zeros(0)])
     returns = []
     for ep in range(episodes):
         on_reset()

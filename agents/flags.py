@@ -177,13 +177,13 @@ def config_from_args(
     Raises:
         ConfigError: a value the config refuses, without ``parser``.
     """
-    from replaygpu.agents.checks import require_env_id
+    from replaygpu.agents.checks import require_env_actions
 
     names = [f.name for f in dataclasses.fields(config_cls)]
     try:
         config = config_cls(**{n: getattr(args, n) for n in names})
-        if "env_id" in names:  # before TensorFlow, which making the agent's env comes after
-            require_env_id(config.env_id)
+        if "env_id" in names:  # before TensorFlow, which making the agent comes after
+            require_env_actions(config)
         return config
     except ValueError as err:  # rg.ConfigError is one
         message = flag_message(err, names)

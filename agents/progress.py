@@ -19,6 +19,8 @@ import numpy as np
 import tensorflow as tf
 
 CURVE_FILE = "learning_curve.png"
+#: what a run's evaluation played when it handed back its last weights (`TrainResult.evaluated`)
+FINAL_WEIGHTS = "the final weights"
 #: the TensorBoard tag of the greedy evaluations while training (mean return)
 PERIODIC_EVAL = "eval/periodic_return"
 
@@ -92,7 +94,7 @@ class TrainResult:
     compile_seconds: float  # the first Learner.train call: tracing and XLA compilation
     episodes: int
     stopped: bool = False  # stopped early by SIGTERM / Ctrl-C (checkpointed; not evaluated)
-    evaluated: str = "the final weights"  # whose greedy returns eval_returns are
+    evaluated: str = FINAL_WEIGHTS  # whose greedy returns eval_returns are
 
 
 class TrainTimer:
@@ -140,7 +142,7 @@ class TrainTimer:
         train_seconds: float,
         recorder: object,
         stopped: bool,
-        evaluated: str = "the final weights",
+        evaluated: str = FINAL_WEIGHTS,
     ) -> TrainResult:
         """The `TrainResult` of a single-process training loop timed by this timer (episodes
         counted from ``recorder.episodes`` when it keeps them)."""
@@ -165,7 +167,7 @@ class TrainTimer:
         env_steps: int,
         sgd_steps: int,
         recorder: object,
-        evaluated: str = "the final weights",
+        evaluated: str = FINAL_WEIGHTS,
     ) -> TrainResult:
         """The `TrainResult` of a loop that ends now: its seconds since the timer was made,
         then the returns of ``evaluate()``, skipped (no returns) when the run ``stopped`` early

@@ -9,10 +9,13 @@ steps of an episode, and sequences start there, so consecutive sequences overlap
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import replaygpu as rg
 from replaygpu.agents.checks import (
+    discrete_actions_env,
     require,
     require_positive,
     require_positive_ints,
@@ -33,6 +36,9 @@ class R2D2Config(LinearEpsilon):
     """Recurrent replay DQN (Kapturowski et al. 2019) at CartPole scale: an LSTM Q-network on
     prioritized, overlapping sequences with a stored state and a burn-in, n-step double Q with
     value rescaling, priorities eta * max + (1 - eta) * mean of |TD| over each sequence."""
+
+    #: makes the env and checks it has the actions its agent takes (the CLI, before TensorFlow)
+    ENV_CHECK: ClassVar[Callable[[str], Any]] = discrete_actions_env
 
     env_id: str = field(
         default=CARTPOLE_NO_VELOCITY,

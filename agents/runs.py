@@ -54,8 +54,7 @@ RESUMABLE_FIELDS = frozenset(
     {
         "eval_episodes",
         "eval_every",  # evaluations while training: what is learned does not depend on them
-        "periodic_eval_episodes",
-        "keep_best",
+        "keep_best",  # (periodic_eval_episodes must match: the kept best was measured with it)
         "device",
         "devices",  # a checkpoint restores onto as many devices only (a clear error if not)
         "jit_compile",

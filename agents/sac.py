@@ -17,6 +17,7 @@ import tensorflow as tf
 
 import replaygpu as rg
 from replaygpu.agents import runs
+from replaygpu.agents.checks import box_actions_env as check_env
 from replaygpu.agents.envs import ChunkCollector, evaluate, make_vector_env
 from replaygpu.agents.networks import MLP, Adam, polyak_update
 from replaygpu.agents.policies import LOG_STD_MAX, LOG_STD_MIN, squashed_gaussian_policy
@@ -119,32 +120,6 @@ class SAC(tf.Module):
             "losses/q_values": tf.reduce_mean(q1),
             "losses/entropy": -tf.reduce_mean(log_prob),
         }
-
-
-def check_env(env_id: str) -> gym.Env:
-    """Make ``env_id`` and check that its actions are a bounded Box; returns the env (close it).
-
-    Raises:
-        ConfigError: another action space, or an observation space other than a Box
-            (gymnasium's own errors for an unknown env id).
-    """
-    env = gym.make(env_id)
-    space = env.action_space
-    if not (isinstance(space, gym.spaces.Box) and space.is_bounded()):
-        env.close()
-        raise rg.ConfigError(
-            f"env {env_id}: got action space {space}, expected a bounded Box; use the DQN "
-            "agent for Discrete actions"
-        )
-    if not isinstance(env.observation_space, gym.spaces.Box):
-        observation_space = env.observation_space
-        env.close()
-        raise rg.ConfigError(
-            f"env {env_id}: got observation space {observation_space}, expected a Box (the SAC "
-            "networks take flat vectors); flatten a Dict or Tuple space with "
-            "gymnasium.wrappers.FlattenObservation, or use the DQN agent, which takes them"
-        )
-    return env
 
 
 def make_agent(config: SACConfig, env: gym.Env) -> SAC:

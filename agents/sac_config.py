@@ -6,12 +6,15 @@ imported, so a bad flag is reported at once.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import replaygpu as rg
 from replaygpu.agents.apex_config import DEVICES_HELP
 from replaygpu.agents.checks import (
     STEPS_HELP,
+    box_actions_env,
     require_positive,
     require_positive_ints,
     require_unit_interval,
@@ -23,6 +26,9 @@ from replaygpu.agents.flags import helptext
 @dataclass(frozen=True)
 class SACConfig:
     """SAC hyperparameters; the defaults follow rl-zoo3's Pendulum-v1 values (updates batched)."""
+
+    #: makes the env and checks it has the actions its agent takes (the CLI, before TensorFlow)
+    ENV_CHECK: ClassVar[Callable[[str], Any]] = box_actions_env
 
     env_id: str = field(default="Pendulum-v1", metadata=helptext("gymnasium env id (Box actions)"))
     seed: int = field(default=1, metadata=helptext("seed of envs, networks, sampling and noise"))

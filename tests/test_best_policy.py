@@ -15,7 +15,7 @@ import tensorflow as tf
 
 import replaygpu as rg
 from replaygpu.agents import dqn
-from replaygpu.agents.best_policy import BestPolicy, evaluation_due
+from replaygpu.agents.best_policy import PERIODIC_EVAL_SEED, BestPolicy, evaluation_due
 from replaygpu.agents.envs import evaluate
 from replaygpu.agents.progress import NullRecorder
 from replaygpu.agents.runs import RUN_FILE, RunControl
@@ -90,29 +90,43 @@ def test_episodes_side_by_side_return_what_one_by_one_returns():
 
 
 def test_dqn_hands_back_and_checkpoints_the_weights_of_its_best_evaluation(tmp_path):
-    config = dqn.DQNConfig(seed=2, **SMALL)
+    # a run whose best evaluation is neither the first nor the last, above the final weights'
+    config = dqn.DQNConfig(seed=1, learning_rate=1e-2, **SMALL)
     recorder = _Evals()
-    with RunControl(str(tmp_path / "ckpt"), 3600.0, "replaygpu.agents.dqn", config) as run:
+    folder = str(tmp_path / "ckpt")
+    with RunControl(folder, 3600.0, "replaygpu.agents.dqn", config) as run:
         result = dqn.train(config, recorder, run)
-    # an evaluation each 512 env steps, and one of the final weights
-    steps = [s for s, _ in recorder.evals]
-    assert steps == [512, 1024, 1536, 2048, 2560, 3000], steps
-    best_mean = max(m for _, m in recorder.evals)
-    assert "the best of 6 greedy evaluations during training" in result.evaluated
-    assert f"(mean return {best_mean:.1f} there)" in result.evaluated
+    # an evaluation in each chunk that crosses a multiple of 512 env steps, recorded at the step
+    # of the weights it played (one chunk behind, training overlaps acting), and one of the
+    # final weights
+    assert [s for s, _ in recorder.evals] == [0, 768, 1280, 1792, 2304, 3000]
+    best_step, best_mean = max(recorder.evals, key=lambda e: (e[1], e[0]))  # ties: the later
+    assert best_step != 3000 and best_mean > recorder.evals[-1][1], recorder.evals
+    assert result.evaluated == (
+        f"the weights of env step {best_step}, the best of 6 greedy evaluations during training "
+        f"(mean return {best_mean:.1f} there)"
+    )
 
-    # the final checkpoint holds the weights that were evaluated, and `replaygpu eval` plays them
-    latest = tf.train.latest_checkpoint(str(tmp_path / "ckpt"))
+    # the final checkpoint holds those weights, not the final ones
+    latest = tf.train.latest_checkpoint(folder)
     env = dqn.check_env(config.env_id)
     agent = dqn.make_agent(config, env)
     env.close()
     tf.train.Checkpoint(agent=agent).read(latest).expect_partial()
     kept = dqn.kept_policy(config, agent, latest)
     assert kept is not None and kept[1] == result.evaluated
+    periodic_seed = config.seed + PERIODIC_EVAL_SEED
+    replayed = evaluate(kept[0], config.env_id, config.periodic_eval_episodes, periodic_seed)
+    assert replayed.mean() == best_mean
+    final = evaluate(
+        dqn.greedy_policy(agent), config.env_id, config.periodic_eval_episodes, periodic_seed
+    )
+    assert final.mean() == recorder.evals[-1][1]
     again = evaluate(kept[0], config.env_id, config.eval_episodes, config.seed + 10_000)
     np.testing.assert_array_equal(again, result.eval_returns)
+    # and `replaygpu eval` plays them
     out = subprocess.run(
-        [sys.executable, "-m", "replaygpu", "eval", str(tmp_path / "ckpt"), "--episodes", "3",
+        [sys.executable, "-m", "replaygpu", "eval", folder, "--episodes", "3",
          "--seed", str(config.seed + 10_000)],
         capture_output=True, text=True, timeout=300,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
@@ -122,15 +136,20 @@ def test_dqn_hands_back_and_checkpoints_the_weights_of_its_best_evaluation(tmp_p
     assert result.evaluated in out.stdout
 
 
-def test_without_keep_best_the_final_weights_are_handed_back():
-    config = dqn.DQNConfig(seed=2, keep_best=False, **SMALL)
+def test_without_keep_best_the_final_weights_are_handed_back(tmp_path):
+    config = dqn.DQNConfig(seed=1, learning_rate=1e-2, keep_best=False, **SMALL)
     recorder = _Evals()
-    result = dqn.train(config, recorder)
+    folder = str(tmp_path / "ckpt")
+    with RunControl(folder, 3600.0, "replaygpu.agents.dqn", config) as run:
+        result = dqn.train(config, recorder, run)
     assert result.evaluated == "the final weights"
     # periodic evaluations still show the learning; none added for the final weights
-    assert [s for s, _ in recorder.evals] == [512, 1024, 1536, 2048, 2560]
+    assert [s for s, _ in recorder.evals] == [0, 768, 1280, 1792, 2304]
+    # the checkpoint keeps no weights apart: `replaygpu eval` plays the final ones, even with
+    # keep_best on in a config (it may change when a run resumes)
     agent = dqn.DQN(4, 2, config)
-    assert dqn.kept_policy(config, agent, "unused") is None
+    keeping = dqn.DQNConfig(seed=1, learning_rate=1e-2, **SMALL)
+    assert dqn.kept_policy(keeping, agent, tf.train.latest_checkpoint(folder)) is None
 
 
 def test_a_run_checkpointed_before_keep_best_resumes_and_keeps_its_best_from_then_on(tmp_path):
@@ -148,12 +167,14 @@ def test_a_run_checkpointed_before_keep_best_resumes_and_keeps_its_best_from_the
     reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(folder))
     assert not any(k.startswith("best_policy") for k in reader.get_variable_to_shape_map())
 
-    longer = dqn.DQNConfig(seed=2, **{**SMALL, "steps": 4_000})
+    # periodic_eval_episodes must match the saved run's (the default, 10, where it lacks one)
+    longer = dqn.DQNConfig(seed=2, **{**SMALL, "steps": 4_000, "periodic_eval_episodes": 10})
     recorder = _Evals()
     with RunControl(folder, 3600.0, "replaygpu.agents.dqn", longer) as run:
         result = dqn.train(longer, recorder, run)
     assert result.env_steps == 4_000
-    assert [s for s, _ in recorder.evals] == [3256, 3768, 4000]  # chunks from 3000 on
+    # chunks from 3000 on, each evaluation at the step of the weights it played
+    assert [s for s, _ in recorder.evals] == [3000, 3512, 4000]
     assert "the best of 3 greedy evaluations during training" in result.evaluated
 
 

@@ -119,7 +119,7 @@ def test_learner_refuses_an_env_of_the_wrong_kind_before_serving(tmp_path):
     ckpt = tmp_path / "ckpt"
     proc = replaygpu("learner", "--agent", "sac", "--env", "CartPole-v1", "--checkpoint-dir", ckpt)
     assert "expected a bounded Box" in error_line(proc)
-    assert list(ckpt.iterdir()) == []  # a failed start leaves no run.json and no checkpoint
+    assert not ckpt.exists()  # refused before the folder is made (no run.json, no checkpoint)
 
 
 def test_demo_checks_env_before_making_its_run_folder(tmp_path):
@@ -166,6 +166,11 @@ BAD_FLAGS = [
     (["serve", "--env", "CartPole-v1", "--journal-dir", "j"], "--journal-dir='j' needs --checkp"),
     (["learner", "--agent", "dqn", "--env", "NoSuch-v9"], "--env-id: got 'NoSuch-v9', which gy"),
     (["demo", "cartpole", "--env-id", "NoSuch-v0"], "--env-id: got 'NoSuch-v0', which gymnas"),
+    (["serve", "--env", "NoSuch-v0"], "NoSuch"),
+    (["learner", "--agent", "sac", "--env", "CartPole-v1"], "expected a bounded Box"),
+    (["demo", "pendulum", "--env-id", "CartPole-v1"], "expected a bounded Box"),
+    (["demo", "cartpole", "--env-id", "Pendulum-v1"], "expected Discrete"),
+    (["learner", "--agent", "dqn", "--env", "Pendulum-v1"], "expected Discrete"),
     (["info"], "the following arguments are required: address"),
     (["health", "127.0.0.1:1", "--timeout", "soon"], "argument --timeout: invalid float value"),
     (["actor"], "the following arguments are required: address"),

@@ -227,13 +227,21 @@ def client_tls(args: argparse.Namespace) -> TLSConfig | None:
     )
 
 
-def _load_spec(args: argparse.Namespace) -> Any:
+def _spec_env(args: argparse.Namespace) -> Any:
+    """The env of ``--env`` (None without it), made before TensorFlow is imported, so an unknown
+    id is refused in one line at once (gymnasium's error)."""
+    if not args.env:
+        return None
+    import gymnasium as gym
+
+    return gym.make(args.env)
+
+
+def _load_spec(args: argparse.Namespace, env: Any) -> Any:
+    """The table's spec: that of ``env`` (closed here), or read from ``--spec``."""
     import replaygpu as rg
 
-    if args.env:
-        import gymnasium as gym
-
-        env = gym.make(args.env)
+    if env is not None:
         try:
             return rg.specs_from_env(env)
         finally:
@@ -258,9 +266,11 @@ def run_serve(args: argparse.Namespace) -> int:
     """
     tls = server_tls(args)
     config = server_config(args, max_message_bytes=args.max_message_mb * 2**20)
+    env = _spec_env(args)
     import replaygpu as rg
 
-    table = rg.ReplayTable(_load_spec(args), args.capacity, device=args.device, name=args.table)
+    spec = _load_spec(args, env)
+    table = rg.ReplayTable(spec, args.capacity, device=args.device, name=args.table)
     ledger = rg.SequenceLedger()
     ckpt = None
     if args.checkpoint_dir:
