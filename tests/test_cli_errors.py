@@ -8,6 +8,7 @@ setting stands for ``pip install replaygpu`` without the ``cpu``/``gpu`` extra."
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import subprocess
@@ -254,6 +255,38 @@ def test_without_tensorflow_learner_and_demo_name_the_extra_to_install(args, tmp
     assert proc.stderr.startswith(f"replaygpu {args[0]}: error: tensorflow is not installed")
     assert 'pip install "replaygpu[cpu]"' in proc.stderr and '"replaygpu[gpu]"' in proc.stderr
     assert list(tmp_path.iterdir()) == []  # no run folder made
+
+
+@pytest.mark.parametrize("command", [["serve", "--env", "CartPole-v1"], ["learner"]])
+def test_a_port_in_use_is_refused_before_tensorflow_is_imported(command):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = replaygpu_without_tensorflow(*command, "--address", f"127.0.0.1:{port}")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-2000:]
+    assert f"address already in use: another process listens on port {port}" in proc.stderr
+
+
+def test_a_port_a_stopped_server_left_in_time_wait_is_not_refused():
+    # a listener with SO_REUSEADDR, as gRPC's, whose side closes a connection first: the port
+    # stays in TIME_WAIT after it stopped
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = server.accept()
+        accepted.close()
+        client.close()
+    with socket.socket() as plain, pytest.raises(OSError) as in_time_wait:
+        plain.bind(("127.0.0.1", port))  # without SO_REUSEADDR
+    assert in_time_wait.value.errno == errno.EADDRINUSE
+    from replaygpu.service.learner.binding import require_free_address
+
+    require_free_address(f"127.0.0.1:{port}")  # a server may bind it: not refused
+    require_free_address("127.0.0.1:0")
 
 
 def test_serving_on_a_port_in_use_says_address_already_in_use_in_one_line():

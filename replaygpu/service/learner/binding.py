@@ -1,29 +1,65 @@
 """Why a server could not bind its address, in the OS's words: gRPC says only "Failed to
-bind", so `bind_failure` probes the port itself."""
+bind", so `bind_failure` probes the port itself; `require_free_address` asks the same before a
+command imports TensorFlow, so a port in use is refused at once."""
 
 from __future__ import annotations
 
 import errno
 import socket
 
+from replaygpu.errors import ConfigError
+
+
+def _in_use(port: str) -> str:
+    return (
+        f"address already in use: another process listens on port {port}; stop it or "
+        "pick another --address (port 0 picks a free one)"
+    )
+
+
+def _host_port(address: str) -> tuple[int, str, str]:
+    """``(socket family, host, port)`` of ``host:port`` (``[v6]:port``; an empty host: all)."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    return (socket.AF_INET6 if ":" in host else socket.AF_INET), host, port
+
+
+def require_free_address(address: str) -> None:
+    """Refuse ``address`` when another process listens on it, before a server is made (and
+    TensorFlow imported). Binds a probe with ``SO_REUSEADDR``, as gRPC's listener does, so a
+    port a stopped server left in TIME_WAIT passes. Port 0, a bad address and any other
+    failure are left to the server, which reports them (`bind_failure`).
+
+    Raises:
+        ConfigError: the port is in use.
+    """
+    family, host, port = _host_port(address)
+    try:
+        number = int(port)
+        if number == 0:
+            return
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, number))
+    except OSError as cause:
+        if cause.errno == errno.EADDRINUSE:
+            raise ConfigError(_in_use(port)) from None
+    except ValueError:
+        pass
+
 
 def bind_failure(address: str, err: Exception) -> str:
     """Why ``address`` could not be bound, in the OS's words where gRPC gives only "Failed to
     bind" (e.g. "address already in use: another process listens on port 50051; stop it or pick
     another --address")."""
-    host, _, port = address.rpartition(":")
-    host = host.strip("[]") or "0.0.0.0"
+    family, host, port = _host_port(address)
     try:
         number = int(port)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
         with socket.socket(family, socket.SOCK_STREAM) as probe:
             probe.bind((host, number))
     except (ValueError, OSError) as cause:
         if isinstance(cause, OSError) and cause.errno == errno.EADDRINUSE:
-            return (
-                f"address already in use: another process listens on port {port}; stop it or "
-                "pick another --address (port 0 picks a free one)"
-            )
+            return _in_use(port)
         if isinstance(cause, OSError) and cause.strerror:
             return f"{cause.strerror.lower()} ({err})"
     return str(err)
