@@ -359,7 +359,7 @@ def run_eval(args: argparse.Namespace) -> int:
     else:
         policy = module.greedy_policy(agent)
         if hasattr(module, "kept_policy"):  # the weights the run handed back (keep_best)
-            policy, evaluated = module.kept_policy(config, agent, latest) or (policy, evaluated)
+            policy, evaluated = module.kept_policy(agent, latest) or (policy, evaluated)
         returns = evaluate(policy, config.env_id, args.episodes, args.seed)
     print(
         f"{latest}: greedy evaluation on {config.env_id} over {len(returns)} episodes: mean "

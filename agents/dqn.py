@@ -196,13 +196,12 @@ def greedy_policy(agent: DQN) -> Callable[[np.ndarray], np.ndarray]:
 
 
 def kept_policy(
-    config: DQNConfig, agent: DQN, checkpoint: str
+    agent: DQN, checkpoint: str
 ) -> tuple[Callable[[np.ndarray], np.ndarray], str] | None:
     """The greedy policy of the weights a run handed back (``keep_best``), read from
     ``checkpoint``, and what they are; None where the checkpoint holds none (the process that
-    wrote it ran with ``keep_best`` off, or came before it existed), whatever ``config`` says:
-    ``keep_best`` may change when a run resumes."""
-    del config  # the checkpoint says whether the run kept weights
+    wrote it ran with ``keep_best`` off, or came before it existed). The checkpoint decides, not
+    the config: ``keep_best`` may change when a run resumes."""
     best = BestPolicy(agent.q.numpy_weights())
     tf.train.Checkpoint(best_policy=best).read(checkpoint).expect_partial()
     return (greedy_q_policy(best.numpy_weights()), best.describe()) if best.found else None

@@ -113,7 +113,7 @@ def test_dqn_hands_back_and_checkpoints_the_weights_of_its_best_evaluation(tmp_p
     agent = dqn.make_agent(config, env)
     env.close()
     tf.train.Checkpoint(agent=agent).read(latest).expect_partial()
-    kept = dqn.kept_policy(config, agent, latest)
+    kept = dqn.kept_policy(agent, latest)
     assert kept is not None and kept[1] == result.evaluated
     periodic_seed = config.seed + PERIODIC_EVAL_SEED
     replayed = evaluate(kept[0], config.env_id, config.periodic_eval_episodes, periodic_seed)
@@ -145,11 +145,10 @@ def test_without_keep_best_the_final_weights_are_handed_back(tmp_path):
     assert result.evaluated == "the final weights"
     # periodic evaluations still show the learning; none added for the final weights
     assert [s for s, _ in recorder.evals] == [0, 768, 1280, 1792, 2304]
-    # the checkpoint keeps no weights apart: `replaygpu eval` plays the final ones, even with
-    # keep_best on in a config (it may change when a run resumes)
+    # the checkpoint keeps no weights apart: `replaygpu eval` plays the final ones, whatever a
+    # resumed run's config says of keep_best
     agent = dqn.DQN(4, 2, config)
-    keeping = dqn.DQNConfig(seed=1, learning_rate=1e-2, **SMALL)
-    assert dqn.kept_policy(keeping, agent, tf.train.latest_checkpoint(folder)) is None
+    assert dqn.kept_policy(agent, tf.train.latest_checkpoint(folder)) is None
 
 
 def test_a_run_checkpointed_before_keep_best_resumes_and_keeps_its_best_from_then_on(tmp_path):
