@@ -361,6 +361,11 @@ def run_eval(args: argparse.Namespace) -> int:
         if hasattr(module, "kept_policy"):  # the weights the run handed back (keep_best)
             policy, evaluated = module.kept_policy(agent, latest) or (policy, evaluated)
         returns = evaluate(policy, config.env_id, args.episodes, args.seed)
+    # An ALE env left in a reference cycle would outlive its finalizer at exit (`imports_frozen`
+    # freezes what is left) and ale_py would print ~25 "nanobind: leaked" lines: collect the
+    # run's own objects now (the imports are frozen, so this pass skips them).
+    del env, agent
+    gc.collect()
     print(
         f"{latest}: greedy evaluation on {config.env_id} over {len(returns)} episodes: mean "
         f"return {returns.mean():.1f} (std {returns.std():.1f}, min {returns.min():.1f}, "

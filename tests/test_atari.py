@@ -4,6 +4,8 @@ shapes, finite losses, SGD steps taken, and a stop / resume round trip through c
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -122,6 +124,16 @@ def test_atari_dqn_trains_on_breakout_stops_resumes_and_evaluates(tmp_path):
     assert result.eval_returns.shape == (1,) and np.isfinite(result.eval_returns).all()
 
     assert demos.run_eval(argparse.Namespace(path=ckpt, episodes=1, seed=0)) == 0
+    # the command, to its exit: no ALE object outlives its finalizer ("nanobind: leaked ...")
+    done = subprocess.run(
+        [sys.executable, "-m", "replaygpu.cli", "eval", ckpt, "--episodes", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "greedy evaluation on ALE/Breakout-v5 over 1 episodes" in done.stdout
+    assert "leaked" not in done.stderr, done.stderr[-2000:]
 
 
 def test_frame_stack_sampler_feeds_uint8_stacks_of_real_frames():
