@@ -116,6 +116,21 @@ def test_unreachable_address_is_one_line():
     assert "127.0.0.1:1" in line
 
 
+def test_health_of_an_address_without_a_port_exits_1_in_one_line():
+    proc = replaygpu_without_tensorflow("health", "127.0.0.1")
+    assert proc.returncode == 1  # never 2: Docker's healthcheck reserves it
+    assert proc.stderr.count("\n") == 1 and "'127.0.0.1': no port" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(
+    "address", ["127.0.0.1:50051", "[::1]:50051", "learner:1", "dns:///learner:50051", "unix:/s"]
+)
+def test_a_client_takes_host_port_and_grpc_target_uris(address):
+    from replaygpu.service.ops.auth import make_channel
+
+    make_channel(address, None, 2**20).close()  # no ConfigError: the check lets them through
+
+
 def test_learner_refuses_an_env_of_the_wrong_kind_before_serving(tmp_path):
     ckpt = tmp_path / "ckpt"
     proc = replaygpu("learner", "--agent", "sac", "--env", "CartPole-v1", "--checkpoint-dir", ckpt)
@@ -177,6 +192,12 @@ BAD_FLAGS = [
     (["actor"], "the following arguments are required: address"),
     (["actor", "127.0.0.1:1", "--num-envs", "many"], "argument --num-envs: invalid int value"),
     (["no-such-command"], "invalid choice: 'no-such-command'"),
+    # without a port gRPC would dial 443 and the user would read "connection refused"
+    (["actor", "127.0.0.1"], "server address '127.0.0.1': no port; expected host:port"),
+    (["info", "[::1]"], "server address '[::1]': no port"),
+    (["info", "learner:http"], "port 'http' is not a number from 1 to 65535"),
+    (["learner", "--address", "127.0.0.1:notaport"], "address '127.0.0.1:notaport': expected"),
+    (["serve", "--env", "CartPole-v1", "--address", "0.0.0.0"], "address '0.0.0.0': expected"),
 ]
 
 

@@ -61,6 +61,7 @@ class ReplayClient:
         config: buffering, limits and retries (`ClientConfig`).
 
     Raises:
+        ConfigError: ``address`` is not ``host:port`` (or a gRPC target URI), or a bad actor_id.
         TableNotFoundError: the server has no such table (the message lists its tables).
         AuthenticationError: the server refused the token.
         ServiceUnavailableError: the server could not be reached within ``retry_deadline_s``.

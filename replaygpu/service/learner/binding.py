@@ -25,15 +25,21 @@ def _host_port(address: str) -> tuple[int, str, str]:
 
 
 def require_free_address(address: str) -> None:
-    """Refuse ``address`` when another process listens on it, before a server is made (and
-    TensorFlow imported). Binds a probe with ``SO_REUSEADDR``, as gRPC's listener does, so a
-    port a stopped server left in TIME_WAIT passes. Port 0, a bad address and any other
-    failure are left to the server, which reports them (`bind_failure`).
+    """Refuse ``address`` when it is not ``host:port`` with a port in 0-65535 (0: a free one),
+    or when another process listens on it, before a server is made (and TensorFlow imported).
+    Binds a probe with ``SO_REUSEADDR``, as gRPC's listener does, so a port a stopped server
+    left in TIME_WAIT passes. Any other failure (a host this machine does not have) is left to
+    the server, which reports it (`bind_failure`).
 
     Raises:
-        ConfigError: the port is in use.
+        ConfigError: the address is malformed, or its port is in use.
     """
     family, host, port = _host_port(address)
+    if not (":" in address and port.isdigit() and int(port) < 65536):
+        raise ConfigError(
+            f"address {address!r}: expected host:port with a port from 0 to 65535 (0: a free "
+            "one), e.g. 0.0.0.0:50051, [::]:50051 or 127.0.0.1:0"
+        )
     try:
         number = int(port)
         if number == 0:
@@ -44,8 +50,6 @@ def require_free_address(address: str) -> None:
     except OSError as cause:
         if cause.errno == errno.EADDRINUSE:
             raise ConfigError(_in_use(port)) from None
-    except ValueError:
-        pass
 
 
 def bind_failure(address: str, err: Exception) -> str:

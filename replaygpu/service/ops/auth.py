@@ -198,8 +198,43 @@ def channel_options(tls: TLSConfig | None, max_message_bytes: int) -> list[tuple
     return options
 
 
+#: prefixes of the gRPC target URIs a client may name instead of ``host:port``
+_TARGET_SCHEMES = ("dns:", "unix:", "unix-abstract:", "ipv4:", "ipv6:", "vsock:")
+
+
+def require_server_address(address: str) -> None:
+    """Refuse a client's server address that is not ``host:port`` (``[v6]:port``) with a port
+    in 1-65535, or a gRPC target URI (``dns:///host:port``, ``unix:/path``, ...). Without a
+    port gRPC would dial port 443 and the user would read "connection refused".
+
+    Raises:
+        ConfigError: the address, what is wrong with it, and an example.
+    """
+    if address.startswith(_TARGET_SCHEMES):
+        return
+    host, _, port = address.rpartition(":")
+    ipv6_without_port = address.endswith("]") or (":" in host and not host.endswith("]"))
+    if ":" not in address or ipv6_without_port:
+        problem = "no port"
+    elif host.strip("[]") and port.isdigit() and 0 < int(port) < 65536:
+        return
+    elif not host.strip("[]"):
+        problem = "no host"
+    else:
+        problem = f"port {port!r} is not a number from 1 to 65535"
+    raise ConfigError(
+        f"server address {address!r}: {problem}; expected host:port, e.g. 127.0.0.1:50051 "
+        "([::1]:50051 for IPv6), or a gRPC target URI such as dns:///learner:50051"
+    )
+
+
 def make_channel(address: str, tls: TLSConfig | None, max_message_bytes: int) -> grpc.Channel:
-    """An insecure or TLS channel to ``address``."""
+    """An insecure or TLS channel to ``address`` (`require_server_address` checks it).
+
+    Raises:
+        ConfigError: ``address`` is not ``host:port`` or a gRPC target URI.
+    """
+    require_server_address(address)
     options = channel_options(tls, max_message_bytes)
     if tls is None:
         return grpc.insecure_channel(address, options=options)

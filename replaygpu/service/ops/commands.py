@@ -388,10 +388,10 @@ def run_health(args: argparse.Namespace) -> int:
     where = f"replaygpu health: {args.address} (service {args.service!r})"
     try:
         tls = client_tls(args)
+        channel = make_channel(args.address, tls, 2**20)
     except ReplayError as err:
         print(f"{where}: {type(err).__name__}: {' '.join(str(err).split())}", file=sys.stderr)
         return 1
-    channel = make_channel(args.address, tls, 2**20)
     try:
         reply = health_pb2_grpc.HealthStub(channel).Check(
             health_pb2.HealthCheckRequest(service=args.service),
