@@ -53,8 +53,15 @@ def check_writable(directory: str) -> None:
     Raises:
         ConfigError: one line naming the folder, the user and group ids, and the fixes.
     """
+    who = f"uid {os.getuid()} gid {os.getgid()}"
     try:
         os.makedirs(directory, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(
+            f"checkpoint folder {directory!r} cannot be made by {who}: {err.strerror or err}; "
+            "pass a --checkpoint-dir in a folder that exists and is writable, or make it first"
+        ) from None
+    try:
         with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-check-"):
             pass
     except OSError as err:
@@ -65,8 +72,8 @@ def check_writable(directory: str) -> None:
         except OSError:
             pass
         raise ConfigError(
-            f"checkpoint folder {directory!r}{owner} is not writable by uid {os.getuid()} gid "
-            f"{os.getgid()}: {err.strerror or err}; make it writable (chown {os.getuid()} "
+            f"checkpoint folder {directory!r}{owner} is not writable by {who}: "
+            f"{err.strerror or err}; make it writable (chown {os.getuid()} "
             f"{directory}, or run as its owner; in a container: chown the host folder to the "
             "container's uid, run with --user, or set Kubernetes fsGroup), or pass another "
             "--checkpoint-dir"

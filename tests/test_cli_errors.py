@@ -105,10 +105,11 @@ def test_missing_certificate_is_one_line(tmp_path):
     assert "server.pem" in error_line(proc)
 
 
-def test_unwritable_checkpoint_folder_names_path_and_uid(not_a_folder):
+def test_a_checkpoint_folder_that_cannot_be_made_names_path_uid_and_the_fix(not_a_folder):
     proc = replaygpu("serve", "--env", "CartPole-v1", "--checkpoint-dir", not_a_folder)
     line = error_line(proc)
-    assert not_a_folder in line and f"uid {os.getuid()}" in line
+    assert f"{not_a_folder!r} cannot be made by uid {os.getuid()}" in line
+    assert "Not a directory" in line and "make it first" in line  # not "chown" a missing folder
 
 
 def test_unreachable_address_is_one_line():
