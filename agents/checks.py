@@ -37,17 +37,30 @@ def require_widths(config: Any, name: str = "hidden_sizes") -> None:
 
 
 def require_env_id(env_id: str) -> None:
-    """``env_id`` is a registered gymnasium id (``masked_envs``' included); an ``ALE/...`` id
-    is left to `atari.check_env`, which says which extra to install when ale-py is missing.
-    Needs no TensorFlow, so a CLI says it before importing it."""
+    """``env_id`` is a registered gymnasium id (``masked_envs``' and, when ale-py is installed,
+    its ``ALE/...`` games included). Without ale-py an ``ALE/...`` id is left to
+    `atari.check_env`, which says which extra to install. Needs no TensorFlow, so a CLI says it
+    before importing it."""
+    import difflib
+
     import gymnasium as gym
 
     import replaygpu.agents.masked_envs  # noqa: F401  (registers its ids)
 
-    if not env_id.startswith("ALE/") and env_id not in gym.registry:
+    example = "'CartPole-v1'"
+    if env_id.startswith("ALE/"):
+        try:
+            import ale_py
+        except ImportError:
+            return
+        gym.register_envs(ale_py)
+        example = "'ALE/Breakout-v5'"
+    if env_id not in gym.registry:
+        close = difflib.get_close_matches(env_id, list(gym.registry), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
         raise rg.ConfigError(
-            f"env_id: got {env_id!r}, which gymnasium does not know; expected a registered id "
-            "such as 'CartPole-v1' (see gymnasium.pprint_registry())"
+            f"env_id: got {env_id!r}, which gymnasium does not know; {hint}expected a registered "
+            f"id such as {example} (see gymnasium.pprint_registry())"
         )
 
 

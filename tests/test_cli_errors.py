@@ -185,6 +185,8 @@ BAD_FLAGS = [
     (["demo", "cartpole", "--env-id", "NoSuch-v0"], "--env-id: got 'NoSuch-v0', which gymnas"),
     (["serve", "--env", "NoSuch-v0"], "NoSuch"),
     (["learner", "--agent", "sac", "--env", "CartPole-v1"], "expected a bounded Box"),
+    (["learner", "--env", "ALE/Breakou-v5"], "did you mean 'ALE/Breakout-v5'?"),
+    (["demo", "cartpole", "--env-id", "CartPol-v1"], "did you mean 'CartPole-v1'?"),
     (["demo", "pendulum", "--env-id", "CartPole-v1"], "expected a bounded Box"),
     (["demo", "cartpole", "--env-id", "Pendulum-v1"], "expected Discrete"),
     (["learner", "--agent", "dqn", "--env", "Pendulum-v1"], "expected Discrete"),
