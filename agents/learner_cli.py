@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     checked before TensorFlow is imported."""
     from replaygpu.agents.flags import config_from_args
     from replaygpu.agents.learner_config import config_class
-    from replaygpu.service.learner.binding import require_free_address
+    from replaygpu.service.learner.binding import require_free_ports
     from replaygpu.service.ops.commands import server_config, server_tls
 
     agent, env_id = _agent_of(args.options)
@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(config_class(agent, env_id), opts, parser)
     tls = server_tls(opts)
     service_config = server_config(opts)
-    require_free_address(config.address)  # before TensorFlow: a port in use is one line at once
+    require_free_ports(config.address, opts.metrics_port)  # before TensorFlow: one line at once
 
     from replaygpu.agents.learner import LearnerService
     from replaygpu.agents.learner_report import LearnerReport

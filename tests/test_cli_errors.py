@@ -282,14 +282,28 @@ def test_without_tensorflow_learner_and_demo_name_the_extra_to_install(args, tmp
 
 
 @pytest.mark.parametrize("command", [["serve", "--env", "CartPole-v1"], ["learner"]])
-def test_a_port_in_use_is_refused_before_tensorflow_is_imported(command):
+@pytest.mark.parametrize("flag", ["--address", "--metrics-port"])
+def test_a_port_in_use_is_refused_before_tensorflow_is_imported(command, flag):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        proc = replaygpu_without_tensorflow(*command, "--address", f"127.0.0.1:{port}")
+        ports = (
+            ["--address", f"127.0.0.1:{port}"]
+            if flag == "--address"
+            else ["--address", "127.0.0.1:0", "--metrics-port", str(port)]
+        )
+        proc = replaygpu_without_tensorflow(*command, *ports)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-2000:]
     assert f"address already in use: another process listens on port {port}" in proc.stderr
+    assert f"pick another {flag}" in proc.stderr
+
+
+def test_a_metrics_port_equal_to_the_grpc_port_is_refused_before_tensorflow():
+    proc = replaygpu_without_tensorflow(
+        "learner", "--address", "127.0.0.1:50999", "--metrics-port", "50999"
+    )
+    assert proc.returncode == 2 and "the port of --address" in proc.stderr, proc.stderr[-2000:]
 
 
 def test_a_port_a_stopped_server_left_in_time_wait_is_not_refused():

@@ -10,10 +10,10 @@ import socket
 from replaygpu.errors import ConfigError
 
 
-def _in_use(port: str) -> str:
+def _in_use(port: str, flag: str = "--address") -> str:
     return (
         f"address already in use: another process listens on port {port}; stop it or "
-        "pick another --address (port 0 picks a free one)"
+        f"pick another {flag} (port 0 picks a free one)"
     )
 
 
@@ -24,7 +24,26 @@ def _host_port(address: str) -> tuple[int, str, str]:
     return (socket.AF_INET6 if ":" in host else socket.AF_INET), host, port
 
 
-def require_free_address(address: str) -> None:
+def require_free_ports(address: str, metrics_port: int | None) -> None:
+    """`require_free_address` for a server's ``address`` and, when given, its ``/metrics``
+    port on the same host (before TensorFlow: a metrics port in use would otherwise stop the
+    command after it had started serving).
+
+    Raises:
+        ConfigError: an address is malformed or in use, or both ask for the same port.
+    """
+    require_free_address(address)
+    if metrics_port is None:
+        return
+    host, _, port = address.rpartition(":")
+    if metrics_port and str(metrics_port) == port:
+        raise ConfigError(
+            f"--metrics-port: got {metrics_port}, the port of --address {address}; pick another"
+        )
+    require_free_address(f"{host}:{metrics_port}", flag="--metrics-port")
+
+
+def require_free_address(address: str, flag: str = "--address") -> None:
     """Refuse ``address`` when it is not ``host:port`` with a port in 0-65535 (0: a free one),
     or when another process listens on it, before a server is made (and TensorFlow imported).
     Binds a probe with ``SO_REUSEADDR``, as gRPC's listener does, so a port a stopped server
@@ -49,7 +68,7 @@ def require_free_address(address: str) -> None:
             probe.bind((host, number))
     except OSError as cause:
         if cause.errno == errno.EADDRINUSE:
-            raise ConfigError(_in_use(port)) from None
+            raise ConfigError(_in_use(port, flag)) from None
 
 
 def bind_failure(address: str, err: Exception) -> str:

@@ -264,11 +264,11 @@ def run_serve(args: argparse.Namespace) -> int:
     Raises:
         ConfigError: for TLS flags that do not go together (nothing is served).
     """
-    from replaygpu.service.learner.binding import require_free_address
+    from replaygpu.service.learner.binding import require_free_ports
 
     tls = server_tls(args)
     config = server_config(args, max_message_bytes=args.max_message_mb * 2**20)
-    require_free_address(args.address)  # before TensorFlow: a port in use is one line at once
+    require_free_ports(args.address, args.metrics_port)  # before TensorFlow: one line at once
     env = _spec_env(args)
     import replaygpu as rg
 
