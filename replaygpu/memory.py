@@ -42,6 +42,17 @@ logger = logging.getLogger(__name__)
 #: dtypes a float field may be stored as on the device (half the bytes of float32).
 NARROW_DTYPES = (tf.float16, tf.bfloat16)
 
+#: How a bool field is stored: as uint8 0/1, the same byte. TensorFlow's GPU kernel of a bool
+#: scatter takes int32 indices only, and the table's indices are int64; uint8 scatters with
+#: int64 indices on a GPU. Appends cast on write and reads cast back, as for narrowed floats.
+BOOL_STORAGE = tf.uint8
+
+
+def default_storage_dtype(dtype: tf.DType) -> tf.DType:
+    """The dtype a field of ``dtype`` is stored as unless narrowed (bool as `BOOL_STORAGE`)."""
+    return BOOL_STORAGE if dtype == tf.bool else dtype
+
+
 #: The share of a device's free memory one table may take when it checks before allocating;
 #: the rest (5%) stays for networks, optimizer slots, sum trees, append and sample buffers.
 TABLE_MEMORY_FRACTION = 0.95
@@ -71,7 +82,7 @@ def resolve_storage_dtypes(
             other than float16/bfloat16, or a field that is not a float of more than 16 bits.
     """
     spec = normalize_spec(spec)
-    out = {name: leaf.dtype for name, leaf in spec.items()}
+    out = {name: default_storage_dtype(leaf.dtype) for name, leaf in spec.items()}
     if storage_dtypes is None:
         return out
     if not isinstance(storage_dtypes, Mapping):
@@ -93,7 +104,7 @@ def resolve_storage_dtypes(
                 f"storage_dtypes['{name}']: got {value!r}, expected one of {allowed}"
             ) from None
         logical = spec[name].dtype
-        if dtype == logical:
+        if dtype in (logical, default_storage_dtype(logical)):
             continue  # stored as is
         if dtype not in NARROW_DTYPES:
             raise ConfigError(
@@ -388,9 +399,9 @@ def _nvml_total(ordinal: int) -> int | None:
 
 
 def describe(spec: Spec, storage: Mapping[str, tf.DType]) -> str:
-    """Fields whose stored dtype differs from the spec, as ``obs float32->float16``; or ''."""
+    """Fields narrowed from their spec dtype, as ``obs float32->float16``; or ''."""
     return ", ".join(
         f"{name} {spec[name].dtype.name}->{dtype.name}"
         for name, dtype in storage.items()
-        if dtype != spec[name].dtype
+        if dtype != default_storage_dtype(spec[name].dtype)
     )

@@ -25,6 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from replaygpu.errors import ConfigError
+from replaygpu.reductions import reduce_min_int
 from replaygpu.specs import NestedSpec
 from replaygpu.storage import ReplayTable
 from replaygpu.table import TableBase
@@ -148,7 +149,7 @@ class ShardedReplayTable(TableBase, tf.Module):
 
     def min_shard_size(self) -> tf.Tensor:
         """The smallest shard's size (int64 scalar, usable inside graphs)."""
-        return tf.reduce_min(tf.stack([s.size_var.read_value() for s in self.shards]))
+        return reduce_min_int(tf.stack([s.size_var.read_value() for s in self.shards]))
 
     def local_index(self) -> int:
         """The index of the calling replica's shard (inside ``strategy.run``).
@@ -179,13 +180,12 @@ class ShardedReplayTable(TableBase, tf.Module):
             shard_ids = rows % replicas
         else:
             shard_ids = tf.math.floormod(tf.cast(batch[self.shard_by], tf.int64), replicas)
-        parts = {
-            k: tf.dynamic_partition(v, tf.cast(shard_ids, tf.int32), replicas)
-            for k, v in batch.items()
-        }
         for i, shard in enumerate(self.shards):
+            # a gather of each shard's rows: GPUs have gathers of every dtype, but no
+            # dynamic_partition of bools or uint8
+            mine = tf.reshape(tf.where(tf.equal(shard_ids, i)), [-1])
             with tf.device(shard.device):
-                shard._append_graph({k: parts[k][i] for k in batch})
+                shard._append_graph({k: tf.gather(v, mine) for k, v in batch.items()})
         self.inserted_var.assign_add(n)
         self.size_var.assign(tf.add_n([s.size_var.read_value() for s in self.shards]))
 

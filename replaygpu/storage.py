@@ -3,7 +3,8 @@
 Rows are written in a ring: the write cursor advances by the number of appended transitions and
 wraps at ``capacity``. Filled rows are always ``[0, size)``, so samplers draw from that range.
 Writes are one `scatter_update` per field with 1-D int64 indices, never a slice assignment
-(which would copy the whole variable), so they stay cheap on GPU and CPU alike.
+(which would copy the whole variable), so they stay cheap on GPU and CPU alike. Bool fields are
+stored as uint8 0/1 (`memory.BOOL_STORAGE`): a GPU has no bool scatter for int64 indices.
 
 A float field may be stored narrower than its spec dtype (``storage_dtypes``, float16 or
 bfloat16): appends cast on write inside the append graph and `ReplayTable.read` casts back, so
@@ -56,7 +57,9 @@ class ReplayTable(TableBase, tf.Module):
 
     Fields are leaf paths: ``spec``, ``storage``, ``storage_dtypes`` and the wire are keyed by
     them (a flat dict spec's keys are its paths). The storage of field ``f`` is a variable of
-    shape ``[capacity] + spec[f].shape`` and of dtype ``storage_dtypes.get(f, spec[f].dtype)``.
+    shape ``[capacity] + spec[f].shape`` and of dtype ``table.storage_dtypes[f]``: the spec
+    dtype, a narrowed float, or uint8 for a bool (TensorFlow's GPU scatter of bools takes int32
+    indices only). Read fields through `read` or `gather`, which cast back to the spec dtype.
 
     Raises:
         ConfigError: for a bad capacity, device or storage dtype.

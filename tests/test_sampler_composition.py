@@ -264,7 +264,7 @@ def test_a_sharded_prioritized_frame_stack_learner_trains_on_two_logical_cpus():
     assert last["loss"] < first["loss"]  # it learns
     for shard, index in zip(table.shards, sampler.indexes, strict=True):
         leaves = index.tree.leaves().numpy()[: shard.size]
-        finals = shard.storage["final"].numpy()[: shard.size]
+        finals = shard.read("final", tf.range(shard.size, dtype=tf.int64)).numpy()
         assert (leaves[finals] == 0).all() and (leaves[~finals] > 0).all()
         assert int(index.sample_count.numpy()) == 90
         assert len(np.unique(leaves[~finals])) > 2  # the update's priorities came back

@@ -34,6 +34,9 @@ logger = logging.getLogger(__name__)
 
 UpdateFn = Callable[[dict[str, tf.Tensor]], Mapping[str, tf.Tensor]]
 
+#: the name of the fused loop's ``tf.while_loop`` (its body is one SGD step)
+SGD_LOOP = "sgd_steps"
+
 
 class Learner(tf.Module):
     """Runs ``update_fn`` on in-graph minibatches, many steps per call.
@@ -142,6 +145,18 @@ class Learner(tf.Module):
     def metric_names(self) -> list[str]:
         """Names of the scalar metrics ``update_fn`` returns (known after the first trace)."""
         return list(self._metric_names or [])
+
+    @property
+    def train_function(self) -> Any:
+        """The fused loop as a ``tf.function`` of ``num_steps`` (an int64 scalar tensor): what
+        ``train`` calls. For inspecting or exporting the graph, e.g.
+        ``train_function.experimental_get_compiler_ir(tf.constant(100, tf.int64))(stage="hlo")``
+        under ``jit_compile=True``, or ``get_concrete_function()``. Traces ``update_fn`` once
+        to learn its metrics, as the first ``train`` does.
+        """
+        if self._metric_names is None:
+            self._metric_names = self._check_update_fn()
+        return self._train_fn
 
     @property
     def trace_count(self) -> int:
@@ -256,6 +271,11 @@ class Learner(tf.Module):
             )
         n = tf.where(table.min_shard_size() > 0, allowed, tf.zeros_like(allowed))
         names = self.metric_names
+        # The loop runs on an int32 count: TensorFlow keeps int32 scalars of GPU ops in host
+        # memory, so the predicate `i < count` is computed on the host and no step waits on a
+        # copy out of the device (an int64 counter would live on the GPU and be read back at
+        # every step). The one copy, of the count, is made once per call.
+        count = tf.cast(tf.minimum(n, np.iinfo(np.int32).max), tf.int32)
 
         def body(i: tf.Tensor, sums: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             if self.strategy is None:
@@ -268,11 +288,13 @@ class Learner(tf.Module):
         # A sampler's loop_scope does once-per-call work (e.g. syncing new rows) outside the loop.
         with self.sampler.loop_scope():
             _, sums = tf.while_loop(
-                lambda i, _: i < n,
+                lambda i, _: i < count,
                 body,
-                (tf.constant(0, tf.int64), tf.zeros([len(names)], tf.float64)),
+                (tf.constant(0, tf.int32), tf.zeros([len(names)], tf.float64)),
                 parallel_iterations=1,
+                name=SGD_LOOP,
             )
+        n = tf.cast(count, tf.int64)
         self.steps.assign_add(n)
         if self.rate_limiter is not None:
             self.rate_limiter.record(n * self.batch_size)

@@ -42,6 +42,7 @@ import tensorflow as tf
 
 from replaygpu.errors import ConfigError
 from replaygpu.keys import DISCOUNT, NSTEP
+from replaygpu.reductions import first_true
 from replaygpu.samplers.nstep import check_n_step, n_step_window
 from replaygpu.samplers.view import View
 from replaygpu.specs import Spec
@@ -153,21 +154,20 @@ class FrameStack(View):
     def history(self, table: ReplayTable, rows: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Distance back to the episode start, capped at k-1, and validity of each row."""
         k, capacity = self.stack, table.capacity
-        storage = table.storage
         back = tf.range(k, dtype=tf.int64)
-        first = tf.gather(storage["first"], (rows[:, None] - back[None, :]) % capacity)
+        first = table.read("first", (rows[:, None] - back[None, :]) % capacity)
         first = tf.concat([first[:, :-1], tf.ones_like(first[:, :1])], axis=1)
         # First episode start looking back (int64 throughout: int32 stays in host memory on GPU).
-        dist = tf.reduce_min(tf.where(first, back[None, :], k), axis=1)  # [B] <= k-1
+        dist = first_true(first)  # [B] <= k-1
         cursor = table.cursor.read_value()
         oldest = (cursor - table.size_var.read_value()) % capacity
         age = (rows - oldest) % capacity
         ahead = (cursor - 1 - rows) % capacity
         nxt = (rows + 1) % capacity
         valid = (
-            tf.logical_not(tf.gather(storage["final"], rows))
+            tf.logical_not(table.read("final", rows))
             & (ahead >= 1)
-            & tf.logical_not(tf.gather(storage["first"], nxt))
+            & tf.logical_not(table.read("first", nxt))
             & (dist <= age)
         )
         return dist, valid
@@ -177,10 +177,10 @@ class FrameStack(View):
 
     def settled_invalid(self, table: ReplayTable, rows: tf.Tensor) -> tf.Tensor:
         """Final rows, and rows whose next row (written) starts another episode."""
-        storage, capacity = table.storage, table.capacity
+        capacity = table.capacity
         ahead = (table.cursor.read_value() - 1 - rows) % capacity
-        next_first = tf.gather(storage["first"], (rows + 1) % capacity) & (ahead >= 1)
-        return tf.gather(storage["final"], rows) | next_first
+        next_first = table.read("first", (rows + 1) % capacity) & (ahead >= 1)
+        return table.read("final", rows) | next_first
 
     def read(self, table: ReplayTable, rows: tf.Tensor) -> dict[str, tf.Tensor]:
         """``{"obs", "next_obs": [B, k, H, W], "action", "reward", ...}`` of ``rows``."""
@@ -208,7 +208,7 @@ class FrameStack(View):
 
         def next_frame_starts_episode(step_rows: tf.Tensor) -> tf.Tensor:
             # Step j + 1 is not taken when the frame after it starts another episode.
-            return tf.gather(table.storage["first"], (step_rows + 2) % capacity)
+            return table.read("first", (step_rows + 2) % capacity)
 
         fields, _, last = n_step_window(
             table, rows, self.n_step, self.gamma, next_written=2, cut=next_frame_starts_episode

@@ -150,7 +150,7 @@ class FrameStackSampler(Sampler):
         table: a table with `make_frame_spec` fields, appended with `frame_rows`.
         stack: frames per stack k >= 1.
         seed: seed of the random stream; None for a nondeterministic one.
-        max_tries: redraw rounds for rows that cannot be drawn; see `Sampler`.
+        max_tries: candidates for rows that cannot be drawn; see `Sampler`.
         n_step, gamma: n-step transitions; see `FrameStack`.
     """
 
@@ -176,7 +176,7 @@ class SequenceSampler(Sampler):
         seed: seed of the random stream; None for a nondeterministic one.
         pad: allow windows that run past the episode end, with a mask.
         start_field: bool field marking the first row of each episode.
-        max_tries: redraw rounds before a window is returned padded (``pad=False``).
+        max_tries: candidates before a window is returned padded (``pad=False``).
         burn_in: rows before the start to prepend (``[B, burn_in + T]``).
         state_field, state_start_field: the stored recurrent state, returned at each window's
             first real row (``[B, ...]``), and the bool field marking rows that hold one.
@@ -206,5 +206,5 @@ class SequenceSampler(Sampler):
 
     @property
     def short_windows(self) -> tf.Tensor:
-        """Windows returned padded because no valid start was found in ``max_tries`` rounds."""
+        """Windows returned padded because none of ``max_tries`` candidates was a valid start."""
         return self.invalid_draws

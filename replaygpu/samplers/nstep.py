@@ -31,6 +31,7 @@ import tensorflow as tf
 from replaygpu.errors import ConfigError
 from replaygpu.keys import DISCOUNT, NSTEP
 from replaygpu.nest import leaves_under
+from replaygpu.reductions import first_true
 from replaygpu.samplers.view import View
 from replaygpu.storage import ReplayTable
 from replaygpu.table import Table
@@ -71,11 +72,11 @@ def n_step_window(
         ``({"reward", "terminated", "truncated", DISCOUNT, NSTEP}: [N]``, ``step_rows [N, n]``,
         ``last [N]`` the index of the last step taken).
     """
-    storage, capacity = table.storage, table.capacity
+    capacity = table.capacity
     steps = tf.range(n, dtype=tf.int64)
     step_rows = (rows[:, None] + steps[None, :]) % capacity  # [N, n]: step j's row
-    terminated = tf.gather(storage["terminated"], step_rows)
-    truncated = tf.gather(storage["truncated"], step_rows)
+    terminated = table.read("terminated", step_rows)
+    truncated = table.read("truncated", step_rows)
     ahead = (table.cursor.read_value() - 1 - rows) % capacity  # [N] rows written after
     stop = (
         terminated
@@ -85,7 +86,7 @@ def n_step_window(
     )
     if cut is not None:
         stop = stop | cut(step_rows)
-    last = tf.reduce_min(tf.where(stop, steps[None, :], n), axis=1)  # [N] int64
+    last = first_true(stop)  # [N] int64; the last step always stops
     used = steps[None, :] <= last[:, None]
     powers = tf.constant([gamma**j for j in range(n)], tf.float32)
     rewards = tf.cast(table.read("reward", step_rows), tf.float32)
@@ -123,7 +124,7 @@ def stream_cut(table: ReplayTable, stream_field: str | None) -> Cut | None:
         return None
 
     def cut(step_rows: tf.Tensor) -> tf.Tensor:
-        stream = tf.gather(table.storage[stream_field], step_rows)
+        stream = table.read(stream_field, step_rows)
         other_next = stream[:, 1:] != stream[:, :1]
         return tf.concat([other_next, tf.zeros_like(stream[:, :1], tf.bool)], axis=1)
 

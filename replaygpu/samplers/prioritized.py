@@ -202,7 +202,10 @@ class PrioritizedIndex(Index):
         root = self.tree.root()
         local_min = root[1] / tf.maximum(root[0], _TINY)
         ctx = tf.distribute.get_replica_context()
-        all_min = ctx.all_gather(tf.reshape(local_min, [1]), axis=0)
+        # every shard's value at its own position, summed over the replicas: an all-gather of
+        # fixed shape (all_gather first gathers the shapes, an int32 tensor read on the host)
+        mine = tf.one_hot(ctx.replica_id_in_sync_group, self.num_shards, dtype=tf.float64)
+        all_min = ctx.all_reduce(tf.distribute.ReduceOp.SUM, mine * local_min)
         factor = tf.pow(local_min / tf.reduce_min(all_min), -beta)
         return weights * tf.cast(factor, weights.dtype)
 

@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from replaygpu.errors import BatchError, ConfigError, EmptyTableError
 from replaygpu.keys import IMPORTANCE_WEIGHTS
+from replaygpu.reductions import first_true
 from replaygpu.samplers.dataset import make_dataset
 from replaygpu.samplers.distribution import Distribution, Index
 from replaygpu.samplers.uniform import Uniform
@@ -43,8 +44,9 @@ class Sampler(tf.Module):
             `FrameStack(...)` or `Sequence(...)`.
         seed: seed of the random stream; None for a nondeterministic one. A sharded table's
             shards get distinct seeds derived from it.
-        max_tries: redraw rounds for rows the view refuses (final frame rows, windows crossing
-            an episode, ...); rows still refused after them are counted in ``invalid_draws``.
+        max_tries: candidates drawn for each row the view refuses (final frame rows, windows
+            crossing an episode, ...), all drawn and checked at once; a row whose candidates
+            are all refused is counted in ``invalid_draws``.
         indexes: existing indexes (one per shard) to draw with instead of building new ones:
             samplers sharing them share their random stream and priorities (`with_view`).
 
@@ -163,7 +165,7 @@ class Sampler(tf.Module):
 
     @property
     def invalid_draws(self) -> tf.Tensor:
-        """Rows the view still refused after ``max_tries`` redraws, over all shards (int64)."""
+        """Rows the view refused with all ``max_tries`` candidates, over all shards (int64)."""
         return tf.add_n([v.read_value() for v in self._invalid])
 
     def sample(self, batch_size: int) -> tuple[tf.Tensor, Any]:
@@ -280,36 +282,29 @@ class Sampler(tf.Module):
     def _draw(self, shard_index: int, batch_size: int) -> tuple[tf.Tensor, tf.Tensor | None]:
         """Rows of shard ``shard_index`` that the view accepts, and their importance weights.
 
-        Rows the view refuses are redrawn independently (not stratified) up to ``max_tries``
-        rounds, which keeps the marginal over accepted rows exact for any distribution.
+        Rows the view refuses are replaced by the first accepted one of ``max_tries``
+        independent (not stratified) draws, which keeps the marginal distribution exact over
+        the accepted rows for any distribution. The candidates are drawn and checked together,
+        in one fixed-shape step: a redraw loop would wait on the device at every SGD step for
+        its predicate (on a GPU, a copy to the host).
         """
         shard, index = self.table.shards[shard_index], self.indexes[shard_index]
         rows, odds = index.draw(batch_size)
         if self.view.checks_rows:
-
-            def refused(r: tf.Tensor) -> tf.Tensor:
-                return tf.logical_not(self.view.valid(shard, r))
-
-            def body(tries: tf.Tensor, r: tf.Tensor, *o: tf.Tensor) -> tuple[tf.Tensor, ...]:
-                fresh, fresh_odds = index.draw(batch_size, stratified=False)
-                bad = refused(r)
-                kept = (tf.where(bad, fresh, r),)
-                if o:
-                    kept += (tf.where(bad, fresh_odds, o[0]),)
-                return (tries + 1, *kept)
-
-            loop_vars = (tf.constant(0, tf.int64), rows) + (() if odds is None else (odds,))
-            _, rows, *rest = tf.while_loop(
-                lambda tries, r, *_: tf.logical_and(
-                    tries < self.max_tries, tf.reduce_any(refused(r))
-                ),
-                body,
-                loop_vars,
-                parallel_iterations=1,
+            tries = self.max_tries
+            fresh, fresh_odds = index.draw(batch_size * tries, stratified=False)
+            candidates = tf.reshape(tf.concat([rows, fresh], 0), [tries + 1, batch_size])
+            accepted = tf.reshape(
+                self.view.valid(shard, tf.reshape(candidates, [-1])), [tries + 1, batch_size]
             )
-            odds = rest[0] if rest else None
-            still = tf.reduce_sum(tf.cast(refused(rows), tf.int64))
-            self._invalid[shard_index].assign_add(still)
+            pick = first_true(tf.transpose(accepted))  # [B]: tries + 1 where none is accepted
+            refused = pick > tries
+            pick = tf.where(refused, tf.zeros_like(pick), pick)
+            rows = tf.gather(tf.transpose(candidates), pick, batch_dims=1)
+            if odds is not None:
+                all_odds = tf.reshape(tf.concat([odds, fresh_odds], 0), [tries + 1, batch_size])
+                odds = tf.gather(tf.transpose(all_odds), pick, batch_dims=1)
+            self._invalid[shard_index].assign_add(tf.reduce_sum(tf.cast(refused, tf.int64)))
         return rows, index.weigh(odds)
 
     def _sync_all(self) -> None:

@@ -14,8 +14,8 @@ priority with `Prioritized`), weighted and updated there.
 Two modes:
 
 - ``pad=False`` (default): every window lies inside one episode and inside the written rows.
-  Invalid starts are redrawn (exact over valid windows) up to the sampler's ``max_tries``
-  rounds; a window still invalid then (episodes shorter than T) is returned padded as below and
+  Invalid starts are redrawn (exact over valid windows) from the sampler's ``max_tries``
+  candidates; a window still invalid then (episodes shorter than T) is returned padded as below and
   counted in ``invalid_draws``. A start whose window crosses an episode or a stream never
   becomes valid: a prioritized index gives it priority 0.
 - ``pad=True``: every row may start a window; steps after the episode ends (or past the newest
@@ -50,6 +50,7 @@ import tensorflow as tf
 from replaygpu.errors import ConfigError
 from replaygpu.keys import DISCOUNT, MASK, NSTEP
 from replaygpu.nest import leaves_under
+from replaygpu.reductions import first_true
 from replaygpu.samplers.nstep import NStep, check_n_step, check_transition_fields
 from replaygpu.samplers.view import View
 from replaygpu.storage import ReplayTable
@@ -170,27 +171,23 @@ class Sequence(View):
     def _starts_episode(self, table: ReplayTable, rows: tf.Tensor) -> tf.Tensor:
         """Whether each of ``rows`` (any shape) is the first row of an episode."""
         if self.start_field is not None:
-            return tf.gather(table.storage[self.start_field], rows)
+            return table.read(self.start_field, rows)
         before = (rows - 1) % table.capacity
-        return tf.gather(table.storage["terminated"], before) | tf.gather(
-            table.storage["truncated"], before
-        )
+        return table.read("terminated", before) | table.read("truncated", before)
 
     def _other_stream(self, table: ReplayTable, rows: tf.Tensor, starts: tf.Tensor) -> tf.Tensor:
         """``[B, L]`` bool: rows of another stream than their window's start row."""
-        stream = table.storage[self.stream_field]
-        return tf.gather(stream, rows) != tf.gather(stream, starts)[:, None]
+        stream = self.stream_field
+        return table.read(stream, rows) != table.read(stream, starts)[:, None]
 
     def _boundaries(self, table: ReplayTable, starts: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """``([B, T] bool: step t >= 1 starts another episode or stream, [B] rows ahead)``."""
         offsets = tf.range(self.length, dtype=tf.int64)
         rows = (starts[:, None] + offsets[None, :]) % table.capacity
         if self.start_field is not None:
-            boundary = tf.gather(table.storage[self.start_field], rows)
+            boundary = table.read(self.start_field, rows)
         else:  # step t starts an episode when step t - 1 ended one
-            done = tf.gather(table.storage["terminated"], rows) | tf.gather(
-                table.storage["truncated"], rows
-            )
+            done = table.read("terminated", rows) | table.read("truncated", rows)
             boundary = tf.concat([tf.zeros_like(done[:, :1]), done[:, :-1]], axis=1)
         if self.stream_field is not None:
             boundary = boundary | self._other_stream(table, rows, starts)
@@ -204,7 +201,7 @@ class Sequence(View):
         offsets = tf.range(self.length, dtype=tf.int64)
         boundary, ahead = self._boundaries(table, starts)
         cut = boundary | (offsets[None, :] > ahead[:, None])
-        first_cut = tf.reduce_min(tf.where(cut, offsets[None, :], self.length), axis=1)
+        first_cut = first_true(cut)
         return offsets[None, :] < first_cut[:, None]
 
     def valid(self, table: ReplayTable, rows: tf.Tensor) -> tf.Tensor:
@@ -239,8 +236,7 @@ class Sequence(View):
         """``[B]`` bool: the window's first real row holds a stored state."""
         if self.state_start_field is None:
             return tf.ones_like(starts, tf.bool)
-        marks = table.storage[self.state_start_field]
-        return tf.gather(marks, self._first_rows(table, starts))
+        return table.read(self.state_start_field, self._first_rows(table, starts))
 
     def _burn_in_mask(self, table: ReplayTable, starts: tf.Tensor) -> tf.Tensor:
         """``[B, burn_in]`` bool, oldest first: burn-in row ``start - j`` is in the start's

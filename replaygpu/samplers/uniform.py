@@ -26,9 +26,15 @@ class UniformIndex(Index):
         self.generator = make_generator(seed, table.device)
 
     def draw(self, batch_size: int, stratified: bool = True) -> tuple[tf.Tensor, None]:
-        """``([B] int64 rows uniform over the filled rows, None)``."""
+        """``([B] int64 rows uniform over the filled rows, None)``.
+
+        Full-range int64 draws reduced modulo the size (a bias below ``size / 2**64``): a
+        bounded draw (``uniform(maxval=size)``) takes its bound in host memory on a GPU, which
+        would copy the size out of device memory at every step.
+        """
         size = tf.maximum(self.table.size_var.read_value(), 1)
-        return self.generator.uniform([batch_size], 0, size, dtype=tf.int64), None
+        bits = self.generator.uniform_full_int([batch_size], dtype=tf.int64)
+        return tf.math.floormod(bits, size), None
 
 
 @dataclasses.dataclass(frozen=True)
