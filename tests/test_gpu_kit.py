@@ -49,9 +49,9 @@ def test_exported_train_calls_run_in_jax_with_parity_and_the_flashbax_baseline(t
     assert carried < 48 << 20, f"the quick kit is {carried / 2**20:.1f} MiB"
 
     report = tmp_path / "report.json"
+    command = [JAX_PYTHON, str(KIT / "run.py"), "--kit", str(kit), "--repeats", "2"]
     run = subprocess.run(
-        [JAX_PYTHON, str(KIT / "run.py"), "--kit", str(kit), "--repeats", "2"]
-        + ["--json", str(report)],
+        [*command, "--json", str(report)],
         capture_output=True,
         text=True,
         timeout=600,
