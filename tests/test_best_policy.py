@@ -91,7 +91,9 @@ def test_episodes_side_by_side_return_what_one_by_one_returns():
 
 def test_dqn_hands_back_and_checkpoints_the_weights_of_its_best_evaluation(tmp_path):
     # a run whose best evaluation is neither the first nor the last, above the final weights'
-    config = dqn.DQNConfig(seed=1, learning_rate=1e-2, **SMALL)
+    # (seed 2 with the uniform draws of full-range int64 modulo the size; seeds 1-6 give
+    # 768 < best < 3000 for 2, 4 and 6)
+    config = dqn.DQNConfig(seed=2, learning_rate=1e-2, **SMALL)
     recorder = _Evals()
     folder = str(tmp_path / "ckpt")
     with RunControl(folder, 3600.0, "replaygpu.agents.dqn", config) as run:
