@@ -393,6 +393,18 @@ class Checkpointer:
                 "nothing was restored"
             )
         if got != want:
+            bool_era = sorted(
+                name
+                for name, leaf in table.spec.items()
+                if leaf.dtype == tf.bool and got.get(name, ("", ""))[1] == "bool"
+            )
+            if bool_era:
+                raise CheckpointMismatchError(
+                    f"checkpoint {path} stores bool fields {bool_era} as bool; this replaygpu "
+                    "stores them as uint8 (a GPU has no bool scatter with int64 indices), and "
+                    "before 1.0 it reads no older layout. Nothing was restored; resume the run "
+                    "with the replaygpu that wrote it, or start a new checkpoint folder."
+                )
             diffs = [
                 f"'{name}': table has {want.get(name, 'nothing')}, checkpoint has "
                 f"{got.get(name, 'nothing')}"

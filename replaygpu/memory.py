@@ -67,7 +67,8 @@ _NO_LIMIT = 2**62
 def resolve_storage_dtypes(
     spec: Mapping[str, tf.TensorSpec], storage_dtypes: Mapping[str, Any] | None = None
 ) -> dict[str, tf.DType]:
-    """The dtype each field is stored as: the spec dtype unless ``storage_dtypes`` narrows it.
+    """The dtype each field is stored as: the spec dtype (uint8 for a bool, `BOOL_STORAGE`)
+    unless ``storage_dtypes`` narrows it.
 
     Args:
         spec: the table spec.

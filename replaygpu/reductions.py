@@ -24,5 +24,7 @@ def first_true(mask: tf.Tensor) -> tf.Tensor:
     """``[N]`` int64: the index of the first True of each row of ``mask`` ``[N, L]``, or ``L``
     where a row has none."""
     length = mask.shape[1]
+    if length is None:
+        raise ValueError(f"first_true: mask of shape {mask.shape}, expected a static length")
     countdown = tf.range(length, 0, -1, dtype=tf.int64)  # L - j at position j
     return length - tf.reduce_max(tf.where(mask, countdown[None, :], 0), axis=1)

@@ -26,7 +26,7 @@ import tensorflow as tf
 
 from replaygpu.errors import ConfigError
 from replaygpu.reductions import reduce_min_int
-from replaygpu.specs import NestedSpec
+from replaygpu.specs import NestedSpec, batch_signature
 from replaygpu.storage import ReplayTable
 from replaygpu.table import TableBase
 
@@ -171,21 +171,28 @@ class ShardedReplayTable(TableBase, tf.Module):
         """Rows ``indices`` of the calling replica's shard (inside ``strategy.run``)."""
         return self.local_shard().gather(indices)
 
-    def _append_graph(self, batch: dict[str, tf.Tensor]) -> None:
-        first = next(iter(batch.values()))
-        n = tf.shape(first, out_type=tf.int64)[0]
-        replicas = self.num_shards
-        if self.shard_by is None:
-            rows = self.inserted_var.read_value() + tf.range(n, dtype=tf.int64)
-            shard_ids = rows % replicas
+    def _append_signature(self) -> Any:
+        """One batch per shard."""
+        return [batch_signature(self.spec) for _ in self.shards]
+
+    def _route(self, batch: dict[str, Any]) -> list[dict[str, np.ndarray]]:
+        """Split a checked batch into the rows of each shard, in order, on the host: the batch
+        is there already, each shard's rows then travel to its device alone, and no device
+        needs a partition or gather of every dtype (a GPU has neither for uint8)."""
+        columns = {k: np.asarray(v) for k, v in batch.items()}
+        n = len(next(iter(columns.values())))
+        if self.shard_by is None:  # round robin, continuing from the rows appended so far
+            shard_ids = (int(self.inserted_var.numpy()) + np.arange(n)) % self.num_shards
         else:
-            shard_ids = tf.math.floormod(tf.cast(batch[self.shard_by], tf.int64), replicas)
-        for i, shard in enumerate(self.shards):
-            # a gather of each shard's rows: GPUs have gathers of every dtype, but no
-            # dynamic_partition of bools or uint8
-            mine = tf.reshape(tf.where(tf.equal(shard_ids, i)), [-1])
+            shard_ids = np.mod(columns[self.shard_by].astype(np.int64), self.num_shards)
+        return [{k: v[shard_ids == i] for k, v in columns.items()} for i in range(self.num_shards)]
+
+    def _append_graph(self, parts: list[dict[str, tf.Tensor]]) -> None:
+        n = tf.constant(0, tf.int64)
+        for shard, part in zip(self.shards, parts, strict=True):
             with tf.device(shard.device):
-                shard._append_graph({k: tf.gather(v, mine) for k, v in batch.items()})
+                shard._append_graph(part)
+            n += tf.shape(next(iter(part.values())), out_type=tf.int64)[0]
         self.inserted_var.assign_add(n)
         self.size_var.assign(tf.add_n([s.size_var.read_value() for s in self.shards]))
 

@@ -116,12 +116,20 @@ class TableBase:
 
     def _init_append(self) -> None:
         self._append_fn = tf.function(
-            self._append_graph, input_signature=[batch_signature(self.spec)]
+            self._append_graph, input_signature=[self._append_signature()]
         )
         #: address of the server that writes appends into this table, or None (set by serve)
         self.served_at: str | None = None
 
-    def _append_graph(self, batch: dict[str, tf.Tensor]) -> None:
+    def _append_signature(self) -> Any:
+        """The input signature of `_append_graph`: one checked flat batch."""
+        return batch_signature(self.spec)
+
+    def _route(self, batch: dict[str, Any]) -> Any:
+        """What `_append_graph` takes for the checked flat ``batch`` (prepared on the host)."""
+        return batch
+
+    def _append_graph(self, batch: Any) -> None:
         raise NotImplementedError
 
     @property
@@ -153,7 +161,7 @@ class TableBase:
         """
         checked = validate_batch(self.spec, self.flatten(batch))
         n = int(np.shape(next(iter(checked.values())))[0])
-        self._append_fn(checked)
+        self._append_fn(self._route(checked))
         return n
 
     @property

@@ -168,6 +168,8 @@ class Placement:
         self._graphs: dict[str, tf.Graph] = {}
         self.findings: list[Finding] = []
         self.ops_seen = 0
+        #: the path of every loop body placed without XLA (``train/sgd_steps_body_12``)
+        self.loops: list[str] = []
 
     def _function(self, name: str) -> tf.Graph:
         if name not in self._graphs:
@@ -294,7 +296,10 @@ class Placement:
             _Value(_merge_memory(t.dtype), v.constant and i in invariant)
             for i, (t, v) in enumerate(zip(op.inputs, inputs, strict=True))
         ]
+        for i, (t, v) in enumerate(zip(op.inputs, inputs, strict=True)):  # entering the loop
+            self._edge(op, i, v, _merge_memory(t.dtype), where, depth)
         name = f"{where}/{op.get_attr('body').name}"
+        self.loops.append(name)
         outs = self.place(body, carried, name, depth + 1)
         (pred,) = self.place(cond, carried, f"{where}/{op.get_attr('cond').name}", depth + 1)[:1]
         if pred.memory == DEVICE and not pred.constant:
@@ -337,6 +342,8 @@ class Placement:
             _Value(_merge_memory(t.dtype), v.constant)
             for t, v in zip(op.inputs[1:], data, strict=True)
         ]
+        for i, (t, v) in enumerate(zip(op.inputs[1:], data, strict=True), start=1):
+            self._edge(op, i, v, _merge_memory(t.dtype), where, depth)  # through a Switch
         results = [self.place(self._function(n), args, f"{where}/{n}", depth) for n in names]
         return [
             _Value(_merge_memory(t.dtype), all(r[i].constant for r in results))

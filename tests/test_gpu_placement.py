@@ -6,11 +6,11 @@ distribution x view, XLA on and off; priority updates, ``as_dataset``, restore) 
 by op against the GPU registry (`gpu_kernels`). Three things are checked:
 
 - no op lacks a GPU kernel for its dtypes (``XLA_GPU_JIT`` kernels under XLA);
-- inside the fused loop (``rg.learner.SGD_LOOP``), no device-to-host copy per SGD step of a
-  value that depends on data: a loop predicate, a host-memory input such as a bounded random
-  draw's ``maxval``, or an op that falls back to the CPU;
-- the loops that remain outside the SGD steps (a prioritized index taking in new rows, once per
-  call) are the only data-dependent loops, and none runs inside the step.
+- inside the fused loop (``rg.learner.SGD_LOOP``, whose body the check must have placed), no
+  device-to-host copy per SGD step of a value that depends on data: a loop predicate, a
+  host-memory input such as a bounded random draw's ``maxval``, a value entering a nested loop
+  or branch, or an op that falls back to the CPU. Copies once per call (the step count, a
+  prioritized index's loop over new rows) are allowed.
 
 ``tensorflow-cpu`` registers no CUDA kernels: there these tests skip, and CI runs them in a
 second environment with the plain wheel (``.ci/run``), where ``REPLAYGPU_GPU_REGISTRY=1``
@@ -178,6 +178,13 @@ def sequence_table() -> rg.ReplayTable:
     return rg.ReplayTable(spec, 128)
 
 
+def sharded_frame_table() -> rg.ShardedReplayTable:
+    spec = dict(rg.make_frame_spec((8, 8)))
+    spec["actor"] = tf.TensorSpec([], tf.int64)
+    strategy = rg.mirrored_strategy(["/cpu:0", "/cpu:1"])
+    return rg.ShardedReplayTable(spec, 128, strategy, shard_by="actor")
+
+
 def sharded_table() -> rg.ShardedReplayTable:
     spec = dict(rg.specs_from_env(gym.make("CartPole-v1")))
     spec["actor"] = tf.TensorSpec([], tf.int64)
@@ -191,6 +198,7 @@ TABLES: dict[str, Callable[[], Any]] = {
     "frame": frame_table,
     "sequence": sequence_table,
     "sharded": sharded_table,
+    "sharded-frames": sharded_frame_table,
 }
 
 
@@ -244,7 +252,10 @@ def toy_update(sampler: rg.Sampler) -> Callable[[Any], dict[str, tf.Tensor]]:
 def assert_train_places_on_gpu(learner: rg.Learner, what: str) -> Placement:
     fn = learner.train_function.get_concrete_function(tf.TensorSpec([], tf.int64))
     # XLA compiles the whole loop, except on a sharded table (the replica steps, on GPUs)
-    placement = place_on_gpu(fn, xla=learner.jit_compile and learner.strategy is None)
+    xla = learner.jit_compile and learner.strategy is None
+    placement = place_on_gpu(fn, xla=xla)
+    if not xla:  # else XLA compiles the loop, and its ops were checked against XLA_GPU_JIT
+        assert any(SGD_LOOP in loop for loop in placement.loops), placement.loops
     return check(placement, what)
 
 

@@ -118,7 +118,7 @@ def test_episodes_shorter_than_the_window_are_padded_and_counted():
     data = episodes_data([2, 2, 2], np.random.default_rng(1), last_open=False)
     table = rg.ReplayTable(SPEC, capacity=8, device="CPU")
     table.append(data)
-    sampler = rg.SequenceSampler(table, length=4, seed=0, max_tries=3)
+    sampler = rg.SequenceSampler(table, length=4, seed=0, spare_draws=3)
     _, batch = sampler.sample(8)
     assert int(sampler.short_windows.numpy()) == 8
     assert np.all(batch["mask"].numpy()[:, 2:] == 0.0)

@@ -36,6 +36,8 @@ UpdateFn = Callable[[dict[str, tf.Tensor]], Mapping[str, tf.Tensor]]
 
 #: the name of the fused loop's ``tf.while_loop`` (its body is one SGD step)
 SGD_LOOP = "sgd_steps"
+#: the most steps one ``train`` call runs: the loop counts with an int32 on the host
+MAX_STEPS_PER_CALL = 2**31 - 1
 
 
 class Learner(tf.Module):
@@ -172,10 +174,13 @@ class Learner(tf.Module):
 
         Raises:
             EmptyTableError: without a rate limiter, when the table is empty.
-            ConfigError: when num_steps is negative.
+            ConfigError: when num_steps is negative or above `MAX_STEPS_PER_CALL`.
         """
-        if num_steps < 0:
-            raise ConfigError(f"num_steps: got {num_steps}, expected >= 0")
+        if not 0 <= num_steps <= MAX_STEPS_PER_CALL:
+            raise ConfigError(
+                f"num_steps: got {num_steps}, expected 0 <= num_steps <= {MAX_STEPS_PER_CALL} "
+                "(the loop counts in int32); call train more often"
+            )
         if self.rate_limiter is None:
             check_not_empty(self.table)
         if self._metric_names is None:
@@ -275,7 +280,7 @@ class Learner(tf.Module):
         # memory, so the predicate `i < count` is computed on the host and no step waits on a
         # copy out of the device (an int64 counter would live on the GPU and be read back at
         # every step). The one copy, of the count, is made once per call.
-        count = tf.cast(tf.minimum(n, np.iinfo(np.int32).max), tf.int32)
+        count = tf.cast(n, tf.int32)  # train() refuses num_steps above int32's range
 
         def body(i: tf.Tensor, sums: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             if self.strategy is None:
@@ -294,7 +299,6 @@ class Learner(tf.Module):
                 parallel_iterations=1,
                 name=SGD_LOOP,
             )
-        n = tf.cast(count, tf.int64)
         self.steps.assign_add(n)
         if self.rate_limiter is not None:
             self.rate_limiter.record(n * self.batch_size)

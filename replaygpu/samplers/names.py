@@ -130,7 +130,7 @@ class NStepSampler(Sampler):
             base.table,
             base.distribution,
             NStep(n, gamma, stream_field),
-            max_tries=base.max_tries,
+            spare_draws=base.spare_draws,
             indexes=base.indexes,
             name="nstep_sampler",
         )
@@ -150,7 +150,7 @@ class FrameStackSampler(Sampler):
         table: a table with `make_frame_spec` fields, appended with `frame_rows`.
         stack: frames per stack k >= 1.
         seed: seed of the random stream; None for a nondeterministic one.
-        max_tries: candidates for rows that cannot be drawn; see `Sampler`.
+        spare_draws: spare rows per minibatch row for rows that cannot be drawn; see `Sampler`.
         n_step, gamma: n-step transitions; see `FrameStack`.
     """
 
@@ -159,12 +159,12 @@ class FrameStackSampler(Sampler):
         table: Table,
         stack: int = 4,
         seed: int | None = None,
-        max_tries: int = 32,
+        spare_draws: int = 4,
         n_step: int = 1,
         gamma: float = 0.99,
     ) -> None:
         view = FrameStack(stack, n_step, gamma)
-        super().__init__(table, Uniform(), view, seed, max_tries, name="frame_stack_sampler")
+        super().__init__(table, Uniform(), view, seed, spare_draws, name="frame_stack_sampler")
 
 
 class SequenceSampler(Sampler):
@@ -176,7 +176,8 @@ class SequenceSampler(Sampler):
         seed: seed of the random stream; None for a nondeterministic one.
         pad: allow windows that run past the episode end, with a mask.
         start_field: bool field marking the first row of each episode.
-        max_tries: candidates before a window is returned padded (``pad=False``).
+        spare_draws: spare starts per window for starts that are not valid; a window left
+            without one is returned padded (``pad=False``).
         burn_in: rows before the start to prepend (``[B, burn_in + T]``).
         state_field, state_start_field: the stored recurrent state, returned at each window's
             first real row (``[B, ...]``), and the bool field marking rows that hold one.
@@ -189,7 +190,7 @@ class SequenceSampler(Sampler):
         seed: int | None = None,
         pad: bool = False,
         start_field: str | None = None,
-        max_tries: int = 32,
+        spare_draws: int = 4,
         burn_in: int = 0,
         state_field: str | None = None,
         state_start_field: str | None = None,
@@ -202,9 +203,9 @@ class SequenceSampler(Sampler):
             state_field=state_field,
             state_start_field=state_start_field,
         )
-        super().__init__(table, Uniform(), view, seed, max_tries, name="sequence_sampler")
+        super().__init__(table, Uniform(), view, seed, spare_draws, name="sequence_sampler")
 
     @property
     def short_windows(self) -> tf.Tensor:
-        """Windows returned padded because none of ``max_tries`` candidates was a valid start."""
+        """Windows returned padded because no spare draw was a valid start."""
         return self.invalid_draws

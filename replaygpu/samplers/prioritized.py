@@ -194,7 +194,8 @@ class PrioritizedIndex(Index):
         Each replica draws its share from its own shard, so row ``i`` of shard ``s`` is drawn
         with probability ``p_i / (R * T_s)``. The result is ``((p_i / T_s) / m)**-beta`` with
         ``m = min_s (p_min_s / T_s)``: the weights of the probabilities the shards really sample
-        with, normalised by the largest weight of any row in any shard (one scalar all-gather).
+        with, normalised by the largest weight of any row in any shard (one all-reduce of a
+        ``[shards]`` vector).
         """
         if self.num_shards == 1:
             return weights

@@ -25,7 +25,6 @@ import tensorflow as tf
 
 from replaygpu.errors import BatchError, ConfigError, EmptyTableError
 from replaygpu.keys import IMPORTANCE_WEIGHTS
-from replaygpu.reductions import first_true
 from replaygpu.samplers.dataset import make_dataset
 from replaygpu.samplers.distribution import Distribution, Index
 from replaygpu.samplers.uniform import Uniform
@@ -44,9 +43,12 @@ class Sampler(tf.Module):
             `FrameStack(...)` or `Sequence(...)`.
         seed: seed of the random stream; None for a nondeterministic one. A sharded table's
             shards get distinct seeds derived from it.
-        max_tries: candidates drawn for each row the view refuses (final frame rows, windows
-            crossing an episode, ...), all drawn and checked at once; a row whose candidates
-            are all refused is counted in ``invalid_draws``.
+        spare_draws: spare rows drawn with each minibatch, per row (``spare_draws * B`` in
+            all), independently and checked by the view at once; the rows it refuses (final
+            frame rows, windows crossing an episode, ...) take the accepted spares in turn. A
+            refused row left without one is counted in ``invalid_draws``. 4 covers a view
+            that refuses up to about 3 rows in 4 (more with larger batches); raise it for
+            sparser tables.
         indexes: existing indexes (one per shard) to draw with instead of building new ones:
             samplers sharing them share their random stream and priorities (`with_view`).
 
@@ -70,7 +72,7 @@ class Sampler(tf.Module):
         distribution: Distribution | None = None,
         view: View | None = None,
         seed: int | None = None,
-        max_tries: int = 32,
+        spare_draws: int = 4,
         *,
         indexes: Sequence[Index] | None = None,
         name: str = "sampler",
@@ -88,8 +90,8 @@ class Sampler(tf.Module):
                 f"view: got {type(view).__name__}, expected rg.Transition(), rg.NStep(...), "
                 "rg.FrameStack(...) or rg.Sequence(...)"
             )
-        if not isinstance(max_tries, (int, np.integer)) or max_tries < 1:
-            raise ConfigError(f"max_tries: got {max_tries!r}, expected an integer >= 1")
+        if not isinstance(spare_draws, (int, np.integer)) or spare_draws < 1:
+            raise ConfigError(f"spare_draws: got {spare_draws!r}, expected an integer >= 1")
         if tf.distribute.has_strategy():
             raise ConfigError(
                 "Sampler: made inside strategy.scope(), where its variables would be mirrored "
@@ -112,7 +114,7 @@ class Sampler(tf.Module):
         self.table = table
         self.distribution = distribution
         self.view = view
-        self.max_tries = int(max_tries)
+        self.spare_draws = int(spare_draws)
         if indexes is None:
             seeds = shard_seeds(seed, table.num_shards)
             indexes = [
@@ -165,7 +167,7 @@ class Sampler(tf.Module):
 
     @property
     def invalid_draws(self) -> tf.Tensor:
-        """Rows the view refused with all ``max_tries`` candidates, over all shards (int64)."""
+        """Refused rows left without an accepted spare draw, over all shards (int64)."""
         return tf.add_n([v.read_value() for v in self._invalid])
 
     def sample(self, batch_size: int) -> tuple[tf.Tensor, Any]:
@@ -258,13 +260,13 @@ class Sampler(tf.Module):
         with tf.device(self.table.device):
             self._sync_fn()
 
-    def with_view(self, view: View, max_tries: int | None = None) -> Sampler:
+    def with_view(self, view: View, spare_draws: int | None = None) -> Sampler:
         """A sampler of the same table and indexes (random stream, priorities) with ``view``."""
         return Sampler(
             self.table,
             self.distribution,
             view,
-            max_tries=self.max_tries if max_tries is None else max_tries,
+            spare_draws=self.spare_draws if spare_draws is None else spare_draws,
             indexes=self.indexes,
         )
 
@@ -282,29 +284,31 @@ class Sampler(tf.Module):
     def _draw(self, shard_index: int, batch_size: int) -> tuple[tf.Tensor, tf.Tensor | None]:
         """Rows of shard ``shard_index`` that the view accepts, and their importance weights.
 
-        Rows the view refuses are replaced by the first accepted one of ``max_tries``
-        independent (not stratified) draws, which keeps the marginal distribution exact over
-        the accepted rows for any distribution. The candidates are drawn and checked together,
-        in one fixed-shape step: a redraw loop would wait on the device at every SGD step for
-        its predicate (on a GPU, a copy to the host).
+        With the minibatch, ``spare_draws * B`` independent (not stratified) spare rows are
+        drawn, and the view checks all of them at once; the i-th row the view refuses takes the
+        i-th spare row it accepts. The accepted spares are independent draws of the
+        distribution over the accepted rows, so the marginal stays exact over those, for any
+        distribution; a refused row left without a spare is counted in ``invalid_draws``. One
+        fixed-shape step: a redraw loop would wait on the device at every SGD step for its
+        predicate (on a GPU, a copy to the host).
         """
         shard, index = self.table.shards[shard_index], self.indexes[shard_index]
         rows, odds = index.draw(batch_size)
         if self.view.checks_rows:
-            tries = self.max_tries
-            fresh, fresh_odds = index.draw(batch_size * tries, stratified=False)
-            candidates = tf.reshape(tf.concat([rows, fresh], 0), [tries + 1, batch_size])
-            accepted = tf.reshape(
-                self.view.valid(shard, tf.reshape(candidates, [-1])), [tries + 1, batch_size]
-            )
-            pick = first_true(tf.transpose(accepted))  # [B]: tries + 1 where none is accepted
-            refused = pick > tries
-            pick = tf.where(refused, tf.zeros_like(pick), pick)
-            rows = tf.gather(tf.transpose(candidates), pick, batch_dims=1)
+            spares = batch_size * self.spare_draws
+            fresh, fresh_odds = index.draw(spares, stratified=False)
+            accepted = self.view.valid(shard, tf.concat([rows, fresh], 0))
+            refused = tf.logical_not(accepted[:batch_size])
+            turn = tf.cumsum(tf.cast(refused, tf.int64))  # [B]: 1 for the first refused row
+            spares_so_far = tf.cumsum(tf.cast(accepted[batch_size:], tf.int64))  # [S]
+            pick = tf.searchsorted(spares_so_far, turn, side="left", out_type=tf.int64)
+            replaced = refused & (pick < spares)  # S where too few spares were accepted
+            pick = tf.minimum(pick, spares - 1)
+            rows = tf.where(replaced, tf.gather(fresh, pick), rows)
             if odds is not None:
-                all_odds = tf.reshape(tf.concat([odds, fresh_odds], 0), [tries + 1, batch_size])
-                odds = tf.gather(tf.transpose(all_odds), pick, batch_dims=1)
-            self._invalid[shard_index].assign_add(tf.reduce_sum(tf.cast(refused, tf.int64)))
+                odds = tf.where(replaced, tf.gather(fresh_odds, pick), odds)
+            still = tf.reduce_sum(tf.cast(refused & tf.logical_not(replaced), tf.int64))
+            self._invalid[shard_index].assign_add(still)
         return rows, index.weigh(odds)
 
     def _sync_all(self) -> None:

@@ -14,10 +14,10 @@ priority with `Prioritized`), weighted and updated there.
 Two modes:
 
 - ``pad=False`` (default): every window lies inside one episode and inside the written rows.
-  Invalid starts are redrawn (exact over valid windows) from the sampler's ``max_tries``
-  candidates; a window still invalid then (episodes shorter than T) is returned padded as below and
-  counted in ``invalid_draws``. A start whose window crosses an episode or a stream never
-  becomes valid: a prioritized index gives it priority 0.
+  Invalid starts are replaced (exact over valid windows) by the sampler's spare draws
+  (``spare_draws``); a window still invalid then (episodes shorter than T) is returned padded
+  as below and counted in ``invalid_draws``. A start whose window crosses an episode or a
+  stream never becomes valid: a prioritized index gives it priority 0.
 - ``pad=True``: every row may start a window; steps after the episode ends (or past the newest
   row) are zero-filled and have ``mask`` 0.
 
