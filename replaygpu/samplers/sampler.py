@@ -299,11 +299,17 @@ class Sampler(tf.Module):
             fresh, fresh_odds = index.draw(spares, stratified=False)
             accepted = self.view.valid(shard, tf.concat([rows, fresh], 0))
             refused = tf.logical_not(accepted[:batch_size])
-            turn = tf.cumsum(tf.cast(refused, tf.int64))  # [B]: 1 for the first refused row
-            spares_so_far = tf.cumsum(tf.cast(accepted[batch_size:], tf.int64))  # [S]
-            pick = tf.searchsorted(spares_so_far, turn, side="left", out_type=tf.int64)
-            replaced = refused & (pick < spares)  # S where too few spares were accepted
-            pick = tf.minimum(pick, spares - 1)
+            turn = tf.cumsum(tf.cast(refused, tf.int64)) - 1  # [B]: 0 for the first refused row
+            good = accepted[batch_size:]
+            rank = tf.cumsum(tf.cast(good, tf.int64)) - 1  # [S]: 0 for the first accepted spare
+            # by_rank[r]: the spare accepted r-th (a scatter, O(S); a search of the ranks
+            # compiles to an O(B * S) comparison under XLA); slot B takes what is not needed
+            slot = tf.where(good & (rank < batch_size), rank, batch_size)[:, None]
+            by_rank = tf.tensor_scatter_nd_update(
+                tf.zeros([batch_size + 1], tf.int64), slot, tf.range(spares, dtype=tf.int64)
+            )
+            replaced = refused & (turn <= rank[-1])
+            pick = tf.gather(by_rank, tf.maximum(turn, 0))
             rows = tf.where(replaced, tf.gather(fresh, pick), rows)
             if odds is not None:
                 odds = tf.where(replaced, tf.gather(fresh_odds, pick), odds)
