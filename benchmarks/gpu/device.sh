@@ -3,11 +3,13 @@
 # carried wheels beside JAX and run the kit. Prints one line per case; the reports go to
 # $OUT/gpu-kit.json (the device tool's output folder) or ./gpu-kit.json.
 #   bash benchmarks/gpu/device.sh [KIT_FOLDER] [run.py options]
+# PYTHON names the interpreter with JAX (default python3; here: PYTHON=.venv-jax/bin/python).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 kit=${1:-benchmarks/gpu/kit}
 shift || true
 site=$(mktemp -d)
-python3 -m pip install --quiet --no-deps --no-index --target "$site" "$kit"/wheels/*.whl
+python=${PYTHON:-python3}
+"$python" -m pip install --quiet --no-deps --no-index --target "$site" "$kit"/wheels/*.whl
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-PYTHONPATH="$site" python3 benchmarks/gpu/run.py --kit "$kit" --json "${OUT:-.}/gpu-kit.json" "$@"
+PYTHONPATH="$site" "$python" benchmarks/gpu/run.py --kit "$kit" --json "${OUT:-.}/gpu-kit.json" "$@"
