@@ -297,6 +297,32 @@ BUILDERS: dict[type, Builder] = {
 }
 
 
+@dataclasses.dataclass(frozen=True)
+class Parts:
+    """What a served run of one config trains: its builder, table, agent and sampler."""
+
+    builder: Builder
+    table: Table
+    agent: Any
+    sampler: rg.Sampler
+
+
+def make_parts(config: Any) -> Parts:
+    """The builder of ``config``'s algorithm and the table, agent and sampler it makes (the
+    agent in the table's scope: its device, or its strategy).
+
+    Raises:
+        ConfigError: for a config no builder takes, or an env the algorithm cannot run.
+    """
+    builder = builder_for(config)
+    probe = builder.check_env(config.env_id)
+    table, scope = builder.make_table(config, probe)
+    with scope:
+        agent = builder.make_agent(config, probe)
+    probe.close()
+    return Parts(builder, table, agent, builder.make_sampler(config, table))
+
+
 def builder_for(config: Any) -> Builder:
     """The builder of ``config``'s algorithm.
 

@@ -31,7 +31,7 @@ from replaygpu.agents.apex_atari_config import ApexAtariConfig as ApexAtariConfi
 from replaygpu.agents.apex_config import ApexConfig as ApexConfig
 from replaygpu.agents.apex_config import total_sgd_steps
 from replaygpu.agents.builders import SACLearnerConfig as SACLearnerConfig
-from replaygpu.agents.builders import builder_for
+from replaygpu.agents.builders import builder_for, make_parts
 from replaygpu.agents.fleet import ActorFleet, split_steps
 from replaygpu.agents.learner_report import LearnerReport
 from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult
@@ -78,14 +78,10 @@ class LearnerService:
         tls: rg.TLSConfig | None = None,
         server_config: rg.ServerConfig | None = None,
     ) -> None:
-        self.builder = builder = builder_for(config)
+        parts = make_parts(config)
+        self.builder = builder = parts.builder
         self.config, self.run = config, run
-        probe = builder.check_env(config.env_id)
-        self.table, scope = builder.make_table(config, probe)
-        with scope:
-            self.agent = builder.make_agent(config, probe)
-        probe.close()
-        self.sampler = builder.make_sampler(config, self.table)
+        self.table, self.agent, self.sampler = parts.table, parts.agent, parts.sampler
         limiter = rg.SampleToInsertRatio(
             config.samples_per_insert,
             min_size_to_sample=config.learning_starts,

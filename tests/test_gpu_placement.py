@@ -308,26 +308,17 @@ def agent_configs() -> dict[str, Callable[[bool], Any]]:
 @pytest.mark.parametrize("xla", [False, True], ids=["plain", "xla"])
 @pytest.mark.parametrize("agent", sorted(agent_configs()))
 def test_agent_training_places_on_gpu(agent: str, xla: bool) -> None:
-    from replaygpu.agents.builders import builder_for
+    from replaygpu.agents.builders import make_parts
 
     if agent.startswith("atari"):
         pytest.importorskip("ale_py")
     if agent == "dqn-sharded" and xla:
         pytest.skip("a sharded loop compiles per replica only on GPUs; on CPUs it runs plain")
     config = agent_configs()[agent](xla)
-    builder = builder_for(config)
-    env = builder.check_env(config.env_id)
-    table, scope = builder.make_table(config, env)
-    with scope:
-        parts = builder.make_agent(config, env)
-    env.close()
-    sampler = builder.make_sampler(config, table)
+    parts = make_parts(config)
+    jit = parts.builder.jit_compile(config, parts.table)
     learner = rg.Learner(
-        table,
-        sampler,
-        parts.update,
-        config.batch_size,
-        jit_compile=builder.jit_compile(config, table),
+        parts.table, parts.sampler, parts.agent.update, config.batch_size, jit_compile=jit
     )
     assert learner.jit_compile == xla
     placement = assert_train_places_on_gpu(learner, f"train {agent}")

@@ -77,22 +77,20 @@ def rg_spec() -> dict[str, tf.TensorSpec]:
 def built(config: Any, fill: int, seed: int = 0) -> tuple[rg.Learner, Any]:
     """The served learner of ``config`` (its builder's table, agent and sampler), its table
     filled with ``fill`` random rows."""
-    from replaygpu.agents.builders import builder_for
+    from replaygpu.agents.builders import make_parts
 
-    builder = builder_for(config)
-    env = builder.check_env(config.env_id)
-    table, scope = builder.make_table(config, env)
-    with scope:
-        agent = builder.make_agent(config, env)
-    env.close()
-    sampler = builder.make_sampler(config, table)
+    parts = make_parts(config)
     if fill:
-        actions = int(getattr(env.action_space, "n", 2))
-        table.append(random_rows(table.spec, fill, seed, actions))
+        parts.table.append(random_rows(parts.table.spec, fill, seed, actions=2))
     learner = rg.Learner(
-        table, sampler, agent.update, config.batch_size, jit_compile=True, autograph=True
+        parts.table,
+        parts.sampler,
+        parts.agent.update,
+        config.batch_size,
+        jit_compile=True,
+        autograph=True,
     )
-    return learner, agent
+    return learner, parts.agent
 
 
 def random_rows(spec: dict, n: int, seed: int, actions: int) -> dict[str, np.ndarray]:
