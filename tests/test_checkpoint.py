@@ -271,3 +271,20 @@ def test_an_optional_name_that_is_not_an_object_is_refused(tmp_path, optional, p
     with pytest.raises(rg.ConfigError, match=pattern):
         rg.Checkpointer(tmp_path / "run", optional=optional, table=table, stats=stats)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_checkpoint_with_bool_storage_is_refused_by_name_and_restores_nothing(tmp_path):
+    # Before bools were stored as uint8 (a GPU has no bool scatter with int64 indices) a table
+    # saved them as bool: such a checkpoint is written here by swapping in a bool variable.
+    spec = {**SPEC, "done": tf.TensorSpec([], tf.bool)}
+    old = rg.ReplayTable(spec, capacity=8, device="CPU")
+    old.storage["done"] = tf.Variable(tf.zeros([8], tf.bool), trainable=False, name="done")
+    rg.Checkpointer(str(tmp_path), table=old).save()
+
+    table = rg.ReplayTable(spec, capacity=8, device="CPU")
+    done = np.array([False, True, False])
+    table.append({"id": np.arange(3), "x": np.ones([3, 2], np.float32), "done": done})
+    with pytest.raises(rg.CheckpointMismatchError, match=r"stores bool fields \['done'\] as bool"):
+        rg.Checkpointer(str(tmp_path), table=table).restore()
+    assert table.size == 3
+    np.testing.assert_array_equal(table.read("done", tf.range(3, dtype=tf.int64)).numpy(), done)
