@@ -396,8 +396,13 @@ def _must_compile_fn(fdef: Any) -> bool:
 
 def _function_attrs(op: tf.Operation) -> list[tuple[str, str]]:
     """``(attr, function name)`` of every function ``op`` calls."""
+    return _attr_functions(op.node_def)
+
+
+def _attr_functions(node_def: Any) -> list[tuple[str, str]]:
+    """``(attr, function name)`` of every function a `NodeDef`'s attributes name."""
     found = []
-    for key, value in op.node_def.attr.items():
+    for key, value in node_def.attr.items():
         if value.HasField("func"):
             found.append((key, value.func.name))
         elif value.HasField("list"):
@@ -434,14 +439,8 @@ def recorded_functions() -> Iterator[list[str]]:
 
 
 def _called(fdef: Any) -> set[str]:
-    called = set()
-    for node in fdef.node_def:
-        for value in node.attr.values():
-            if value.HasField("func"):
-                called.add(value.func.name)
-            elif value.HasField("list"):
-                called |= {f.name for f in value.list.func}
-    return called
+    """The functions a `FunctionDef`'s nodes call."""
+    return {name for node in fdef.node_def for _, name in _attr_functions(node)}
 
 
 def place_recorded(names: Iterable[str]) -> Placement:
