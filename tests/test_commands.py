@@ -1,5 +1,6 @@
 """``replaygpu serve`` and ``replaygpu info`` as real processes."""
 
+import json
 import os
 import signal
 import socket
@@ -157,3 +158,36 @@ def test_info_and_actor_take_the_same_token_and_tls_flags_with_the_token_from_th
     assert [getattr(info, n) for n in names] == [getattr(actor, n) for n in names]
     assert info.token == "from-env" and actor.tls_key == "k.pem"
     assert parser.parse_args(["actor", "host:1", "--token", "flag"]).token == "flag"
+
+
+def test_info_json_prints_int64_counters_as_json_numbers():
+    """Protobuf's JSON mapping writes int64 fields as strings; `info --json` writes numbers, in
+    nested messages (a table's size, its spec's shape) as at the top."""
+    table = rg.ReplayTable(rg.specs_from_env(_cartpole()), 10, "/CPU:0")
+    with rg.serve(table, "127.0.0.1:0") as server:
+        client = rg.ReplayClient(server.address, actor_id="json")
+        client.add_batch(
+            {
+                "obs": np.zeros((3, 4), np.float32),
+                "action": np.zeros(3, np.int64),
+                "reward": np.ones(3, np.float32),
+                "next_obs": np.zeros((3, 4), np.float32),
+                "terminated": np.zeros(3, bool),
+                "truncated": np.zeros(3, bool),
+            }
+        )
+        client.flush(timeout=60)
+        client.close()
+        result = subprocess.run(
+            [sys.executable, "-m", "replaygpu.cli", "info", server.address, "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 0, result.stderr
+    reply = json.loads(result.stdout)
+    (info,) = reply["tables"]
+    assert (info["size"], info["capacity"], info["inserted"]) == (3, 10, 3)
+    obs = next(f for f in info["spec"] if f["name"] == "obs")
+    assert obs["shape"] == [4]
+    assert reply["learnerSteps"] == 0 and reply["actors"] >= 0

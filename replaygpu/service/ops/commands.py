@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import math
@@ -312,10 +313,43 @@ def run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def message_json(message: Any) -> str:
+    """``message`` as indented JSON, every field included, with its 64-bit integers as JSON
+    numbers. Protobuf's JSON mapping writes int64 fields as strings (for JavaScript's 53-bit
+    numbers), so ``jq '.tables[0].size > 0'`` and ``json.load`` readers would compare strings;
+    the counters here stay far below 2**53."""
+    from google.protobuf import json_format
+
+    value = json_format.MessageToDict(message, always_print_fields_with_no_presence=True)
+    return json.dumps(_int64_as_numbers(message.DESCRIPTOR, value), indent=2)
+
+
+def _int64_as_numbers(descriptor: Any, value: dict[str, Any]) -> dict[str, Any]:
+    """``value`` (`MessageToDict` of a message of ``descriptor``) with the strings of its
+    int64 fields, nested messages' included, turned back into ints."""
+    from google.protobuf.descriptor import FieldDescriptor
+
+    wide = {FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT64}
+    wide |= {FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64}
+    for field in descriptor.fields:
+        if field.json_name not in value:
+            continue
+        if field.type in wide:
+            convert = int
+        elif field.message_type is not None:
+            convert = functools.partial(_int64_as_numbers, field.message_type)
+        else:
+            continue
+        item = value[field.json_name]
+        value[field.json_name] = (
+            [convert(v) for v in item] if isinstance(item, list) else convert(item)
+        )
+    return value
+
+
 def run_info(args: argparse.Namespace) -> int:
     """Print the tables and counters of the server at ``args.address``."""
     import grpc
-    from google.protobuf import json_format
 
     from replaygpu.service.ops.auth import connect_error, make_channel, token_metadata
     from replaygpu.v1 import replay_pb2, replay_pb2_grpc
@@ -331,7 +365,7 @@ def run_info(args: argparse.Namespace) -> int:
     finally:
         channel.close()
     if args.json:
-        print(json_format.MessageToJson(reply, always_print_fields_with_no_presence=True))
+        print(message_json(reply))
         return 0
     print(
         f"server {args.address}: replaygpu {reply.server_version}, weights version "
