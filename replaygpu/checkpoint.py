@@ -1,17 +1,21 @@
 """Checkpoints of a whole learner: table contents, sampler RNG, counters, networks, optimizer.
 
-Built on `tf.train.Checkpoint` and `tf.train.CheckpointManager`. A restore is all or nothing:
-before anything is read, every live variable is matched to its saved value through the saved
-object graph and their shapes and dtypes are compared (the table's fields and capacity get a
-message of their own); and every variable but the large table storage is snapshotted and put
-back should the read still fail part way. Only the objects named ``optional`` may be missing
-from a checkpoint (one written before they were added to it): they keep their state.
+Built on `tf.train.Checkpoint`; the folder (numbering, sealing, pruning, leftovers of
+interrupted saves) is kept by `checkpoint_files`. A restore is all or nothing: before anything
+is read, every live variable is matched to its saved value through the saved object graph and
+their shapes and dtypes are compared (the table's fields and capacity get a message of their
+own); and every variable but the large table storage is snapshotted and put back should the
+read still fail part way. Only the objects named ``optional`` may be missing from a checkpoint
+(one written before they were added to it): they keep their state.
 
-Storage faults: each save is fsynced and sealed with a checksum manifest (`checkpoint_files`);
-a save that fails (a full disk, a permission) raises `CheckpointSaveError` and leaves nothing
-behind, so callers log it and try again later. A restore checks the newest checkpoint against
-its manifest first; a corrupt one (truncated, bit-flipped, unfinished) is skipped with a
-warning for the previous one; with none intact, `CheckpointCorruptError` names the files.
+Crashes and storage faults: a checkpoint counts once it is sealed (fsynced, then a checksum
+manifest renamed into place), so a kill at any instant of a save leaves the sealed ones intact
+and the interrupted one a leftover, removed (and logged) when a `Checkpointer` starts and
+before each save; a number is never reused over anything in the folder. A save that fails (a
+full disk, a permission) raises `CheckpointSaveError` and leaves nothing behind, so callers log
+it and try again later. A restore checks the newest sealed checkpoint against its manifest
+first; a corrupt one (truncated, bit-flipped) is skipped with a warning for the previous one;
+with none intact, `CheckpointCorruptError` names the files.
 """
 
 from __future__ import annotations
@@ -41,7 +45,6 @@ from replaygpu.table import Table
 logger = logging.getLogger(__name__)
 
 _VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
-_INDEX = re.compile(r"ckpt-(\d+)\.index")  # the manager's default checkpoint_name is "ckpt"
 #: what reading a damaged checkpoint raises (TensorFlow's CRC and length checks; its reader's
 #: "Read less bytes than requested" is an IndexError)
 _DAMAGED = (tf.errors.DataLossError, tf.errors.OutOfRangeError, IndexError)
@@ -136,11 +139,14 @@ class Checkpointer:
         table: the replay table.
         sampler: its sampler (the RNG state makes restored sampling exact).
         learner: the learner (step counter, rate-limiter counters).
-        max_to_keep: how many checkpoints to keep on disk.
+        max_to_keep: how many sealed checkpoints to keep on disk.
         optional: names of objects (``"run_stats"``) a checkpoint may lack because it was
             written before they existed: restoring one without them restores the others and
             leaves these as they are (logged). Every other object must be in the checkpoint.
         **extra: more trackables: networks, optimizers, the service's sequence ledger, ...
+
+    One `Checkpointer` writes a folder at a time: it takes any checkpoint there without a
+    manifest for the leftover of an interrupted save, and removes it.
 
     Raises:
         ConfigError: nothing to save, an ``optional`` name that is not one of the objects, or
@@ -185,37 +191,53 @@ class Checkpointer:
         check_writable(self.directory)  # now, not at the first save hours later
         self.table = table if table is not None else getattr(learner, "table", None)
         self._table_prefix = "table/" if table is not None else "learner/table/"
+        if max_to_keep < 1:
+            raise ConfigError(
+                f"Checkpointer: max_to_keep={max_to_keep}, expected at least 1 (the newest is "
+                "what a restart restores); pass max_to_keep=1 or more"
+            )
+        self.max_to_keep = max_to_keep
         self._checkpoint = tf.train.Checkpoint(**self.objects)
-        self._pending: tuple[str, int, bool] | None = None  # a save not sealed yet
-        self._manager = tf.train.CheckpointManager(
-            self._checkpoint, self.directory, max_to_keep=max_to_keep
-        )
+        self._pending: str | None = None  # a save not sealed yet
+        self._remove_leftovers()
 
     @property
     def latest(self) -> str | None:
-        """Path prefix of the newest checkpoint, or None."""
-        return self._manager.latest_checkpoint
+        """Path prefix of the newest sealed checkpoint, or None."""
+        newest = checkpoint_files.sealed(self.directory)
+        return newest[0] if newest else None
 
     def save(self, step: int | None = None, *, seal: bool = True) -> str:
         """Write a checkpoint, fsynced and sealed with its checksum manifest; returns its path
-        prefix.
+        prefix. What interrupted saves left in the folder is removed first (`checkpoint_files`),
+        and once it is sealed all but the newest ``max_to_keep`` are deleted.
 
         Args:
-            step: its number (default: one more than the last).
-            seal: False leaves the fsync and the manifest to a `seal` call, e.g. made once a
-                lock held for the write is released (a server's commits wait only for TensorFlow's
-                write, not for reading the files back).
+            step: its number (default: one above every number in the folder); a save never
+                writes over an existing checkpoint.
+            seal: False leaves the fsync, the manifest and the pruning to a `seal` call, e.g.
+                made once a lock held for the write is released (a server's commits wait only
+                for TensorFlow's write, not for reading the files back). Until then the
+                checkpoint is unfinished: a restart skips it, and the next save after a crash
+                removes it.
 
         Raises:
             CheckpointSaveError: it could not be written (the message names the folder, the
                 reason and the free bytes); nothing of it is left, earlier ones are untouched.
+            ConfigError: ``step`` is not above every number in the folder.
         """
-        counter = int(self._checkpoint.save_counter.numpy())
-        number = step if step is not None else counter + 1
-        prefix = os.path.join(self.directory, f"ckpt-{number}")
-        self._pending = (prefix, counter, os.path.exists(prefix + ".index"))
+        self._remove_leftovers()
+        number = checkpoint_files.next_number(self.directory)
+        if step is not None and step < number:
+            raise ConfigError(
+                f"Checkpointer.save: step={step}, but {self.directory} already holds number "
+                f"{number - 1}; a save never writes over or behind an existing checkpoint. "
+                "Pass a step above it, or none (the next number)"
+            )
+        prefix = os.path.join(self.directory, f"ckpt-{number if step is None else step}")
+        self._pending = prefix
         try:
-            path = self._manager.save(checkpoint_number=step)
+            path = self._checkpoint.write(prefix)
         except (OSError, tf.errors.OpError) as err:
             raise self._failed(err) from err
         if seal:
@@ -223,7 +245,8 @@ class Checkpointer:
         return path
 
     def seal(self, path: str) -> None:
-        """Fsync the checkpoint `save` just wrote with ``seal=False`` and write its manifest.
+        """Fsync the checkpoint `save` just wrote with ``seal=False``, write its manifest, and
+        delete all but the newest ``max_to_keep`` checkpoints.
 
         Raises:
             CheckpointSaveError: as `save`.
@@ -234,14 +257,30 @@ class Checkpointer:
             raise self._failed(err) from err
         self._pending = None
         logger.info("saved checkpoint %s", path)
+        try:
+            checkpoint_files.prune(self.directory, self.max_to_keep)
+        except OSError as err:  # the new one is sealed: only disk use is at stake, tried again
+            logger.warning("checkpoint %s saved, but older ones were not deleted: %s", path, err)
+
+    def _remove_leftovers(self) -> None:
+        """Remove what interrupted saves left in the folder, in one log line."""
+        removed, nbytes = checkpoint_files.remove_leftovers(
+            self.directory, self.max_to_keep, keep=self._pending
+        )
+        if removed:
+            logger.warning(
+                "removed %d leftovers of interrupted checkpoint saves from %s (%.1f MB): %s",
+                len(removed),
+                self.directory,
+                nbytes / 1e6,
+                ", ".join(removed),
+            )
 
     def _failed(self, err: BaseException) -> CheckpointSaveError:
-        """Undo the save in progress (its files, its number); the error to raise."""
+        """Undo the save in progress (its files); the error to raise."""
         assert self._pending is not None
-        prefix, counter, existed = self._pending
-        self._pending = None
-        self._checkpoint.save_counter.assign(counter)
-        checkpoint_files.discard(prefix, files_too=not existed)
+        prefix, self._pending = self._pending, None
+        checkpoint_files.discard(prefix)
         return CheckpointSaveError(
             f"checkpoint {prefix}: cannot write it ({_reason(err)}; "
             f"{describe_space(self.directory)}); nothing of it was kept and the "
@@ -249,8 +288,8 @@ class Checkpointer:
         )
 
     def restore(self, path: str | None = None) -> str | None:
-        """Restore ``path``, or by default the newest intact checkpoint in the folder: each is
-        checked against its manifest first, and a corrupt one is skipped with a warning.
+        """Restore ``path``, or by default the newest intact sealed checkpoint in the folder: each
+        is checked against its manifest first, and a corrupt one is skipped with a warning.
 
         Returns:
             the path restored, or None when there is no checkpoint to restore.
@@ -261,15 +300,14 @@ class Checkpointer:
             CheckpointCorruptError: ``path``, or every checkpoint in the folder, is corrupt
                 (the message names the files); nothing was restored.
         """
-        candidates = [path] if path else self._candidates()
+        candidates = (
+            [path] if path else checkpoint_files.restorable(self.directory, self.max_to_keep)
+        )
         problems: list[str] = []
-        for index, candidate in enumerate(candidates):
+        for candidate in candidates:
+            problem = None  # without a manifest: TensorFlow's checks only
             if checkpoint_files.has_manifest(candidate):
                 problem = checkpoint_files.verify(candidate)
-            elif any(checkpoint_files.has_manifest(c) for c in candidates[index + 1 :]):
-                problem = checkpoint_files.unfinished(candidate)
-            else:
-                problem = None  # written before manifests: TensorFlow's checks only
             if problem is None:
                 try:
                     self._restore(candidate)
@@ -292,16 +330,6 @@ class Checkpointer:
                 "backup, or move the folder aside to start afresh"
             )
         return None
-
-    def _candidates(self) -> list[str]:
-        """The checkpoints in the folder, newest (highest number) first, found by their index
-        files: a lost or damaged ``checkpoint`` state file hides none of them."""
-        found = [
-            (int(match[1]), os.path.join(self.directory, f"ckpt-{match[1]}"))
-            for name in os.listdir(self.directory)
-            if (match := _INDEX.fullmatch(name))
-        ]
-        return [prefix for _, prefix in sorted(found, reverse=True)]
 
     def _restore(self, path: str) -> None:
         try:
@@ -346,7 +374,6 @@ class Checkpointer:
                 "nothing was restored. Build the networks and table as in the saved run."
             ) from err
         if absent:
-            self._checkpoint.save_counter.assign(read.save_counter)  # the next save's number
             logger.info(
                 "checkpoint %s holds no %s (written before it existed): left as it was",
                 path,

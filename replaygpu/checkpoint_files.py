@@ -1,13 +1,22 @@
-"""A checkpoint's files on disk: the checksum manifest written with each, checking it before a
-restore, making the files durable, and cleaning up after a failed save. No TensorFlow.
+"""A checkpoint folder on disk: which checkpoints are sealed, sealing one with its checksum
+manifest, checking it before a restore, pruning old ones, and removing what interrupted saves
+left. No TensorFlow.
 
 A TensorFlow checkpoint ``ckpt-7`` is ``ckpt-7.index`` and ``ckpt-7.data-00000-of-00001``
-(more data shards for some saves). `seal`, run by `replaygpu.Checkpointer.save` once TensorFlow
-wrote them, fsyncs them and writes ``ckpt-7.manifest.json``: each file's size and SHA-256,
-fsynced too, so its presence says the save finished. `verify` reads them back against it:
-a truncated file, a flipped bit or a missing file is reported naming the file. A checkpoint
-without a manifest is trusted (written by a replaygpu before manifests) unless an older one in
-the folder has one: then its save did not finish (`unfinished`).
+(more data shards for some saves); TensorFlow writes them through a ``ckpt-7_temp`` folder.
+`seal` fsyncs them and then writes ``ckpt-7.manifest.json``: each file's size and SHA-256,
+written to ``ckpt-7.manifest.json.tmp``, fsynced and renamed, so its presence says the save
+finished. Only sealed checkpoints count (`restorable`: in a folder without any, the newest
+one TensorFlow finished): `verify` reads one back against its manifest (a truncated file, a
+flipped bit or a missing file is reported naming the file), and whatever else carries a
+checkpoint's name is a leftover of a save that did not finish (`leftovers`).
+
+Crash safety rests on three rules, each kept by one function here: a manifest is renamed into
+place only after the files it names are durable (`seal`); pruning unseals a checkpoint (its
+manifest goes first) before it deletes its files (`prune`); and a new checkpoint's number is
+above every number in the folder, leftovers included (`next_number`), so no save writes over
+another's files. A kill at any instant thus leaves sealed checkpoints intact and leftovers
+that `remove_leftovers` recognises by name.
 """
 
 from __future__ import annotations
@@ -16,11 +25,19 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 
 MANIFEST_SUFFIX = ".manifest.json"
 _FORMAT = "replaygpu-checkpoint-manifest-1"
 _CHUNK = 8 << 20
+#: the checkpoint files TensorFlow writes for prefix ``ckpt-N``: nothing else is one of them
+_DATA = re.compile(r"\.index|\.data-\d{5}-of-\d{5}")
+#: every name a checkpoint's save makes, and the number in it
+_NAME = re.compile(r"ckpt-(\d+)(\.index|\.data-\d{5}-of-\d{5}|\.manifest\.json(\.tmp)?|_temp)")
+#: temporary files of writes into the folder: TensorFlow's ``checkpoint`` state file, which
+#: replaygpu before this one let TensorFlow write, and `check_writable`'s probe
+_TEMPORARY = re.compile(r"checkpoint\.tmp[0-9a-f]*|\.write-check-.*")
 
 
 def manifest_path(prefix: str) -> str:
@@ -34,7 +51,77 @@ def data_files(prefix: str) -> list[str]:
     return sorted(
         name
         for name in os.listdir(folder or ".")
-        if name.startswith(base + ".") and not name.endswith(MANIFEST_SUFFIX)
+        if name.startswith(base) and _DATA.fullmatch(name[len(base) :])
+    )
+
+
+def sealed(folder: str) -> list[str]:
+    """The prefixes of the sealed checkpoints in ``folder``, newest (highest number) first."""
+    return _newest_first(folder, MANIFEST_SUFFIX)
+
+
+def restorable(folder: str, unsealed: int) -> list[str]:
+    """The checkpoints a restore may read, newest first: the sealed ones; in a folder with none
+    sealed, the newest ``unsealed`` with an index file (written by a replaygpu before manifests,
+    or by first saves killed before their seal), checked by TensorFlow alone."""
+    return sealed(folder) or _newest_first(folder, ".index")[:unsealed]
+
+
+def _newest_first(folder: str, suffix: str) -> list[str]:
+    found = [int(m[1]) for n in os.listdir(folder) if (m := _NAME.fullmatch(n)) and m[2] == suffix]
+    return [os.path.join(folder, f"ckpt-{n}") for n in sorted(found, reverse=True)]
+
+
+def next_number(folder: str) -> int:
+    """One above every checkpoint number any name in ``folder`` carries, leftovers included."""
+    numbers = [int(m[1]) for name in os.listdir(folder) if (m := _NAME.fullmatch(name))]
+    return max(numbers, default=0) + 1
+
+
+def leftovers(folder: str, unsealed: int, keep: str | None = None) -> list[str]:
+    """The paths in ``folder`` that interrupted saves left: ``ckpt-N_temp`` folders, temporary
+    files, and every file of a checkpoint that is not `restorable` (``unsealed`` as there),
+    except ``keep``'s (a save whose seal is still to come)."""
+    kept = {os.path.basename(p) for p in [*restorable(folder, unsealed), keep] if p}
+    found = []
+    for name in os.listdir(folder):
+        match = _NAME.fullmatch(name)
+        if match:
+            if f"ckpt-{match[1]}" not in kept or match[3] or match[2] == "_temp":
+                found.append(os.path.join(folder, name))
+        elif _TEMPORARY.fullmatch(name):
+            found.append(os.path.join(folder, name))
+    return sorted(found)
+
+
+def remove_leftovers(folder: str, unsealed: int, keep: str | None = None) -> tuple[list[str], int]:
+    """Remove `leftovers` (a folder's whole tree); the names removed and their bytes."""
+    removed, nbytes = [], 0
+    for path in leftovers(folder, unsealed, keep):
+        size = _tree_bytes(path)
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            continue  # found again, and tried again, at the next save
+        removed.append(os.path.basename(path))
+        nbytes += size
+    return removed, nbytes
+
+
+def _tree_bytes(path: str) -> int:
+    if not os.path.isdir(path) or os.path.islink(path):
+        with contextlib.suppress(OSError):
+            return os.lstat(path).st_size
+        return 0
+    return sum(
+        os.lstat(os.path.join(top, name)).st_size
+        for top, _, names in os.walk(path)
+        for name in names
     )
 
 
@@ -55,11 +142,12 @@ def _digest(path: str) -> str:
 
 
 def seal(prefix: str) -> None:
-    """Fsync checkpoint ``prefix``'s files and the folder's ``checkpoint`` index, then write
-    and fsync its manifest; manifests of checkpoints deleted since are removed.
+    """Fsync checkpoint ``prefix``'s files and the folder, then write, fsync and rename its
+    manifest into place, and fsync the folder again.
 
     Raises:
-        OSError: a file could not be read, written or synced (no manifest is left behind).
+        OSError: a file could not be read, written or synced (the checkpoint stays unsealed:
+            a leftover, which `discard` or `remove_leftovers` removes).
     """
     folder = os.path.dirname(prefix) or "."
     files = {}
@@ -67,26 +155,33 @@ def seal(prefix: str) -> None:
         path = os.path.join(folder, name)
         _fsync(path)
         files[name] = {"bytes": os.path.getsize(path), "sha256": _digest(path)}
-    with contextlib.suppress(FileNotFoundError):
-        _fsync(os.path.join(folder, "checkpoint"))
-    manifest = manifest_path(prefix)
-    temporary = manifest + ".tmp"
-    try:
-        with open(temporary, "w") as file:
-            json.dump({"format": _FORMAT, "files": files}, file, indent=1)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, manifest)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-    for name in os.listdir(folder):
-        stale = name.endswith(MANIFEST_SUFFIX)
-        index = os.path.join(folder, name[: -len(MANIFEST_SUFFIX)] + ".index")
-        if stale and not os.path.exists(index):
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(folder, name))
+    if not any(name.endswith(".index") for name in files):
+        raise FileNotFoundError(2, "no index file was written", prefix + ".index")
+    _fsync(folder)  # the files' names are durable before the manifest that names them
+    temporary = manifest_path(prefix) + ".tmp"
+    with open(temporary, "w") as file:
+        json.dump({"format": _FORMAT, "files": files}, file, indent=1)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, manifest_path(prefix))
     _fsync(folder)
+
+
+def prune(folder: str, keep: int) -> list[str]:
+    """Delete all but the newest ``keep`` sealed checkpoints; the prefixes deleted. Each loses
+    its manifest first, so a kill part way leaves it unsealed (a leftover), never a sealed
+    checkpoint that misses files.
+
+    Raises:
+        OSError: a file could not be deleted.
+    """
+    old = sealed(folder)[keep:]
+    for prefix in old:
+        os.unlink(manifest_path(prefix))
+        _fsync(folder)
+        for name in data_files(prefix):
+            os.unlink(os.path.join(folder, name))
+    return old
 
 
 def has_manifest(prefix: str) -> bool:
@@ -125,20 +220,12 @@ def verify(prefix: str) -> str | None:
     return None
 
 
-def unfinished(prefix: str) -> str:
-    """Why checkpoint ``prefix``, without a manifest while an older one has one, is skipped."""
-    return (
-        f"{prefix}.index: no {os.path.basename(manifest_path(prefix))} beside it, though an "
-        "older checkpoint has one: its save did not finish"
-    )
-
-
-def discard(prefix: str, files_too: bool) -> None:
+def discard(prefix: str) -> None:
     """Remove what a failed save of ``prefix`` left: TensorFlow's ``prefix_temp`` folder, the
-    manifest and, when ``files_too``, the checkpoint's files themselves."""
+    manifest (and its temporary file) and the checkpoint's files."""
     shutil.rmtree(prefix + "_temp", ignore_errors=True)
-    names = data_files(prefix) if files_too else []
     folder = os.path.dirname(prefix) or "."
-    for path in [manifest_path(prefix), *(os.path.join(folder, n) for n in names)]:
+    names = [os.path.join(folder, n) for n in data_files(prefix)]
+    for path in [manifest_path(prefix), manifest_path(prefix) + ".tmp", *names]:
         with contextlib.suppress(OSError):
             os.unlink(path)

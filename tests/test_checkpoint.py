@@ -167,17 +167,23 @@ def test_a_failed_save_raises_in_one_message_and_leaves_nothing_behind(tmp_path)
         assert saved_ids(disk / "ckpt")[1] == list(range(8))
 
 
-def test_restore_skips_a_checkpoint_whose_save_did_not_finish(tmp_path, caplog):
+def test_a_checkpoint_whose_save_did_not_finish_is_removed_at_start_and_never_restored(
+    tmp_path, caplog
+):
     table = rg.ReplayTable(SPEC, capacity=32, device="CPU")
     ckpt = rg.Checkpointer(str(tmp_path), table=table)
     fill(table, 0, 4)
     ckpt.save()
     fill(table, 4, 4)
-    unfinished = ckpt.save()
-    Path(unfinished + ".manifest.json").unlink()  # as a crash before the seal leaves it
+    unfinished = ckpt.save(seal=False)  # as a kill before the seal leaves it
+    assert os.path.exists(unfinished + ".index") and ckpt.latest.endswith("ckpt-1")
     path, ids = saved_ids(tmp_path)
     assert path.endswith("ckpt-1") and ids == list(range(4))
-    assert f"{unfinished}.index: no ckpt-2.manifest.json beside it" in caplog.text
+    assert "removed 2 leftovers of interrupted checkpoint saves" in caplog.text
+    assert "ckpt-2.data-00000-of-00001, ckpt-2.index" in caplog.text
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        ["ckpt-1.index", "ckpt-1.data-00000-of-00001", "ckpt-1.manifest.json"]
+    )
 
 
 def test_restoring_a_named_corrupt_checkpoint_raises_naming_the_file_and_restores_nothing(
@@ -211,17 +217,16 @@ def test_the_ledger_reads_the_map_older_checkpoints_hold(tmp_path):
 
 
 @pytest.mark.parametrize("state", ["lost", "damaged"])
-def test_a_lost_or_damaged_checkpoint_state_file_hides_no_checkpoint(tmp_path, state):
+def test_a_lost_or_damaged_tensorflow_checkpoint_state_file_hides_no_checkpoint(tmp_path, state):
     table = rg.ReplayTable(SPEC, capacity=32, device="CPU")
     ckpt = rg.Checkpointer(str(tmp_path), table=table)
     for start in (0, 4):
         fill(table, start, 4)
         newest = ckpt.save()
-    index = tmp_path / "checkpoint"  # TensorFlow's list of the checkpoints in the folder
-    if state == "lost":
-        index.unlink()
-    else:
-        index.write_text(index.read_text()[:20] + "garbage")
+    index = tmp_path / "checkpoint"  # TensorFlow's list of checkpoints: not read, not written
+    assert not index.exists()
+    if state == "damaged":
+        index.write_text('model_checkpoint_path: "ckpt-1"garbage')
     assert saved_ids(tmp_path) == (newest, list(range(8)))
 
 

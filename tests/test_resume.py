@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from replaygpu.checkpoint_files import manifest_path
+from replaygpu.checkpoint_files import sealed
 
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
 STEPS, TRAIN_FREQ, GRADIENT_STEPS, LEARNING_STARTS = 25_600, 256, 16, 512
@@ -43,14 +43,10 @@ def wait_for_checkpoint(ckpt_dir, after: int, timeout: float = 120) -> int:
     returns it."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            text = (ckpt_dir / "checkpoint").read_text()
-        except OSError:
-            text = ""
-        found = re.search(r'model_checkpoint_path: "ckpt-(\d+)"', text)
-        sealed = found and os.path.exists(manifest_path(str(ckpt_dir / f"ckpt-{found[1]}")))
-        if sealed and int(found.group(1)) > after:
-            return int(found.group(1))
+        newest = sealed(str(ckpt_dir)) if ckpt_dir.is_dir() else []
+        number = int(newest[0].rsplit("-", 1)[1]) if newest else 0
+        if number > after:
+            return number
         time.sleep(0.1)
     raise AssertionError(f"no checkpoint after ckpt-{after} in {ckpt_dir} within {timeout} s")
 

@@ -196,6 +196,7 @@ def test_serve_refuses_to_start_in_one_line_when_no_checkpoint_is_intact(tmp_pat
         client.flush()
         second = server.save(ckpt)
     damage(Path(first + ".data-00000-of-00001"), "bit-flipped")
+    index_bytes = Path(second + ".index").stat().st_size
     damage(Path(second + ".index"), "truncated")
     before = sorted(os.listdir(tmp_path / "ckpt")) + sorted(os.listdir(tmp_path / "journal"))
     command = serve_command(tmp_path, f"127.0.0.1:{free_port()}")
@@ -212,7 +213,8 @@ def test_serve_refuses_to_start_in_one_line_when_no_checkpoint_is_intact(tmp_pat
     assert len(errors) == 1, done.stderr
     line = errors[0]
     assert line.startswith("replaygpu serve: error: CheckpointCorruptError: checkpoint folder")
-    assert f"{second}.index: 270 bytes, 540 written (truncated" in line
+    truncated = f"{Path(second + '.index').stat().st_size} bytes, {index_bytes} written"
+    assert f"{second}.index: {truncated} (truncated" in line
     assert f"{first}.data-00000-of-00001: its bytes changed" in line
     after = sorted(os.listdir(tmp_path / "ckpt")) + sorted(os.listdir(tmp_path / "journal"))
     assert after == before  # nothing was changed or deleted
