@@ -19,6 +19,7 @@ from replaygpu.agents.checks import (
     require,
     require_positive,
     require_positive_ints,
+    require_trains,
     require_unit_interval,
 )
 from replaygpu.agents.flags import helptext
@@ -116,16 +117,18 @@ class ApexAtariConfig:
         require(self, ["insert_slack"], lambda v: v >= -1, ">= -1 (-1: never wait)")
         require_positive(self, "learning_rate", "samples_per_insert", "max_grad_norm")
         require_unit_interval(self, "gamma", "repeat_action_probability", "eval_epsilon")
-        if self.learning_starts > self.steps:
-            raise rg.ConfigError(
-                f"learning_starts: got {self.learning_starts}, expected <= steps ({self.steps}); "
-                "the learner would never start"
-            )
+        require_trains(self)
         if self.buffer_size <= 2 * (self.segment_steps + 1):
             raise rg.ConfigError(
                 f"buffer_size: got {self.buffer_size}, expected > 2 * (segment_steps + 1) = "
                 f"{2 * (self.segment_steps + 1)} so a segment never overwrites the one before"
             )
+
+    @property
+    def steps_to_train(self) -> int:
+        """The least ``steps`` that trains (`checks.require_trains`): the rate limiter samples
+        once the table holds ``learning_starts`` rows."""
+        return max(1, self.learning_starts)
 
     @property
     def dqn_config(self) -> AtariDQNConfig:

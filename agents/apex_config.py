@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import gymnasium as gym
 
-import replaygpu as rg
 from replaygpu.agents.checks import (
     discrete_actions_env,
     require,
     require_positive,
     require_positive_ints,
+    require_trains,
     require_unit_interval,
     require_widths,
 )
@@ -125,12 +125,14 @@ class ApexConfig(DecayedLearningRate):
         self.check_learning_rates()
         require_unit_interval(self, "gamma")
         require(self, ["steps"], lambda v: v >= 0, ">= 0 (0: until stopped)")
-        if self.steps and self.learning_starts > self.steps:
-            raise rg.ConfigError(
-                f"learning_starts: got {self.learning_starts}, expected <= steps ({self.steps}); "
-                "the learner would never start"
-            )
+        require_trains(self)
         require_widths(self)
+
+    @property
+    def steps_to_train(self) -> int:
+        """The least ``steps`` that trains (`checks.require_trains`): the rate limiter samples
+        once the table holds ``learning_starts`` rows."""
+        return self.learning_starts
 
     @property
     def total_sgd_steps(self) -> int:

@@ -16,7 +16,7 @@ from replaygpu.agents.checks import (
     require_unit_interval,
 )
 from replaygpu.agents.flags import helptext
-from replaygpu.agents.schedules import LinearEpsilon
+from replaygpu.agents.schedules import LinearEpsilon, steps_to_train
 
 
 @dataclass(frozen=True)
@@ -104,3 +104,9 @@ class AtariDQNConfig(LinearEpsilon):
                 f"buffer_size: got {self.buffer_size}, expected > frame_stack + train_freq "
                 f"({self.frame_stack + self.train_freq}) so stacks can be drawn"
             )
+
+    @property
+    def steps_to_train(self) -> int:
+        """The least ``steps`` that trains (`checks.require_trains`; `atari.train` chunks as
+        `schedules.next_chunk` does)."""
+        return steps_to_train(self)

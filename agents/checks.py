@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 import replaygpu as rg
@@ -146,3 +146,54 @@ def require_vector_loop(config: Any, *positive: str) -> None:
     n = config.num_envs
     whole = f"a multiple of num_envs ({n}), as each vector step takes {n} env steps"
     require(config, ["train_freq", "steps"], lambda v: v % n == 0, whole)
+
+
+class NoTrainingError(rg.ConfigError):
+    """A run whose ``steps`` end before its first SGD step (`require_trains`): it would act,
+    evaluate an untrained network and exit as if it had trained.
+
+    Attributes:
+        steps: the run's ``steps``.
+        first: the least ``steps`` that trains (the config's ``steps_to_train``).
+        learning_starts: the config's ``learning_starts``.
+    """
+
+    def __init__(self, steps: int, first: int, learning_starts: int) -> None:
+        self.steps, self.first, self.learning_starts = steps, first, learning_starts
+        super().__init__(self.message())
+
+    def message(
+        self,
+        name: Callable[[str], str] = str,
+        defaulted: Collection[str] = (),
+        command: str = "",
+    ) -> str:
+        """The error in the words of its reader: ``name`` spells a field (`flags.flag_name`
+        for a command line); the fields in ``defaulted`` hold ``command``'s default, so the
+        message names the flag to pass first."""
+        default = f" (the default of {command})" if command else " (the default)"
+        steps, starts = name("steps"), name("learning_starts")
+        fixes = [f"{starts} below {self.steps}", f"{steps} {self.first} or more"]
+        if "steps" in defaulted and "learning_starts" not in defaulted:
+            fixes.reverse()
+        return (
+            f"{steps}: got {self.steps}{default if 'steps' in defaulted else ''}, expected >= "
+            f"{self.first}: the run would end before its first SGD step, which comes after "
+            f"{starts} {self.learning_starts}"
+            f"{default if 'learning_starts' in defaulted else ''}; pass {fixes[0]}, or {fixes[1]}"
+        )
+
+
+def require_trains(config: Any) -> None:
+    """A run of ``config.steps`` makes at least one SGD step: ``steps`` >= the config's
+    ``steps_to_train``, the least run length its training loop trains in (after
+    ``learning_starts``, by the loop's own rule). ``steps`` 0 (a service run until stopped)
+    and configs without ``steps_to_train`` pass. Every command checks it before TensorFlow
+    is imported (`flags.config_from_args`). Needs no TensorFlow.
+
+    Raises:
+        NoTrainingError: the run would end before its first SGD step.
+    """
+    first = getattr(config, "steps_to_train", None)
+    if first is not None and config.steps and config.steps < first:
+        raise NoTrainingError(config.steps, first, config.learning_starts)

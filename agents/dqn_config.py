@@ -17,7 +17,12 @@ from replaygpu.agents.checks import (
     require_vector_loop,
 )
 from replaygpu.agents.flags import helptext
-from replaygpu.agents.schedules import DecayedLearningRate, LinearEpsilon, training_calls
+from replaygpu.agents.schedules import (
+    DecayedLearningRate,
+    LinearEpsilon,
+    steps_to_train,
+    training_calls,
+)
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,11 @@ class DQNConfig(LinearEpsilon, DecayedLearningRate):
             raise rg.ConfigError(
                 f"exploration_fraction: got {self.exploration_fraction}, expected in (0, 1]"
             )
+
+    @property
+    def steps_to_train(self) -> int:
+        """The least ``steps`` that trains (`checks.require_trains`)."""
+        return steps_to_train(self)
 
     @property
     def total_sgd_steps(self) -> int:

@@ -172,24 +172,37 @@ def config_from_args(
     """Build ``config_cls`` from parsed flags (its ``__post_init__`` validates the values).
 
     A value the config refuses is reported as the flag's: ``--batch-size: got -3, expected >= 1``
-    (the config says ``batch_size: ...``), through ``parser.error`` when a parser is given.
+    (the config says ``batch_size: ...``), through ``parser.error`` when a parser is given. A
+    run that would end before its first SGD step is refused too (`checks.require_trains`),
+    naming the flag to pass and which value is the command's default.
 
     Raises:
         ConfigError: a value the config refuses, without ``parser``.
     """
-    from replaygpu.agents.checks import require_env_actions
+    from replaygpu.agents.checks import NoTrainingError, require_env_actions, require_trains
 
     names = [f.name for f in dataclasses.fields(config_cls)]
     try:
         config = config_cls(**{n: getattr(args, n) for n in names})
+        require_trains(config)  # every command, not only the configs that check it themselves
         if "env_id" in names:  # before TensorFlow, which making the agent comes after
             require_env_actions(config)
         return config
+    except NoTrainingError as err:
+        defaulted = [n for n in ("steps", "learning_starts") if _is_default(parser, args, n)]
+        message = err.message(flag_name, defaulted, parser.prog if parser is not None else "")
     except ValueError as err:  # rg.ConfigError is one
         message = flag_message(err, names)
-        if parser is not None:
-            parser.error(message)
-        raise ConfigError(message) from None
+    if parser is not None:
+        parser.error(message)
+    raise ConfigError(message) from None
+
+
+def _is_default(
+    parser: argparse.ArgumentParser | None, args: argparse.Namespace, name: str
+) -> bool:
+    """Whether flag ``name`` holds ``parser``'s default (passed or not)."""
+    return parser is not None and getattr(args, name) == parser.get_default(name)
 
 
 def flag_message(err: ValueError, names: Collection[str]) -> str:

@@ -127,6 +127,14 @@ class R2D2Config(LinearEpsilon):
             )
 
     @property
+    def steps_to_train(self) -> int:
+        """The least ``steps`` that trains (`checks.require_trains`): `r2d2.train` acts whole
+        chunks of ``train_freq`` env steps and trains after each that ends at or past
+        ``learning_starts``."""
+        chunks = -(-self.learning_starts // self.train_freq)  # the first one that trains
+        return max(1, (chunks - 1) * self.train_freq + 1)
+
+    @property
     def trace_length(self) -> int:
         """T, the steps of a sequence after its burn-in (the ones with a loss)."""
         return self.sequence_length - self.burn_in

@@ -54,3 +54,9 @@ class R2D2LearnerConfig(R2D2Config):
             self, "steps_per_call", "num_actors", "actor_envs", "weight_pull_interval"
         )
         require_positive(self, "samples_per_insert")
+
+    @property
+    def steps_to_train(self) -> int:
+        """The least ``steps`` that trains (`checks.require_trains`): the rate limiter samples
+        once the table holds ``learning_starts`` rows."""
+        return max(1, self.learning_starts)

@@ -58,6 +58,13 @@ class SACConfig:
         require_unit_interval(self, "tau")
         require_positive(self, "initial_alpha")
 
+    @property
+    def steps_to_train(self) -> int:
+        """The least ``steps`` that trains (`checks.require_trains`): `sac.train` trains after
+        each chunk that ends at or past ``learning_starts``; a served learner's rate limiter
+        samples once the table holds ``learning_starts`` rows."""
+        return max(1, self.learning_starts)
+
 
 @dataclass(frozen=True)
 class SACLearnerConfig(SACConfig):

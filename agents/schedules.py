@@ -77,6 +77,13 @@ def next_chunk(config: Any, env_steps: int) -> tuple[int, int]:
     return left, max(1, config.gradient_steps * left // config.train_freq)
 
 
+def steps_to_train(config: Any) -> int:
+    """The least ``steps`` of a vector loop (`next_chunk`) that makes a training call: its last
+    chunk ends at ``steps``, and a call follows each chunk that ends past ``learning_starts``
+    (`training_calls`)."""
+    return config.learning_starts + 1
+
+
 def training_calls(config: Any) -> list[int]:
     """The SGD steps of each training call of a vector loop's whole run: one after each chunk
     (`next_chunk`) that ends past ``learning_starts``."""
