@@ -10,9 +10,10 @@ every ``--checkpoint-every-s`` and a last one on SIGTERM or Ctrl-C; acknowledged
 as of the last checkpoint, or at once with ``--journal-dir`` (a learner killed with SIGKILL
 replays the journal over its checkpoint when it restarts). Once the run's ``--steps``
 transitions arrived it tells the actors that the run is finished (they exit), trains out its
-replay budget, evaluates ``--eval-episodes`` greedy episodes, and exits; a signal stops it at
-once. It writes TensorBoard scalars to ``--logdir`` (default: the checkpoint folder) and logs
-progress every 10 s.
+replay budget, evaluates ``--eval-episodes`` greedy episodes, and exits, after a scrape of
+``--metrics-port`` read that evaluation (``--metrics-wait-s`` at most); a signal stops it at
+once. It writes TensorBoard scalars to ``--logdir`` (default: the checkpoint folder), each tag
+at most every ``--summary-every-s``, and logs progress every 10 s.
 """
 
 from __future__ import annotations
@@ -20,11 +21,16 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import threading
+import time
 from typing import Any
 
 logger = logging.getLogger(__name__)
 
 AGENT_CHOICES = ("dqn", "sac", "r2d2")
+
+#: `learner_report.SUMMARY_EVERY_S`, which this module cannot import before TensorFlow
+SUMMARY_EVERY_S = 10.0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -70,6 +76,14 @@ def learner_parser(agent: str, env_id: str | None = None) -> argparse.ArgumentPa
         type=port_number,
         help="serve Prometheus metrics on this port (default: off)",
     )
+    parser.add_argument(
+        "--metrics-wait-s",
+        type=_seconds,
+        default=60.0,
+        help="once a run with --steps is finished and evaluated, keep --metrics-port up until "
+        "a scrape read the final evaluation (replaygpu_eval_return), this many seconds at "
+        "most (default 60, Prometheus's default scrape interval; 0: exit at once)",
+    )
     add_server_flags(parser)
     parser.add_argument(
         "--logdir",
@@ -83,6 +97,14 @@ def learner_parser(agent: str, env_id: str | None = None) -> argparse.ArgumentPa
         default=0.0,
         help="run a greedy evaluation of --eval-episodes episodes every this many seconds, "
         "beside training (default 0: only the one at the end of a run with --steps)",
+    )
+    parser.add_argument(
+        "--summary-every-s",
+        type=_seconds,
+        default=SUMMARY_EVERY_S,
+        help="write each TensorBoard tag at most every this many seconds, the mean of its "
+        "values since (evaluations at once; default %(default)g; 0: every value, which for a "
+        "fast learner is megabytes an hour)",
     )
     add_server_security_flags(parser)
     add_config_flags(parser, config_cls)
@@ -124,9 +146,14 @@ def run(args: argparse.Namespace) -> int:
     control = RunControl(opts.checkpoint_dir, opts.checkpoint_every_s, module, config)
     with control:
         service = LearnerService(config, control, opts.token, tls, service_config)
-        metrics, report, trained = None, None, False
+        metrics, report, trained, finished = None, None, False, False
         try:
-            report = LearnerReport(service, opts.logdir or opts.checkpoint_dir, opts.eval_every_s)
+            report = LearnerReport(
+                service,
+                opts.logdir or opts.checkpoint_dir,
+                opts.eval_every_s,
+                summary_every_s=opts.summary_every_s,
+            )
             if opts.metrics_port is not None:
                 metrics = _start_metrics(opts.metrics_port, service)
             print(
@@ -136,11 +163,14 @@ def run(args: argparse.Namespace) -> int:
                 flush=True,
             )
             trained = True
-            service.train_to_end(report)
+            finished = service.train_to_end(report)
         finally:
             if report is not None:
                 report.close()
             if metrics is not None:
+                if finished and report.evaluated_at is not None:
+                    wait_s = opts.metrics_wait_s
+                    _wait_for_scrape(metrics, report.evaluated_at, wait_s, control.stop)
                 metrics.close()
             service.close(save=trained)  # a start that failed leaves the folder as it was
     if control.signal_name:
@@ -157,6 +187,30 @@ def _seconds(text: str) -> float:
     if not value >= 0.0:  # also NaN
         raise argparse.ArgumentTypeError(f"got {text!r}, expected seconds >= 0 (0: off)")
     return value
+
+
+def _wait_for_scrape(
+    metrics: Any, evaluated_at: float, timeout_s: float, stop: threading.Event
+) -> None:
+    """Keep /metrics up until a scrape read the final evaluation, ``timeout_s`` at most (a
+    stop signal ends the wait)."""
+    if not timeout_s or metrics.wait_scraped(evaluated_at, 0.0):
+        return
+    logger.info(
+        "waiting up to %.0f s for a scrape of %s to read the final evaluation (--metrics-wait-s)",
+        timeout_s,
+        metrics.url,
+    )
+    deadline = time.monotonic() + timeout_s
+    while not metrics.wait_scraped(evaluated_at, min(0.5, deadline - time.monotonic())):
+        if stop.is_set() or time.monotonic() >= deadline:
+            logger.warning(
+                "no scrape of %s in %.0f s after the final evaluation; it is in the log and "
+                "TensorBoard only",
+                metrics.url,
+                timeout_s,
+            )
+            return
 
 
 def _start_metrics(port: int, service: Any) -> Any:

@@ -212,34 +212,65 @@ class NullRecorder:
 
 
 class EventsRecorder:
-    """Writes what a run reports as TensorBoard scalars into ``folder`` and keeps nothing in
-    memory (the standalone learner's recorder; `RunRecorder` adds a bar and a curve): the
-    metrics as they are named (``losses/td_loss``, ``charts/SGD_steps_per_s``, ...), each
-    episode as ``charts/episodic_return`` and ``charts/episodic_length``. ``folder`` None:
-    nothing is written."""
+    """Writes what a run reports as TensorBoard scalars into ``folder`` (`RunRecorder` adds a
+    bar and a curve; the standalone learner uses it alone): the metrics as they are named
+    (``losses/td_loss``, ``charts/SGD_steps_per_s``, ...), each episode as
+    ``charts/episodic_return`` and ``charts/episodic_length``. ``folder`` None: nothing is
+    written.
 
-    def __init__(self, folder: str | None) -> None:
+    With ``every_s`` > 0 (a service that runs for days) each tag is written at most once per
+    ``every_s`` seconds: the mean of the values reported since its last write, at the step of
+    the latest, so the file grows with time, not with the rate of episodes and train calls.
+    Evaluations (``eval/*``) are always written at once, and `close` writes what is pending.
+    Only the pending sums are kept in memory.
+
+    Args:
+        folder: where the event file goes; None: no events.
+        every_s: seconds between the writes of one tag; 0: every value as reported.
+    """
+
+    def __init__(self, folder: str | None, every_s: float = 0.0) -> None:
+        if not every_s >= 0.0:  # also NaN
+            raise ValueError(f"EventsRecorder: every_s: got {every_s}, expected >= 0 (0: all)")
         self.events = ScalarEvents(folder) if folder is not None else None
+        self.every_s = every_s
+        self._pending: dict[str, tuple[float, int, int]] = {}  # tag: (sum, count, last step)
+        self._written = time.monotonic()
 
     def metrics(self, step: int, values: Mapping[str, float]) -> None:
-        if self.events is None:
-            return
         for name, value in values.items():
             if math.isfinite(value):
-                self.events.scalar(name, value, step)
+                self._scalar(name, value, step)
 
     def episode(self, step: int, episodic_return: float, length: int) -> None:
-        if self.events is not None:
-            self.events.scalar("charts/episodic_return", episodic_return, step)
-            self.events.scalar("charts/episodic_length", length, step)
+        self._scalar("charts/episodic_return", episodic_return, step)
+        self._scalar("charts/episodic_length", length, step)
 
     def progress(self, env_steps: int, sgd_steps: int, recent_return: float) -> None:
         pass
 
     def close(self) -> None:
-        """Flush and close the event file. Idempotent."""
+        """Write what is pending, flush and close the event file. Idempotent."""
         if self.events is not None:
+            self._write_pending()
             self.events.close()
+
+    def _scalar(self, tag: str, value: float, step: int) -> None:
+        if self.events is None:
+            return
+        if not self.every_s or tag.startswith("eval/"):
+            self.events.scalar(tag, value, step)
+            return
+        total, count, _ = self._pending.get(tag, (0.0, 0, step))
+        self._pending[tag] = (total + float(value), count + 1, step)
+        if time.monotonic() - self._written >= self.every_s:
+            self._write_pending()
+
+    def _write_pending(self) -> None:
+        for tag, (total, count, step) in self._pending.items():
+            self.events.scalar(tag, total / count, step)
+        self._pending.clear()
+        self._written = time.monotonic()
 
 
 class RunRecorder(NullRecorder):

@@ -223,7 +223,10 @@ def test_a_learner_with_a_budget_tells_the_actors_evaluates_and_writes_tensorboa
     batches = cartpole_batches(2000, 100)  # an actor that would send 2.5x the budget
     with control:
         service = LearnerService(config, control)
-        report = LearnerReport(service, folder, eval_every_s=0.2, log_every_s=0.2)
+        # every value (summary_every_s 0), so the file holds each episode the actor reported
+        report = LearnerReport(
+            service, folder, eval_every_s=0.2, log_every_s=0.2, summary_every_s=0.0
+        )
         acks, info = [], []
 
         def actor():  # one request at a time, one more after it was told, then asks Info

@@ -243,3 +243,20 @@ def test_serve_with_metrics_port_reports_appends_and_stops_on_sigterm():
     for closed in (port, metrics_port):  # both listeners are gone with the process
         with socket.socket() as probe, pytest.raises(ConnectionRefusedError):
             probe.connect(("127.0.0.1", closed))
+
+
+def test_wait_scraped_returns_once_a_scrape_read_values_of_then_or_times_out(table):
+    with (
+        rg.serve(table, "127.0.0.1:0") as server,
+        rg.start_metrics_server(0, server, address="127.0.0.1") as metrics,
+    ):
+        scrape(metrics.url)
+        now = time.monotonic()
+        started = time.monotonic()
+        assert not metrics.wait_scraped(now, 0.3)  # the scrape before does not count
+        assert 0.3 <= time.monotonic() - started < 5
+        later = threading.Timer(0.2, scrape, [metrics.url])
+        later.start()
+        assert metrics.wait_scraped(now, 30)
+        later.join()
+        assert metrics.wait_scraped(now, 0)

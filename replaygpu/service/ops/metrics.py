@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
@@ -23,7 +25,6 @@ from replaygpu._version import __version__
 from replaygpu.errors import ConfigError
 
 if TYPE_CHECKING:
-    import threading
     from wsgiref.simple_server import WSGIServer
 
     from replaygpu.service.learner.server import ReplayServer
@@ -166,9 +167,18 @@ class ReplayCollector(Collector):
     ) -> None:
         self.server = server
         self.learner_stats = learner_stats
+        self.scraped = threading.Condition()
+        self.last_scrape = -math.inf  # time.monotonic() of the last collect's values
 
     def collect(self) -> Iterator[Metric]:
         """The metric families, with the values of now."""
+        began = time.monotonic()
+        yield from self._families()
+        with self.scraped:
+            self.last_scrape = began
+            self.scraped.notify_all()
+
+    def _families(self) -> Iterator[Metric]:
         values: dict[str, float] = dict(self.server.stats())
         if self.learner_stats is not None:
             try:
@@ -211,11 +221,16 @@ class MetricsServer:
     """
 
     def __init__(
-        self, httpd: WSGIServer, thread: threading.Thread, registry: CollectorRegistry
+        self,
+        httpd: WSGIServer,
+        thread: threading.Thread,
+        registry: CollectorRegistry,
+        collector: ReplayCollector,
     ) -> None:
         self._httpd = httpd
         self._thread = thread
         self.registry = registry
+        self._collector = collector
         self.host = str(httpd.server_address[0])
         self.port = int(httpd.server_address[1])
         self._closed = False
@@ -225,6 +240,20 @@ class MetricsServer:
         """``http://host:port/metrics``."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}/metrics"
+
+    def wait_scraped(self, since: float, timeout_s: float) -> bool:
+        """Wait until a scrape read values of ``since`` (a `time.monotonic` time) or later,
+        ``timeout_s`` seconds at most: a run that ends keeps its last values (its final
+        evaluation) up for the next scrape. Returns whether one did."""
+        collector = self._collector
+        deadline = time.monotonic() + timeout_s
+        with collector.scraped:
+            while collector.last_scrape < since:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                collector.scraped.wait(left)
+        return True
 
     def close(self) -> None:
         """Stop serving and join the HTTP thread. Idempotent."""
@@ -263,7 +292,8 @@ def start_metrics_server(
         ConfigError: the address cannot be bound (e.g. the port is in use).
     """
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ReplayCollector(server, learner_stats))
+    collector = ReplayCollector(server, learner_stats)
+    registry.register(collector)
     host = address.strip("[]")
     try:
         httpd, thread = start_http_server(port, addr=host, registry=registry)
@@ -272,6 +302,6 @@ def start_metrics_server(
             f"metrics: cannot bind {host}:{port} ({err}); pick another port (--metrics-port), "
             "or 0 for a free one"
         ) from err
-    metrics = MetricsServer(httpd, thread, registry)
+    metrics = MetricsServer(httpd, thread, registry, collector)
     logger.info("metrics at %s", metrics.url)
     return metrics
