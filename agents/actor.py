@@ -31,6 +31,7 @@ small.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -64,8 +65,10 @@ _TRANSIENT = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED}
 )
 
-#: Seconds a stopped actor waits for its last acks before it drops them and exits.
-STOP_FLUSH_S = 20.0
+#: Seconds a stopped actor waits for its last acks before it drops them and exits: short, so
+#: that ``replaygpu actor`` stops within 5 s of Ctrl-C whatever its learner's state (a live
+#: learner acknowledges within milliseconds; the result counts what was left, ``unacked_*``).
+STOP_FLUSH_S = 3.0
 
 #: The optional int64 table field naming the env (stream) that produced each row.
 STREAM_FIELD = "stream"
@@ -189,9 +192,11 @@ def run_actor(
 
     Returns:
         ``{"env_steps", "episodes", "seconds", "env_steps_per_s", "weight_updates",
-        "acked_transitions", "run_finished"}``: ``acked_transitions`` counts the rows the
-        server committed from this actor's batches; ``run_finished`` is 1.0 when the learner
-        ended the run.
+        "acked_transitions", "unacked_transitions", "unacked_requests", "unacked_bytes",
+        "run_finished"}``: ``acked_transitions`` counts the rows the server committed from
+        this actor's batches; ``unacked_*`` what it sent that was not acknowledged when it
+        stopped (a stopped actor waits `STOP_FLUSH_S` for its last acks, then drops them);
+        ``run_finished`` is 1.0 when the learner ended the run.
 
     Raises:
         ReplayError: when the server is unreachable or rejects the data.
@@ -205,6 +210,10 @@ def run_actor(
         experience.close()
         raise
     n, index = experience.num_envs, config.actor_index
+
+    def stopped() -> bool:
+        return (stop is not None and stop.is_set()) or client.run_finished
+
     stats = EpisodeStats(n)
     version, policy = 0, None
     env_steps, since_pull, updates, episodes = 0, config.weight_pull_interval, 0, 0
@@ -225,7 +234,7 @@ def run_actor(
             if since_pull >= config.weight_pull_interval:
                 since_pull = 0
                 pull = functools.partial(client.get_weights, newer_than=version)
-                got = _retrying(pull, config, stop)
+                got = _retrying(pull, config, stopped)
                 if got is not None:
                     version, policy = got[0], choose.policy(list(got[1]))
                     updates += 1
@@ -239,24 +248,28 @@ def run_actor(
                     report("episode", index, (env_steps, episodic_return, length))
             if send() and config.insert_slack >= 0:
                 room = functools.partial(client.wait_for_insert_room, config.insert_slack, stop)
-                _retrying(room, config, stop)
+                _retrying(room, config, stopped)
             progress(env_steps, episodes, stats, client)
         finished = client.run_finished
         if finished:
             logger.info("actor %d: the learner's run is finished; stopping", index)
         else:
             send(final=True)
-        # a stopped actor (SIGTERM) flushes within a container's grace period, as does one whose
-        # run is over (a learner that finished may exit); one that collected its steps waits
-        # for every ack
-        stopped = finished or (stop is not None and stop.is_set())
-        client.close(timeout=min(STOP_FLUSH_S, config.retry_deadline_s) if stopped else None)
+        # a stopped actor (SIGTERM) flushes for STOP_FLUSH_S at most, as does one whose run is
+        # over (a learner that finished may exit); one that collected its steps waits for
+        # every ack
+        if stopped():
+            with contextlib.suppress(TimeoutError):  # counted in the result: unacked_*
+                client.close(timeout=min(STOP_FLUSH_S, config.retry_deadline_s))
+        else:
+            client.close()
     except BaseException:
         client.close(flush=False)
         raise
     finally:
         experience.close()
     seconds = time.perf_counter() - start
+    unacked = client.unacked
     result = {
         "env_steps": float(env_steps),
         "episodes": float(episodes),
@@ -264,6 +277,9 @@ def run_actor(
         "env_steps_per_s": env_steps / max(seconds, 1e-9),
         "weight_updates": float(updates),
         "acked_transitions": float(client.acked_transitions),
+        "unacked_transitions": float(unacked.transitions),
+        "unacked_requests": float(unacked.requests),
+        "unacked_bytes": float(unacked.nbytes),
         "run_finished": float(client.run_finished),
     }
     logger.info(
@@ -376,13 +392,17 @@ class _Progress:
         )
 
 
-def _retrying(call: Callable[[], T], config: ActorConfig, stop: threading.Event | None) -> T:
+def _retrying(call: Callable[[], T], config: ActorConfig, stopped: Callable[[], bool]) -> T | None:
     """``call()``, retried while the server is unavailable (a learner restarting), with
     backoff up to 1 s, for ``retry_deadline_s`` at most, like the client's append stream. The
     client logs the outage (once when it begins, once when it ends), not each retry.
 
+    Returns:
+        what ``call`` returned, or None once ``stopped()`` (the actor is stopped, or the
+        learner's run is finished) after a failed call.
+
     Raises:
-        ServiceUnavailableError: still unavailable after ``retry_deadline_s``, or stopped.
+        ServiceUnavailableError: still unavailable after ``retry_deadline_s``.
     """
     deadline = time.monotonic() + config.retry_deadline_s
     wait = 0.05
@@ -392,10 +412,13 @@ def _retrying(call: Callable[[], T], config: ActorConfig, stop: threading.Event 
         except rg.ServiceError as err:
             # a learner going down cancels calls in flight; one that is down is UNAVAILABLE
             transient = err.code in _TRANSIENT and not isinstance(err, rg.TLSError)
-            late = time.monotonic() + wait > deadline
-            if not transient or late or (stop is not None and stop.is_set()):
+            if transient and stopped():
+                return None
+            if not transient or time.monotonic() + wait > deadline:
                 raise
-            time.sleep(wait)
+            end = time.monotonic() + wait
+            while not stopped() and time.monotonic() < end:  # the stop comes within 50 ms
+                time.sleep(0.05)
             wait = min(1.0, wait * 2)
 
 

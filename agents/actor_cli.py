@@ -8,15 +8,17 @@ act with a numpy copy of the weights the learner publishes.
 of a fleet of ``--num-actors`` actors (each explores with its Ape-X epsilon). ``--ray`` runs
 them as Ray actors instead (``pip install "replaygpu[ray]"``): on a local Ray instance, or on a
 cluster with ``--ray-address auto``, each reserving ``--ray-num-cpus`` and restarted by Ray up to
-``--max-restarts`` times under the same actor id. Ctrl-C or SIGTERM stops them after they flush
-what they collected; so does the learner when its run is finished (its ``--steps``), and the
-command exits 0.
+``--max-restarts`` times under the same actor id. Every actor process runs with one BLAS thread
+(`actor_threads`). Ctrl-C or SIGTERM stops them within 5 s, whatever the learner's state: each
+flushes what it collected for 3 s at most, and one line says what was left unacknowledged; the
+command exits 0. So does a learner that stops for good: its run finished (its ``--steps``), or it
+was stopped (Ctrl-C, SIGTERM) and said so.
 
 An address where no server answers within 1 s ends the command in one line (exit status 2);
 ``--wait`` waits for a server that is still starting, until it answers (``--wait SECONDS``: at
-most SECONDS more). An outage during the run (a learner restarting) is ridden out for
-``--retry-deadline-s``, logged once when it begins and once when it ends. Each actor logs a
-progress line every ``--progress-interval-s``.
+most SECONDS more). An outage during the run (a learner that crashed and restarts) is ridden
+out for ``--retry-deadline-s``, logged once when it begins and once when it ends. Each actor
+logs a progress line every ``--progress-interval-s``.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ import dataclasses
 import logging
 import math
 import multiprocessing as mp
+import queue
 import signal
 import threading
-from typing import TYPE_CHECKING
+import time
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import replaygpu as rg
@@ -41,6 +45,11 @@ _CLIENT_FIELDS = ("token", "tls_ca", "tls_cert", "tls_key", "server_name")
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 #: seconds the command tries to reach the server at start without ``--wait``
 CONNECT_TIMEOUT_S = 1.0
+#: seconds after SIGTERM / Ctrl-C before an actor process still running is killed (each
+#: flushes for `actor.STOP_FLUSH_S` at most), so the command exits within 5 s
+STOP_S = 4.5
+#: reports an actor process queues before the rest are dropped (all but its final one)
+_QUEUE_SIZE = 1000
 
 
 def _wait_seconds(text: str) -> float:
@@ -211,7 +220,6 @@ def _ask_settings(args: argparse.Namespace, wait_s: float | None) -> rg.ActorSet
 def run(args: argparse.Namespace) -> int:
     """Run the actors until they collected their steps, are stopped, or the server is gone."""
     import replaygpu as rg
-    from replaygpu.agents.actor import run_actor, run_actor_process
 
     if args.ray:
         from replaygpu.agents.ray_actors import check_ray_options, import_ray
@@ -224,7 +232,20 @@ def run(args: argparse.Namespace) -> int:
                 "with --num-actors (and --actor-index for the first one to start here)"
             )
         return _run_ray(args, _config(args))
-    config = _config(args)
+    previous = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # as Ctrl-C while we ask
+    try:
+        config = _config(args)
+    except KeyboardInterrupt:
+        logger.warning(
+            "stopped while asking %s for its settings: no actor started, nothing left "
+            "unacknowledged",
+            args.address,
+        )
+        return 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if args.processes is None:  # all the fleet's actors from actor_index on
         args.processes = config.num_actors - config.actor_index
     if config.actor_index + args.processes > config.num_actors:
@@ -233,52 +254,132 @@ def run(args: argparse.Namespace) -> int:
             "expected actor_index + processes <= num_actors "
             f"({config.num_actors})"
         )
-    if args.processes == 1:
-        stop = threading.Event()  # SIGTERM and Ctrl-C: flush what was collected, then exit
-        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in _STOP_SIGNALS}
-        try:
-            run_actor(config, args.address, stop=stop)
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-        return 0
+    configs = [
+        dataclasses.replace(config, actor_index=config.actor_index + i)
+        for i in range(args.processes)
+    ]
+    return _run_processes(configs, args.address)
+
+
+def _run_processes(configs: list[ActorConfig], address: str) -> int:
+    """Run one spawned actor process per config (`actor.run_actor_process`, with the thread
+    settings of every actor process) until each ends: its steps collected, the learner's run
+    finished, or SIGTERM / Ctrl-C here. A signal stops them all: each flushes for
+    `actor.STOP_FLUSH_S` at most, and one still running `STOP_S` after the signal (blocked on a
+    learner that does not answer) is killed. One line then says what was left unacknowledged.
+
+    Raises:
+        ReplayError: an actor process failed (each logged why, in one line).
+    """
+    import replaygpu as rg
+    from replaygpu.agents.actor import run_actor_process
+    from replaygpu.agents.actor_threads import actor_threads
 
     ctx = mp.get_context("spawn")
-    stop = ctx.Event()
+    stop, reports = ctx.Event(), ctx.Queue(maxsize=_QUEUE_SIZE)
     procs = [
         ctx.Process(
             target=run_actor_process,
-            args=(
-                dataclasses.replace(config, actor_index=config.actor_index + i),
-                args.address,
-                stop,
-            ),
-            name=f"replaygpu-actor-{config.actor_index + i}",
+            args=(config, address, stop, reports),
+            name=f"replaygpu-actor-{config.actor_index}",
         )
-        for i in range(args.processes)
+        for config in configs
     ]
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    results: dict[int, dict[str, float]] = {}
+    signals: list[str] = []  # the handler only notes the signal: it may interrupt any lock
+
+    def on_signal(signum: int, frame: object) -> None:
+        signals.append(signal.Signals(signum).name)
+
+    previous = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
+    killed: list[str] = []
     try:
-        for p in procs:
-            p.start()
-        for p in procs:
-            while p.is_alive():
-                p.join(0.5)
-    except KeyboardInterrupt:
-        stop.set()
+        # started ignoring SIGINT (kept across exec, and Python then installs no handler of its
+        # own): a Ctrl-C reaches the whole process group, and only this process handles it
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        with actor_threads():
+            for p in procs:
+                p.start()
+        for sig in _STOP_SIGNALS:
+            signal.signal(sig, on_signal)
+        while any(p.is_alive() for p in procs) and not signals:
+            _drain(reports, results, 0.2)
     finally:
         stop.set()
+        deadline = time.monotonic() + STOP_S
+        while any(p.is_alive() for p in procs) and time.monotonic() < deadline:
+            _drain(reports, results, 0.1)
         for p in procs:
-            p.join(30)
             if p.is_alive():
-                logger.warning("actor process %s did not stop; killing it", p.name)
-                p.kill()  # SIGTERM only asks it to stop
+                killed.append(p.name)
+                p.kill()  # blocked on a learner that does not answer
+            if p.pid is not None:
                 p.join()
-        signal.signal(signal.SIGTERM, previous)
-    failed = [f"{p.name} (exit {p.exitcode})" for p in procs if p.exitcode not in (0, None)]
+        _drain(reports, results, 0.0)
+        reports.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    _log_end(results, address, signals[0] if signals else None, killed)
+    failed = [
+        f"{p.name} (exit {p.exitcode})"
+        for p in procs
+        if p.exitcode not in (0, None) and p.name not in killed
+    ]
     if failed:
         raise rg.ReplayError(f"actor processes failed: {', '.join(failed)}; see their log above")
     return 0
+
+
+def _drain(reports: Any, results: dict[int, dict[str, float]], wait_s: float) -> None:
+    """Keep the actors' final stats (their "done" reports) from ``reports``, waiting up to
+    ``wait_s`` for the first report; the others are read and dropped, so the queue never
+    fills."""
+    try:
+        item = reports.get(timeout=wait_s) if wait_s else reports.get_nowait()
+        while True:
+            kind, index, payload = item
+            if kind == "done":
+                results[index] = payload
+            item = reports.get_nowait()
+    except queue.Empty:
+        return
+
+
+def _log_end(
+    results: dict[int, dict[str, float]], address: str, signal_name: str | None, killed: list[str]
+) -> None:
+    """One line on how the actors ended: after a signal always, else when anything was left
+    unacknowledged."""
+    from replaygpu.agents.actor import STOP_FLUSH_S
+
+    total = {
+        key: int(sum(r.get(key, 0) for r in results.values()))
+        for key in ("env_steps", "acked_transitions", "unacked_transitions", "unacked_requests")
+    }
+    nbytes = int(sum(r.get("unacked_bytes", 0) for r in results.values()))
+    finished = any(r.get("run_finished") for r in results.values())
+    why = "the learner's run is finished" if finished else f"no ack within {STOP_FLUSH_S:g} s"
+    left = (
+        f"{total['unacked_transitions']} transitions in {total['unacked_requests']} requests "
+        f"({nbytes} bytes) left unacknowledged by {address} ({why})"
+        if total["unacked_requests"]
+        else "nothing left unacknowledged"
+    )
+    if killed:
+        left += (
+            f"; {', '.join(killed)} did not stop within {STOP_S:g} s (blocked in a call to "
+            f"{address}, which does not answer) and {'was' if len(killed) == 1 else 'were'} "
+            "killed: what it held unacknowledged is lost, and not counted here"
+        )
+    if signal_name is None and not total["unacked_requests"] and not killed:
+        return
+    logger.warning(
+        "%s%d env steps, %d transitions acknowledged; %s",
+        f"stopped by {signal_name}: " if signal_name else "",
+        total["env_steps"],
+        total["acked_transitions"],
+        left,
+    )
 
 
 def _run_ray(args: argparse.Namespace, config: ActorConfig) -> int:

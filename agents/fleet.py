@@ -11,18 +11,17 @@ collected its steps, when it is stopped, and when the learner's server says the 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import multiprocessing as mp
-import os
 import queue
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from replaygpu.agents.actor import run_actor_process
 from replaygpu.agents.actor_config import ActorConfig
+from replaygpu.agents.actor_threads import actor_threads
 from replaygpu.agents.progress import Recorder
 
 #: reports an actor queues before the rest are dropped (all but its final one)
@@ -81,10 +80,9 @@ class ActorFleet:
         self.stats: dict[int, dict[str, float]] = {}
 
     def start(self) -> None:
-        """Start the actor processes (one BLAS thread each: their matmuls are small, and a
-        thread pool per actor on a busy CPU made a Nature CNN forward pass 140 ms instead of
-        10)."""
-        with _single_threaded_blas():
+        """Start the actor processes, with the thread settings of every actor process
+        (`actor_threads`)."""
+        with actor_threads():
             for proc in self.processes:
                 proc.start()
 
@@ -158,19 +156,3 @@ class ActorFleet:
             proc.join()
         self.drain()
         self._reports.close()
-
-
-@contextlib.contextmanager
-def _single_threaded_blas() -> Iterator[None]:
-    """Environment for spawned actors: one BLAS thread each."""
-    names = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-    saved = {name: os.environ.get(name) for name in names}
-    os.environ.update(dict.fromkeys(names, "1"))
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value

@@ -194,9 +194,11 @@ class LearnerService:
         inserted, every ack and Info then says so, and later appends are acknowledged without
         being inserted), the learner trains out its replay budget,
         evaluates ``config.eval_episodes`` greedy episodes, and keeps serving until no actor is
-        connected, ``grace_s`` seconds at most. A stop signal ends it at once: no evaluation,
-        and the actors are not told (they wait for the restarted learner). The final checkpoint
-        is `close`'s.
+        connected, ``grace_s`` seconds at most. A stop signal ends it at once, no evaluation,
+        and ends the run for the fleet too (`rg.ReplayServer.finish_run`): the learner stops
+        for good, and its actors, told in an ack or as their streams end, exit 0 instead of
+        waiting for a restarted learner (one that crashes tells them nothing: they wait). The
+        final checkpoint is `close`'s.
 
         Returns:
             whether the run finished (False: a stop signal came first).
@@ -210,6 +212,7 @@ class LearnerService:
             if self.done(ran):
                 break
         if self.run is not None and self.run.stop.is_set():
+            self.server.finish_run()
             return False
         logger.info(
             "run finished: %d transitions inserted, SGD step %d (budget %d rows; the batch "

@@ -43,6 +43,8 @@ from typing import Any
 import replaygpu as rg
 from replaygpu.agents.actor import STOP_FLUSH_S, _retrying, connect, default_prefix, run_actor
 from replaygpu.agents.actor_config import ActorConfig
+from replaygpu.agents.actor_threads import ACTOR_THREAD_ENV
+from replaygpu.agents.ray_start import init_ray
 
 logger = logging.getLogger(__name__)
 
@@ -320,7 +322,7 @@ def start_ray_actors(
     if owns_ray:
         began = time.monotonic()
         try:
-            ray.init(address=ray_address, include_dashboard=False, logging_level=logging.WARNING)
+            init_ray(ray, ray_address, include_dashboard=False, logging_level=logging.WARNING)
         except ConnectionError as err:
             raise rg.ConfigError(
                 f"could not join the Ray cluster at {ray_address or os.environ.get('RAY_ADDRESS')}"
@@ -341,6 +343,9 @@ def start_ray_actors(
             max_restarts=max_restarts,
             max_task_retries=-1,  # calls in flight when an actor dies go to its next incarnation
             max_concurrency=_MAX_CONCURRENCY,
+            # the worker process starts with them (`actor_threads`); Ray's own default would
+            # set only OMP_NUM_THREADS, to the CPUs reserved
+            runtime_env={"env_vars": ACTOR_THREAD_ENV},
         )(RayActor)
         handles = [remote.remote(c, address) for c in configs]
     except BaseException:
@@ -400,6 +405,7 @@ def _last_seq(config: ActorConfig, address: str, stop: threading.Event) -> int:
     continues)."""
     client = connect(config, address)
     try:
-        return int(_retrying(client.info, config, stop).actor_last_seq)
+        reply = _retrying(client.info, config, stop.is_set)
+        return 0 if reply is None else int(reply.actor_last_seq)  # None: stopped
     finally:
         client.close(flush=False)

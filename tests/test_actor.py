@@ -142,11 +142,11 @@ def test_actor_calls_wait_out_a_learner_restart():
     timer.start()
     try:
         began = time.monotonic()
-        info = _retrying(client.info, ActorConfig(retry_deadline_s=30), None)
+        info = _retrying(client.info, ActorConfig(retry_deadline_s=30), lambda: False)
         assert info.tables[0].capacity == 100 and time.monotonic() - began >= 1.0
         with pytest.raises(rg.ServiceUnavailableError):  # past the deadline it gives up
             restarted[0].stop()
-            _retrying(client.info, ActorConfig(retry_deadline_s=1), None)
+            _retrying(client.info, ActorConfig(retry_deadline_s=1), lambda: False)
     finally:
         timer.join()
         client.close(flush=False)

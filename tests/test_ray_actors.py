@@ -21,6 +21,7 @@ import tensorflow as tf
 
 import replaygpu as rg
 from replaygpu.agents.actor_config import ActorConfig
+from replaygpu.agents.actor_threads import ACTOR_THREAD_ENV
 from replaygpu.agents.ray_actors import start_ray_actors
 
 NUM_ENVS = 4
@@ -103,6 +104,12 @@ def rows_by_actor(table):
 
 
 @pytest.mark.timeout(180)
+def has_actor_threads(pid):
+    """Whether process ``pid`` started with the thread settings of every actor process."""
+    environ = set(Path(f"/proc/{pid}/environ").read_text().split("\0"))
+    return {f"{k}={v}" for k, v in ACTOR_THREAD_ENV.items()} <= environ
+
+
 def test_a_killed_ray_actor_comes_back_under_its_id_and_the_counts_stay_exact(
     local_ray, served_table
 ):
@@ -118,6 +125,7 @@ def test_a_killed_ray_actor_comes_back_under_its_id_and_the_counts_stay_exact(
         assert [s.actor_id for s in first] == ids and len(set(ids)) == 2
         assert not any(s.restarted for s in first)
         assert str(first[0].pid) not in ids[0]  # the id is the driver's, not the worker's
+        assert all(has_actor_threads(s.pid) for s in first)
         # both stream: each has batches committed
         wait_until(lambda: min(server.ledger.last(i) for i in ids) >= 3, 60, "both actors commit")
         started_s = time.monotonic() - began
@@ -126,6 +134,7 @@ def test_a_killed_ray_actor_comes_back_under_its_id_and_the_counts_stay_exact(
         wait_until(lambda: fleet.statuses()[0].pid != first[0].pid, 60, "actor 0 comes back")
         back = fleet.statuses()[0]
         assert back.restarted and back.actor_id == ids[0]
+        assert has_actor_threads(back.pid)  # a restarted worker starts with them too
         assert back.seed != first[0].seed  # it does not replay its predecessor's episodes
         # it continues after the seq its dead predecessor got committed, and streams again
         wait_until(lambda: fleet.statuses()[0].resumed_after_seq > 0, 30, "actor 0 resumes")

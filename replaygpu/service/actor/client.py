@@ -28,7 +28,7 @@ from replaygpu.errors import BatchError, ConfigError
 from replaygpu.fields import HostSpec, check_columns, row_nbytes
 from replaygpu.learner.ratio import SampleToInsertRule
 from replaygpu.service.actor.connection import Connection
-from replaygpu.service.actor.outbox import Outbox
+from replaygpu.service.actor.outbox import Outbox, Unacked
 from replaygpu.service.actor.rows import checked_row, flat_fields, is_nested
 from replaygpu.service.config import (
     MAX_ACTOR_ID_BYTES,
@@ -146,6 +146,13 @@ class ReplayClient:
     def acked_transitions(self) -> int:
         """Transitions the server acknowledged (committed to its table) so far."""
         return self._outbox.acked_transitions
+
+    @property
+    def unacked(self) -> Unacked:
+        """Transitions, requests and bytes sent or sealed but not acknowledged (after a `close`
+        whose flush timed out: what was dropped)."""
+        with self._cond:
+            return self._outbox.unacked
 
     @property
     def last_table_size(self) -> int:

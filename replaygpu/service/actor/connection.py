@@ -81,7 +81,9 @@ class Outage:
     ``Info`` and ``GetWeights``) reports `failed`, every success `recovered`: an outage of any
     length costs one line when it starts and one when it ends, not one per retry. An outage
     the append stream began ends only with an ack: a server shutting down refuses appends
-    while it still answers the odd ``GetWeights``, and that is no recovery.
+    while it still answers the odd ``GetWeights``, and that is no recovery. Once the server
+    said the run is finished (`finish`), a server that stops answering is no outage: it
+    stopped for good, and nothing is logged.
 
     Args:
         address: the server, for the lines.
@@ -94,12 +96,17 @@ class Outage:
         #: when the outage began (`time.monotonic`), or None while the server answers
         self.since: float | None = None
         self._by_stream = False  # the append stream began the outage
+        self._finished = False
         self._lock = threading.Lock()
+
+    def finish(self) -> None:
+        """The server said the run is finished: from now on failures are not logged."""
+        self._finished = True
 
     def failed(self, error: BaseException, stream: bool = False) -> None:
         """A call (``stream``: the append stream) failed with ``error`` and will be retried:
         log if an outage begins."""
-        if self.since is not None:
+        if self.since is not None or self._finished:
             return
         with self._lock:
             if self.since is not None:
@@ -243,7 +250,7 @@ class Connection:
                 f"Found: {', '.join(sorted(tables))}"
             )
         found = tables[table]
-        self.run_finished = self.run_finished or info.run_finished
+        self._note_finished(info.run_finished)
         return ConnectReply(
             spec=codec.host_spec_from_proto(found.spec),
             last_seq=int(info.actor_last_seq),
@@ -272,8 +279,13 @@ class Connection:
             ServiceError: the call failed.
         """
         reply = self._call(self._stub.Info, replay_pb2.InfoRequest(actor_id=self.actor_id))
-        self.run_finished = self.run_finished or reply.run_finished
+        self._note_finished(reply.run_finished)
         return reply
+
+    def _note_finished(self, run_finished: bool) -> None:
+        if run_finished:
+            self.run_finished = True
+            self.outage.finish()
 
     def _call(self, method: Any, request: Any) -> Any:
         """``method(request)`` with the token and timeout, reporting to `outage`.

@@ -8,7 +8,9 @@ DEADLINE_EXCEEDED, a full staging queue) it backs off exponentially, opens a new
 resends everything unacknowledged, in order; the server drops seqs it already committed, so
 nothing is duplicated or lost; an `Outage` logs when the server stops answering and when it
 answers again, not each retry. A non-retryable error drops the batch it names (or everything)
-and is kept for the client to raise once.
+and is kept for the client to raise once. Once the server said its run is finished (in an
+ack, or in the notice of a server that stops for good), a stream that ends is not retried:
+nothing more would be inserted, and the server may be gone for good.
 
 All state is guarded by ``cond``, which the client also uses for its own partial buffer.
 """
@@ -21,7 +23,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 
@@ -38,6 +40,14 @@ logger = logging.getLogger(__name__)
 
 #: Opens an Append stream: ``open_stream(request_iterator) -> call`` (iterable of acks).
 OpenStream = Callable[[Iterator[bytes]], Any]
+
+
+class Unacked(NamedTuple):
+    """What a client sent or sealed that the server has not acknowledged."""
+
+    transitions: int
+    requests: int
+    nbytes: int
 
 
 class Outbox:
@@ -103,6 +113,11 @@ class Outbox:
         """Transitions sent or queued but not acknowledged yet."""
         return sum(self._transitions.values())
 
+    @property
+    def unacked(self) -> Unacked:
+        """Transitions, requests and bytes sent or queued but not acknowledged yet."""
+        return Unacked(self.unacked_transitions, len(self._unacked), self._unacked_bytes)
+
     def _pop(self, seq: int) -> bytes | None:
         data = self._unacked.pop(seq, None)
         if data is not None:
@@ -125,20 +140,26 @@ class Outbox:
         return what
 
     def wait_for_room(self, nbytes: int) -> None:
-        """Block until ``nbytes`` more fit under ``max_buffer_bytes`` (or nothing is queued)."""
-        while self._unacked and self._unacked_bytes + nbytes > self._config.max_buffer_bytes:
+        """Block until ``nbytes`` more fit under ``max_buffer_bytes`` (or nothing is queued, or
+        nothing more is sent)."""
+        while (
+            self._unacked
+            and self._unacked_bytes + nbytes > self._config.max_buffer_bytes
+            and not self._drop
+        ):
             self.raise_pending_error()
             self.cond.wait(0.5)
 
     def wait_until_acked(self, timeout: float | None) -> None:
-        """Block until every queued request is acknowledged.
+        """Block until every queued request is acknowledged, or nothing more is sent (the run
+        is finished and the server ended the stream: what is left stays unacknowledged).
 
         Raises:
             TimeoutError: requests are still unacknowledged after ``timeout`` seconds.
             ServiceError: a batch failed for good.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self._unacked:
+        while self._unacked and not self._drop:
             self.raise_pending_error()
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
@@ -190,6 +211,14 @@ class Outbox:
             yield data
 
     def _on_ack(self, ack: Any) -> None:
+        if not ack.seq:  # a notice: the server stops for good
+            with self.cond:
+                self.run_finished = True
+                self.cond.notify_all()
+            self._outage.finish()
+            return
+        if ack.run_finished:
+            self._outage.finish()
         with self.cond:
             if self._pop(ack.seq) is not None:
                 self.acked_transitions += ack.transitions
@@ -220,6 +249,11 @@ class Outbox:
                     delay, failing_since, acked_once = config.retry_initial_s, None, True
             except grpc.RpcError as err:
                 if self._drop:
+                    return
+                if self.run_finished:  # nothing more is inserted; the server may be gone
+                    with self.cond:
+                        self._drop = True
+                        self.cond.notify_all()
                     return
                 error = self._error_of(err)
                 if isinstance(error, TLSError) and acked_once:

@@ -425,12 +425,14 @@ class Ingest:
                     logger.exception("background commit failed")
 
     def close(self, commit_remaining: bool) -> None:
-        """Stop the committer; commit (or fail, with UNAVAILABLE) what is still staged."""
+        """Stop the committer; commit (or fail, with UNAVAILABLE) what is still staged. Once
+        the run is finished it is acknowledged, not inserted, whichever: no later server would
+        insert it either."""
         self._stopping.set()
         if self._thread is not None:
             self._thread.join()
         leftover = self.queue.close()
-        if commit_remaining:
+        if commit_remaining or self.run_finished:
             with self.lock:
                 self._commit(leftover)
         else:

@@ -356,7 +356,7 @@ class ReplayServer:
 
     # -- stopping -------------------------------------------------------------------------------
 
-    def stop(self, grace: float | None = None) -> None:
+    def stop(self, grace: float | None = None, *, finish: bool = False) -> None:
         """Shut down: NOT_SERVING, refuse new appends (UNAVAILABLE, clients retry), settle what
         is staged, finish in-flight RPCs within ``grace`` seconds, and stop. Idempotent.
 
@@ -364,6 +364,14 @@ class ReplayServer:
         serve`` does); a served learner answers it UNAVAILABLE instead, because its training
         loop took its final checkpoint already: a batch acknowledged now would be in no
         checkpoint, so its client keeps it and resends it to the restarted learner.
+
+        Args:
+            grace: seconds in-flight RPCs get (default ``config.shutdown_grace_s``).
+            finish: the server stops for good: once what is staged is settled the run is
+                finished (`finish_run`), and every open Append stream is told so (an ack of
+                seq 0 with ``run_finished``) before it ends, so its actor exits instead of
+                waiting for a restarted server. Without it (a restart, say) the streams end
+                with UNAVAILABLE and the clients retry.
         """
         if self._stopped:
             return
@@ -372,9 +380,12 @@ class ReplayServer:
         if self._watch is not None:
             self._loop.loop.call_soon_threadsafe(self._watch.cancel)
         self._loop.run(self._health.enter_graceful_shutdown())
+        self._servicer.finishing = finish
         self._servicer.closing = True
         try:
             self._ingest.close(commit_remaining=self.learner is None)
+            if finish:
+                self.finish_run()
         finally:
             try:
                 self._loop.loop.call_soon_threadsafe(self._servicer.end_streams)

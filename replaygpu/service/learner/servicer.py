@@ -138,6 +138,9 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         self.actor_settings: ActorSettings | None = None
         self.address = ""
         self.closing = False
+        #: the server stops for good (`ReplayServer.stop`'s ``finish``): appends that come
+        #: while it closes are acknowledged with ``run_finished``, not inserted
+        self.finishing = False
         self.run_stats = RunStats()
         self.streams = 0
         self.refused_streams = 0
@@ -167,8 +170,12 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
     def end_streams(self) -> None:
         """End every open Append stream with UNAVAILABLE once the acks already posted to it
         are sent (call on the loop, after the last commit): idle streams need not wait out the
-        shutdown grace, and their clients reconnect to the next server."""
+        shutdown grace, and their clients reconnect to the next server. When the run is
+        finished each stream first gets a notice, an ack of seq 0 (no request has it) with
+        ``run_finished``: its client stops instead of waiting for a next server."""
         for outbox in self._outboxes:
+            if self.ingest.run_finished:
+                outbox.put_nowait(replay_pb2.AppendAck(seq=0, run_finished=True))
             outbox.put_nowait(
                 ServiceUnavailableError(f"server at {self.address} stopped; reconnect")
             )
@@ -220,8 +227,9 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
                     self._answer(code_of(item))
                     await abort(context, item)
                 else:
-                    acked += 1
-                    self._answer(grpc.StatusCode.OK)
+                    if item.seq:  # not a notice (`end_streams`)
+                        acked += 1
+                        self._answer(grpc.StatusCode.OK)
                     yield item
         finally:
             reader.cancel()
@@ -342,7 +350,8 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         time)."""
         request = parse_request(data)
         seq = request.seq
-        if self.closing:
+        finished = self.ingest.run_finished or self.finishing
+        if self.closing and not finished:  # finished: acknowledged below, not inserted
             raise ServiceUnavailableError(f"server at {self.address} is shutting down", seq=seq)
         check_header(
             request, len(data), self.table.name, self.config.max_message_bytes, self.address, replay
@@ -355,10 +364,11 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
                 if not replay:
                     self.ingested += ack["transitions"]
                 self.run_stats.add_episodes(episodes)  # replayed: not in the checkpoint's
-            post(replay_pb2.AppendAck(**ack, run_finished=self.ingest.run_finished))
+            finished = self.ingest.run_finished or self.finishing
+            post(replay_pb2.AppendAck(**ack, run_finished=finished))
 
         last = self.ingest.ledger.last(actor, sync=False)  # a hint; the committer decides
-        if seq <= last or self.ingest.run_finished:  # committed, or the run is over: ack,
+        if seq <= last or finished:  # committed, or the run is over: ack,
             done(  # insert nothing
                 {
                     "seq": seq,

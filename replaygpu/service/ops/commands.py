@@ -260,7 +260,8 @@ def _load_spec(args: argparse.Namespace, env: Any) -> Any:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    """Serve until SIGTERM/SIGINT; checkpoint periodically and on the way out.
+    """Serve until SIGTERM/SIGINT; checkpoint periodically and on the way out. A signal stops
+    the service for good: its actors are told the run is finished, and exit.
 
     Raises:
         ConfigError: for TLS flags that do not go together (nothing is served).
@@ -283,7 +284,7 @@ def run_serve(args: argparse.Namespace) -> int:
         if restored:
             logger.info("restored %s: %d transitions", restored, table.size)
     server = rg.serve(table, args.address, args.token, tls, config=config, ledger=ledger)
-    metrics = None
+    metrics, signalled = None, False
     try:
         if args.metrics_port is not None:
             from replaygpu.service.ops.metrics import start_metrics_server
@@ -304,8 +305,9 @@ def run_serve(args: argparse.Namespace) -> int:
         while not stop.wait(min(schedule.wait_s(), 3600)):
             if ckpt is not None and schedule.due():
                 schedule.run(lambda: server.save(ckpt))
+        signalled = True
     finally:
-        server.stop()
+        server.stop(finish=signalled)  # after a failure, actors wait for a restarted one
         if metrics is not None:
             metrics.close()
     if ckpt is not None:
