@@ -245,8 +245,9 @@ class Checkpointer:
         return path
 
     def seal(self, path: str) -> None:
-        """Fsync the checkpoint `save` just wrote with ``seal=False``, write its manifest, and
-        delete all but the newest ``max_to_keep`` checkpoints.
+        """Fsync the checkpoint `save` just wrote with ``seal=False``, write its manifest, name
+        it in TensorFlow's ``checkpoint`` state file, and delete all but the newest
+        ``max_to_keep`` checkpoints.
 
         Raises:
             CheckpointSaveError: as `save`.
@@ -258,9 +259,15 @@ class Checkpointer:
         self._pending = None
         logger.info("saved checkpoint %s", path)
         try:
+            checkpoint_files.record_state(self.directory)
             checkpoint_files.prune(self.directory, self.max_to_keep)
-        except OSError as err:  # the new one is sealed: only disk use is at stake, tried again
-            logger.warning("checkpoint %s saved, but older ones were not deleted: %s", path, err)
+        except OSError as err:  # the new one is sealed: what is at stake is tried again
+            logger.warning(
+                "checkpoint %s saved, but TensorFlow's state file or the deletion of older "
+                "ones failed (tried again at the next save): %s",
+                path,
+                err,
+            )
 
     def _remove_leftovers(self) -> None:
         """Remove what interrupted saves left in the folder, in one log line."""

@@ -11,9 +11,11 @@ one TensorFlow finished): `verify` reads one back against its manifest (a trunca
 flipped bit or a missing file is reported naming the file), and whatever else carries a
 checkpoint's name is a leftover of a save that did not finish (`leftovers`).
 
-Crash safety rests on three rules, each kept by one function here: a manifest is renamed into
-place only after the files it names are durable (`seal`); pruning unseals a checkpoint (its
-manifest goes first) before it deletes its files (`prune`); and a new checkpoint's number is
+Crash safety rests on four rules, each kept by one function here: a manifest is renamed into
+place only after the files it names are durable (`seal`); TensorFlow's ``checkpoint`` state
+file names only sealed checkpoints, and is written before any is pruned (`record_state`);
+pruning unseals a checkpoint (its manifest goes first) before it deletes its files (`prune`);
+and a new checkpoint's number is
 above every number in the folder, leftovers included (`next_number`), so no save writes over
 another's files. A kill at any instant thus leaves sealed checkpoints intact and leftovers
 that `remove_leftovers` recognises by name.
@@ -29,14 +31,16 @@ import re
 import shutil
 
 MANIFEST_SUFFIX = ".manifest.json"
+#: TensorFlow's list of the checkpoints in a folder (`record_state`)
+STATE_FILE = "checkpoint"
 _FORMAT = "replaygpu-checkpoint-manifest-1"
 _CHUNK = 8 << 20
 #: the checkpoint files TensorFlow writes for prefix ``ckpt-N``: nothing else is one of them
 _DATA = re.compile(r"\.index|\.data-\d{5}-of-\d{5}")
 #: every name a checkpoint's save makes, and the number in it
 _NAME = re.compile(r"ckpt-(\d+)(\.index|\.data-\d{5}-of-\d{5}|\.manifest\.json(\.tmp)?|_temp)")
-#: temporary files of writes into the folder: TensorFlow's ``checkpoint`` state file, which
-#: replaygpu before this one let TensorFlow write, and `check_writable`'s probe
+#: temporary files of writes into the folder: the ``checkpoint`` state file's (`record_state`;
+#: TensorFlow's own writer adds a hex suffix) and `check_writable`'s probe
 _TEMPORARY = re.compile(r"checkpoint\.tmp[0-9a-f]*|\.write-check-.*")
 
 
@@ -182,6 +186,25 @@ def prune(folder: str, keep: int) -> list[str]:
         for name in data_files(prefix):
             os.unlink(os.path.join(folder, name))
     return old
+
+
+def record_state(folder: str) -> None:
+    """Write TensorFlow's ``checkpoint`` state file (for ``tf.train.latest_checkpoint`` and
+    other TensorFlow tools; replaygpu reads manifests) naming the sealed checkpoints, newest
+    as the latest: through ``checkpoint.tmp``, fsynced and renamed.
+
+    Raises:
+        OSError: it could not be written.
+    """
+    names = [os.path.basename(p) for p in reversed(sealed(folder))]
+    lines = [f'model_checkpoint_path: "{names[-1]}"' if names else ""]
+    lines += [f'all_model_checkpoint_paths: "{name}"' for name in names]
+    temporary = os.path.join(folder, STATE_FILE + ".tmp")
+    with open(temporary, "w") as file:
+        file.write("\n".join(lines) + "\n")
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, os.path.join(folder, STATE_FILE))
 
 
 def has_manifest(prefix: str) -> bool:

@@ -182,7 +182,7 @@ def test_a_checkpoint_whose_save_did_not_finish_is_removed_at_start_and_never_re
     assert "removed 2 leftovers of interrupted checkpoint saves" in caplog.text
     assert "ckpt-2.data-00000-of-00001, ckpt-2.index" in caplog.text
     assert sorted(os.listdir(tmp_path)) == sorted(
-        ["ckpt-1.index", "ckpt-1.data-00000-of-00001", "ckpt-1.manifest.json"]
+        ["checkpoint", "ckpt-1.index", "ckpt-1.data-00000-of-00001", "ckpt-1.manifest.json"]
     )
 
 
@@ -217,16 +217,17 @@ def test_the_ledger_reads_the_map_older_checkpoints_hold(tmp_path):
 
 
 @pytest.mark.parametrize("state", ["lost", "damaged"])
-def test_a_lost_or_damaged_tensorflow_checkpoint_state_file_hides_no_checkpoint(tmp_path, state):
+def test_a_lost_or_damaged_checkpoint_state_file_hides_no_checkpoint(tmp_path, state):
     table = rg.ReplayTable(SPEC, capacity=32, device="CPU")
     ckpt = rg.Checkpointer(str(tmp_path), table=table)
     for start in (0, 4):
         fill(table, start, 4)
         newest = ckpt.save()
-    index = tmp_path / "checkpoint"  # TensorFlow's list of checkpoints: not read, not written
-    assert not index.exists()
-    if state == "damaged":
-        index.write_text('model_checkpoint_path: "ckpt-1"garbage')
+    index = tmp_path / "checkpoint"  # TensorFlow's list of the checkpoints in the folder
+    if state == "lost":
+        index.unlink()
+    else:
+        index.write_text(index.read_text()[:20] + "garbage")
     assert saved_ids(tmp_path) == (newest, list(range(8)))
 
 

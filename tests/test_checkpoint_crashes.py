@@ -1,0 +1,280 @@
+"""Checkpoints survive a crash at every file operation of a save (`crash_points`): for a served
+table and for a learner, with and without a journal, a restart restores the newest sealed
+checkpoint (never skips one), loses nothing acknowledged beyond what the README promises,
+removes the leftovers of the killed save in one log line, and numbers its next save above
+everything in the folder. Real servers on 127.0.0.1, real checkpoints in temporary folders; a
+last test kills a real ``replaygpu serve`` with SIGKILL inside the seal."""
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import tensorflow as tf
+from crash_points import crash_at
+from service_helpers import SPEC, columns, free_port, stored_ids
+
+import replaygpu as rg
+from replaygpu import checkpoint_files
+
+KEEP = 2  # checkpoints kept: the third save prunes the first
+
+
+def build(folder, learner):
+    """A table and ledger (a served table's checkpoint), plus for a learner its sampler,
+    learner, weights and optimizer; their checkpointer."""
+    table = rg.ReplayTable(SPEC, capacity=4096, device="/CPU:0")
+    ledger = rg.SequenceLedger()
+    objects = {"table": table, "ledger": ledger}
+    if learner:
+        sampler = rg.Sampler(table, seed=1)
+        w = tf.Variable(tf.zeros([4]), name="w")
+        opt = tf.keras.optimizers.Adam(0.1)
+        opt.build([w])
+
+        def update(batch):
+            with tf.GradientTape() as tape:
+                pred = tf.linalg.matvec(batch["obs"], w)
+                loss = tf.reduce_mean(tf.square(pred - tf.cast(batch["id"], tf.float32)))
+            opt.apply_gradients([(tape.gradient(loss, w), w)])
+            return {"loss": loss}
+
+        step = rg.Learner(table, sampler, update, batch_size=8)
+        objects.update(sampler=sampler, learner=step, w=w, opt=opt)
+    return objects, rg.Checkpointer(str(folder), max_to_keep=KEEP, **objects)
+
+
+def state(objects):
+    """What a checkpoint of ``objects`` holds that the test compares: ids, ledger, weights."""
+    weights = objects["w"].numpy().tolist() if "w" in objects else None
+    return stored_ids(objects["table"]).tolist(), objects["ledger"].last("a"), weights
+
+
+def run_until_crash(folder, journal, learner, point):
+    """Three saves of a served table with acknowledged appends before each; the third crashes
+    at file operation ``point``. Returns the states each sealed save held and the operations
+    the third made."""
+    objects, ckpt = build(folder, learner)
+    config = rg.ServerConfig(journal_dir=journal)
+    saved = {}
+    server = rg.serve(objects["table"], config=config, ledger=objects["ledger"])
+    with server, rg.ReplayClient(server.address, actor_id="a") as client:
+        for first in (0, 100, 200):
+            client.add_batch(columns(range(first, first + 100)))
+            client.flush()
+            if learner:
+                with server.training_turn():
+                    objects["learner"].train(5)
+            if first < 200:
+                saved[server.save(ckpt)] = state(objects)
+                continue
+            expected = state(objects)
+            with crash_at(ckpt, point) as tracer:
+                saved[server.save(ckpt)] = expected
+    # the killed process's save wrote no more; what it sealed is what the folder says
+    newest = os.path.join(str(folder), "ckpt-3")
+    if checkpoint_files.has_manifest(newest) and newest not in saved:
+        saved[newest] = expected
+    return saved, tracer.ops
+
+
+def files_in(folder):
+    """Every file in ``folder``, its subfolders' too."""
+    return sorted(
+        os.path.relpath(os.path.join(top, n), folder)
+        for top, _, names in os.walk(folder)
+        for n in names
+    )
+
+
+def files_of(prefixes):
+    """The files of sealed checkpoints ``prefixes`` and TensorFlow's state file naming them."""
+    names = ["checkpoint"] if prefixes else []
+    for prefix in prefixes:
+        names += [*checkpoint_files.data_files(prefix), os.path.basename(prefix) + ".manifest.json"]
+    return sorted(names)
+
+
+def operations(tmp_path, learner):
+    """The file operations of the third save, traced without a crash."""
+    _, ops = run_until_crash(tmp_path / "trace", None, learner, None)
+    return ops
+
+
+@pytest.mark.parametrize("learner", [False, True], ids=["serve", "learner"])
+def test_a_save_makes_the_traced_file_operations_in_a_crash_safe_order(tmp_path, learner):
+    ops = operations(tmp_path, learner)
+    names = [op.rsplit(" ", 1)[1] for op in ops]
+    kinds = [op.rsplit(" ", 1)[0] for op in ops]
+    seal = names.index("trace/ckpt-3.manifest.json")
+    assert kinds[seal] == "rename" and names[seal - 1] == "trace/ckpt-3.manifest.json.tmp"
+    # everything the manifest names is fsynced before it is written, the folder after it
+    assert {"trace/ckpt-3.index", "trace/ckpt-3.data-00000-of-00001"} <= {
+        n for k, n in zip(kinds[:seal], names[:seal], strict=True) if k == "fsync"
+    }
+    assert kinds[seal + 1] == "fsync" and names[seal + 1] == "trace"
+    # then the prune of ckpt-1: its manifest goes first
+    prune = [n for k, n in zip(kinds, names, strict=True) if k == "unlink"]
+    assert prune[0] == "trace/ckpt-1.manifest.json"
+    assert set(prune[1:]) == {"trace/ckpt-1.index", "trace/ckpt-1.data-00000-of-00001"}
+    assert len(ops) >= 14
+
+
+@pytest.mark.parametrize("journal", [False, True], ids=["no-journal", "journal"])
+@pytest.mark.parametrize("learner", [False, True], ids=["serve", "learner"])
+def test_a_crash_at_every_file_operation_of_a_save_loses_nothing_promised(
+    tmp_path, caplog, journal, learner
+):
+    ops = operations(tmp_path, learner)
+    for point in range(len(ops) + 1):
+        folder, journal_dir = tmp_path / f"ckpt{point}", tmp_path / f"journal{point}"
+        saved, crashed = run_until_crash(
+            folder, str(journal_dir) if journal else None, learner, point
+        )
+        where = f"crash {point}: {crashed[-1] if point < len(ops) else 'none'}"
+        caplog.clear()
+        objects, ckpt = build(folder, learner)
+        # the killed save's leftovers are gone, in one line that counts them
+        assert checkpoint_files.leftovers(str(folder), KEEP) == [], where
+        removed = [
+            r.getMessage() for r in caplog.records if "leftovers of interrupted" in r.getMessage()
+        ]
+        assert len(removed) <= 1, where
+        sealed = checkpoint_files.sealed(str(folder))
+        assert files_in(folder) == files_of(sealed), where
+        # the newest sealed checkpoint is restored, never skipped, with what it held
+        path = ckpt.restore()
+        assert path == sealed[0] and "after skipping" not in caplog.text, where
+        ids, seq, weights = state(objects)
+        assert (ids, seq, weights) == saved[path], where
+        if journal:  # the journal replays every acknowledged batch over it
+            config = rg.ServerConfig(journal_dir=str(journal_dir))
+            with rg.serve(objects["table"], config=config, ledger=objects["ledger"]):
+                assert stored_ids(objects["table"]).tolist() == list(range(300)), where
+        else:  # the README's promise: what came after the newest checkpoint may be lost
+            assert ids == list(range(len(ids))) and len(ids) >= 200, where
+        # the next save is numbered above everything the folder held, and restores
+        newest = ckpt.save()
+        assert int(newest.rsplit("-", 1)[1]) == checkpoint_files.next_number(str(folder)) - 1
+        assert int(newest.rsplit("-", 1)[1]) > int(path.rsplit("-", 1)[1]), where
+        again, _ = build(folder, learner)
+        assert rg.Checkpointer(str(folder), **again).restore() == newest, where
+        assert state(again)[0] == stored_ids(objects["table"]).tolist(), where
+
+
+def test_repeated_crashes_keep_the_folder_bounded(tmp_path, caplog):
+    """Twelve runs killed at a different point of a save each: the folder never holds more
+    than the kept checkpoints, one more being sealed, and the killed save's files."""
+    folder = tmp_path / "ckpt"
+    points = len(operations(tmp_path, False))
+    one = None
+    for run in range(12):
+        objects, ckpt = build(folder, learner=False)
+        ckpt.restore()
+        objects["table"].append(columns(range(run * 10, run * 10 + 10)))
+        first = ckpt.save()
+        one = one or sum(
+            os.path.getsize(os.path.join(folder, n))
+            for n in os.listdir(folder)
+            if n.startswith(os.path.basename(first) + ".")
+        )
+        with crash_at(ckpt, (run * 5) % points) as tracer:
+            ckpt.save()
+        assert tracer.ops, run
+        size = sum(
+            os.path.getsize(os.path.join(top, n))
+            for top, _, names in os.walk(folder)
+            for n in names
+        )
+        assert size <= (KEEP + 2) * one * 1.1, (run, sorted(os.listdir(folder)))
+    objects, ckpt = build(folder, learner=False)
+    assert len(checkpoint_files.sealed(str(folder))) <= KEEP + 1
+    assert ckpt.restore() is not None and checkpoint_files.leftovers(str(folder), KEEP) == []
+
+
+SEAL_KILLER = """
+import os, signal, sys
+from replaygpu import checkpoint_files
+seal, state = checkpoint_files.seal, {"seals": 0}
+def killing_seal(prefix):  # SIGKILL between the manifest's write and its rename, 2nd save
+    state["seals"] += 1
+    if state["seals"] == 2:
+        replace = os.replace
+        def kill(src, dst):
+            if dst.endswith(".manifest.json"):
+                os.kill(os.getpid(), signal.SIGKILL)
+            replace(src, dst)
+        checkpoint_files.os = type(os)("os")
+        checkpoint_files.os.__dict__.update(os.__dict__, replace=kill)
+    return seal(prefix)
+checkpoint_files.seal = killing_seal
+from replaygpu.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_serve_killed_inside_the_seal_restarts_from_its_last_sealed_checkpoint(tmp_path):
+    """The reported loss: ``serve`` without a journal, SIGKILLed between a manifest's write and
+    its rename. The restarted server restores the checkpoint before it, and its own later
+    checkpoints are sealed, restored after a second kill, and hold every batch acknowledged
+    before the one they follow was sealed."""
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(rg.spec_to_json(SPEC)))
+    folder = tmp_path / "ckpt"
+
+    def serve(*python):
+        address = f"127.0.0.1:{free_port()}"
+        command = [*python, "serve", "--spec", str(spec), "--capacity", "4096"]
+        command += ["--address", address, "--checkpoint-dir", str(folder)]
+        command += ["--checkpoint-every-s", "0.5"]
+        log = open(tmp_path / f"serve-{address.rsplit(':', 1)[1]}.log", "w")  # noqa: SIM115
+        with log:  # a file, not a pipe: nobody reads the log while it runs
+            return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), address
+
+    def sealed_numbers():
+        return [int(p.rsplit("-", 1)[1]) for p in checkpoint_files.sealed(str(folder))]
+
+    proc, address = serve(sys.executable, "-c", SEAL_KILLER)
+    try:
+        client = rg.ReplayClient(address, actor_id="a")
+        try:
+            for seq in range(10_000):  # until the second seal kills it
+                if proc.poll() is not None:
+                    break
+                client.add_batch(columns(range(seq * 10, seq * 10 + 10)))
+                with contextlib.suppress(TimeoutError, rg.ServiceError):  # it died meanwhile
+                    client.flush(timeout=5)
+                time.sleep(0.02)
+        finally:
+            client.close(flush=False, timeout=1)
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+        assert sealed_numbers() == [1] and (folder / "ckpt-2.manifest.json.tmp").exists()
+
+        proc, address = serve(sys.executable, "-m", "replaygpu.cli")
+        with rg.ReplayClient(address, actor_id="a") as client:
+            seq, first, acked = 1000, None, None
+            while first is None or max(sealed_numbers()) < first + 2:
+                client.add_batch(columns(range(seq * 10, seq * 10 + 10)))
+                client.flush(timeout=5)
+                if first is None and max(sealed_numbers()) > 1:
+                    first, acked = max(sealed_numbers()), seq  # acked once it was sealed
+                seq += 1
+                time.sleep(0.02)
+        proc.kill()
+        proc.wait(timeout=30)
+        assert not (folder / "ckpt-2.manifest.json.tmp").exists()
+        newest = checkpoint_files.sealed(str(folder))[0]
+        number = int(newest.rsplit("-", 1)[1])
+        objects, ckpt = build(folder, learner=False)
+        assert ckpt.restore() == newest and checkpoint_files.verify(newest) is None
+        ids = set(stored_ids(objects["table"]).tolist())
+        # checkpoint N+2 was saved after N was sealed: it holds every batch acked by then
+        assert number >= first + 2 and set(range(10_000, acked * 10 + 10)) <= ids
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
