@@ -139,7 +139,8 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         self.address = ""
         self.closing = False
         #: the server stops for good (`ReplayServer.stop`'s ``finish``): appends that come
-        #: while it closes are acknowledged with ``run_finished``, not inserted
+        #: while it closes get the notice that it does (`end_streams`), not an ack: an ack
+        #: says "stored", and they would be in no checkpoint
         self.finishing = False
         self.run_stats = RunStats()
         self.streams = 0
@@ -350,8 +351,11 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         time)."""
         request = parse_request(data)
         seq = request.seq
-        finished = self.ingest.run_finished or self.finishing
-        if self.closing and not finished:  # finished: acknowledged below, not inserted
+        finished = self.ingest.run_finished  # acknowledged below, not inserted
+        if self.closing and self.finishing and not finished:
+            post(replay_pb2.AppendAck(seq=0, run_finished=True))  # a notice: it stops for good,
+            return None  # and this batch is neither inserted nor acknowledged
+        if self.closing and not finished:
             raise ServiceUnavailableError(f"server at {self.address} is shutting down", seq=seq)
         check_header(
             request, len(data), self.table.name, self.config.max_message_bytes, self.address, replay
@@ -364,8 +368,7 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
                 if not replay:
                     self.ingested += ack["transitions"]
                 self.run_stats.add_episodes(episodes)  # replayed: not in the checkpoint's
-            finished = self.ingest.run_finished or self.finishing
-            post(replay_pb2.AppendAck(**ack, run_finished=finished))
+            post(replay_pb2.AppendAck(**ack, run_finished=self.ingest.run_finished))
 
         last = self.ingest.ledger.last(actor, sync=False)  # a hint; the committer decides
         if seq <= last or finished:  # committed, or the run is over: ack,
