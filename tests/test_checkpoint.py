@@ -167,6 +167,21 @@ def test_a_failed_save_raises_in_one_message_and_leaves_nothing_behind(tmp_path)
         assert saved_ids(disk / "ckpt")[1] == list(range(8))
 
 
+def test_a_new_checkpointer_never_writes_over_a_checkpoint_in_its_folder(tmp_path):
+    table = rg.ReplayTable(SPEC, capacity=32, device="CPU")
+    fill(table, 0, 4)
+    first = rg.Checkpointer(str(tmp_path), table=table).save()
+    before = Path(first + ".data-00000-of-00001").read_bytes()
+    fill(table, 4, 4)
+    again = rg.Checkpointer(str(tmp_path), table=table)  # a new process, no restore()
+    assert again.latest == first
+    assert again.save().endswith("ckpt-2")
+    with pytest.raises(rg.ConfigError, match=r"step=2, but .* already holds number 2"):
+        again.save(step=2)
+    assert Path(first + ".data-00000-of-00001").read_bytes() == before
+    assert again.save(step=7).endswith("ckpt-7") and saved_ids(tmp_path)[1] == list(range(8))
+
+
 def test_a_checkpoint_whose_save_did_not_finish_is_removed_at_start_and_never_restored(
     tmp_path, caplog
 ):
