@@ -171,20 +171,20 @@ class ApexAtariConfig:
             repeat_action_probability=self.repeat_action_probability,
             terminal_on_life_loss=self.terminal_on_life_loss,
             clip_rewards=self.clip_rewards,
+            send_interval=256,  # finished segments go once they hold 256 steps
+            insert_slack=self.insert_slack,
         )
 
     def actor_config(self, index: int, steps: int, seed: int) -> ActorConfig:
-        """The config of actor process ``index`` collecting ``steps`` env steps (one game
-        each, finished segments sent once they hold 256 steps)."""
+        """The config of actor process ``index`` collecting ``steps`` env steps: the
+        `actor_settings` that ``replaygpu actor ADDRESS`` takes over too, so the demo's actors
+        and the command's run alike; only what is this process's own is set here."""
         return ActorConfig.from_settings(
             self.actor_settings,
             actor_index=index,
             actor_id_prefix="apex-atari",
-            num_envs=1,
             seed=seed,
             steps=steps,
-            send_interval=256,
-            insert_slack=self.insert_slack,
         )
 
 

@@ -11,11 +11,15 @@ One ``replaygpu learner --agent dqn --env ALE/Breakout-v5`` on 127.0.0.1 that on
 - the same processes started without the actors' thread settings (`actor_threads`), as
   ``replaygpu actor`` started them before: what one BLAS thread pool per actor costs here.
 
-Each rate is one actor's env steps over its loop's seconds (env resets and weight pulls
-included), summed over the two actors. Run::
+Both kinds run the same actor config: the demo's is built from the learner's `rg.ActorSettings`,
+which ``replaygpu actor`` takes over (send interval and insert slack included). Each rate is one
+actor's env steps over its loop's seconds (env resets and weight pulls included), summed over
+the two actors. On a shared machine the load drifts within a minute, so one pair of runs can
+differ by 1.7x either way: ``--rounds R`` alternates the two kinds R times (the first one
+swapped each round) and compares their medians. Run::
 
-    python benchmarks/atari_actors.py              # 40 s each
-    python benchmarks/atari_actors.py --seconds 20
+    python benchmarks/atari_actors.py                         # 40 s each, 1 round
+    python benchmarks/atari_actors.py --seconds 30 --rounds 3
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import os
 import re
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -112,6 +117,9 @@ def demo_actors(address: str, seconds: float, thread_settings: bool) -> list[flo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=40.0, help="per kind of actor")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="runs of each kind, alternated (default 1)"
+    )
     args = parser.parse_args()
     for name in ACTOR_THREAD_ENV:  # what the actors get comes from the launchers alone
         os.environ.pop(name, None)
@@ -120,21 +128,30 @@ def main() -> None:
     address = f"127.0.0.1:{free_port()}"
     learner = start_learner(address, folder / "learner.log")
     try:
-        rows = [
-            ("replaygpu actor", cli_actors(address, args.seconds, folder / "actor.log")),
-            ("demo apex-breakout actors", demo_actors(address, args.seconds, True)),
-            ("without thread settings", demo_actors(address, args.seconds, False)),
-        ]
+        kinds = {
+            "replaygpu actor": lambda: cli_actors(address, args.seconds, folder / "actor.log"),
+            "demo apex-breakout actors": lambda: demo_actors(address, args.seconds, True),
+        }
+        runs: dict[str, list[list[float]]] = {name: [] for name in kinds}
+        for round_ in range(args.rounds):
+            for name in list(kinds)[:: -1 if round_ % 2 else 1]:
+                runs[name].append(kinds[name]())
+        bare = demo_actors(address, args.seconds, False)
     finally:
         learner.send_signal(signal.SIGTERM)
         learner.wait(120)
-    print(f"{ENV_ID}, {ACTORS} actors, {args.seconds:g} s each, {os.cpu_count()} CPUs ({folder})")
-    print(f"{'actors':<28} {'env steps/s (sum)':>18}  per actor")
-    for name, rates in rows:
-        each = ", ".join(f"{r:.0f}" for r in rates)
-        print(f"{name:<28} {sum(rates):>18.0f}  {each}")
-    cli, demo = sum(rows[0][1]), sum(rows[1][1])
-    print(f"replaygpu actor / demo actors: {cli / demo:.2f}")
+    print(
+        f"{ENV_ID}, {ACTORS} actors, {args.seconds:g} s each, {args.rounds} round(s), "
+        f"{os.cpu_count()} CPUs ({folder})"
+    )
+    print(f"{'actors':<28} {'env steps/s (sum)':>18}  per round (per actor)")
+    medians = {}
+    for name, rates in [*runs.items(), ("without thread settings", [bare])]:
+        medians[name] = statistics.median(sum(r) for r in rates)
+        each = ", ".join(f"{sum(r):.0f} ({'+'.join(f'{x:.0f}' for x in r)})" for r in rates)
+        print(f"{name:<28} {medians[name]:>18.0f}  {each}")
+    cli, demo = medians["replaygpu actor"], medians["demo apex-breakout actors"]
+    print(f"replaygpu actor / demo actors (medians): {cli / demo:.2f}")
 
 
 if __name__ == "__main__":

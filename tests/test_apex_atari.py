@@ -4,6 +4,7 @@ a smoke run of ``demo apex-breakout`` with real ALE actor processes."""
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import subprocess
 import sys
@@ -170,6 +171,24 @@ def test_the_actor_command_joins_a_frame_learner_with_only_its_address():
     assert first[0] and np.array_equal(first[1:], final[:-1])  # episodes whole, back to back
     lengths = np.diff(np.flatnonzero(first)) - 1  # steps of each table episode but the last
     assert lengths.max() <= 40 and truncated.sum() >= 1  # cut at segment_steps as truncations
+
+
+def test_the_demo_actors_run_the_settings_the_actor_command_gets_from_the_learner():
+    """`replaygpu actor ADDRESS` against the learner and ``demo apex-breakout`` run the same
+    actor config (send interval and insert slack included): only the id prefix, which no
+    setting carries, differs."""
+    from replaygpu.agents.actor_config import ActorConfig
+    from replaygpu.v1 import replay_pb2
+
+    config = apex_atari.ApexAtariConfig(num_actors=2, insert_slack=512)
+    message = replay_pb2.ActorSettings()
+    config.actor_settings.to_proto(message)  # as Info carries them
+    settings = rg.ActorSettings.from_proto(message)
+    for index in range(2):
+        demo = config.actor_config(index, 0, config.seed)
+        command = ActorConfig.from_settings(settings, actor_index=index)
+        assert command == dataclasses.replace(demo, actor_id_prefix="")
+        assert (demo.send_interval, demo.insert_slack, demo.num_envs) == (256, 512, 1)
 
 
 def test_the_frame_actor_and_its_row_maker_import_no_tensorflow():

@@ -370,14 +370,30 @@ def test_the_client_reads_the_actor_settings_a_learner_announces_frames_included
         repeat_action_probability=0.0,
         terminal_on_life_loss=False,
         clip_rewards=False,
+        send_interval=256,
+        insert_slack=0,  # a value, not "unset"
     )
-    vector = rg.ActorSettings(env_id="Pendulum-v1", agent="sac", hidden_sizes=(64, 64))
+    vector = rg.ActorSettings(
+        env_id="Pendulum-v1", agent="sac", hidden_sizes=(64, 64), insert_slack=-1
+    )
     for settings in (frames, vector):
         with (
             rg.serve(empty_table, actor_settings=settings) as server,
             rg.ReplayClient(server.address, actor_id="s1") as client,
         ):
             assert client.actor_settings == settings  # every field through Info and back
+
+
+def test_actor_settings_from_a_learner_before_the_send_fields_take_the_defaults():
+    """A learner from before send_interval and insert_slack leaves them out of Info: the
+    actors then send and wait as they did (the defaults), not every step nor never."""
+    from replaygpu.v1 import replay_pb2
+
+    old = replay_pb2.ActorSettings(
+        env_id="CartPole-v1", agent="dqn", weight_pull_interval=400, num_envs=1
+    )
+    settings = rg.ActorSettings.from_proto(old)
+    assert (settings.send_interval, settings.insert_slack) == (32, 2048)
 
 
 def test_actor_settings_refuse_frames_for_a_policy_that_is_no_q_network():

@@ -190,6 +190,11 @@ class ActorSettings:
             with the state before its first step every ``sequence_period`` steps of an
             episode (overlapping when the period is below the length); 0: not recurrent.
         sequence_length: recurrent: steps per sequence, the burn-in included.
+        send_interval: steps per send: vector steps per ``add_batch``; frames: env steps per
+            env of whole finished segments.
+        insert_slack: the actors follow the samples-per-insert limit on the insert side:
+            they wait while the table is more than this many rows ahead of what the learner
+            has sampled; -1: never wait.
     """
 
     env_id: str
@@ -209,6 +214,8 @@ class ActorSettings:
     clip_rewards: bool = True
     sequence_period: int = 0
     sequence_length: int = 0
+    send_interval: int = 32
+    insert_slack: int = 2048
 
     def __post_init__(self) -> None:
         if not self.env_id:
@@ -236,6 +243,11 @@ class ActorSettings:
                 f"{self.sequence_length}, expected 0 < sequence_period <= sequence_length (or "
                 "sequence_period 0: not recurrent)"
             )
+        if self.send_interval < 1 or self.insert_slack < -1:
+            raise ConfigError(
+                f"ActorSettings: send_interval={self.send_interval} and insert_slack="
+                f"{self.insert_slack}, expected >= 1 and >= -1 (-1: never wait)"
+            )
         if not 0.0 <= self.repeat_action_probability <= 1.0:
             raise ConfigError(
                 "ActorSettings.repeat_action_probability: got "
@@ -256,14 +268,18 @@ class ActorSettings:
     def from_proto(cls, message: Any) -> ActorSettings:
         """The settings an ``ActorSettings`` protobuf message carries.
 
-        A learner from before a field sends it as 0: ``num_actors`` and ``segment_steps`` then
-        take their defaults, and ``frame_stack`` and ``sequence_period`` 0 are a vector learner.
+        A learner from before a field sends it as 0: ``num_actors``, ``segment_steps`` and
+        ``send_interval`` then take their defaults, and ``frame_stack`` and ``sequence_period``
+        0 are a vector learner; it leaves ``insert_slack`` unset (0 is a value), which then
+        takes its default too.
 
         Raises:
             ConfigError: the message is empty or holds values out of range.
         """
         values = {field.name: getattr(message, field.name) for field in fields(cls)}
         values["hidden_sizes"] = tuple(values["hidden_sizes"])
-        for name in ("num_actors", "segment_steps"):
+        for name in ("num_actors", "segment_steps", "send_interval"):
             values[name] = values[name] or getattr(cls, name)
+        if not message.HasField("insert_slack"):
+            values["insert_slack"] = cls.insert_slack
         return cls(**values)

@@ -139,7 +139,7 @@ class TableInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., spec: _Optional[_Iterable[_Union[FieldSpec, _Mapping]]] = ..., capacity: _Optional[int] = ..., size: _Optional[int] = ..., inserted: _Optional[int] = ..., sampled: _Optional[int] = ..., device: _Optional[str] = ..., rate_limiter: _Optional[_Union[RateLimiterInfo, _Mapping]] = ...) -> None: ...
 
 class ActorSettings(_message.Message):
-    __slots__ = ("env_id", "agent", "hidden_sizes", "epsilon_base", "epsilon_alpha", "weight_pull_interval", "num_envs", "stream_field", "seed", "num_actors", "frame_stack", "segment_steps", "repeat_action_probability", "terminal_on_life_loss", "clip_rewards", "sequence_period", "sequence_length")
+    __slots__ = ("env_id", "agent", "hidden_sizes", "epsilon_base", "epsilon_alpha", "weight_pull_interval", "num_envs", "stream_field", "seed", "num_actors", "frame_stack", "segment_steps", "repeat_action_probability", "terminal_on_life_loss", "clip_rewards", "sequence_period", "sequence_length", "send_interval", "insert_slack")
     ENV_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_FIELD_NUMBER: _ClassVar[int]
     HIDDEN_SIZES_FIELD_NUMBER: _ClassVar[int]
@@ -157,6 +157,8 @@ class ActorSettings(_message.Message):
     CLIP_REWARDS_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_PERIOD_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    SEND_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    INSERT_SLACK_FIELD_NUMBER: _ClassVar[int]
     env_id: str
     agent: str
     hidden_sizes: _containers.RepeatedScalarFieldContainer[int]
@@ -174,7 +176,9 @@ class ActorSettings(_message.Message):
     clip_rewards: bool
     sequence_period: int
     sequence_length: int
-    def __init__(self, env_id: _Optional[str] = ..., agent: _Optional[str] = ..., hidden_sizes: _Optional[_Iterable[int]] = ..., epsilon_base: _Optional[float] = ..., epsilon_alpha: _Optional[float] = ..., weight_pull_interval: _Optional[int] = ..., num_envs: _Optional[int] = ..., stream_field: _Optional[str] = ..., seed: _Optional[int] = ..., num_actors: _Optional[int] = ..., frame_stack: _Optional[int] = ..., segment_steps: _Optional[int] = ..., repeat_action_probability: _Optional[float] = ..., terminal_on_life_loss: _Optional[bool] = ..., clip_rewards: _Optional[bool] = ..., sequence_period: _Optional[int] = ..., sequence_length: _Optional[int] = ...) -> None: ...
+    send_interval: int
+    insert_slack: int
+    def __init__(self, env_id: _Optional[str] = ..., agent: _Optional[str] = ..., hidden_sizes: _Optional[_Iterable[int]] = ..., epsilon_base: _Optional[float] = ..., epsilon_alpha: _Optional[float] = ..., weight_pull_interval: _Optional[int] = ..., num_envs: _Optional[int] = ..., stream_field: _Optional[str] = ..., seed: _Optional[int] = ..., num_actors: _Optional[int] = ..., frame_stack: _Optional[int] = ..., segment_steps: _Optional[int] = ..., repeat_action_probability: _Optional[float] = ..., terminal_on_life_loss: _Optional[bool] = ..., clip_rewards: _Optional[bool] = ..., sequence_period: _Optional[int] = ..., sequence_length: _Optional[int] = ..., send_interval: _Optional[int] = ..., insert_slack: _Optional[int] = ...) -> None: ...
 
 class InfoResponse(_message.Message):
     __slots__ = ("tables", "weights_version", "learner_steps", "staged_batches", "staged_bytes", "max_message_bytes", "server_version", "actors", "actor_last_seq", "actor_settings", "run_finished", "learner_stats")
