@@ -199,6 +199,8 @@ class Checkpointer:
         self.max_to_keep = max_to_keep
         self._checkpoint = tf.train.Checkpoint(**self.objects)
         self._pending: str | None = None  # a save not sealed yet
+        # numbers go on above what the folder held, leftovers included: never reused
+        self._next_number = checkpoint_files.next_number(self.directory)
         self._remove_leftovers()
 
     @property
@@ -213,8 +215,8 @@ class Checkpointer:
         and once it is sealed all but the newest ``max_to_keep`` are deleted.
 
         Args:
-            step: its number (default: one above every number in the folder); a save never
-                writes over an existing checkpoint.
+            step: its number (default: one above every number the folder held since this
+                `Checkpointer` started, leftovers of killed saves included: never reused).
             seal: False leaves the fsync, the manifest and the pruning to a `seal` call, e.g.
                 made once a lock held for the write is released (a server's commits wait only
                 for TensorFlow's write, not for reading the files back). Until then the
@@ -226,15 +228,17 @@ class Checkpointer:
                 reason and the free bytes); nothing of it is left, earlier ones are untouched.
             ConfigError: ``step`` is not above every number in the folder.
         """
+        number = max(self._next_number, checkpoint_files.next_number(self.directory))
         self._remove_leftovers()
-        number = checkpoint_files.next_number(self.directory)
         if step is not None and step < number:
             raise ConfigError(
-                f"Checkpointer.save: step={step}, but {self.directory} already holds number "
-                f"{number - 1}; a save never writes over or behind an existing checkpoint. "
+                f"Checkpointer.save: step={step}, but {self.directory} held number {number - 1}; "
+                "a save never writes over, or numbers below, a checkpoint in its folder. "
                 "Pass a step above it, or none (the next number)"
             )
-        prefix = os.path.join(self.directory, f"ckpt-{number if step is None else step}")
+        number = number if step is None else step
+        prefix = os.path.join(self.directory, f"ckpt-{number}")
+        self._next_number = number + 1
         self._pending = prefix
         try:
             path = self._checkpoint.write(prefix)
@@ -288,6 +292,7 @@ class Checkpointer:
         assert self._pending is not None
         prefix, self._pending = self._pending, None
         checkpoint_files.discard(prefix)
+        self._next_number = int(prefix.rsplit("-", 1)[1])  # nothing of it is left
         return CheckpointSaveError(
             f"checkpoint {prefix}: cannot write it ({_reason(err)}; "
             f"{describe_space(self.directory)}); nothing of it was kept and the "
