@@ -15,10 +15,9 @@ Crash safety rests on four rules, each kept by one function here: a manifest is 
 place only after the files it names are durable (`seal`); TensorFlow's ``checkpoint`` state
 file names only sealed checkpoints, and is written before any is pruned (`record_state`);
 pruning unseals a checkpoint (its manifest goes first) before it deletes its files (`prune`);
-and a new checkpoint's number is
-above every number in the folder, leftovers included (`next_number`), so no save writes over
-another's files. A kill at any instant thus leaves sealed checkpoints intact and leftovers
-that `remove_leftovers` recognises by name.
+and a new checkpoint's number is above every number in the folder, leftovers included
+(`next_number`), so no save writes over another's files. A kill at any instant thus leaves
+sealed checkpoints intact and leftovers that `remove_leftovers` recognises by name.
 """
 
 from __future__ import annotations
@@ -108,10 +107,8 @@ def remove_leftovers(folder: str, unsealed: int, keep: str | None = None) -> tup
                 shutil.rmtree(path)
             else:
                 os.unlink(path)
-        except FileNotFoundError:
-            continue
         except OSError:
-            continue  # found again, and tried again, at the next save
+            continue  # gone already, or found and tried again at the next save
         removed.append(os.path.basename(path))
         nbytes += size
     return removed, nbytes
