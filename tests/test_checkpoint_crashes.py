@@ -200,10 +200,9 @@ def test_repeated_crashes_keep_the_folder_bounded(tmp_path, caplog):
 SEAL_KILLER = """
 import os, signal, sys
 from replaygpu import checkpoint_files
-seal, state = checkpoint_files.seal, {"seals": 0}
-def killing_seal(prefix):  # SIGKILL between the manifest's write and its rename, 2nd save
-    state["seals"] += 1
-    if state["seals"] == 2:
+seal, trigger = checkpoint_files.seal, sys.argv.pop(1)
+def killing_seal(prefix):  # once the trigger file exists: SIGKILL before the manifest's rename
+    if os.path.exists(trigger):
         replace = os.replace
         def kill(src, dst):
             if dst.endswith(".manifest.json"):
@@ -220,7 +219,8 @@ sys.exit(main(sys.argv[1:]))
 
 def test_serve_killed_inside_the_seal_restarts_from_its_last_sealed_checkpoint(tmp_path):
     """The reported loss: ``serve`` without a journal, SIGKILLed between a manifest's write and
-    its rename. The restarted server restores the checkpoint before it, and its own later
+    its rename (at the first seal after a client acknowledged batches). The restarted server
+    restores the checkpoint before it, and its own later
     checkpoints are sealed, restored after a second kill, and hold every batch acknowledged
     before the one they follow was sealed."""
     spec = tmp_path / "spec.json"
@@ -239,35 +239,42 @@ def test_serve_killed_inside_the_seal_restarts_from_its_last_sealed_checkpoint(t
     def sealed_numbers():
         return [int(p.rsplit("-", 1)[1]) for p in checkpoint_files.sealed(str(folder))]
 
-    proc, address = serve(sys.executable, "-c", SEAL_KILLER)
+    trigger = tmp_path / "kill-at-the-next-seal"
+    proc, address = serve(sys.executable, "-c", SEAL_KILLER, str(trigger))
     try:
-        client = rg.ReplayClient(address, actor_id="a")
+        patient = rg.ClientConfig(retry_deadline_s=60)  # a server that never comes: fail, not hang
+        client = rg.ReplayClient(address, actor_id="a", config=patient)
         try:
-            for seq in range(10_000):  # until the second seal kills it
+            for seq in range(10_000):  # until the seal after the trigger kills it
                 if proc.poll() is not None:
                     break
                 client.add_batch(columns(range(seq * 10, seq * 10 + 10)))
                 with contextlib.suppress(TimeoutError, rg.ServiceError):  # it died meanwhile
                     client.flush(timeout=5)
+                if seq == 5:
+                    trigger.touch()
                 time.sleep(0.02)
         finally:
             client.close(flush=False, timeout=1)
         assert proc.wait(timeout=30) == -signal.SIGKILL
-        assert sealed_numbers() == [1] and (folder / "ckpt-2.manifest.json.tmp").exists()
+        unsealed = list(folder.glob("*.manifest.json.tmp"))
+        assert len(unsealed) == 1, sorted(os.listdir(folder))
+        killed = int(unsealed[0].name.split(".")[0].rsplit("-", 1)[1])
+        assert sealed_numbers() and max(sealed_numbers()) < killed
 
         proc, address = serve(sys.executable, "-m", "replaygpu.cli")
-        with rg.ReplayClient(address, actor_id="a") as client:
+        with rg.ReplayClient(address, actor_id="a", config=patient) as client:
             seq, first, acked = 1000, None, None
             while first is None or max(sealed_numbers()) < first + 2:
                 client.add_batch(columns(range(seq * 10, seq * 10 + 10)))
                 client.flush(timeout=5)
-                if first is None and max(sealed_numbers()) > 1:
+                if first is None and max(sealed_numbers()) > killed:
                     first, acked = max(sealed_numbers()), seq  # acked once it was sealed
                 seq += 1
                 time.sleep(0.02)
         proc.kill()
         proc.wait(timeout=30)
-        assert not (folder / "ckpt-2.manifest.json.tmp").exists()
+        assert not unsealed[0].exists() and min(sealed_numbers()) > killed  # never reused
         newest = checkpoint_files.sealed(str(folder))[0]
         number = int(newest.rsplit("-", 1)[1])
         objects, ckpt = build(folder, learner=False)
