@@ -194,11 +194,12 @@ class LearnerService:
         inserted, every ack and Info then says so, and later appends are acknowledged without
         being inserted), the learner trains out its replay budget,
         evaluates ``config.eval_episodes`` greedy episodes, and keeps serving until no actor is
-        connected, ``grace_s`` seconds at most. A stop signal ends it at once, no evaluation,
-        and ends the run for the fleet too (`rg.ReplayServer.finish_run`): the learner stops
-        for good, and its actors, told in an ack or as their streams end, exit 0 instead of
-        waiting for a restarted learner (one that crashes tells them nothing: they wait). The
-        final checkpoint is `close`'s.
+        connected, ``grace_s`` seconds at most. A stop signal ends it at once, no evaluation.
+        Ctrl-C (SIGINT) ends the run for the fleet too (`rg.ReplayServer.finish_run`): the
+        learner stops for good, and its actors, told in an ack or as their streams end, exit 0.
+        SIGTERM (an orchestrator's restart) tells them nothing, as a crash does: they wait for
+        the restarted learner and resend what it had not acknowledged. The final checkpoint is
+        `close`'s.
 
         Returns:
             whether the run finished (False: a stop signal came first).
@@ -212,7 +213,8 @@ class LearnerService:
             if self.done(ran):
                 break
         if self.run is not None and self.run.stop.is_set():
-            self.server.finish_run()
+            if self.run.signal_name == "SIGINT":  # for good; SIGTERM: a restart may follow
+                self.server.finish_run()
             return False
         logger.info(
             "run finished: %d transitions inserted, SGD step %d (budget %d rows; the batch "

@@ -6,8 +6,9 @@ its replay table over gRPC, trains the agent's update under a samples-per-insert
 limiter as the actors' transitions arrive, and publishes weights; ``replaygpu actor ADDRESS``
 learns the env, the policy and its exploration from it. With ``--checkpoint-dir`` it resumes
 from the newest checkpoint there (the episode count and recent returns included), saves one
-every ``--checkpoint-every-s`` and a last one on SIGTERM or Ctrl-C (which also tells its actors
-it stops for good: they exit 0); acknowledged rows are safe
+every ``--checkpoint-every-s`` and a last one on SIGTERM or Ctrl-C (Ctrl-C also tells its
+actors it stops for good: they exit 0; after SIGTERM they wait for a restart); acknowledged rows
+are safe
 as of the last checkpoint, or at once with ``--journal-dir`` (a learner killed with SIGKILL
 replays the journal over its checkpoint when it restarts). Once the run's ``--steps``
 transitions arrived it tells the actors that the run is finished (they exit), trains out its

@@ -260,8 +260,10 @@ def _load_spec(args: argparse.Namespace, env: Any) -> Any:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    """Serve until SIGTERM/SIGINT; checkpoint periodically and on the way out. A signal stops
-    the service for good: its actors are told the run is finished, and exit.
+    """Serve until SIGTERM/SIGINT; checkpoint periodically and on the way out. Ctrl-C (SIGINT)
+    stops the service for good: its actors are told the run is finished, and exit 0. SIGTERM
+    (what an orchestrator sends before a restart) tells them nothing: they wait for the next
+    server and resend what it had not acknowledged.
 
     Raises:
         ConfigError: for TLS flags that do not go together (nothing is served).
@@ -291,9 +293,9 @@ def run_serve(args: argparse.Namespace) -> int:
 
             host = server.address.rsplit(":", 1)[0]
             metrics = start_metrics_server(args.metrics_port, server, address=host)
-        stop = threading.Event()
+        stop, received = threading.Event(), []
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
+            signal.signal(sig, lambda signum, _: (received.append(signum), stop.set()))
         logger.info(
             "replay service at %s (table %s, capacity %d)",
             server.address,
@@ -305,9 +307,9 @@ def run_serve(args: argparse.Namespace) -> int:
         while not stop.wait(min(schedule.wait_s(), 3600)):
             if ckpt is not None and schedule.due():
                 schedule.run(lambda: server.save(ckpt))
-        signalled = True
+        signalled = received[0] == signal.SIGINT
     finally:
-        server.stop(finish=signalled)  # after a failure, actors wait for a restarted one
+        server.stop(finish=signalled)  # SIGTERM or a failure: actors wait for a restarted one
         if metrics is not None:
             metrics.close()
     if ckpt is not None:
