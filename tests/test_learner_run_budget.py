@@ -73,6 +73,42 @@ def test_finish_run_puts_run_finished_in_acks_and_info_and_inserts_nothing_later
     assert sorted(table.storage["id"].numpy()[: table.size]) == [1, 2]
 
 
+def test_a_server_stopped_for_good_answers_until_its_clients_closed_their_streams(table, stub_of):
+    """`stop(finish=True)` tells each open stream and keeps its port until their clients
+    closed them: a client's other calls never find it closed before its stream brought the
+    notice. A client that keeps its stream open is ended after the grace."""
+    server = rg.serve(table)
+    stub = stub_of(server)
+    holds = [threading.Event(), threading.Event()]
+
+    def requests(seq, hold):
+        yield request(seq, [seq], actor=f"actor-{seq}")  # two actors: no seq is a duplicate
+        hold.wait(60)  # the client has read the notice, and closes a while later
+
+    streams = [stub.Append(requests(seq, hold)) for seq, hold in enumerate(holds, 1)]
+    assert [next(stream).seq for stream in streams] == [1, 2]
+    stopper = threading.Thread(target=server.stop, kwargs={"grace": 3.0, "finish": True})
+    stopper.start()
+    try:
+        for stream in streams:
+            notice = next(stream)
+            assert notice.seq == 0 and notice.run_finished
+        assert stub.Info(replay_pb2.InfoRequest(), timeout=5).run_finished  # still open
+        holds[0].set()
+        assert list(streams[0]) == []  # ended OK once its client closed it
+        assert stub.Info(replay_pb2.InfoRequest(), timeout=5).run_finished  # one still open
+        stopper.join(10)  # the second never closes: ended after the grace
+        assert not stopper.is_alive()
+        with pytest.raises(grpc.RpcError) as ended:
+            list(streams[1])
+        assert ended.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        for hold in holds:
+            hold.set()
+        stopper.join(30)
+    assert table.total_inserted == 2
+
+
 def test_episodes_of_a_committed_seq_count_once_and_a_resent_seq_adds_none(table, stub_of):
     with rg.serve(table) as server:
         stub = stub_of(server)

@@ -197,8 +197,8 @@ class Outbox:
         while True:
             with self.cond:
                 while True:
-                    if stream_id != self._stream_id or self._drop:
-                        return
+                    if stream_id != self._stream_id or self._drop or self.run_finished:
+                        return  # (finished: nothing more is inserted; the server waits)
                     pending = [s for s in self._unacked if s >= next_seq]
                     if pending:
                         seq = pending[0]
@@ -212,10 +212,10 @@ class Outbox:
 
     def _on_ack(self, ack: Any) -> None:
         if not ack.seq:  # a notice: the server stops for good
+            self._outage.finish()  # first: the stream closes on ``run_finished``
             with self.cond:
                 self.run_finished = True
                 self.cond.notify_all()
-            self._outage.finish()
             return
         if ack.run_finished:
             self._outage.finish()
@@ -239,6 +239,10 @@ class Outbox:
                 while not self._unacked and not self.closing:
                     self.cond.wait(0.5)
                 if self._drop or (self.closing and not self._unacked):
+                    return
+                if self.run_finished:  # nothing more is inserted; the server may be gone
+                    self._drop = True
+                    self.cond.notify_all()
                     return
                 self._stream_id += 1
                 stream_id = self._stream_id

@@ -369,9 +369,10 @@ class ReplayServer:
             grace: seconds in-flight RPCs get (default ``config.shutdown_grace_s``).
             finish: the server stops for good: once what is staged is settled the run is
                 finished (`finish_run`), and every open Append stream is told so (an ack of
-                seq 0 with ``run_finished``) before it ends, so its actor exits instead of
-                waiting for a restarted server. Without it (a restart, say) the streams end
-                with UNAVAILABLE and the clients retry.
+                seq 0 with ``run_finished``), so its actor exits instead of waiting for a
+                restarted server; the port closes once the clients closed their streams (or
+                ``grace`` passed), so none finds it closed before it has the notice. Without
+                it (a restart, say) the streams end with UNAVAILABLE and the clients retry.
         """
         if self._stopped:
             return
@@ -388,6 +389,9 @@ class ReplayServer:
                 self.finish_run()
         finally:
             try:
+                if self._ingest.run_finished:
+                    self._loop.loop.call_soon_threadsafe(self._servicer.tell_streams)
+                    self._wait_for_streams_to_close(grace)
                 self._loop.loop.call_soon_threadsafe(self._servicer.end_streams)
                 self._loop.run(self._grpc.stop(grace))
             finally:
@@ -397,6 +401,20 @@ class ReplayServer:
                     self.journal.close()
                 self.table.served_at = None
         logger.info("stopped serving at %s", self.address)
+
+    def _wait_for_streams_to_close(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` s) until the clients told the run is finished closed their
+        Append streams; a client that keeps one open is ended with UNAVAILABLE after it."""
+        deadline = time.monotonic() + timeout
+        while self._servicer.streams and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if self._servicer.streams:
+            logger.info(
+                "%d Append streams still open %.1f s after the notice that the run is "
+                "finished; ending them",
+                self._servicer.streams,
+                timeout,
+            )
 
     def __enter__(self) -> ReplayServer:
         return self

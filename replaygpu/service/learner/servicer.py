@@ -139,7 +139,7 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         self.address = ""
         self.closing = False
         #: the server stops for good (`ReplayServer.stop`'s ``finish``): appends that come
-        #: while it closes get the notice that it does (`end_streams`), not an ack: an ack
+        #: while it closes get the notice that it does (`tell_streams`), not an ack: an ack
         #: says "stored", and they would be in no checkpoint
         self.finishing = False
         self.run_stats = RunStats()
@@ -168,15 +168,21 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
     def _queue(self) -> StagingQueue:
         return self.ingest.queue
 
+    def tell_streams(self) -> None:
+        """Send every open Append stream the notice that the run is finished, an ack of seq 0
+        (no request has it) with ``run_finished`` (call on the loop, after the last commit):
+        its client stops instead of waiting for a next server, and closes the stream, which
+        then ends here (`Append`). The server waits for that (`ReplayServer.stop`), so that
+        every client has the notice before the port closes: a call that finds it closed is
+        then no outage to the client."""
+        for outbox in self._outboxes:
+            outbox.put_nowait(replay_pb2.AppendAck(seq=0, run_finished=True))
+
     def end_streams(self) -> None:
         """End every open Append stream with UNAVAILABLE once the acks already posted to it
         are sent (call on the loop, after the last commit): idle streams need not wait out the
-        shutdown grace, and their clients reconnect to the next server. When the run is
-        finished each stream first gets a notice, an ack of seq 0 (no request has it) with
-        ``run_finished``: its client stops instead of waiting for a next server."""
+        shutdown grace, and their clients reconnect to the next server."""
         for outbox in self._outboxes:
-            if self.ingest.run_finished:
-                outbox.put_nowait(replay_pb2.AppendAck(seq=0, run_finished=True))
             outbox.put_nowait(
                 ServiceUnavailableError(f"server at {self.address} stopped; reconnect")
             )
@@ -220,7 +226,8 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         reader = asyncio.ensure_future(self._read_stream(context, outbox, post))
         try:
             acked, expected = 0, None
-            while expected is None or acked < expected:
+            # a finishing server answers late requests with notices, not acks
+            while expected is None or (acked < expected and not self.finishing):
                 item = await outbox.get()
                 if isinstance(item, StreamEnd):
                     expected = item.count
@@ -228,7 +235,7 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
                     self._answer(code_of(item))
                     await abort(context, item)
                 else:
-                    if item.seq:  # not a notice (`end_streams`)
+                    if item.seq:  # not a notice (`tell_streams`)
                         acked += 1
                         self._answer(grpc.StatusCode.OK)
                     yield item
