@@ -16,11 +16,11 @@ envs, the network the actor acts with, and how env steps become table rows.
   each env's steps lie in consecutive rows: ``rg.NStep(..., stream_field="stream")`` then
   computes n-step returns across interleaved actors.
 - `frame_actor.FrameExperience` (``frame_stack`` k > 0): ALE games for a frame-table learner,
-  the Nature CNN on k-frame stacks, whole episode segments of `rg.frame_rows`.
+  the Nature CNN on k-frame stacks, whole episode segments of `frame_rows`.
 - `recurrent_actor.RecurrentExperience` (``sequence_period`` p > 0): an R2D2 learner's LSTM
   Q-network with its state carried, overlapping sequences with the state at their start.
 
-`ActorConfig.from_settings` builds an actor's config from the `rg.ActorSettings` that a learner
+`ActorConfig.from_settings` builds an actor's config from the `ActorSettings` that a learner
 announces in ``Info``, so ``replaygpu actor ADDRESS`` needs no other flags. The actor reports
 each finished episode (its return as the env scored it, unclipped, the whole game) with its
 next request (``report_episode``), logs a progress line every ``progress_interval_s``, and
@@ -56,6 +56,10 @@ from replaygpu.agents.policies import (
     squashed_gaussian_policy,
 )
 from replaygpu.agents.recurrent_actor import RecurrentExperience
+from replaygpu.errors import ReplayError
+from replaygpu.fields import HostSpec
+from replaygpu.service.config import ClientConfig
+from replaygpu.service.wire.status import ServiceError, TLSError
 
 logger = logging.getLogger(__name__)
 
@@ -87,17 +91,17 @@ class Experience(Protocol):
     Attributes:
         num_envs: envs stepped together.
         action_space: one env's action space.
-        client_config: the `rg.ClientConfig` the rows need (request sizes, retries).
+        client_config: the `ClientConfig` the rows need (request sizes, retries).
     """
 
     num_envs: int
     action_space: gym.Space
-    client_config: rg.ClientConfig
+    client_config: ClientConfig
 
     def greedy(self, weights: list[np.ndarray]) -> Policy:
         """The greedy policy of a Q-network's pulled ``weights`` (dqn)."""
 
-    def start(self, seed: int, spec: rg.HostSpec) -> None:
+    def start(self, seed: int, spec: HostSpec) -> None:
         """Reset the envs with ``seed`` and make rows of the table's ``spec`` from now on."""
 
     def observation(self) -> Any:
@@ -123,12 +127,12 @@ class VectorExperience:
         self.config, self.num_envs = config, config.num_envs
         self.env = make_vector_env(config.env_id, config.num_envs, config.env_seed)
         self.action_space = self.env.single_action_space
-        self.client_config = rg.ClientConfig(retry_deadline_s=config.retry_deadline_s)
+        self.client_config = ClientConfig(retry_deadline_s=config.retry_deadline_s)
 
     def greedy(self, weights: list[np.ndarray]) -> Policy:
         return greedy_q_policy(weights)
 
-    def start(self, seed: int, spec: rg.HostSpec) -> None:
+    def start(self, seed: int, spec: HostSpec) -> None:
         self.obs, _ = self.env.reset(seed=seed)
         self.chunk = TransitionChunk(spec, self.config.send_interval * self.num_envs)
 
@@ -297,7 +301,7 @@ def run_actor(
 
 
 def connect(
-    config: ActorConfig, address: str, client_config: rg.ClientConfig | None = None
+    config: ActorConfig, address: str, client_config: ClientConfig | None = None
 ) -> rg.ReplayClient:
     """The actor's `rg.ReplayClient` at ``address``: its id (``PREFIX-INDEX``), table, token and
     TLS; ``client_config`` defaults to one with the actor's ``retry_deadline_s``.
@@ -312,7 +316,7 @@ def connect(
         table=config.table,
         token=config.token or None,
         tls=config.tls,
-        config=client_config or rg.ClientConfig(retry_deadline_s=config.retry_deadline_s),
+        config=client_config or ClientConfig(retry_deadline_s=config.retry_deadline_s),
     )
 
 
@@ -409,9 +413,9 @@ def _retrying(call: Callable[[], T], config: ActorConfig, stopped: Callable[[], 
     while True:
         try:
             return call()
-        except rg.ServiceError as err:
+        except ServiceError as err:
             # a learner going down cancels calls in flight; one that is down is UNAVAILABLE
-            transient = err.code in _TRANSIENT and not isinstance(err, rg.TLSError)
+            transient = err.code in _TRANSIENT and not isinstance(err, TLSError)
             if transient and stopped():
                 return None
             if not transient or time.monotonic() + wait > deadline:
@@ -457,6 +461,6 @@ def run_actor_process(config: ActorConfig, address: str, stop=None, reports=None
 
     try:
         run_actor(config, address, stop=stop, report=report if reports is not None else None)
-    except rg.ReplayError as err:  # the server's or the config's: one line, not a traceback
+    except ReplayError as err:  # the server's or the config's: one line, not a traceback
         logger.error("actor %d: %s: %s", config.actor_index, type(err).__name__, err)
         raise SystemExit(2) from None

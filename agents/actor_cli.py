@@ -35,8 +35,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import replaygpu as rg
     from replaygpu.agents.actor_config import ActorConfig
+    from replaygpu.service.config import ActorSettings
 
 logger = logging.getLogger(__name__)
 
@@ -168,8 +168,8 @@ def _config(args: argparse.Namespace) -> ActorConfig:
     return ActorConfig(**given)
 
 
-def _learner_settings(args: argparse.Namespace) -> rg.ActorSettings | None:
-    """The learner's `rg.ActorSettings` from ``Info``, or None from a bare server. A server
+def _learner_settings(args: argparse.Namespace) -> ActorSettings | None:
+    """The learner's `ActorSettings` from ``Info``, or None from a bare server. A server
     that does not answer within `CONNECT_TIMEOUT_S` is waited for only with ``--wait``.
 
     Raises:
@@ -177,15 +177,15 @@ def _learner_settings(args: argparse.Namespace) -> rg.ActorSettings | None:
             to do), or not within ``--wait SECONDS``.
         ServiceError: it refuses the token or the TLS handshake, or has no table ``--table``.
     """
-    import replaygpu as rg
     from replaygpu.service.actor.connection import reason
+    from replaygpu.service.wire.status import ServiceUnavailableError
 
     try:
         return _ask_settings(args, CONNECT_TIMEOUT_S)
-    except rg.ServiceUnavailableError as err:
+    except ServiceUnavailableError as err:
         why = reason(err)
         if args.wait is None:
-            raise rg.ServiceUnavailableError(
+            raise ServiceUnavailableError(
                 f"cannot reach {args.address} ({why}); is the learner running? pass --wait to "
                 "keep retrying"
             ) from None
@@ -199,10 +199,11 @@ def _learner_settings(args: argparse.Namespace) -> rg.ActorSettings | None:
     return _ask_settings(args, limit)
 
 
-def _ask_settings(args: argparse.Namespace, wait_s: float | None) -> rg.ActorSettings | None:
+def _ask_settings(args: argparse.Namespace, wait_s: float | None) -> ActorSettings | None:
     """Ask the server for its actor settings, retrying for ``wait_s`` (None: forever)."""
     import replaygpu as rg
     from replaygpu.agents.actor import default_prefix
+    from replaygpu.service.config import ClientConfig
     from replaygpu.service.ops.commands import client_tls
 
     client = rg.ReplayClient(
@@ -211,7 +212,7 @@ def _ask_settings(args: argparse.Namespace, wait_s: float | None) -> rg.ActorSet
         table=args.table,
         token=args.token or None,
         tls=client_tls(args),
-        config=rg.ClientConfig(retry_deadline_s=wait_s),
+        config=ClientConfig(retry_deadline_s=wait_s),
     )
     client.close(flush=False)
     return client.actor_settings
@@ -271,9 +272,9 @@ def _run_processes(configs: list[ActorConfig], address: str) -> int:
     Raises:
         ReplayError: an actor process failed (each logged why, in one line).
     """
-    import replaygpu as rg
     from replaygpu.agents.actor import run_actor_process
     from replaygpu.agents.actor_threads import actor_threads
+    from replaygpu.errors import ReplayError
 
     ctx = mp.get_context("spawn")
     stop, reports = ctx.Event(), ctx.Queue(maxsize=_QUEUE_SIZE)
@@ -326,7 +327,7 @@ def _run_processes(configs: list[ActorConfig], address: str) -> int:
         if p.exitcode not in (0, None) and p.name not in killed
     ]
     if failed:
-        raise rg.ReplayError(f"actor processes failed: {', '.join(failed)}; see their log above")
+        raise ReplayError(f"actor processes failed: {', '.join(failed)}; see their log above")
     return 0
 
 

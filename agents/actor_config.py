@@ -2,7 +2,7 @@
 its experience kinds (`actor.VectorExperience`, `frame_actor.FrameExperience`) and the drivers
 that start actors all read, so none of them imports another for it.
 
-A learner decides the fields of `rg.ActorSettings` (the env, the policy, the exploration, the
+A learner decides the fields of `ActorSettings` (the env, the policy, the exploration, the
 frame preprocessing) and announces them in ``Info``; `ActorConfig.from_settings` takes them over
 under the same names, so ``replaygpu actor ADDRESS`` needs no other flags. This module imports
 no TensorFlow.
@@ -20,6 +20,8 @@ from typing import Any, Literal
 import replaygpu as rg
 from replaygpu.agents.checks import require_positive_ints, require_unit_interval
 from replaygpu.agents.flags import helptext
+from replaygpu.service.config import ActorSettings
+from replaygpu.service.ops.auth import TLSConfig
 
 
 @dataclass(frozen=True)
@@ -145,13 +147,13 @@ class ActorConfig:
 
     @classmethod
     def settings_fields(cls) -> tuple[str, ...]:
-        """The fields a learner's `rg.ActorSettings` set: those of the same name in both."""
+        """The fields a learner's `ActorSettings` set: those of the same name in both."""
         own = {f.name for f in dataclasses.fields(cls)}
-        return tuple(f.name for f in dataclasses.fields(rg.ActorSettings) if f.name in own)
+        return tuple(f.name for f in dataclasses.fields(ActorSettings) if f.name in own)
 
     @classmethod
-    def from_settings(cls, settings: rg.ActorSettings, **overrides: object) -> ActorConfig:
-        """The config a learner's `rg.ActorSettings` ask for (the `settings_fields`);
+    def from_settings(cls, settings: ActorSettings, **overrides: object) -> ActorConfig:
+        """The config a learner's `ActorSettings` ask for (the `settings_fields`);
         ``overrides`` replace any field (e.g. ``actor_index=``, ``steps=``, ``token=``).
 
         Raises:
@@ -161,7 +163,7 @@ class ActorConfig:
         return cls(**{**values, **overrides})  # type: ignore[arg-type]
 
     @property
-    def tls(self) -> rg.TLSConfig | None:
+    def tls(self) -> TLSConfig | None:
         """The client's TLS settings; None (plaintext) unless a TLS field is set.
 
         Raises:
@@ -240,11 +242,11 @@ def _check(config: Any, known: Collection[str] | None = None) -> None:
     _tls(config)  # checks the TLS files now: missing, unreadable, a key of another cert
 
 
-def _tls(config: Any) -> rg.TLSConfig | None:
+def _tls(config: Any) -> TLSConfig | None:
     """`ActorConfig.tls` of ``config``."""
     if not any((config.tls_ca, config.tls_cert, config.tls_key, config.server_name)):
         return None
-    return rg.TLSConfig(
+    return TLSConfig(
         cert_file=config.tls_cert,
         key_file=config.tls_key,
         ca_file=config.tls_ca,

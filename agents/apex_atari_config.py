@@ -23,6 +23,7 @@ from replaygpu.agents.checks import (
     require_unit_interval,
 )
 from replaygpu.agents.flags import helptext
+from replaygpu.service.config import ActorSettings
 
 if TYPE_CHECKING:  # imported when an agent is made: the config alone needs no TensorFlow
     from replaygpu.agents import atari
@@ -159,9 +160,9 @@ class ApexAtariConfig:
         )
 
     @property
-    def actor_settings(self) -> rg.ActorSettings:
+    def actor_settings(self) -> ActorSettings:
         """What the actors run (served in ``Info``, so ``replaygpu actor ADDRESS`` can join)."""
-        return rg.ActorSettings(
+        return ActorSettings(
             env_id=self.env_id,
             weight_pull_interval=self.weight_pull_interval,
             seed=self.seed,

@@ -85,7 +85,7 @@ class ApexConfig(DecayedLearningRate):
     n_step: int = field(
         default=3,
         metadata=helptext(
-            "n-step returns (Ape-X: 3) by rg.NStepSampler over each actor env's own rows; "
+            "n-step returns (Ape-X: 3) by rg.NStep over each actor env's own rows; "
             "1: one-step targets"
         ),
     )

@@ -4,7 +4,7 @@ Reads top to bottom: the config, the agent (networks + the in-graph update), the
 the training loop.
 
 One env (``envs.make_atari_env``: frame skip 4, 84x84 grey, up to 30 no-ops) writes its
-steps into a `rg.make_frame_table` in order with `rg.frame_rows`, so each 84x84 uint8 frame is
+steps into a `make_frame_table` in order with `frame_rows`, so each 84x84 uint8 frame is
 stored once; the `rg.FrameStack` view rebuilds the ``[B, 4, 84, 84]`` uint8 stacks in the
 graph and the update converts them to float (`NatureCNN`). A capacity of 1e6 rows is 7.07 GB.
 Training marks a lost life terminal (the game plays on, as SB3's ``EpisodicLifeEnv``) and
@@ -36,6 +36,8 @@ from replaygpu.agents.runs import (
     stopped_early,
 )
 from replaygpu.agents.schedules import next_chunk
+from replaygpu.frames import frame_rows
+from replaygpu.samplers import make_frame_table
 
 try:  # register the ALE/* ids, so `replaygpu eval` can gym.make them (make_atari_env does too)
     import ale_py
@@ -87,7 +89,7 @@ class AtariDQN(QAgent):
 
 
 class FrameWriter:
-    """Turns one env's steps into frame-table rows (`rg.frame_rows`) and keeps its k-stack.
+    """Turns one env's steps into frame-table rows (`frame_rows`) and keeps its k-stack.
 
     ``stack`` is the current ``[k, 84, 84]`` observation, padded with the episode's first frame
     as gymnasium's ``FrameStackObservation`` pads, which is how the sampler rebuilds it.
@@ -118,7 +120,7 @@ class FrameWriter:
         if self.steps:
             actions, rewards, terms, truncs = (np.array(c) for c in zip(*self.steps, strict=True))
             self.rows.append(
-                rg.frame_rows(np.stack(self.frames), actions, rewards, terms, truncs, self.first)
+                frame_rows(np.stack(self.frames), actions, rewards, terms, truncs, self.first)
             )
             self.frames, self.steps, self.first = self.frames[-1:], [], False
 
@@ -190,7 +192,7 @@ def train(
     recorder = recorder or NullRecorder()
     env = make_atari_env(config.env_id, config.seed, config.repeat_action_probability)
     num_actions = int(env.action_space.n)
-    table = rg.make_frame_table(config.buffer_size, FRAME_SHAPE, device=config.device or None)
+    table = make_frame_table(config.buffer_size, FRAME_SHAPE, device=config.device or None)
     with tf.device(table.device):
         agent = AtariDQN(num_actions, config)
     sampler = make_frame_sampler(table, config)

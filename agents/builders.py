@@ -16,7 +16,7 @@ an ALE env)
 (``--agent r2d2``)                    sequence a block of its own         (burn-in, stored state)
 =====================  =============  ==================================  =======================
 
-A builder also names the weights actors pull, the `rg.ActorSettings` that ``replaygpu actor
+A builder also names the weights actors pull, the `ActorSettings` that ``replaygpu actor
 ADDRESS`` learns from ``Info``, the server's message limit, whether the run syncs a target
 network, and how the greedy policy is evaluated. Adding an algorithm to the learner service is
 one config and one builder here; the service, its CLI, checkpoints and the demos' driver need no
@@ -42,6 +42,10 @@ from replaygpu.agents.envs import evaluate
 from replaygpu.agents.frame_actor import segment_client_config
 from replaygpu.agents.r2d2_learner_config import R2D2LearnerConfig
 from replaygpu.agents.sac_config import SACLearnerConfig as SACLearnerConfig
+from replaygpu.samplers import make_frame_table
+from replaygpu.service.config import ActorSettings, ServerConfig
+from replaygpu.sharded import mirrored_strategy
+from replaygpu.specs import specs_from_env
 
 Table = Any  # rg.ReplayTable or rg.ShardedReplayTable
 
@@ -78,13 +82,13 @@ class Builder:
         """What ``publish_weights`` snapshots for the actors."""
         raise NotImplementedError
 
-    def actor_settings(self, config: Any) -> rg.ActorSettings:
+    def actor_settings(self, config: Any) -> ActorSettings:
         raise NotImplementedError
 
     def jit_compile(self, config: Any, table: Table) -> bool:
         return bool(config.jit_compile)
 
-    def server_config(self, config: Any, given: rg.ServerConfig | None) -> rg.ServerConfig | None:
+    def server_config(self, config: Any, given: ServerConfig | None) -> ServerConfig | None:
         """The server's config: ``given`` (None: the defaults), raised where the algorithm's
         requests need it."""
         return given
@@ -107,7 +111,7 @@ class VectorBuilder(Builder):
     def make_table(
         self, config: Any, env: gym.Env
     ) -> tuple[Table, contextlib.AbstractContextManager[Any]]:
-        spec = dict(rg.specs_from_env(env))
+        spec = dict(specs_from_env(env))
         if self.stream_field:
             spec[self.stream_field] = tf.TensorSpec([], tf.int64, name=self.stream_field)
         if config.devices and config.device:
@@ -115,15 +119,15 @@ class VectorBuilder(Builder):
                 f"device {config.device!r} and devices {config.devices!r}: give one of them"
             )
         if config.devices:  # one replay shard per device; n-step streams stay in their shard
-            strategy = rg.mirrored_strategy(config.devices)
+            strategy = mirrored_strategy(config.devices)
             shard_by = self.stream_field or None
             table = rg.ShardedReplayTable(spec, config.buffer_size, strategy, shard_by)
             return table, strategy.scope()
         table = rg.ReplayTable(spec, config.buffer_size, device=config.device or None)
         return table, tf.device(table.device)
 
-    def settings(self, config: Any, agent: str) -> rg.ActorSettings:
-        return rg.ActorSettings(
+    def settings(self, config: Any, agent: str) -> ActorSettings:
+        return ActorSettings(
             env_id=config.env_id,
             agent=agent,  # type: ignore[arg-type]
             hidden_sizes=tuple(config.hidden_sizes),
@@ -160,7 +164,7 @@ class VectorDQN(VectorBuilder):
     def policy(self, agent: dqn.DQN) -> Any:
         return agent.q
 
-    def actor_settings(self, config: ApexConfig) -> rg.ActorSettings:
+    def actor_settings(self, config: ApexConfig) -> ActorSettings:
         return self.settings(config, "dqn")
 
     def greedy_policy(self, agent: dqn.DQN) -> Any:
@@ -179,12 +183,12 @@ class ServedSAC(VectorBuilder):
         return sac.make_agent(config, env)
 
     def make_sampler(self, config: SACLearnerConfig, table: Table) -> rg.Sampler:
-        return rg.UniformSampler(table, seed=config.seed)
+        return rg.Sampler(table, seed=config.seed)
 
     def policy(self, agent: sac.SAC) -> Any:
         return agent.actor
 
-    def actor_settings(self, config: SACLearnerConfig) -> rg.ActorSettings:
+    def actor_settings(self, config: SACLearnerConfig) -> ActorSettings:
         return self.settings(config, "sac")
 
     def greedy_policy(self, agent: sac.SAC) -> Any:
@@ -202,7 +206,7 @@ class FrameDQN(Builder):
     def make_table(
         self, config: ApexAtariConfig, env: gym.Env
     ) -> tuple[Table, contextlib.AbstractContextManager[Any]]:
-        table = rg.make_frame_table(
+        table = make_frame_table(
             config.buffer_size, atari.FRAME_SHAPE, device=config.device or None
         )
         return table, tf.device(table.device)
@@ -216,7 +220,7 @@ class FrameDQN(Builder):
     def policy(self, agent: atari.AtariDQN) -> Any:
         return lambda: agent.q.weights  # `NatureCNN.weights` order, what `cnn_policy` reads
 
-    def actor_settings(self, config: ApexAtariConfig) -> rg.ActorSettings:
+    def actor_settings(self, config: ApexAtariConfig) -> ActorSettings:
         return config.actor_settings
 
     def jit_compile(self, config: ApexAtariConfig, table: Table) -> bool:
@@ -225,12 +229,10 @@ class FrameDQN(Builder):
             config.jit_compile == "auto" and "GPU" in table.device
         )
 
-    def server_config(
-        self, config: ApexAtariConfig, given: rg.ServerConfig | None
-    ) -> rg.ServerConfig:
+    def server_config(self, config: ApexAtariConfig, given: ServerConfig | None) -> ServerConfig:
         # an actor sends whole segments of up to segment_steps frames in one request
         request = segment_client_config(config.segment_steps).max_message_bytes
-        base = given or rg.ServerConfig()
+        base = given or ServerConfig()
         return dataclasses.replace(
             base, max_message_bytes=max(base.max_message_bytes, request, 64 << 20)
         )
@@ -270,8 +272,8 @@ class ServedR2D2(Builder):
     def policy(self, agent: r2d2.R2D2) -> Any:
         return lambda: agent.q.weights  # the order `policies.numpy_lstm_step` reads
 
-    def actor_settings(self, config: R2D2LearnerConfig) -> rg.ActorSettings:
-        return rg.ActorSettings(
+    def actor_settings(self, config: R2D2LearnerConfig) -> ActorSettings:
+        return ActorSettings(
             env_id=config.env_id,
             hidden_sizes=(config.torso_size, config.lstm_units),
             weight_pull_interval=config.weight_pull_interval,

@@ -44,13 +44,16 @@ from replaygpu.agents.progress import (
 from replaygpu.agents.runs import RunControl
 from replaygpu.agents.schedules import next_chunk
 from replaygpu.agents.training_jobs import TrainingJobs
+from replaygpu.keys import DISCOUNT, IMPORTANCE_WEIGHTS, PRIORITIES
+from replaygpu.nest import flatten as flatten_nest
+from replaygpu.specs import host_spec, specs_from_env
 
 
 class QAgent(tf.Module):
     """Online and target Q-networks, Adam, the target sync and the in-graph (double) DQN update.
 
     The update takes 1-step rows (``terminated`` ends bootstrapping, truncation does not) or
-    n-step rows with ``rg.DISCOUNT``, and importance weights when a prioritized sampler gives
+    n-step rows with ``DISCOUNT``, and importance weights when a prioritized sampler gives
     them (then it returns the new priorities too). Subclasses pick the networks and how an
     observation batch becomes their input (`inputs`).
 
@@ -95,8 +98,8 @@ class QAgent(tf.Module):
         chooser = self.q(next_obs) if self.config.double_q else next_q_target
         next_action = tf.one_hot(tf.argmax(chooser, axis=1), self.num_actions)
         next_value = tf.reduce_sum(next_q_target * next_action, axis=1)
-        if rg.DISCOUNT in batch:  # n-step rows (rg.NStepSampler): gamma^k, 0 where terminated
-            discount = batch[rg.DISCOUNT]
+        if DISCOUNT in batch:  # n-step rows (NStep view): gamma^k, 0 where terminated
+            discount = batch[DISCOUNT]
         else:  # one-step rows: bootstrap on truncation, not on termination
             discount = gamma * (1.0 - tf.cast(batch["terminated"], tf.float32))
         target = batch["reward"] + discount * next_value
@@ -106,12 +109,12 @@ class QAgent(tf.Module):
             error = target - q_taken
             abs_error = tf.abs(error)
             huber = tf.where(abs_error <= 1.0, 0.5 * tf.square(error), abs_error - 0.5)
-            weights = batch.get(rg.IMPORTANCE_WEIGHTS)  # present with a PrioritizedSampler
+            weights = batch.get(IMPORTANCE_WEIGHTS)  # present with rg.Prioritized()
             loss = tf.reduce_mean(huber if weights is None else weights * huber)
         self.optimizer.apply(tape.gradient(loss, self.q.weights))
         out = {"losses/td_loss": loss, "losses/q_values": tf.reduce_mean(q_taken)}
         if weights is not None:
-            out[rg.PRIORITIES] = abs_error  # the sampler's new priorities for these rows
+            out[PRIORITIES] = abs_error  # the sampler's new priorities for these rows
         return out
 
     def sync_target(self) -> None:
@@ -168,7 +171,7 @@ def flat_obs(obs: Any) -> tf.Tensor:
     `flat_features`: leaves in leaf-path order, each reshaped to ``[B, -1]``, concatenated.
     """
     if isinstance(obs, (dict, tuple)):
-        leaves = rg.flatten_nest(obs)
+        leaves = flatten_nest(obs)
         n = tf.shape(next(iter(leaves.values())))[0]
         return tf.concat(
             [tf.reshape(tf.cast(leaves[p], tf.float32), [n, -1]) for p in sorted(leaves)], axis=1
@@ -236,10 +239,10 @@ def train(
     recorder = recorder or NullRecorder()
     check_env(config.env_id).close()
     env = make_vector_env(config.env_id, config.num_envs, config.seed)
-    spec = rg.specs_from_env(env)
+    spec = specs_from_env(env)
     narrow = config.storage_dtype != "float32"
     # "obs" and "next_obs", or their leaf paths for a Dict observation
-    observation_fields = rg.flatten_nest({"obs": spec["obs"], "next_obs": spec["next_obs"]})
+    observation_fields = flatten_nest({"obs": spec["obs"], "next_obs": spec["next_obs"]})
     table = rg.ReplayTable(
         spec,
         config.buffer_size,
@@ -250,7 +253,7 @@ def train(
     num_actions = int(env.single_action_space.n)
     with tf.device(table.device):
         agent = DQN(obs_dim, num_actions, config, config.learning_rate_schedule)
-    sampler = rg.UniformSampler(table, seed=config.seed)
+    sampler = rg.Sampler(table, seed=config.seed)
     learner = fused_learner(table, sampler, agent, config)
     rng = np.random.default_rng(config.seed)
     loop = runs.LoopState()
@@ -261,7 +264,7 @@ def train(
         run, loop, rng, learner, tuple(kept), table=table, sampler=sampler, agent=agent, **kept
     )
     acting = ChunkCollector(
-        env, rg.host_spec(spec), config.train_freq, recorder.episode, config.seed, env_steps
+        env, host_spec(spec), config.train_freq, recorder.episode, config.seed, env_steps
     )
     act_weights = agent.q.numpy_weights()
     act_greedy = greedy_q_policy(act_weights)

@@ -23,6 +23,8 @@ import replaygpu as rg
 from replaygpu.agents.atari_wrappers import FireToLaunch
 from replaygpu.agents.checks import require_env_id
 from replaygpu.agents.masked_envs import CARTPOLE_NO_VELOCITY as CARTPOLE_NO_VELOCITY
+from replaygpu.fields import TRANSITION_FIELDS, HostSpec
+from replaygpu.nest import flatten_batch
 
 #: the most episodes `evaluate` plays side by side (the envs it holds at once)
 EVAL_GROUP = 64
@@ -176,22 +178,22 @@ class TransitionChunk:
     """Preallocated numpy columns for up to ``size`` transitions of one spec.
 
     Args:
-        spec: ``{field: rg.FieldSpec}`` of one transition (``rg.host_spec(table.spec)``, or a
+        spec: ``{field: FieldSpec}`` of one transition (``host_spec(table.spec)``, or a
             client's ``spec``).
         size: rows held before `take` must be called.
     """
 
-    def __init__(self, spec: rg.HostSpec, size: int) -> None:
+    def __init__(self, spec: HostSpec, size: int) -> None:
         self.columns = {k: np.zeros((size, *f.shape), f.numpy_dtype) for k, f in spec.items()}
         self.size = size
         self.count = 0
         # one column per transition field (no nested observation): add_step writes straight in
-        self._flat = set(self.columns) == set(rg.TRANSITION_FIELDS)
+        self._flat = set(self.columns) == set(TRANSITION_FIELDS)
 
     def add(self, **fields: Any) -> None:
         """Add ``n`` transitions given as ``field=[n, ...]`` arrays (one vector step); a field
         may be a nest of them (a Dict observation) when the spec's leaves are its paths."""
-        fields = rg.flatten_batch(self.columns, fields)
+        fields = flatten_batch(self.columns, fields)
         n = len(next(iter(fields.values())))
         if self.count + n > self.size:
             raise ValueError(f"chunk overflow: holds {self.count} of {self.size}, adding {n}")
@@ -255,7 +257,7 @@ class ChunkCollector:
 
     Args:
         env: the vector env (`make_vector_env`); closed by `close`.
-        spec: ``{field: rg.FieldSpec}`` of one transition (``rg.host_spec(table.spec)``).
+        spec: ``{field: FieldSpec}`` of one transition (``host_spec(table.spec)``).
         size: most env steps in one chunk (a multiple of ``env.num_envs``).
         on_episode: called ``(env_steps, episodic_return, length)`` as each episode ends.
         seed: the run's seed.
@@ -265,7 +267,7 @@ class ChunkCollector:
     def __init__(
         self,
         env: gym.vector.VectorEnv,
-        spec: rg.HostSpec,
+        spec: HostSpec,
         size: int,
         on_episode: Callable[[int, float, int], None],
         seed: int,

@@ -6,7 +6,7 @@ spawned processes (no TensorFlow in them, nothing shared with the learner) runni
 one bounded queue that `ActorFleet.drain` reads without blocking the learner. The recorder shows
 the progress, so the actors log no progress lines of their own. An actor exits 0 when it
 collected its steps, when it is stopped, and when the learner's server says the run is finished
-(`rg.ReplayServer.finish_run`).
+(`ReplayServer.finish_run`).
 """
 
 from __future__ import annotations

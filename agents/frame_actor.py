@@ -1,11 +1,11 @@
 """What makes an actor a frame actor (`FrameExperience`, the piece `actor.run_actor` takes): ALE
 games preprocessed to 84x84 grey frames, a numpy Nature CNN, whole episode segments per request.
 
-A frame table (`rg.make_frame_table`) needs each episode's rows contiguous: row ``i + 1`` must
+A frame table (`make_frame_table`) needs each episode's rows contiguous: row ``i + 1`` must
 hold the frame after row ``i``. Rows of several actors interleave in the learner's table at
 request granularity (the server commits each request whole and contiguously), so a frame actor
 never splits a table episode over two requests: `SegmentWriter` turns the steps of each table
-episode (a life when a lost life is terminal) into rows with `rg.frame_rows` once it ends, and
+episode (a life when a lost life is terminal) into rows with `frame_rows` once it ends, and
 once they hold ``send_interval`` env steps per env `send_segments` sends the finished segments,
 in groups of whole segments, each group one ``add_batch`` sealed into one request at once
 (`segment_client_config` makes a request big enough).
@@ -18,7 +18,7 @@ is what the learner samples. With the default 1000-step cap this touches 3 of 10
 long episodes only.
 
 The policy is the learner's Nature CNN, pulled as weights (`cnn_policy.greedy_cnn_policy`).
-This module imports no TensorFlow (`rg.frame_rows` lives in `replaygpu.frames`).
+This module imports no TensorFlow (`frame_rows` lives in `replaygpu.frames`).
 """
 
 from __future__ import annotations
@@ -33,17 +33,20 @@ import replaygpu as rg
 from replaygpu.agents.actor_config import ActorConfig
 from replaygpu.agents.cnn_policy import greedy_cnn_policy
 from replaygpu.agents.envs import Policy, make_atari_env
+from replaygpu.fields import HostSpec
+from replaygpu.frames import frame_rows
+from replaygpu.service.config import ClientConfig
 
 #: bytes of one frame-table row of an 84x84 frame, with room to spare for the small fields
 ROW_BYTES = 84 * 84 + 64
 
 
-def segment_client_config(segment_steps: int, retry_deadline_s: float = 60.0) -> rg.ClientConfig:
-    """A `rg.ClientConfig` for `send_segments`: requests of up to ``3 * segment_steps + 2``
+def segment_client_config(segment_steps: int, retry_deadline_s: float = 60.0) -> ClientConfig:
+    """A `ClientConfig` for `send_segments`: requests of up to ``3 * segment_steps + 2``
     rows (a segment has at most ``segment_steps + 1``), a buffer of a few of them."""
     rows = 3 * segment_steps + 2
     batch = rows * ROW_BYTES
-    return rg.ClientConfig(
+    return ClientConfig(
         max_batch_transitions=rows,
         max_batch_bytes=batch,
         max_message_bytes=max(batch + (1 << 20), 64 << 20),
@@ -56,7 +59,7 @@ class SegmentWriter:
     """Collects one env's steps into whole table episodes of at most ``segment_steps`` steps.
 
     ``stack`` is the current ``[k, 84, 84]`` observation, padded with the segment's first frame
-    as the `rg.FrameStackSampler` rebuilds it. Finished segments (rows of `rg.frame_rows`, each
+    as the `FrameStack` view rebuilds it. Finished segments (rows of `frame_rows`, each
     starting with ``first=True`` and ending with its ``final`` row) collect in ``segments``.
     """
 
@@ -97,7 +100,7 @@ class SegmentWriter:
     def _finish(self) -> None:
         actions, rewards, terms, truncs = (np.array(c) for c in zip(*self.steps, strict=True))
         self.segments.append(
-            rg.frame_rows(np.stack(self.frames), actions, rewards, terms, truncs, True)
+            frame_rows(np.stack(self.frames), actions, rewards, terms, truncs, True)
         )
         self.steps_ready += len(actions)
 
@@ -172,13 +175,13 @@ class FrameExperience:
     def greedy(self, weights: list[np.ndarray]) -> Policy:
         return greedy_cnn_policy(weights)
 
-    def start(self, seed: int, spec: rg.HostSpec) -> None:
+    def start(self, seed: int, spec: HostSpec) -> None:
         frame = spec.get("frame")
         if frame is None or tuple(frame.shape) != (84, 84):
             raise rg.ConfigError(
                 f"table {self.config.table!r} has fields {dict(spec)}; a frame actor "
                 f"(frame_stack {self.config.frame_stack}) writes a frame table of 84x84 frames "
-                "(rg.make_frame_table): serve one, or set frame_stack 0"
+                "(make_frame_table): serve one, or set frame_stack 0"
             )
         for i, (env, writer) in enumerate(zip(self.envs, self.writers, strict=True)):
             frame, info = env.reset(seed=seed + i)

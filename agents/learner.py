@@ -5,11 +5,11 @@ a rate limiter, weights for the actors, checkpoints. ``replaygpu learner`` runs 
 
 Reads top to bottom: `LearnerService`: its config's builder (`builders`: DQN on vectors or on
 Atari frames, SAC) makes the table, the agent and the sampler; build the `rg.Learner`; restore
-the newest checkpoint; serve with the `rg.ActorSettings` that tell ``replaygpu actor ADDRESS``
+the newest checkpoint; serve with the `ActorSettings` that tell ``replaygpu actor ADDRESS``
 what to run; then `LearnerService.step` commits the actors' appends and trains, until
 `LearnerService.done` (the run's ``steps`` transitions arrived and the replay budget is spent)
 or a stop signal. `LearnerService.train_to_end` is ``replaygpu learner``'s loop: it ends the
-whole fleet at the budget (`rg.ReplayServer.finish_run`), evaluates, and reports what it learns
+whole fleet at the budget (`ReplayServer.finish_run`), evaluates, and reports what it learns
 (`learner_report`). Then `train_with_actors`, the demos' driver.
 """
 
@@ -37,6 +37,10 @@ from replaygpu.agents.learner_report import LearnerReport
 from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult
 from replaygpu.agents.r2d2_learner_config import R2D2LearnerConfig as R2D2LearnerConfig
 from replaygpu.agents.runs import JsonState, LoopState, RunControl
+from replaygpu.service.config import ActorSettings, ServerConfig
+from replaygpu.service.learner.ledger import SequenceLedger
+from replaygpu.service.learner.loop import step as learner_step
+from replaygpu.service.ops.auth import TLSConfig
 
 logger = logging.getLogger(__name__)
 
@@ -75,8 +79,8 @@ class LearnerService:
         config: Any,
         run: RunControl | None = None,
         token: str | None = None,
-        tls: rg.TLSConfig | None = None,
-        server_config: rg.ServerConfig | None = None,
+        tls: TLSConfig | None = None,
+        server_config: ServerConfig | None = None,
     ) -> None:
         parts = make_parts(config)
         self.builder = builder = parts.builder
@@ -95,7 +99,7 @@ class LearnerService:
             rate_limiter=limiter,
             jit_compile=builder.jit_compile(config, self.table),
         )
-        self.ledger = rg.SequenceLedger()
+        self.ledger = SequenceLedger()
         self.loop = LoopState()
         self.saved_stats = JsonState("run_stats")  # the episodes reported, across restarts
         #: how many env steps the run took: the table's rows, unless a driver that sees the
@@ -138,7 +142,7 @@ class LearnerService:
         self.recorder: Recorder = NullRecorder()
 
     @property
-    def actor_settings(self) -> rg.ActorSettings:
+    def actor_settings(self) -> ActorSettings:
         """What ``replaygpu actor ADDRESS`` learns from this learner's ``Info``."""
         return self.builder.actor_settings(self.config)
 
@@ -155,7 +159,7 @@ class LearnerService:
     def step(self, idle_wait_s: float = 0.5) -> int:
         """Commit staged appends and train one call; publish weights, sync the target network,
         checkpoint when due. Returns the SGD steps run."""
-        out = rg.learner_step(self.server, self.learner, self.config.steps_per_call, idle_wait_s)
+        out = learner_step(self.server, self.learner, self.config.steps_per_call, idle_wait_s)
         ran = int(out["steps"])
         if ran:
             steps = self.sgd_steps
@@ -190,12 +194,12 @@ class LearnerService:
         polled between steps (None: a `LearnerReport` without TensorBoard).
 
         Once ``steps`` rows are in the table the run finishes for the whole fleet
-        (`rg.ReplayServer.finish_at`: the batch that reaches ``steps`` is the last one
+        (`ReplayServer.finish_at`: the batch that reaches ``steps`` is the last one
         inserted, every ack and Info then says so, and later appends are acknowledged without
         being inserted), the learner trains out its replay budget,
         evaluates ``config.eval_episodes`` greedy episodes, and keeps serving until no actor is
         connected, ``grace_s`` seconds at most. A stop signal ends it at once, no evaluation.
-        Ctrl-C (SIGINT) ends the run for the fleet too (`rg.ReplayServer.finish_run`): the
+        Ctrl-C (SIGINT) ends the run for the fleet too (`ReplayServer.finish_run`): the
         learner stops for good, and its actors, told in an ack or as their streams end, exit 0.
         SIGTERM (an orchestrator's restart) tells them nothing, as a crash does: they wait for
         the restarted learner and resend what it had not acknowledged. The final checkpoint is

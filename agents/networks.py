@@ -71,7 +71,7 @@ def polyak_update(source: Sequence[tf.Variable], target: Sequence[tf.Variable], 
 
 
 #: A learning-rate schedule: ``f(step) -> step size``, called inside the graph with the number
-#: of steps taken before this one (e.g. ``rg.LinearSchedule(2e-3, 0.0, steps)``).
+#: of steps taken before this one (e.g. ``LinearSchedule(2e-3, 0.0, steps)``).
 Schedule = Callable[[tf.Tensor], tf.Tensor]
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-import replaygpu as rg
+from replaygpu.nest import flatten as flatten_nest
 
 Weights = Sequence[np.ndarray]
 
@@ -20,7 +20,7 @@ Weights = Sequence[np.ndarray]
 def batch_size_of(obs: Any) -> int:
     """B of a ``[B, ...]`` observation batch, or of a nested one (a Dict/Tuple space's)."""
     if isinstance(obs, (dict, tuple)):
-        return len(next(iter(rg.flatten_nest(obs).values())))
+        return len(next(iter(flatten_nest(obs).values())))
     return len(obs)
 
 
@@ -32,7 +32,7 @@ def flat_features(obs: Any) -> np.ndarray:
     same in the graph.
     """
     if isinstance(obs, (dict, tuple)):
-        leaves = rg.flatten_nest(obs)
+        leaves = flatten_nest(obs)
         n = batch_size_of(obs)
         return np.concatenate(
             [np.asarray(leaves[p], np.float32).reshape(n, -1) for p in sorted(leaves)], axis=1

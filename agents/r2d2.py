@@ -38,6 +38,9 @@ from replaygpu.agents.r2d2_config import STATE as STATE
 from replaygpu.agents.r2d2_config import STATE_STORED as STATE_STORED
 from replaygpu.agents.r2d2_config import R2D2Config as R2D2Config
 from replaygpu.agents.runs import LoopState, RunControl, checkpoint_when_due, resume
+from replaygpu.keys import IMPORTANCE_WEIGHTS, MASK, PRIORITIES
+from replaygpu.specs import host_spec, specs_from_env
+from replaygpu.table import Table
 
 logger = logging.getLogger(__name__)
 
@@ -152,7 +155,7 @@ class R2D2(tf.Module):
         obs = tf.cast(batch["obs"], tf.float32)
         steps = obs.shape[1]
         obs = tf.reshape(obs, [tf.shape(obs)[0], steps, -1])
-        mask, state = batch[rg.MASK], batch[STATE]
+        mask, state = batch[MASK], batch[STATE]
         online_state = target_state = state
         if burn:
             _, online_state = self.q.unroll(obs[:, :burn], state, mask[:, :burn])
@@ -174,8 +177,8 @@ class R2D2(tf.Module):
         abs_td = tf.abs(td)
         huber = tf.where(abs_td <= 1.0, 0.5 * tf.square(td), abs_td - 0.5)
         weight = tf.cast(has, tf.float32)
-        if rg.IMPORTANCE_WEIGHTS in batch:
-            weight *= batch[rg.IMPORTANCE_WEIGHTS][:, None]
+        if IMPORTANCE_WEIGHTS in batch:
+            weight *= batch[IMPORTANCE_WEIGHTS][:, None]
         loss = tf.reduce_sum(weight * huber) / tf.maximum(
             tf.reduce_sum(tf.cast(has, tf.float32)), 1.0
         )
@@ -195,7 +198,7 @@ class R2D2(tf.Module):
         return {
             "losses/td_loss": out["loss"],
             "losses/q_values": tf.reduce_sum(out["q"] * has) / tf.maximum(tf.reduce_sum(has), 1.0),
-            rg.PRIORITIES: mixed_priorities(
+            PRIORITIES: mixed_priorities(
                 out["abs_td"], out["has_target"], self.config.priority_eta
             ),
         }
@@ -214,14 +217,14 @@ def make_agent(config: R2D2Config, env: gym.Env) -> R2D2:
 def table_spec(config: R2D2Config, env: gym.Env) -> dict[str, tf.TensorSpec]:
     """One row: obs, action, reward, terminated, truncated, the state before the step
     (``[2 * lstm_units]``) and whether it is stored there."""
-    spec = rg.specs_from_env(env)
+    spec = specs_from_env(env)
     spec.pop("next_obs")  # targets come from the next rows of the window
     spec[STATE] = tf.TensorSpec([2 * config.lstm_units], tf.float32)
     spec[STATE_STORED] = tf.TensorSpec([], tf.bool)
     return spec
 
 
-def make_sampler(config: R2D2Config, table: rg.Table, agent: R2D2) -> rg.Sampler:
+def make_sampler(config: R2D2Config, table: Table, agent: R2D2) -> rg.Sampler:
     """Prioritized ``[B, burn_in + T]`` windows with the stored state at their start.
 
     Raises:
@@ -241,7 +244,7 @@ def make_sampler(config: R2D2Config, table: rg.Table, agent: R2D2) -> rg.Sampler
 
 
 def sequence_sampler(
-    config: R2D2Config, table: rg.Table, start_field: str | None = None
+    config: R2D2Config, table: Table, start_field: str | None = None
 ) -> rg.Sampler:
     """`make_sampler`'s sampler, unchecked against a network; ``start_field``: a bool field
     where windows must stop (served actors mark each sequence's first row; see
@@ -295,7 +298,7 @@ def train(
     rng = np.random.default_rng(config.seed)
     loop = LoopState()
     env_steps, _ = resume(run, loop, rng, learner, table=table, sampler=sampler, agent=agent)
-    host = rg.host_spec(spec)
+    host = host_spec(spec)
     columns = {k: np.zeros((config.train_freq, *f.shape), f.numpy_dtype) for k, f in host.items()}
     actor = RecurrentQPolicy(agent.acting_weights(), num_actions)
     timer = TrainTimer(env_steps)  # rates over this process's work (a resumed run)

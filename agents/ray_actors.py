@@ -45,6 +45,7 @@ from replaygpu.agents.actor import STOP_FLUSH_S, _retrying, connect, default_pre
 from replaygpu.agents.actor_config import ActorConfig
 from replaygpu.agents.actor_threads import ACTOR_THREAD_ENV
 from replaygpu.agents.ray_start import init_ray
+from replaygpu.errors import ReplayError
 
 logger = logging.getLogger(__name__)
 
@@ -215,7 +216,7 @@ class RayActorFleet:
             for i, ref in enumerate(pending):
                 try:
                     status = self._get([ref], timeout + 30, "stop")[0]
-                except (rg.ReplayError, TimeoutError) as err:
+                except (ReplayError, TimeoutError) as err:
                     problems.append(f"actor {i} ({self.actor_ids[i]}): {err}")
                     results.append({})
                     continue
@@ -231,7 +232,7 @@ class RayActorFleet:
                 self._ray.shutdown()
             self._results = results
         if problems:
-            raise rg.ReplayError(f"Ray actors failed: {'; '.join(problems)}")
+            raise ReplayError(f"Ray actors failed: {'; '.join(problems)}")
         return results
 
     def __enter__(self) -> RayActorFleet:
@@ -251,7 +252,7 @@ class RayActorFleet:
                 "cluster out of CPUs for a restarted actor?)"
             ) from None
         except ray.exceptions.RayActorError as err:
-            raise rg.ReplayError(
+            raise ReplayError(
                 f"a Ray actor is dead for good ({type(err).__name__}: "
                 f"{str(err).splitlines()[0]}); it was restarted max_restarts times already or "
                 "killed without restart: see the Ray logs for why it died"

@@ -33,6 +33,8 @@ from replaygpu.agents.frame_actor import send_segments
 from replaygpu.agents.policies import flat_features, numpy_lstm_step
 from replaygpu.agents.r2d2_config import STATE as STATE_FIELD
 from replaygpu.agents.r2d2_config import STATE_STORED
+from replaygpu.fields import HostSpec
+from replaygpu.service.config import ClientConfig
 
 #: the fields of a row besides the state and its mark, in `SequenceWriter.add`'s order
 STEP_FIELDS = ("obs", "action", "reward", "terminated", "truncated")
@@ -104,7 +106,7 @@ class RecurrentExperience:
         self.config, self.num_envs = config, config.num_envs
         self.env = make_vector_env(config.env_id, config.num_envs, config.env_seed)
         self.action_space = self.env.single_action_space
-        self.client_config = rg.ClientConfig(retry_deadline_s=config.retry_deadline_s)
+        self.client_config = ClientConfig(retry_deadline_s=config.retry_deadline_s)
         self.writers = [
             SequenceWriter(config.sequence_length, config.sequence_period)
             for _ in range(config.num_envs)
@@ -122,7 +124,7 @@ class RecurrentExperience:
             self._next = numpy_lstm_step(self.weights, flat_features(self.obs), self.state)
         return self._next
 
-    def start(self, seed: int, spec: rg.HostSpec) -> None:
+    def start(self, seed: int, spec: HostSpec) -> None:
         stored, state = spec.get(STATE_STORED), spec.get(STATE_FIELD)
         if stored is None or state is None or len(state.shape) != 1:
             raise rg.ConfigError(

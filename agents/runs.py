@@ -43,6 +43,7 @@ import tensorflow as tf
 import replaygpu as rg
 from replaygpu.agents.run_file import RUN_FILE as RUN_FILE
 from replaygpu.agents.run_file import read_json
+from replaygpu.checkpoint import CheckpointSchedule, check_writable
 
 logger = logging.getLogger(__name__)
 
@@ -198,12 +199,12 @@ class RunControl:
         self.checkpoints = 0
         self.checkpoint_seconds = 0.0
         self._checkpointer: rg.Checkpointer | None = None
-        self._schedule = rg.CheckpointSchedule(every_s)
+        self._schedule = CheckpointSchedule(every_s)
         self._previous: dict[int, Any] = {}
         self._run_file: dict[str, Any] | None = None
         self.resumed: RunProgress | None = None
         if directory is not None:
-            rg.check_writable(directory)
+            check_writable(directory)
             self.resumed = _progress(directory)
             self._run_file = _check_run_file(directory, algorithm, config, self.resumed)
 
@@ -255,7 +256,7 @@ class RunControl:
     def save(self, saver: Any = None, *, final: bool = False) -> str | None:
         """Write a checkpoint (through ``saver.save(checkpointer)`` when given, e.g. a
         `ReplayServer`, so no commit runs meanwhile); None without a folder. A periodic one
-        that fails (`rg.CheckpointSaveError`: a full disk) is logged and tried again later
+        that fails (`CheckpointSaveError`: a full disk) is logged and tried again later
         (None); a ``final`` one, or one on the way out after a stop signal, raises."""
         checkpointer = self._checkpointer
         if checkpointer is None:

@@ -25,6 +25,7 @@ from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult, Train
 from replaygpu.agents.runs import RunControl
 from replaygpu.agents.sac_config import SACConfig as SACConfig
 from replaygpu.agents.schedules import next_chunk
+from replaygpu.specs import host_spec, specs_from_env
 
 
 class SAC(tf.Module):
@@ -148,13 +149,13 @@ def train(
     env = make_vector_env(config.env_id, config.num_envs, config.seed)
     space = env.single_action_space
     n = config.num_envs
-    spec = rg.specs_from_env(env)
+    spec = specs_from_env(env)
     table = rg.ReplayTable(spec, config.buffer_size, device=config.device or None)
     obs_dim = int(np.prod(env.single_observation_space.shape))
     low, high = space.low.astype(np.float64), space.high.astype(np.float64)
     with tf.device(table.device):
         agent = SAC(obs_dim, low, high, config)
-    sampler = rg.UniformSampler(table, seed=config.seed)
+    sampler = rg.Sampler(table, seed=config.seed)
     learner = rg.Learner(
         table, sampler, agent.update, batch_size=config.batch_size, jit_compile=config.jit_compile
     )
@@ -162,7 +163,7 @@ def train(
     loop = runs.LoopState()
     env_steps, _ = runs.resume(run, loop, rng, learner, table=table, sampler=sampler, agent=agent)
     acting = ChunkCollector(
-        env, rg.host_spec(spec), config.train_freq, recorder.episode, config.seed, env_steps
+        env, host_spec(spec), config.train_freq, recorder.episode, config.seed, env_steps
     )
     act = squashed_gaussian_policy(agent.actor.numpy_weights(), agent.scale, agent.bias, rng)
 

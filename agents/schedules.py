@@ -6,9 +6,12 @@ TensorFlow is imported.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import replaygpu as rg
+
+if TYPE_CHECKING:
+    from replaygpu.samplers import LinearSchedule
 
 
 class LinearEpsilon:
@@ -58,12 +61,14 @@ class DecayedLearningRate:
             )
 
     @property
-    def learning_rate_schedule(self) -> rg.LinearSchedule | float:
+    def learning_rate_schedule(self) -> LinearSchedule | float:
         """The step size (evaluated in the graph at every SGD step) or a constant one for a run
         without an end."""
         if not self.steps or self.final_learning_rate is None:
             return self.learning_rate
-        return rg.LinearSchedule(self.learning_rate, self.final_learning_rate, self.total_sgd_steps)
+        from replaygpu.samplers import LinearSchedule  # TensorFlow: only learners ask
+
+        return LinearSchedule(self.learning_rate, self.final_learning_rate, self.total_sgd_steps)
 
 
 def next_chunk(config: Any, env_steps: int) -> tuple[int, int]:

@@ -1,6 +1,6 @@
 """Memory of a 1e6-row Atari frame table: ``table.nbytes`` and the process RSS around it.
 
-``python benchmarks/atari_frame_table.py [--capacity 1000000]``: makes a `rg.make_frame_table`
+``python benchmarks/atari_frame_table.py [--capacity 1000000]``: makes a `make_frame_table`
 of 84x84 uint8 frames on the CPU, fills every row once (so every page is touched), and prints
 the table's bytes and the process's resident set size before and after.
 """
@@ -13,7 +13,8 @@ import resource
 import numpy as np
 import tensorflow as tf
 
-import replaygpu as rg
+from replaygpu.frames import frame_rows
+from replaygpu.samplers import make_frame_table
 
 
 def rss_bytes() -> int:
@@ -28,11 +29,11 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=50_000, help="rows per append")
     args = parser.parse_args()
     before = rss_bytes()
-    table = rg.make_frame_table(args.capacity, (84, 84), device="/cpu:0")
+    table = make_frame_table(args.capacity, (84, 84), device="/cpu:0")
     made = rss_bytes()
     frames = np.random.default_rng(0).integers(0, 256, (args.chunk + 1, 84, 84), np.uint8)
     n = args.chunk
-    rows = rg.frame_rows(
+    rows = frame_rows(
         frames, np.zeros(n, np.int64), np.zeros(n), np.zeros(n, bool), np.zeros(n, bool), first=True
     )
     for _ in range(args.capacity // n):

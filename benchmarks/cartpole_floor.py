@@ -50,11 +50,12 @@ def measure(double_q: bool) -> None:
         from replaygpu.agents.dqn import DQN, DQNConfig
         from replaygpu.agents.envs import make_vector_env
         from replaygpu.agents.schedules import training_calls
+        from replaygpu.specs import specs_from_env
 
     import_s = time.perf_counter() - start
     config = DQNConfig(double_q=double_q)
     calls = training_calls(config)
-    table = rg.ReplayTable(rg.specs_from_env(make_vector_env("CartPole-v1", 1, 0)), 100_000)
+    table = rg.ReplayTable(specs_from_env(make_vector_env("CartPole-v1", 1, 0)), 100_000)
     rng, n = np.random.default_rng(0), 50_000
     table.append(
         {
@@ -67,7 +68,7 @@ def measure(double_q: bool) -> None:
         }
     )
     agent = DQN(4, 2, config, config.learning_rate_schedule)
-    sampler = rg.UniformSampler(table, seed=0)
+    sampler = rg.Sampler(table, seed=0)
     learner = rg.Learner(
         table, sampler, agent.update, config.batch_size, jit_compile=True, autograph=False
     )

@@ -46,7 +46,7 @@ def runners(capacity: int, hidden: int, k: int) -> dict[str, Callable[[], int]]:
     for name, prefetch in (("a as_dataset", 0), ("b as_dataset+prefetch", 2)):
         update = make_dqn_update(hidden)
         step = tf.function(lambda batch, update=update: update(batch))
-        dataset = rg.UniformSampler(table, seed=0).as_dataset(BATCH)
+        dataset = rg.Sampler(table, seed=0).as_dataset(BATCH)
         if prefetch:
             dataset = dataset.prefetch(prefetch)
         iterator = iter(dataset)

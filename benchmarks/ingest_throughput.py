@@ -75,6 +75,7 @@ def learner_main(
     import tensorflow as tf
 
     import replaygpu as rg
+    from replaygpu.service.learner.loop import run as run_learner
 
     shape, dtype, batch = KINDS[kind]
     spec = {
@@ -92,24 +93,24 @@ def learner_main(
         address_q.put(server.address)
         stop.wait()
     else:  # a served learner: its training loop commits, between cheap train calls
-        sampler = rg.UniformSampler(table, seed=0)
+        sampler = rg.Sampler(table, seed=0)
         learner = rg.Learner(
             table, sampler, lambda b: {"r": tf.reduce_mean(b["reward"])}, batch_size=32
         )
         learner.train(1)
         server = rg.serve(learner, "127.0.0.1:0", config=server_config(durable))
         address_q.put(server.address)
-        rg.run_learner(server, learner, 10, stop=stop, idle_wait_s=0.01)
+        run_learner(server, learner, 10, stop=stop, idle_wait_s=0.01)
     server.stop(grace=1.0)
 
 
 def server_config(durable: bool) -> Any:
     """Default limits; ``durable``: acks mean "on disk" (a journal in a temporary folder)."""
-    import replaygpu as rg
+    from replaygpu.service.config import ServerConfig
 
     if not durable:
-        return rg.ServerConfig()
-    return rg.ServerConfig(journal_dir=tempfile.mkdtemp(prefix="replaygpu-journal-"))
+        return ServerConfig()
+    return ServerConfig(journal_dir=tempfile.mkdtemp(prefix="replaygpu-journal-"))
 
 
 class _RawCounter:
@@ -315,7 +316,7 @@ def main() -> None:
         choices=("table", "learner"),
         default="table",
         help="serve a bare table (background committer) or a learner whose training loop "
-        "(rg.run_learner, 10 cheap SGD steps per call) commits",
+        "(run_learner, 10 cheap SGD steps per call) commits",
     )
     parser.add_argument(
         "--cases",

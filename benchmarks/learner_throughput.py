@@ -39,6 +39,7 @@ from common import dqn_spec, sample_loop
 
 import replaygpu as rg
 from replaygpu.device import resolve_device
+from replaygpu.sharded import mirrored_strategy
 
 OBS_DIM, NUM_ACTIONS, BATCH = 8, 4, 256
 SPEC = dqn_spec(OBS_DIM)
@@ -179,7 +180,7 @@ def learner_runners(hidden: int, capacity: int, data: dict) -> dict[str, Callabl
 def uniform_learner(table: rg.ReplayTable, hidden: int, jit: bool) -> rg.Learner:
     """The fused learner of variants (c)-(e): uniform sampling (seed 0) of ``table`` into a
     fresh `make_dqn_update` network, batch `BATCH`, compiled with XLA if ``jit``."""
-    sampler = rg.UniformSampler(table, seed=0)
+    sampler = rg.Sampler(table, seed=0)
     return rg.Learner(table, sampler, make_dqn_update(hidden), batch_size=BATCH, jit_compile=jit)
 
 
@@ -195,7 +196,7 @@ def sample_only_runner(capacity: int, jit: bool, steps: int = 1000) -> Callable[
     chunk = 100_000
     for start in range(0, capacity, chunk):
         table.append(make_data(min(chunk, capacity - start), seed=start))
-    loop = sample_loop(rg.UniformSampler(table, seed=0), BATCH, jit)
+    loop = sample_loop(rg.Sampler(table, seed=0), BATCH, jit)
     n = tf.constant(steps, tf.int64)
 
     def run() -> int:
@@ -228,22 +229,22 @@ def sharded_runners(devices: list[str], hidden: int, capacity: int) -> dict:
         runners[name] = lambda lr=learner: _train(lr, 100, 1)
 
     single = rg.ReplayTable(SPEC, capacity, device=devices[0])
-    add("1 device", single, rg.UniformSampler(single, seed=0), make_dqn_update(hidden))
+    add("1 device", single, rg.Sampler(single, seed=0), make_dqn_update(hidden))
     single_xla = rg.ReplayTable(SPEC, capacity, device=devices[0])
     add(
         "1 device XLA",
         single_xla,
-        rg.UniformSampler(single_xla, seed=0),
+        rg.Sampler(single_xla, seed=0),
         make_dqn_update(hidden),
         jit=True,
     )
     for n in sorted({1, len(devices)}):
-        strategy = rg.mirrored_strategy(devices[:n])
+        strategy = mirrored_strategy(devices[:n])
         table = rg.ShardedReplayTable(SPEC, capacity, strategy)
         add(
             f"{n} replica{'s' if n > 1 else ''} sharded",
             table,
-            rg.UniformSampler(table, seed=0),
+            rg.Sampler(table, seed=0),
             make_dqn_update(hidden, strategy=strategy),
             jit=True,  # XLA per replica step where every device is a GPU; ignored on CPUs
         )

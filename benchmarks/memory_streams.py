@@ -361,13 +361,14 @@ def main() -> int:
     args = parser.parse_args()
     import tensorflow as tf
 
-    import replaygpu as rg
+    from replaygpu.service.config import ServerConfig
+    from replaygpu.specs import spec_to_json
 
-    staging_mib = rg.ServerConfig().staging_max_bytes / MiB
+    staging_mib = ServerConfig().staging_max_bytes / MiB
     with tempfile.TemporaryDirectory() as folder:
         spec_file = os.path.join(folder, "spec.json")
         with open(spec_file, "w") as f:
-            json.dump(rg.spec_to_json({"obs": tf.TensorSpec([ROW_BYTES], tf.uint8)}), f)
+            json.dump(spec_to_json({"obs": tf.TensorSpec([ROW_BYTES], tf.uint8)}), f)
         print(
             f"requests of {args.request_mb:g} MiB, {args.requests} per stream, over "
             f"{CONNECTIONS} connections; budget --inflight-mb {args.inflight_mb}, staging "

@@ -6,7 +6,7 @@ Sections (each runs in its own subprocess so big tables are freed before the nex
                transitions (obs dim 8), capacity 1e4 / 1e5 / 1e6, inside the fused Learner loop
                (a tf.while_loop of --steps steps per call), with and without XLA. The update_fn
                only reduces the batch, so the figures are the replay cost per step. Also n-step
-               (n=3) returns over the prioritized sampler (`NStepSampler` wrapping it), whose
+               (n=3) returns over the prioritized sampler (its `with_view(NStep(3))`), whose
                new-row sync runs once per call as for the prioritized sampler alone.
   tree         where the prioritized step's time goes: the `SumTree` descent (``find``) and
                priority write (``set``) timed alone in a bare tf.while_loop beside the uniform
@@ -64,6 +64,10 @@ import tensorflow as tf
 from common import dqn_spec, filled_table
 
 import replaygpu as rg
+from replaygpu.frames import frame_rows
+from replaygpu.keys import IMPORTANCE_WEIGHTS, MASK, PRIORITIES
+from replaygpu.samplers import Distribution, LinearSchedule, make_frame_table
+from replaygpu.sharded import mirrored_strategy
 
 BATCH = 256
 OBS_DIM = 8
@@ -110,17 +114,14 @@ def write_exponential_priorities(write, capacity: int) -> None:
         write(rows, tf.constant(rng.exponential(size=len(rows))))
 
 
-def filled_prioritized(
-    table: rg.ReplayTable, capacity: int, fanout: int, xla: bool
-) -> rg.PrioritizedSampler:
-    """The benchmarked `PrioritizedSampler` over ``table``, its priorities already written."""
-    sampler = rg.PrioritizedSampler(
+def filled_prioritized(table: rg.ReplayTable, capacity: int, fanout: int, xla: bool) -> rg.Sampler:
+    """The benchmarked prioritized `Sampler` over ``table``, its priorities already written."""
+    sampler = rg.Sampler(
         table,
-        alpha=0.6,
-        beta=rg.LinearSchedule(0.4, 1.0, 10**6),
+        rg.Prioritized(
+            alpha=0.6, beta=LinearSchedule(0.4, 1.0, 10**6), tree_fanout=fanout, xla=xla
+        ),
         seed=1,
-        tree_fanout=fanout,
-        xla=xla,
     )
     write_exponential_priorities(sampler.update_priorities, capacity)
     return sampler
@@ -135,8 +136,8 @@ def prioritized_update(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
     value = tf.reduce_mean(batch["obs"], axis=1) + batch["reward"]
     td = value + tf.reduce_mean(batch["next_obs"], axis=1)
     return {
-        "value": tf.reduce_mean(batch[rg.IMPORTANCE_WEIGHTS] * td),
-        rg.PRIORITIES: tf.abs(td),
+        "value": tf.reduce_mean(batch[IMPORTANCE_WEIGHTS] * td),
+        PRIORITIES: tf.abs(td),
     }
 
 
@@ -147,20 +148,20 @@ def bench_prioritized(args: argparse.Namespace) -> None:
         f"steps/call, median of {args.repeats}; microseconds per step (sample + gather "
         "[+ priority update]); 'prioritized' is the default sampler (its draw and write are XLA "
         "clusters), 'plain ops' the same with xla=False (without an XLA loop only: in one the "
-        f"two are the same), '{NSTEP_PRIO}' an NStepSampler (n={NSTEP_N}) wrapping a default "
+        f"two are the same), '{NSTEP_PRIO}' an NStep(n={NSTEP_N}) view sharing a default "
         "prioritized sampler"
     )
     results: dict[tuple[str, bool, int], float] = {}
     for capacity in capacities:
         table = filled_table(capacity, OBS_DIM, seed=capacity)
-        samplers = {"uniform": (rg.UniformSampler(table, seed=1), uniform_update)}
+        samplers = {"uniform": (rg.Sampler(table, seed=1), uniform_update)}
         for kind, xla_clusters in (("prioritized", True), ("plain ops", False)):
             samplers[kind] = (
                 filled_prioritized(table, capacity, args.fanout, xla_clusters),
                 prioritized_update,
             )
         wrapped = filled_prioritized(table, capacity, args.fanout, xla=True)
-        nstep = rg.NStepSampler(wrapped, n=NSTEP_N, gamma=0.99)
+        nstep = wrapped.with_view(rg.NStep(NSTEP_N, gamma=0.99))
         samplers[NSTEP_PRIO] = (nstep, prioritized_update)
         for xla in (False, True):
             for kind, (sampler, fn) in samplers.items():
@@ -241,7 +242,7 @@ def measure_tree(capacity: int, args: argparse.Namespace) -> None:
         return tf.cast(tf.reduce_sum(rows), tf.float64)
 
     table = filled_table(capacity, OBS_DIM, seed=capacity)
-    uni = rg.UniformSampler(table, seed=1)
+    uni = rg.Sampler(table, seed=1)
     for xla in (False, True):
         learner = rg.Learner(table, uni, uniform_update, batch_size=BATCH, jit_compile=xla)
         uniform = time_calls(learner, args.steps, args.repeats)
@@ -281,7 +282,7 @@ def fill_frame_table(table: rg.ReplayTable, rows: int, episode: int) -> int:
         frames = pool[(written + np.arange(take + 1)) % len(pool)]
         done = np.zeros(take, bool)
         done[-1] = ends
-        batch = rg.frame_rows(
+        batch = frame_rows(
             frames,
             rng.integers(0, 6, take),
             np.ones(take, np.float32),
@@ -300,7 +301,7 @@ def fill_frame_table(table: rg.ReplayTable, rows: int, episode: int) -> int:
 def bench_frames(args: argparse.Namespace) -> None:
     rows = 100_000 if args.quick else 1_000_000
     before = rss_bytes()
-    table = rg.make_frame_table(rows, device="/CPU:0")
+    table = make_frame_table(rows, device="/CPU:0")
     after = rss_bytes()
     print(
         f"frame table: {rows:,d} rows of 84x84 uint8 + 16 B: nbytes {table.nbytes / 1e9:.3f} GB, "
@@ -315,7 +316,7 @@ def bench_frames(args: argparse.Namespace) -> None:
         "above the start",
         flush=True,
     )
-    sampler = rg.FrameStackSampler(table, stack=4, seed=0)
+    sampler = rg.Sampler(table, rg.Uniform(), rg.FrameStack(4), seed=0)
     steps = max(10, args.steps // 10)
     for xla in (False, True):
         learner = rg.Learner(table, sampler, frames_update, batch_size=BATCH, jit_compile=xla)
@@ -335,7 +336,7 @@ def pixel_update(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
     """Reads every pixel of both stacks; ``"priorities"`` ``|mean of each obs stack|`` [B]."""
     obs = batch["obs"]
     row_mean = tf.reduce_mean(tf.cast(obs, tf.float32), axis=list(range(1, len(obs.shape))))
-    weights = batch.get(rg.IMPORTANCE_WEIGHTS, tf.ones_like(row_mean))
+    weights = batch.get(IMPORTANCE_WEIGHTS, tf.ones_like(row_mean))
     nxt = tf.cast(tf.reduce_max(batch["next_obs"]), tf.float32)
     value = tf.reduce_mean(tf.cast(weights, tf.float32) * row_mean) + nxt
     return {"pixels": value + tf.reduce_sum(batch["reward"]), "priority": tf.abs(row_mean)}
@@ -348,7 +349,7 @@ def pixel_uniform_update(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
 
 def pixel_prioritized_update(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
     out = pixel_update(batch)
-    return {"pixels": out["pixels"], rg.PRIORITIES: out["priority"]}
+    return {"pixels": out["pixels"], PRIORITIES: out["priority"]}
 
 
 def available_bytes() -> int:
@@ -379,7 +380,7 @@ def bench_prioritized_frames(args: argparse.Namespace) -> None:
             flush=True,
         )
         return
-    table = rg.make_frame_table(rows, device="/CPU:0")
+    table = make_frame_table(rows, device="/CPU:0")
     start = time.perf_counter()
     transitions = fill_frame_table(table, rows, episode=1000)
     print(
@@ -390,7 +391,10 @@ def bench_prioritized_frames(args: argparse.Namespace) -> None:
         flush=True,
     )
     samplers = {
-        "uniform": (rg.FrameStackSampler(table, stack=4, seed=0), pixel_uniform_update),
+        "uniform": (
+            rg.Sampler(table, rg.Uniform(), rg.FrameStack(4), seed=0),
+            pixel_uniform_update,
+        ),
         "uniform sorted": (
             rg.Sampler(table, sorted_uniform(), rg.FrameStack(4), seed=0),
             pixel_uniform_update,
@@ -438,7 +442,7 @@ def sorted_uniform() -> Any:
             return tf.sort(rows), None
 
     @dataclasses.dataclass(frozen=True)
-    class SortedUniform(rg.Distribution):
+    class SortedUniform(Distribution):
         def build(self, table: Any, seed: int | None, num_shards: int) -> SortedUniformIndex:
             return SortedUniformIndex(table, seed)
 
@@ -476,47 +480,53 @@ class Combo:
 
 
 def prioritized(table: Any) -> Any:
-    return rg.PrioritizedSampler(table, alpha=0.6, beta=0.4, seed=1)
+    return rg.Sampler(table, rg.Prioritized(alpha=0.6, beta=0.4), seed=1)
 
 
 def sequence_update(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-    mask = batch[rg.MASK]
+    mask = batch[MASK]
     value = tf.reduce_mean(batch["obs"]) + tf.reduce_mean(batch["next_obs"])
     return {"value": value + tf.reduce_mean(batch["reward"] * mask)}
 
 
 COMBOS = [
-    Combo("uniform rows", "vector", lambda t: (rg.UniformSampler(t, seed=1), uniform_update)),
+    Combo("uniform rows", "vector", lambda t: (rg.Sampler(t, seed=1), uniform_update)),
     Combo("prioritized rows", "vector", lambda t: (prioritized(t), prioritized_update)),
     Combo(
         "n-step over uniform",
         "vector",
-        lambda t: (rg.NStepSampler(t, n=NSTEP_N, gamma=0.99, seed=1), uniform_update),
+        lambda t: (
+            rg.Sampler(t, rg.Uniform(), rg.NStep(NSTEP_N, gamma=0.99), seed=1),
+            uniform_update,
+        ),
     ),
     Combo(
         NSTEP_PRIO,
         "vector",
-        lambda t: (rg.NStepSampler(prioritized(t), n=NSTEP_N, gamma=0.99), prioritized_update),
+        lambda t: (prioritized(t).with_view(rg.NStep(NSTEP_N, gamma=0.99)), prioritized_update),
     ),
     Combo(
         f"sequence T={SEQUENCE_T}",
         "vector",
-        lambda t: (rg.SequenceSampler(t, SEQUENCE_T, seed=1), sequence_update),
+        lambda t: (rg.Sampler(t, rg.Uniform(), rg.Sequence(SEQUENCE_T), seed=1), sequence_update),
     ),
     Combo(
         "frame stack k=4",
         "frames",
-        lambda t: (rg.FrameStackSampler(t, stack=4, seed=1), frames_update),
+        lambda t: (rg.Sampler(t, rg.Uniform(), rg.FrameStack(4), seed=1), frames_update),
     ),
     Combo(
         "frame stack k=4 n=3",
         "frames",
-        lambda t: (rg.FrameStackSampler(t, stack=4, seed=1, n_step=3, gamma=0.99), frames_update),
+        lambda t: (
+            rg.Sampler(t, rg.Uniform(), rg.FrameStack(4, n_step=3, gamma=0.99), seed=1),
+            frames_update,
+        ),
     ),
     Combo(
         "sharded uniform",
         "sharded",
-        lambda t: (rg.UniformSampler(t, seed=1), uniform_update),
+        lambda t: (rg.Sampler(t, seed=1), uniform_update),
         xla=(False,),
     ),
     Combo(
@@ -526,7 +536,9 @@ COMBOS = [
         "sharded n-step",
         "sharded",
         lambda t: (
-            rg.NStepSampler(t, n=NSTEP_N, gamma=0.99, seed=1, stream_field="stream"),
+            rg.Sampler(
+                t, rg.Uniform(), rg.NStep(NSTEP_N, gamma=0.99, stream_field="stream"), seed=1
+            ),
             uniform_update,
         ),
         xla=(False,),
@@ -574,10 +586,10 @@ def combo_worker(args: argparse.Namespace) -> None:
     tf.get_logger().setLevel("ERROR")
     strategy = None
     if args.group == "sharded":  # before any other TensorFlow op
-        strategy = rg.mirrored_strategy("/cpu:0,/cpu:1")
+        strategy = mirrored_strategy("/cpu:0,/cpu:1")
     capacity = combo_capacities(args.quick)[args.group]
     if args.group == "frames":
-        table = rg.make_frame_table(capacity, device="/CPU:0")
+        table = make_frame_table(capacity, device="/CPU:0")
         fill_frame_table(table, capacity, episode=500)
     else:
         if strategy is None:

@@ -53,7 +53,7 @@ def stored_as(dim: int, capacity: int, dtype: str) -> rg.ReplayTable:
 
 
 def uniform_loop(table: rg.ReplayTable, xla: bool) -> Callable[[tf.Tensor], tf.Tensor]:
-    return sample_loop(rg.UniformSampler(table, seed=0), BATCH, xla)
+    return sample_loop(rg.Sampler(table, seed=0), BATCH, xla)
 
 
 def gather_loop(table: rg.ReplayTable) -> Callable[[tf.Tensor], tf.Tensor]:

@@ -1,126 +1,75 @@
 """replaygpu: device-resident replay buffers and fused multi-step learners for TensorFlow 2.
 
-The public API, re-exported here; agents and users import only these names. Internals stay
-importable from their modules (``replaygpu.samplers.sum_tree.SumTree``, ...).
+The core, re-exported here: the tables, the sampler with its distributions and views, the
+learner with its rate limiter, the checkpointer, the server and the client. Everything else is
+imported from the module that holds it, for example:
 
-Names are imported lazily on first use (PEP 562), so ``import replaygpu.service.actor.client`` (the
-actor side) does not import TensorFlow; ``replaygpu.ReplayTable`` and friends import it when
-first touched. The import block under ``if TYPE_CHECKING:`` below is the one list of exported
-names: static analysers read it as it stands, and ``_EXPORTS`` is read off it at import time.
-To export a name, add it there.
+- `replaygpu.errors`: the library's errors (`BatchError`, `CheckpointMismatchError`, ...), and
+  `replaygpu.service.wire.status` the service's (`ServiceError`, `StagingFullError`, ...);
+- `replaygpu.specs` (`specs_from_env`, `host_spec`, ...), `replaygpu.fields`, `replaygpu.keys`
+  (the batch keys), `replaygpu.nest`, `replaygpu.frames`, `replaygpu.memory`;
+- `replaygpu.samplers` (`LinearSchedule`, `make_frame_table`, ...), `replaygpu.checkpoint`,
+  `replaygpu.sharded` (`mirrored_strategy`);
+- `replaygpu.service.config` (`ClientConfig`, `ServerConfig`), `replaygpu.service.learner.*`
+  (`loop`, `ledger`, `server`), `replaygpu.service.ops.*` (`auth`, `metrics`).
+
+The names are imported on first use (PEP 562): ``import replaygpu`` and the actor side
+(``replaygpu.service.actor.client``) import no TensorFlow; ``replaygpu.ReplayTable`` does.
+`_EXPORTS` maps each name to its module; the ``TYPE_CHECKING`` imports below say the same for
+type checkers (tests/test_package.py checks that the two agree).
 """
 
 from __future__ import annotations
 
-import ast
 import importlib
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from replaygpu._version import __version__
 
 if TYPE_CHECKING:
-    from replaygpu.checkpoint import Checkpointer, CheckpointSchedule, check_writable
-    from replaygpu.errors import (
-        BatchError,
-        CheckpointCorruptError,
-        CheckpointMismatchError,
-        CheckpointSaveError,
-        ConfigError,
-        EmptyTableError,
-        OutOfDeviceMemoryError,
-        ReplayError,
-        StorageFullError,
-    )
-    from replaygpu.fields import TRANSITION_FIELDS, FieldSpec, HostSpec
-    from replaygpu.frames import frame_rows
-    from replaygpu.keys import DATA, DISCOUNT, IMPORTANCE_WEIGHTS, MASK, NSTEP, PRIORITIES
+    from replaygpu.checkpoint import Checkpointer
+    from replaygpu.errors import ConfigError
     from replaygpu.learner.learner import Learner
     from replaygpu.learner.rate_limiter import SampleToInsertRatio
-    from replaygpu.learner.ratio import SampleToInsertRule
-    from replaygpu.memory import plan_capacity
-    from replaygpu.nest import flatten as flatten_nest
-    from replaygpu.nest import flatten_batch, pack_batch
-    from replaygpu.nest import pack as pack_nest
     from replaygpu.samplers import (
-        Distribution,
         FrameStack,
-        FrameStackSampler,
-        LinearSchedule,
         NStep,
-        NStepSampler,
         Prioritized,
-        PrioritizedSampler,
         Sampler,
         Sequence,
-        SequenceSampler,
         Transition,
         Uniform,
-        UniformSampler,
-        View,
-        make_frame_spec,
-        make_frame_table,
     )
     from replaygpu.service.actor.client import ReplayClient
-    from replaygpu.service.config import ActorSettings, ClientConfig, ServerConfig
-    from replaygpu.service.learner.ledger import SequenceLedger
-    from replaygpu.service.learner.loop import run as run_learner
-    from replaygpu.service.learner.loop import step as learner_step
     from replaygpu.service.learner.server import serve
-    from replaygpu.service.ops.auth import TLSConfig
-    from replaygpu.service.ops.metrics import MetricsServer, start_metrics_server
-    from replaygpu.service.wire.status import (
-        AuthenticationError,
-        DiskFullError,
-        InvalidBatchError,
-        ResourceExhaustedError,
-        ServiceError,
-        ServiceUnavailableError,
-        StagingFullError,
-        TableNotFoundError,
-        TLSError,
-    )
-    from replaygpu.sharded import ShardedReplayTable, mirrored_strategy
-    from replaygpu.specs import (
-        NestedSpec,
-        Spec,
-        host_spec,
-        normalize_spec,
-        spec_from_json,
-        spec_to_json,
-        specs_from_env,
-    )
+    from replaygpu.sharded import ShardedReplayTable
     from replaygpu.storage import ReplayTable
-    from replaygpu.table import Table
 
+_EXPORTS = {
+    "ReplayTable": "replaygpu.storage",
+    "ShardedReplayTable": "replaygpu.sharded",
+    "Sampler": "replaygpu.samplers",
+    "Uniform": "replaygpu.samplers",
+    "Prioritized": "replaygpu.samplers",
+    "Transition": "replaygpu.samplers",
+    "NStep": "replaygpu.samplers",
+    "FrameStack": "replaygpu.samplers",
+    "Sequence": "replaygpu.samplers",
+    "Learner": "replaygpu.learner.learner",
+    "SampleToInsertRatio": "replaygpu.learner.rate_limiter",
+    "Checkpointer": "replaygpu.checkpoint",
+    "serve": "replaygpu.service.learner.server",
+    "ReplayClient": "replaygpu.service.actor.client",
+    "ConfigError": "replaygpu.errors",
+}
 
-def _read_exports() -> dict[str, tuple[str, str]]:
-    """``{public name: (module, name in the module)}`` from the ``TYPE_CHECKING`` block above."""
-    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
-    block = next(
-        node
-        for node in tree.body
-        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING"
-    )
-    return {
-        alias.asname or alias.name: (node.module, alias.name)
-        for node in block.body
-        if isinstance(node, ast.ImportFrom) and node.module
-        for alias in node.names
-    }
-
-
-_EXPORTS = _read_exports()
-
-__all__ = sorted([*_EXPORTS, "__version__"])
+__all__ = [*_EXPORTS, "__version__"]
 
 
 def __getattr__(name: str) -> Any:
-    found = _EXPORTS.get(name)
-    if found is None:
+    if name not in _EXPORTS:
         raise AttributeError(f"module 'replaygpu' has no attribute {name!r}")
-    module, attribute = found
-    value = getattr(importlib.import_module(module), attribute)
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
     globals()[name] = value  # later lookups skip __getattr__
     return value
 

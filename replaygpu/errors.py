@@ -1,6 +1,13 @@
 """Library errors, each saying what was wrong, what was received, what was expected, and the fix.
 
-The service layer maps these to gRPC status codes in one place (`replaygpu.service.wire.status`).
+Import them from here: `ReplayError` (the base of all), `ConfigError` (also ``rg.ConfigError``)
+with `OutOfDeviceMemoryError`, `BatchError`, `EmptyTableError`, `StorageFullError`,
+`CheckpointMismatchError`, `CheckpointSaveError`, `CheckpointCorruptError`.
+
+The service's errors live in `replaygpu.service.wire.status`, the one place where errors and
+gRPC status codes meet (no TensorFlow): `ServiceError` (the base of all), `InvalidBatchError`
+(also a `BatchError`), `TableNotFoundError`, `ResourceExhaustedError` with `StagingFullError`
+and `DiskFullError`, `AuthenticationError`, `ServiceUnavailableError`, `TLSError`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Device memory: how much a table needs, how much its device has free, and what capacity fits.
 
 A table's bytes are ``capacity * row_bytes(spec, storage_dtypes)``: the variables are dense, so
-nothing else grows with the capacity. (A `PrioritizedSampler` adds its sum tree, about 8 to 16
+nothing else grows with the capacity. (A `Prioritized` sampler adds its sum tree, about 8 to 16
 bytes per row; samplers and networks are not counted here.)
 
 Free memory, by device kind (`available_bytes`):
@@ -187,7 +187,7 @@ def plan_capacity(
 
     Example::
 
-        capacity = rg.plan_capacity(spec, "/GPU:0", 0.5, storage_dtypes={"obs": tf.float16})
+        capacity = plan_capacity(spec, "/GPU:0", 0.5, storage_dtypes={"obs": tf.float16})
         table = rg.ReplayTable(spec, capacity, "/GPU:0", storage_dtypes={"obs": tf.float16})
     """
     if isinstance(fraction, bool) or not (
@@ -236,7 +236,7 @@ def check_table_fits(
     fits = budget // max(row, 1)
     narrowable = [k for k, leaf in spec.items() if leaf.dtype.is_floating and storage[k].size > 2]
     fixes = [
-        "a smaller capacity (rg.plan_capacity(spec, device) plans one)"
+        "a smaller capacity (replaygpu.memory.plan_capacity(spec, device) plans one)"
         if fits
         else "fewer or smaller fields",
         "another device (device=...)",

@@ -6,6 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 import replaygpu as rg
+from replaygpu.service.learner.ledger import SequenceLedger
 
 SPEC = {"id": tf.TensorSpec([], tf.int64), "obs": tf.TensorSpec([4], tf.float32)}
 
@@ -32,7 +33,7 @@ def restored(folder, capacity=4096):
     """A new table and ledger, restored from the newest intact checkpoint in ``folder`` when
     there is one, and their checkpointer."""
     table = rg.ReplayTable(SPEC, capacity=capacity, device="/CPU:0")
-    ledger = rg.SequenceLedger()
+    ledger = SequenceLedger()
     ckpt = rg.Checkpointer(str(folder), table=table, ledger=ledger)
     ckpt.restore()
     return table, ledger, ckpt

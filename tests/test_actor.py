@@ -16,15 +16,18 @@ import replaygpu as rg
 from replaygpu.agents.actor import run_actor
 from replaygpu.agents.actor_config import ActorConfig
 from replaygpu.agents.networks import MLP
+from replaygpu.service.learner.loop import run as run_learner
+from replaygpu.service.wire.status import ServiceUnavailableError
+from replaygpu.specs import specs_from_env
 
 
 @pytest.fixture()
 def served_learner():
     """A CartPole table served by a learner that published one set of Q-network weights, with
     its training loop (which commits the actors' appends) running in a thread."""
-    table = rg.ReplayTable(rg.specs_from_env(gym.make("CartPole-v1")), 5_000, name="replay")
+    table = rg.ReplayTable(specs_from_env(gym.make("CartPole-v1")), 5_000, name="replay")
     q = MLP([4, 16, 2], seed=0)
-    learner = rg.Learner(table, rg.UniformSampler(table, 0), lambda b: {"x": tf.zeros([])})
+    learner = rg.Learner(table, rg.Sampler(table, seed=0), lambda b: {"x": tf.zeros([])})
     learner.publish_weights(q)
     with rg.serve(learner, "127.0.0.1:0") as server, training(server, learner):
         yield server, table
@@ -34,9 +37,7 @@ def served_learner():
 def training(server, learner):
     """The learner's training loop (which commits the actors' appends) in a thread."""
     stop = threading.Event()
-    loop = threading.Thread(
-        target=rg.run_learner, args=(server, learner, 10), kwargs={"stop": stop}
-    )
+    loop = threading.Thread(target=run_learner, args=(server, learner, 10), kwargs={"stop": stop})
     loop.start()
     try:
         yield
@@ -107,10 +108,10 @@ def test_actor_epsilons_follow_the_apex_ladder():
 
 
 def test_actor_fills_the_stream_field_and_sends_each_env_in_time_order():
-    spec = dict(rg.specs_from_env(gym.make("CartPole-v1")))
+    spec = dict(specs_from_env(gym.make("CartPole-v1")))
     spec["stream"] = tf.TensorSpec([], tf.int64, name="stream")
     table = rg.ReplayTable(spec, 1_000, name="replay")
-    learner = rg.Learner(table, rg.UniformSampler(table, 0), lambda b: {"x": tf.zeros([])})
+    learner = rg.Learner(table, rg.Sampler(table, seed=0), lambda b: {"x": tf.zeros([])})
     with rg.serve(learner, "127.0.0.1:0") as server, training(server, learner):
         config = ActorConfig(steps=192, num_envs=3, actor_index=1, num_actors=2, send_interval=16)
         run_actor(config, server.address)
@@ -130,7 +131,7 @@ def test_actor_calls_wait_out_a_learner_restart():
 
     from replaygpu.agents.actor import _retrying
 
-    spec = rg.specs_from_env(gym.make("CartPole-v1"))
+    spec = specs_from_env(gym.make("CartPole-v1"))
     address = f"127.0.0.1:{free_port()}"
     server = rg.serve(rg.ReplayTable(spec, 100), address)
     client = rg.ReplayClient(address, actor_id="a")
@@ -144,7 +145,7 @@ def test_actor_calls_wait_out_a_learner_restart():
         began = time.monotonic()
         info = _retrying(client.info, ActorConfig(retry_deadline_s=30), lambda: False)
         assert info.tables[0].capacity == 100 and time.monotonic() - began >= 1.0
-        with pytest.raises(rg.ServiceUnavailableError):  # past the deadline it gives up
+        with pytest.raises(ServiceUnavailableError):  # past the deadline it gives up
             restarted[0].stop()
             _retrying(client.info, ActorConfig(retry_deadline_s=1), lambda: False)
     finally:

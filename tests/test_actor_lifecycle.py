@@ -22,8 +22,11 @@ from service_helpers import free_port
 import replaygpu as rg
 from replaygpu.agents.actor import run_actor
 from replaygpu.agents.actor_config import ActorConfig
+from replaygpu.samplers import make_frame_table
+from replaygpu.service.learner.loop import step as learner_step
+from replaygpu.specs import specs_from_env
 
-CARTPOLE = rg.specs_from_env(gym.make("CartPole-v1"))
+CARTPOLE = specs_from_env(gym.make("CartPole-v1"))
 
 
 def cartpole_table(capacity=50_000):
@@ -109,7 +112,7 @@ def test_run_finished_in_info_ends_an_actor_waiting_for_insert_room():
     table = cartpole_table(5_000)
     limiter = rg.SampleToInsertRatio(1.0, min_size_to_sample=100, error_buffer=10)
     learner = rg.Learner(
-        table, rg.UniformSampler(table, 0), lambda b: {"x": tf.zeros([])}, rate_limiter=limiter
+        table, rg.Sampler(table, seed=0), lambda b: {"x": tf.zeros([])}, rate_limiter=limiter
     )
     learner.train(0)  # traced now, so the first commit comes at once
     config = ActorConfig(num_envs=2, send_interval=50, insert_slack=0, progress_interval_s=0)
@@ -119,7 +122,7 @@ def test_run_finished_in_info_ends_an_actor_waiting_for_insert_room():
 
         def commit():  # the training loop's commits, without training: nothing is sampled
             while not stop.is_set():
-                rg.learner_step(server, learner, 0)
+                learner_step(server, learner, 0)
                 time.sleep(0.01)
 
         committer = threading.Thread(target=commit)
@@ -165,7 +168,7 @@ def test_a_resent_request_carries_its_episodes_to_the_server_that_commits_it():
     it, episodes included, to the learner that comes back, which counts them once."""
     address = f"127.0.0.1:{free_port()}"
     table = cartpole_table(100)
-    learner = rg.Learner(table, rg.UniformSampler(table, 0), lambda b: {"x": tf.zeros([])})
+    learner = rg.Learner(table, rg.Sampler(table, seed=0), lambda b: {"x": tf.zeros([])})
     first = rg.serve(learner, address)  # no training loop: nothing is committed
     client = rg.ReplayClient(address, actor_id="a")
     try:
@@ -206,7 +209,7 @@ def test_frame_actors_report_whole_games_with_unclipped_returns():
     """A frame actor ends a table episode at each lost life, but reports each whole game, with
     its return as the game scored it (the rows carry the clipped reward)."""
     pytest.importorskip("ale_py")
-    table = rg.make_frame_table(8_000, (84, 84))
+    table = make_frame_table(8_000, (84, 84))
     config = ActorConfig(
         env_id="ALE/Breakout-v5",
         frame_stack=4,

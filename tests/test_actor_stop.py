@@ -17,6 +17,8 @@ from service_helpers import free_port
 
 import replaygpu as rg
 from replaygpu.agents.actor_threads import ACTOR_THREAD_ENV
+from replaygpu.service.config import ClientConfig
+from replaygpu.service.wire.status import ServiceError
 
 
 @contextlib.contextmanager
@@ -57,9 +59,9 @@ def inserted(address):
     """Rows the server at ``address`` inserted (-1: it does not answer yet)."""
     try:
         client = rg.ReplayClient(
-            address, actor_id="probe", config=rg.ClientConfig(retry_deadline_s=0.5)
+            address, actor_id="probe", config=ClientConfig(retry_deadline_s=0.5)
         )
-    except rg.ServiceError:
+    except ServiceError:
         return -1
     try:
         return client.info().tables[0].inserted

@@ -20,6 +20,8 @@ from replaygpu.agents.cnn_policy import greedy_cnn_policy, nature_cnn_q_values
 from replaygpu.agents.frame_actor import SegmentWriter, segment_client_config, send_segments
 from replaygpu.agents.networks import NatureCNN
 from replaygpu.agents.progress import NullRecorder
+from replaygpu.samplers import make_frame_table
+from replaygpu.service.config import ActorSettings
 
 K = 4
 
@@ -79,7 +81,7 @@ def _tag(frame: np.ndarray) -> tuple[int, int]:
 
 def test_concurrent_actors_send_contiguous_segments_and_sampler_rebuilds_their_stacks():
     steps, cap = 600, 40
-    table = rg.make_frame_table(4096, (84, 84))
+    table = make_frame_table(4096, (84, 84))
     seen: dict = {}
     with rg.serve(table) as server:
         threads = [
@@ -106,7 +108,7 @@ def test_concurrent_actors_send_contiguous_segments_and_sampler_rebuilds_their_s
             assert tags[r] == (tags[r - 1][0], tags[r - 1][1] + 1), f"row {r} interleaved"
     # segments are cut at the cap as truncations, then continue at the same frame
     assert truncated.sum() >= 2 * (steps // cap) // 2
-    sampler = rg.FrameStackSampler(table, K, seed=0)
+    sampler = rg.Sampler(table, rg.Uniform(), rg.FrameStack(K), seed=0)
     drawn, batch = sampler.sample(512)
     obs, next_obs = batch["obs"].numpy(), batch["next_obs"].numpy()
     padded = 0
@@ -152,10 +154,10 @@ def test_the_actor_command_joins_a_frame_learner_with_only_its_address():
     game into its frame table, each env's table episodes whole and contiguous; a flag
     overrides a setting (2 envs where the learner asks for 1)."""
     pytest.importorskip("ale_py")
-    settings = rg.ActorSettings(
+    settings = ActorSettings(
         env_id="ALE/Breakout-v5", seed=5, frame_stack=K, segment_steps=40, clip_rewards=False
     )
-    table = rg.make_frame_table(2000, (84, 84))
+    table = make_frame_table(2000, (84, 84))
     with rg.serve(table, actor_settings=settings) as server:
         cmd = [sys.executable, "-m", "replaygpu.cli", "actor", server.address]
         out = subprocess.run(
@@ -183,7 +185,7 @@ def test_the_demo_actors_run_the_settings_the_actor_command_gets_from_the_learne
     config = apex_atari.ApexAtariConfig(num_actors=2, insert_slack=512)
     message = replay_pb2.ActorSettings()
     config.actor_settings.to_proto(message)  # as Info carries them
-    settings = rg.ActorSettings.from_proto(message)
+    settings = ActorSettings.from_proto(message)
     for index in range(2):
         demo = config.actor_config(index, 0, config.seed)
         command = ActorConfig.from_settings(settings, actor_index=index)
@@ -196,7 +198,8 @@ def test_the_frame_actor_and_its_row_maker_import_no_tensorflow():
         "import sys\n"
         "import replaygpu as rg\n"
         "from replaygpu.agents import actor, frame_actor\n"
-        "rg.frame_rows, rg.ReplayClient, actor.run_actor, frame_actor.FrameExperience\n"
+        "from replaygpu.frames import frame_rows\n"
+        "rg.ReplayClient, actor.run_actor, frame_actor.FrameExperience\n"
         "print('tensorflow' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

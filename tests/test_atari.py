@@ -18,6 +18,7 @@ from replaygpu.agents.envs import FireToLaunch, make_atari_env
 from replaygpu.agents.networks import NatureCNN
 from replaygpu.agents.progress import NullRecorder
 from replaygpu.agents.runs import RunControl
+from replaygpu.samplers import make_frame_table
 
 pytest.importorskip("ale_py")
 
@@ -139,7 +140,7 @@ def test_atari_dqn_trains_on_breakout_stops_resumes_and_evaluates(tmp_path):
 def test_frame_stack_sampler_feeds_uint8_stacks_of_real_frames():
     config = small_config(buffer_size=500)
     env = make_atari_env(config.env_id, seed=0)
-    table = rg.make_frame_table(config.buffer_size)
+    table = make_frame_table(config.buffer_size)
     writer = atari.FrameWriter(config.frame_stack)
     frame, _ = env.reset(seed=0)
     writer.start(frame)
@@ -151,7 +152,7 @@ def test_frame_stack_sampler_feeds_uint8_stacks_of_real_frames():
             writer.start(frame)
     env.close()
     table.append(writer.take())
-    _, batch = rg.FrameStackSampler(table, 4, seed=0).sample(32)
+    _, batch = rg.Sampler(table, rg.Uniform(), rg.FrameStack(4), seed=0).sample(32)
     assert batch["obs"].shape == (32, 4, 84, 84) and batch["obs"].dtype == tf.uint8
     assert batch["next_obs"].shape == (32, 4, 84, 84)
     np.testing.assert_array_equal(batch["obs"][:, 1:], batch["next_obs"][:, :-1])

@@ -13,13 +13,15 @@ import tensorflow as tf
 from small_disk import small_filesystem
 
 import replaygpu as rg
+from replaygpu.errors import CheckpointCorruptError, CheckpointMismatchError, CheckpointSaveError
+from replaygpu.service.learner.ledger import SequenceLedger
 
 SPEC = {"id": tf.TensorSpec([], tf.int64), "x": tf.TensorSpec([2], tf.float32)}
 
 
 def build(capacity=32, spec=SPEC, seed=1):
     table = rg.ReplayTable(spec, capacity=capacity, device="CPU")
-    sampler = rg.UniformSampler(table, seed=seed)
+    sampler = rg.Sampler(table, seed=seed)
     w = tf.Variable([0.5, -0.5], name="w")
     opt = tf.keras.optimizers.Adam(1e-2)
 
@@ -97,7 +99,7 @@ def test_restore_into_table_of_other_spec_fails_and_leaves_table_as_it_was(
     before = {k: v.numpy().copy() for k, v in other.storage.items()}
     state_before = other_sampler.index.generator.state.numpy().copy()
     ckpt = rg.Checkpointer(tmp_path, table=other, sampler=other_sampler, learner=other_learner)
-    with pytest.raises(rg.CheckpointMismatchError, match=pattern):
+    with pytest.raises(CheckpointMismatchError, match=pattern):
         ckpt.restore()
     for k, v in other.storage.items():
         np.testing.assert_array_equal(v.numpy(), before[k])
@@ -117,7 +119,7 @@ def test_restore_with_mismatched_network_rolls_back_every_variable(tmp_path):
     wrong_w = tf.Variable([1.0, 2.0, 3.0])  # saved w has shape [2]
     state_before = sampler2.index.generator.state.numpy().copy()
     ckpt = rg.Checkpointer(tmp_path, table=table2, sampler=sampler2, learner=learner2, w=wrong_w)
-    with pytest.raises(rg.CheckpointMismatchError, match=r"'w': live \(\[3\], 'float32'\)"):
+    with pytest.raises(CheckpointMismatchError, match=r"'w': live \(\[3\], 'float32'\)"):
         ckpt.restore()
     np.testing.assert_array_equal(wrong_w.numpy(), [1.0, 2.0, 3.0])
     np.testing.assert_array_equal(table2.storage["id"].numpy(), ids_before)
@@ -155,7 +157,7 @@ def test_a_failed_save_raises_in_one_message_and_leaves_nothing_behind(tmp_path)
         first = ckpt.save()
         before = sorted(os.listdir(disk / "ckpt"))
         subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
-        with pytest.raises(rg.CheckpointSaveError) as failed:
+        with pytest.raises(CheckpointSaveError) as failed:
             ckpt.save()
         subprocess.run(["mount", "-o", "remount,rw", str(disk)], check=True)
         message = str(failed.value)
@@ -212,13 +214,13 @@ def test_restoring_a_named_corrupt_checkpoint_raises_naming_the_file_and_restore
     flipped[len(flipped) // 2] ^= 1
     data.write_bytes(bytes(flipped))
     other = rg.ReplayTable(SPEC, capacity=32, device="CPU")
-    with pytest.raises(rg.CheckpointCorruptError, match=f"{data}: its bytes changed"):
+    with pytest.raises(CheckpointCorruptError, match=f"{data}: its bytes changed"):
         rg.Checkpointer(str(tmp_path), table=other).restore(path)
     assert other.size == 0
 
 
 def test_the_ledger_reads_the_map_older_checkpoints_hold(tmp_path):
-    ledger = rg.SequenceLedger()
+    ledger = SequenceLedger()
     ledger.state.assign(json.dumps({"a": 3, "actors": 5}).encode())  # before journal marks
     assert ledger.snapshot() == {"a": 3, "actors": 5} and ledger.journal_segment == 0
     ledger.mark_journal(7)
@@ -226,7 +228,7 @@ def test_the_ledger_reads_the_map_older_checkpoints_hold(tmp_path):
         "actors": {"a": 3, "actors": 5},
         "journal_segment": 7,
     }
-    restored = rg.SequenceLedger()
+    restored = SequenceLedger()
     restored.state.assign(ledger.state.numpy())
     assert restored.last("actors") == 5 and restored.journal_segment == 7
 
@@ -257,7 +259,7 @@ def test_a_checkpoint_written_before_an_optional_object_existed_restores_the_oth
     table2, sampler2, learner2, w2, _ = build(seed=5)
     stats = tf.Variable(7, dtype=tf.int64)  # an object added to the checkpoint since
     objects = {"table": table2, "sampler": sampler2, "learner": learner2, "w": w2, "stats": stats}
-    with pytest.raises(rg.CheckpointMismatchError):  # only an optional one may be missing
+    with pytest.raises(CheckpointMismatchError):  # only an optional one may be missing
         rg.Checkpointer(tmp_path, **objects).restore()
     assert table2.size == 0 and int(learner2.steps.numpy()) == 0
 
@@ -305,7 +307,7 @@ def test_a_checkpoint_with_bool_storage_is_refused_by_name_and_restores_nothing(
     table = rg.ReplayTable(spec, capacity=8, device="CPU")
     done = np.array([False, True, False])
     table.append({"id": np.arange(3), "x": np.ones([3, 2], np.float32), "done": done})
-    with pytest.raises(rg.CheckpointMismatchError, match=r"stores bool fields \['done'\] as bool"):
+    with pytest.raises(CheckpointMismatchError, match=r"stores bool fields \['done'\] as bool"):
         rg.Checkpointer(str(tmp_path), table=table).restore()
     assert table.size == 3
     np.testing.assert_array_equal(table.read("done", tf.range(3, dtype=tf.int64)).numpy(), done)

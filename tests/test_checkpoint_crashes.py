@@ -20,6 +20,10 @@ from service_helpers import SPEC, columns, free_port, stored_ids
 
 import replaygpu as rg
 from replaygpu import checkpoint_files
+from replaygpu.service.config import ClientConfig, ServerConfig
+from replaygpu.service.learner.ledger import SequenceLedger
+from replaygpu.service.wire.status import ServiceError
+from replaygpu.specs import spec_to_json
 
 KEEP = 2  # checkpoints kept: the third save prunes the first
 
@@ -28,7 +32,7 @@ def build(folder, learner):
     """A table and ledger (a served table's checkpoint), plus for a learner its sampler,
     learner, weights and optimizer; their checkpointer."""
     table = rg.ReplayTable(SPEC, capacity=4096, device="/CPU:0")
-    ledger = rg.SequenceLedger()
+    ledger = SequenceLedger()
     objects = {"table": table, "ledger": ledger}
     if learner:
         sampler = rg.Sampler(table, seed=1)
@@ -59,7 +63,7 @@ def run_until_crash(folder, journal, learner, point):
     at file operation ``point``. Returns the states each sealed save held and the operations
     the third made."""
     objects, ckpt = build(folder, learner)
-    config = rg.ServerConfig(journal_dir=journal)
+    config = ServerConfig(journal_dir=journal)
     saved = {}
     server = rg.serve(objects["table"], config=config, ledger=objects["ledger"])
     with server, rg.ReplayClient(server.address, actor_id="a") as client:
@@ -153,7 +157,7 @@ def test_a_crash_at_every_file_operation_of_a_save_loses_nothing_promised(
         ids, seq, weights = state(objects)
         assert (ids, seq, weights) == saved[path], where
         if journal:  # the journal replays every acknowledged batch over it
-            config = rg.ServerConfig(journal_dir=str(journal_dir))
+            config = ServerConfig(journal_dir=str(journal_dir))
             with rg.serve(objects["table"], config=config, ledger=objects["ledger"]):
                 assert stored_ids(objects["table"]).tolist() == list(range(300)), where
         else:  # the README's promise: what came after the newest checkpoint may be lost
@@ -224,7 +228,7 @@ def test_serve_killed_inside_the_seal_restarts_from_its_last_sealed_checkpoint(t
     checkpoints are sealed, restored after a second kill, and hold every batch acknowledged
     before the one they follow was sealed."""
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps(rg.spec_to_json(SPEC)))
+    spec.write_text(json.dumps(spec_to_json(SPEC)))
     folder = tmp_path / "ckpt"
 
     def serve(*python):
@@ -242,14 +246,14 @@ def test_serve_killed_inside_the_seal_restarts_from_its_last_sealed_checkpoint(t
     trigger = tmp_path / "kill-at-the-next-seal"
     proc, address = serve(sys.executable, "-c", SEAL_KILLER, str(trigger))
     try:
-        patient = rg.ClientConfig(retry_deadline_s=60)  # a server that never comes: fail, not hang
+        patient = ClientConfig(retry_deadline_s=60)  # a server that never comes: fail, not hang
         client = rg.ReplayClient(address, actor_id="a", config=patient)
         try:
             for seq in range(10_000):  # until the seal after the trigger kills it
                 if proc.poll() is not None:
                     break
                 client.add_batch(columns(range(seq * 10, seq * 10 + 10)))
-                with contextlib.suppress(TimeoutError, rg.ServiceError):  # it died meanwhile
+                with contextlib.suppress(TimeoutError, ServiceError):  # it died meanwhile
                     client.flush(timeout=5)
                 if seq == 5:
                     trigger.touch()

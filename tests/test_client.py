@@ -10,7 +10,12 @@ import pytest
 import tensorflow as tf
 
 import replaygpu as rg
+from replaygpu.errors import BatchError
 from replaygpu.fields import DTYPE_NAMES, numpy_dtype
+from replaygpu.learner.ratio import SampleToInsertRule
+from replaygpu.service.config import ActorSettings, ClientConfig, ServerConfig
+from replaygpu.service.learner.loop import step as learner_step
+from replaygpu.service.wire.status import ServiceError
 
 ALL_DTYPES = [d for d in DTYPE_NAMES]
 
@@ -20,7 +25,8 @@ def test_importing_the_client_does_not_import_tensorflow():
         "import sys\n"
         "import replaygpu\n"
         "from replaygpu.service.actor.client import ReplayClient\n"
-        "replaygpu.ReplayClient, replaygpu.ClientConfig, replaygpu.TLSConfig\n"
+        "import replaygpu.errors, replaygpu.service.config, replaygpu.service.ops.auth\n"
+        "replaygpu.ReplayClient, replaygpu.ConfigError, replaygpu.__version__\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'tensorflow')\n"
         "assert not loaded, loaded\n"
     )
@@ -80,13 +86,13 @@ def ids_of(table):
 def test_add_converts_python_values_and_rejects_wrong_arrays_without_adding(empty_table):
     with rg.serve(empty_table) as server, rg.ReplayClient(server.address) as client:
         client.add({"id": 1, "obs": [0.5, 1, 2, 3]})
-        with pytest.raises(rg.BatchError, match=r"field 'obs': expected dtype float32"):
+        with pytest.raises(BatchError, match=r"field 'obs': expected dtype float32"):
             client.add({"id": 2, "obs": np.zeros(4, np.float64)})
-        with pytest.raises(rg.BatchError, match=r"field 'obs': expected shape \[4\], got \[3\]"):
+        with pytest.raises(BatchError, match=r"field 'obs': expected shape \[4\], got \[3\]"):
             client.add({"id": 2, "obs": [1.0, 2.0, 3.0]})
-        with pytest.raises(rg.BatchError, match="missing 'obs'"):
+        with pytest.raises(BatchError, match="missing 'obs'"):
             client.add({"id": 2})
-        with pytest.raises(rg.BatchError, match=r"field 'id': expected dtype int64"):
+        with pytest.raises(BatchError, match=r"field 'id': expected dtype int64"):
             client.add_batch({"id": np.zeros(2, np.int32), "obs": np.zeros((2, 4), np.float32)})
         client.flush(timeout=30)
     assert ids_of(empty_table) == [1]
@@ -94,7 +100,7 @@ def test_add_converts_python_values_and_rejects_wrong_arrays_without_adding(empt
 
 
 def test_buffer_is_sealed_after_max_delay_without_flush(empty_table):
-    config = rg.ClientConfig(max_batch_transitions=1000, max_delay_s=0.05)
+    config = ClientConfig(max_batch_transitions=1000, max_delay_s=0.05)
     with rg.serve(empty_table) as server, rg.ReplayClient(server.address, config=config) as client:
         client.add({"id": 7, "obs": np.ones(4, np.float32)})
         deadline = time.monotonic() + 10
@@ -106,11 +112,11 @@ def test_buffer_is_sealed_after_max_delay_without_flush(empty_table):
 def learner_over(table):
     """A learner over ``table``: serving it, nothing commits until its training loop (the test,
     calling ``server.commit_pending()``) does."""
-    return rg.Learner(table, rg.UniformSampler(table, seed=0), lambda batch: {}, batch_size=1)
+    return rg.Learner(table, rg.Sampler(table, seed=0), lambda batch: {}, batch_size=1)
 
 
 def test_add_blocks_while_the_buffer_is_full_and_resumes_after_commits(empty_table):
-    config = rg.ClientConfig(max_batch_transitions=10, max_buffer_bytes=600)  # ~5 requests
+    config = ClientConfig(max_batch_transitions=10, max_buffer_bytes=600)  # ~5 requests
     with rg.serve(learner_over(empty_table)) as server:
         client = rg.ReplayClient(server.address, config=config)
         done = threading.Event()
@@ -160,7 +166,7 @@ def test_get_weights_returns_none_until_published_then_the_published_structure(e
     def update_fn(batch):
         return {"loss": tf.reduce_mean(batch["obs"])}
 
-    sampler = rg.UniformSampler(empty_table, seed=0)
+    sampler = rg.Sampler(empty_table, seed=0)
     learner = rg.Learner(empty_table, sampler, update_fn, batch_size=4)
     with rg.serve(learner) as server, rg.ReplayClient(server.address) as client:
         assert client.get_weights() is None
@@ -180,7 +186,7 @@ def _learner(table):
     def update_fn(batch):
         return {"loss": tf.reduce_mean(batch["obs"])}
 
-    return rg.Learner(table, rg.UniformSampler(table, seed=0), update_fn, batch_size=4)
+    return rg.Learner(table, rg.Sampler(table, seed=0), update_fn, batch_size=4)
 
 
 def test_weight_versions_continue_after_a_learner_restarts_from_its_checkpoint(
@@ -215,8 +221,8 @@ def test_an_actor_ahead_of_a_restarted_learner_gets_its_weights_with_the_lower_v
 
 
 def test_a_full_staging_queue_delays_batches_but_loses_none(empty_table):
-    server_config = rg.ServerConfig(staging_max_batches=1, staging_timeout_s=0.1)
-    config = rg.ClientConfig(max_batch_transitions=5, retry_initial_s=0.02, retry_max_s=0.1)
+    server_config = ServerConfig(staging_max_batches=1, staging_timeout_s=0.1)
+    config = ClientConfig(max_batch_transitions=5, retry_initial_s=0.02, retry_max_s=0.1)
     with rg.serve(learner_over(empty_table), config=server_config) as server:
         with rg.ReplayClient(server.address, actor_id="slow", config=config) as client:
             client.add_batch({"id": np.arange(20), "obs": np.zeros((20, 4), np.float32)})
@@ -231,12 +237,12 @@ def test_a_full_staging_queue_delays_batches_but_loses_none(empty_table):
 
 
 def test_an_oversize_request_is_raised_to_the_caller_not_retried(empty_table):
-    server_config = rg.ServerConfig(max_message_bytes=2**12)
-    config = rg.ClientConfig(max_batch_transitions=1000, max_delay_s=10.0)
+    server_config = ServerConfig(max_message_bytes=2**12)
+    config = ClientConfig(max_batch_transitions=1000, max_delay_s=10.0)
     with rg.serve(empty_table, config=server_config) as server:
         client = rg.ReplayClient(server.address, actor_id="big", config=config)
         client.add_batch({"id": np.arange(200), "obs": np.zeros((200, 4), np.float32)})
-        with pytest.raises(rg.ServiceError, match="over max_message_bytes=4096") as err:
+        with pytest.raises(ServiceError, match="over max_message_bytes=4096") as err:
             client.flush(timeout=30)
         assert err.value.code.name == "RESOURCE_EXHAUSTED" and not err.value.retryable
         client.close()
@@ -245,7 +251,7 @@ def test_an_oversize_request_is_raised_to_the_caller_not_retried(empty_table):
 
 def test_close_with_a_timeout_returns_in_time_when_the_server_is_gone(empty_table):
     server = rg.serve(empty_table)
-    config = rg.ClientConfig(retry_deadline_s=60.0)
+    config = ClientConfig(retry_deadline_s=60.0)
     client = rg.ReplayClient(server.address, actor_id="gone", config=config)
     server.stop(grace=0)
     client.add_batch({"id": np.arange(3), "obs": np.zeros((3, 4), np.float32)})
@@ -284,7 +290,7 @@ def test_wait_for_insert_room_follows_the_learners_rate_limit_from_the_acks(empt
     # 1 sample per insert, sampling from 10 rows, 4 transitions of slack: with nothing sampled
     # the table may hold 10 + 4 rows before actors wait
     limiter = rg.SampleToInsertRatio(1.0, min_size_to_sample=10, error_buffer=4)
-    sampler = rg.UniformSampler(empty_table, seed=0)
+    sampler = rg.Sampler(empty_table, seed=0)
     learner = rg.Learner(empty_table, sampler, update_fn, batch_size=2, rate_limiter=limiter)
     learner.train(0)
 
@@ -292,11 +298,11 @@ def test_wait_for_insert_room_follows_the_learners_rate_limit_from_the_acks(empt
         deadline = time.monotonic() + 30
         while client.acked_transitions < rows:
             assert time.monotonic() < deadline
-            rg.learner_step(server, learner, 0)
+            learner_step(server, learner, 0)
             time.sleep(0.01)
 
     with rg.serve(learner) as server, rg.ReplayClient(server.address) as client:
-        assert client.rate_limit == rg.SampleToInsertRule(1.0, 10, 4.0)
+        assert client.rate_limit == SampleToInsertRule(1.0, 10, 4.0)
         client.add_batch({"id": np.arange(14), "obs": np.zeros((14, 4), np.float32)})
         assert client.wait_for_insert_room() is False  # no ack yet: counters at 0
         commit(14)  # the acks carry inserted=14, sampled=0
@@ -309,7 +315,7 @@ def test_wait_for_insert_room_follows_the_learners_rate_limit_from_the_acks(empt
         waiter.start()
         time.sleep(0.3)
         assert waiter.is_alive()  # the learner sampled nothing yet: the actor waits
-        out = rg.learner_step(server, learner, 100)  # the limiter allows (20-10+4)/2 = 7 steps
+        out = learner_step(server, learner, 100)  # the limiter allows (20-10+4)/2 = 7 steps
         assert out["steps"] == 7
         waiter.join(10)
         assert not waiter.is_alive() and waited == [True]
@@ -322,7 +328,7 @@ def test_wait_for_insert_room_counts_the_rows_not_acknowledged_yet(empty_table):
     say nothing: the client counts its own rows in flight, so it waits instead of running
     ahead of the limiter by all it can send before the first ack."""
     limiter = rg.SampleToInsertRatio(1.0, min_size_to_sample=10, error_buffer=4)
-    sampler = rg.UniformSampler(empty_table, seed=0)
+    sampler = rg.Sampler(empty_table, seed=0)
     update = lambda b: {"x": tf.zeros([])}  # noqa: E731
     learner = rg.Learner(empty_table, sampler, update, batch_size=2, rate_limiter=limiter)
     learner.train(0)
@@ -335,14 +341,14 @@ def test_wait_for_insert_room_counts_the_rows_not_acknowledged_yet(empty_table):
         waiter.start()
         time.sleep(0.5)
         assert waiter.is_alive() and client.acked_transitions == 0  # 20 in flight, no ack
-        out = rg.learner_step(server, learner, 100)  # commits 20, then 7 steps of 2 samples
+        out = learner_step(server, learner, 100)  # commits 20, then 7 steps of 2 samples
         assert (out["inserted"], out["steps"]) == (20, 7)
         waiter.join(10)
         assert not waiter.is_alive() and waited == [True]
 
 
 def test_sampling_and_inserting_share_one_rule():
-    rule = rg.SampleToInsertRule(samples_per_insert=4.0, min_size_to_sample=100, error_buffer=64)
+    rule = SampleToInsertRule(samples_per_insert=4.0, min_size_to_sample=100, error_buffer=64)
     limiter = rg.SampleToInsertRatio(4.0, min_size_to_sample=100, error_buffer=64)
     for inserted, sampled in [(100, 0), (150, 200), (150, 263), (300, 900), (120, 0)]:
         limiter.sampled.assign(sampled)
@@ -352,14 +358,14 @@ def test_sampling_and_inserting_share_one_rule():
         room = rule.insert_room(inserted, sampled)
         assert room == pytest.approx(100 + (64 + sampled) / 4.0 - inserted)
     with pytest.raises(rg.ConfigError, match="samples_per_insert"):
-        rg.SampleToInsertRule(0.0, 1, 0.0)
+        SampleToInsertRule(0.0, 1, 0.0)
 
 
 def test_the_client_reads_the_actor_settings_a_learner_announces_frames_included(empty_table):
     table = rg.ReplayTable(SPEC, capacity=16, device="/CPU:0")
     with rg.serve(table) as bare, rg.ReplayClient(bare.address, actor_id="s0") as client:
         assert client.actor_settings is None  # a bare serve asks nothing of its actors
-    frames = rg.ActorSettings(
+    frames = ActorSettings(
         env_id="ALE/Breakout-v5",
         epsilon_base=0.3,
         weight_pull_interval=1000,
@@ -373,7 +379,7 @@ def test_the_client_reads_the_actor_settings_a_learner_announces_frames_included
         send_interval=256,
         insert_slack=0,  # a value, not "unset"
     )
-    vector = rg.ActorSettings(
+    vector = ActorSettings(
         env_id="Pendulum-v1", agent="sac", hidden_sizes=(64, 64), insert_slack=-1
     )
     for settings in (frames, vector):
@@ -392,12 +398,12 @@ def test_actor_settings_from_a_learner_before_the_send_fields_take_the_defaults(
     old = replay_pb2.ActorSettings(
         env_id="CartPole-v1", agent="dqn", weight_pull_interval=400, num_envs=1
     )
-    settings = rg.ActorSettings.from_proto(old)
+    settings = ActorSettings.from_proto(old)
     assert (settings.send_interval, settings.insert_slack) == (32, 2048)
 
 
 def test_actor_settings_refuse_frames_for_a_policy_that_is_no_q_network():
     with pytest.raises(rg.ConfigError, match="agent: got 'sac' with frame_stack=4"):
-        rg.ActorSettings(env_id="ALE/Breakout-v5", agent="sac", frame_stack=4)
+        ActorSettings(env_id="ALE/Breakout-v5", agent="sac", frame_stack=4)
     with pytest.raises(rg.ConfigError, match="frame_stack=-1"):
-        rg.ActorSettings(env_id="CartPole-v1", frame_stack=-1)
+        ActorSettings(env_id="CartPole-v1", frame_stack=-1)

@@ -12,6 +12,9 @@ import numpy as np
 import pytest
 
 import replaygpu as rg
+from replaygpu.service.config import ClientConfig
+from replaygpu.service.learner.ledger import SequenceLedger
+from replaygpu.specs import specs_from_env
 
 
 def free_port():
@@ -43,9 +46,7 @@ def test_serve_accepts_appends_reports_info_and_checkpoints_on_sigterm(tmp_path)
         text=True,
     )
     try:
-        client = rg.ReplayClient(
-            address, actor_id="cli", config=rg.ClientConfig(retry_deadline_s=120)
-        )
+        client = rg.ReplayClient(address, actor_id="cli", config=ClientConfig(retry_deadline_s=120))
         n = 10
         client.add_batch(
             {
@@ -68,8 +69,8 @@ def test_serve_accepts_appends_reports_info_and_checkpoints_on_sigterm(tmp_path)
         output, _ = serve.communicate(timeout=60)
     assert serve.returncode == 0, output
     assert list(tmp_path.glob("ckpt-*.index")), output
-    table = rg.ReplayTable(rg.specs_from_env(_cartpole()), 1000, device="/CPU:0")
-    ledger = rg.SequenceLedger()
+    table = rg.ReplayTable(specs_from_env(_cartpole()), 1000, device="/CPU:0")
+    ledger = SequenceLedger()
     rg.Checkpointer(tmp_path, table=table, ledger=ledger).restore()
     assert table.size == 10 and ledger.last("cli") == 1
 
@@ -89,7 +90,7 @@ def test_info_on_a_server_that_is_not_there_fails_with_a_clear_message():
 
 def test_info_into_a_closed_pipe_ends_quietly_without_a_traceback():
     """``replaygpu info ADDR | head -3``: the reader is gone before info prints."""
-    table = rg.ReplayTable(rg.specs_from_env(_cartpole()), 10, "/CPU:0")
+    table = rg.ReplayTable(specs_from_env(_cartpole()), 10, "/CPU:0")
     with rg.serve(table, "127.0.0.1:0") as server:
         read_end, write_end = os.pipe()
         os.close(read_end)  # every write into the pipe now fails with EPIPE
@@ -108,7 +109,7 @@ def test_info_into_a_closed_pipe_ends_quietly_without_a_traceback():
 
 
 def test_serving_on_a_port_in_use_says_address_already_in_use_and_leaves_the_table_unserved():
-    table = rg.ReplayTable(rg.specs_from_env(_cartpole()), 10, "/CPU:0")
+    table = rg.ReplayTable(specs_from_env(_cartpole()), 10, "/CPU:0")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -163,7 +164,7 @@ def test_info_and_actor_take_the_same_token_and_tls_flags_with_the_token_from_th
 def test_info_json_prints_int64_counters_as_json_numbers():
     """Protobuf's JSON mapping writes int64 fields as strings; `info --json` writes numbers, in
     nested messages (a table's size, its spec's shape) as at the top."""
-    table = rg.ReplayTable(rg.specs_from_env(_cartpole()), 10, "/CPU:0")
+    table = rg.ReplayTable(specs_from_env(_cartpole()), 10, "/CPU:0")
     with rg.serve(table, "127.0.0.1:0") as server:
         client = rg.ReplayClient(server.address, actor_id="json")
         client.add_batch(

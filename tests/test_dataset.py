@@ -11,6 +11,8 @@ import tensorflow as tf
 from scipy import stats
 
 import replaygpu as rg
+from replaygpu.keys import DISCOUNT, IMPORTANCE_WEIGHTS, MASK
+from replaygpu.sharded import mirrored_strategy
 
 ALPHA = 1e-4  # significance level: a fair test fails falsely about once in 10,000 runs
 K = 40  # rows in the distribution tests, holding ids 0..K-1
@@ -66,7 +68,7 @@ def homogeneity_p(a: np.ndarray, b: np.ndarray) -> float:
 def test_dataset_yields_sample_structure_shapes_and_dtypes():
     table = rg.ReplayTable(SPEC, 50, device="/CPU:0")
     table.append(rows(0, 20))
-    sampler = rg.UniformSampler(table, seed=0)
+    sampler = rg.Sampler(table, seed=0)
     dataset = sampler.as_dataset(8)
     indices_spec, batch_spec = dataset.element_spec
     assert indices_spec == tf.TensorSpec([8], tf.int64)
@@ -84,9 +86,9 @@ def test_dataset_yields_sample_structure_shapes_and_dtypes():
 def test_prioritized_dataset_adds_importance_weights():
     table = rg.ReplayTable(SPEC, 50, device="/CPU:0")
     table.append(rows(0, 20))
-    _, batch_spec = rg.PrioritizedSampler(table, seed=0).as_dataset(8).element_spec
-    assert batch_spec[rg.IMPORTANCE_WEIGHTS] == tf.TensorSpec([8], tf.float32)
-    assert set(batch_spec) == {*SPEC, rg.IMPORTANCE_WEIGHTS}
+    _, batch_spec = rg.Sampler(table, rg.Prioritized(), seed=0).as_dataset(8).element_spec
+    assert batch_spec[IMPORTANCE_WEIGHTS] == tf.TensorSpec([8], tf.float32)
+    assert set(batch_spec) == {*SPEC, IMPORTANCE_WEIGHTS}
 
 
 def test_nstep_and_sequence_sampler_datasets_yield_their_own_fields():
@@ -110,15 +112,15 @@ def test_nstep_and_sequence_sampler_datasets_yield_their_own_fields():
             "truncated": np.zeros([n], bool),
         }
     )
-    sampler = rg.NStepSampler(table, n=3, gamma=0.5, seed=0)
+    sampler = rg.Sampler(table, rg.Uniform(), rg.NStep(3, gamma=0.5), seed=0)
     indices, batch = next(iter(sampler.as_dataset(4)))
     assert indices.shape == [4]
-    assert batch[rg.DISCOUNT].shape == [4]
+    assert batch[DISCOUNT].shape == [4]
     # three rewards of 1 with gamma 0.5 (no terminal among them unless at the table's end)
     assert (batch["reward"].numpy() <= 1.75 + 1e-6).all()
-    sequencer = rg.SequenceSampler(table, length=3, seed=0)
+    sequencer = rg.Sampler(table, rg.Uniform(), rg.Sequence(3), seed=0)
     _, batch = next(iter(sequencer.as_dataset(4)))
-    assert batch["obs"].shape == [4, 3, 2] and batch[rg.MASK].shape == [4, 3]
+    assert batch["obs"].shape == [4, 3, 2] and batch[MASK].shape == [4, 3]
     for each in (sampler, sequencer):  # the element is what sample() returns, field for field
         eager = tf.nest.map_structure(tf.TensorSpec.from_tensor, each.sample(4))
         assert each.as_dataset(4).element_spec == eager
@@ -127,7 +129,7 @@ def test_nstep_and_sequence_sampler_datasets_yield_their_own_fields():
 def test_dataset_sees_rows_appended_after_it_was_built():
     table = rg.ReplayTable(SPEC, 100, device="/CPU:0")
     table.append(rows(0, 5))
-    sampler = rg.UniformSampler(table, seed=1)
+    sampler = rg.Sampler(table, seed=1)
     iterator = iter(sampler.as_dataset(32))
     first = np.concatenate([next(iterator)[0].numpy() for _ in range(5)])
     assert first.max() < 5
@@ -140,7 +142,7 @@ def test_dataset_sees_rows_appended_after_it_was_built():
 
 def test_dataset_made_on_an_empty_table_raises_a_clear_error_then_works_once_filled():
     table = rg.ReplayTable(SPEC, 10, device="/CPU:0", name="fresh")
-    sampler = rg.UniformSampler(table, seed=0)
+    sampler = rg.Sampler(table, seed=0)
     dataset = sampler.as_dataset(4)  # making it is fine: rows may arrive later
     with pytest.raises(
         tf.errors.InvalidArgumentError, match="table fresh is empty: append transitions"
@@ -153,18 +155,18 @@ def test_dataset_made_on_an_empty_table_raises_a_clear_error_then_works_once_fil
 
 def test_prioritized_dataset_on_an_empty_table_raises_instead_of_hanging():
     table = rg.ReplayTable(SPEC, 10, device="/CPU:0", name="fresh")
-    dataset = rg.PrioritizedSampler(table, seed=0).as_dataset(4)
+    dataset = rg.Sampler(table, rg.Prioritized(), seed=0).as_dataset(4)
     with pytest.raises(tf.errors.InvalidArgumentError, match="append transitions"):
         next(iter(dataset))
 
 
 def test_dataset_works_when_the_table_is_on_another_device_than_tf_data():
     # conftest splits the CPU into /CPU:0 and /CPU:1; tf.data runs its functions on /CPU:0.
-    for make in (rg.UniformSampler, rg.PrioritizedSampler):
+    for distribution in (rg.Uniform(), rg.Prioritized()):
         table = rg.ReplayTable(SPEC, 20, device="/CPU:1")
         assert table.device.endswith("CPU:1")
         table.append(rows(0, 10))
-        sampler = make(table, seed=0)
+        sampler = rg.Sampler(table, distribution, seed=0)
         iterator = iter(sampler.as_dataset(16))
         indices, batch = next(iterator)
         np.testing.assert_array_equal(batch["action"].numpy(), indices.numpy())
@@ -178,11 +180,11 @@ def test_dataset_works_when_the_table_is_on_another_device_than_tf_data():
 def test_as_dataset_rejects_bad_batch_size_and_sharded_tables():
     table = id_table(4)
     with pytest.raises(rg.ConfigError, match="batch_size"):
-        rg.UniformSampler(table).as_dataset(0)
-    strategy = rg.mirrored_strategy(["/cpu:0", "/cpu:1"])
+        rg.Sampler(table).as_dataset(0)
+    strategy = mirrored_strategy(["/cpu:0", "/cpu:1"])
     sharded = rg.ShardedReplayTable({"id": tf.TensorSpec([], tf.int64)}, 8, strategy)
     with pytest.raises(rg.ConfigError, match=r"rg\.Learner"):
-        rg.UniformSampler(sharded, seed=0).as_dataset(4)
+        rg.Sampler(sharded, seed=0).as_dataset(4)
 
 
 def test_chi_square_helpers_detect_a_skewed_stream():
@@ -202,10 +204,8 @@ def test_chi_square_helpers_detect_a_skewed_stream():
 
 def test_dataset_draws_the_same_uniform_distribution_as_sample():
     table = id_table()
-    from_dataset = counts_from_dataset(
-        rg.UniformSampler(table, seed=11).as_dataset(BATCH), BATCHES, K
-    )
-    from_sample = counts_from_sampler(rg.UniformSampler(table, seed=12), BATCHES, K)
+    from_dataset = counts_from_dataset(rg.Sampler(table, seed=11).as_dataset(BATCH), BATCHES, K)
+    from_sample = counts_from_sampler(rg.Sampler(table, seed=12), BATCHES, K)
     assert from_dataset.sum() == from_sample.sum() == BATCH * BATCHES
     uniform = np.ones(K)
     assert goodness_of_fit_p(from_dataset, uniform) > ALPHA
@@ -215,7 +215,7 @@ def test_dataset_draws_the_same_uniform_distribution_as_sample():
 
 def test_prioritized_dataset_follows_priorities_set_with_its_indices():
     table = id_table()
-    sampler = rg.PrioritizedSampler(table, alpha=1.0, beta=1.0, seed=3, epsilon=1e-6)
+    sampler = rg.Sampler(table, rg.Prioritized(alpha=1.0, beta=1.0, epsilon=1e-6), seed=3)
     target = np.arange(1, K + 1, dtype=np.float64)  # row i drawn with probability (i+1) / sum
     iterator = iter(sampler.as_dataset(BATCH))
     # New rows all start at the max priority, so each stratified batch of 64 covers all 40.
@@ -226,7 +226,7 @@ def test_prioritized_dataset_follows_priorities_set_with_its_indices():
     ids = []
     for _ in range(BATCHES):
         indices, batch = next(iterator)
-        weights = batch[rg.IMPORTANCE_WEIGHTS].numpy()
+        weights = batch[IMPORTANCE_WEIGHTS].numpy()
         np.testing.assert_allclose(weights, 1.0 / (indices.numpy() + 1), rtol=1e-4)
         ids.append(batch["id"].numpy())
     counts = np.bincount(np.concatenate(ids), minlength=K)
@@ -236,7 +236,7 @@ def test_prioritized_dataset_follows_priorities_set_with_its_indices():
 
 def test_dataset_feeds_a_tf_function_step_that_updates_priorities_in_graph():
     table = id_table(8)
-    sampler = rg.PrioritizedSampler(table, alpha=1.0, seed=0)
+    sampler = rg.Sampler(table, rg.Prioritized(alpha=1.0), seed=0)
 
     @tf.function
     def step(indices: tf.Tensor, batch: dict) -> None:

@@ -16,6 +16,9 @@ import replaygpu as rg
 from replaygpu.agents.actor import run_actor
 from replaygpu.agents.actor_config import ActorConfig
 from replaygpu.agents.dqn import DQN, DQNConfig, obs_size
+from replaygpu.errors import BatchError
+from replaygpu.service.learner.loop import run as run_learner
+from replaygpu.specs import specs_from_env
 
 ENV_ID = "replaygpu-tests/DictCartPole-v0"
 DICT_SPACE = gym.spaces.Dict(
@@ -71,7 +74,7 @@ def training(server, learner, steps_per_call=10):
     """The learner's loop (which commits the actors' appends and trains) in a thread."""
     stop = threading.Event()
     loop = threading.Thread(
-        target=rg.run_learner, args=(server, learner, steps_per_call), kwargs={"stop": stop}
+        target=run_learner, args=(server, learner, steps_per_call), kwargs={"stop": stop}
     )
     loop.start()
     try:
@@ -107,7 +110,7 @@ def test_nested_transitions_travel_as_leaf_paths_and_come_back_nested():
         finally:
             client.close()
     assert table.size == 7
-    _, batch = rg.UniformSampler(table, seed=0).sample(32)
+    _, batch = rg.Sampler(table, seed=0).sample(32)
     ids = batch["id"].numpy()
     assert isinstance(batch["obs"]["where"], Point)
     np.testing.assert_array_equal(batch["obs"]["where"].y.numpy(), -ids.astype(np.float32))
@@ -123,9 +126,9 @@ def test_a_bad_nested_batch_is_refused_by_the_client_naming_the_leaf():
     ):
         bad = nested_columns([1, 2])
         bad["obs"]["where"] = Point(np.zeros(2, np.float64), np.zeros(2, np.float32))
-        with pytest.raises(rg.BatchError, match=r"field 'obs/where/x': expected dtype float32"):
+        with pytest.raises(BatchError, match=r"field 'obs/where/x': expected dtype float32"):
             client.add_batch(bad)
-        with pytest.raises(rg.BatchError, match=r"missing \['obs/where/y'\]"):
+        with pytest.raises(BatchError, match=r"missing \['obs/where/y'\]"):
             client.add_batch(
                 {
                     "id": [1],
@@ -138,7 +141,7 @@ def test_a_bad_nested_batch_is_refused_by_the_client_naming_the_leaf():
 def test_a_dict_observation_env_runs_actor_to_server_to_dqn_learner():
     env = gym.make(ENV_ID)
     assert isinstance(env.observation_space, gym.spaces.Dict)
-    spec = rg.specs_from_env(env)
+    spec = specs_from_env(env)
     table = rg.ReplayTable(spec, 4_000, name="replay")
     assert {"obs/position", "obs/velocity", "next_obs/position", "next_obs/velocity"} <= set(
         table.spec
@@ -148,7 +151,9 @@ def test_a_dict_observation_env_runs_actor_to_server_to_dqn_learner():
     )
     assert obs_size(env.observation_space) == 4
     env.close()
-    learner = rg.Learner(table, rg.NStepSampler(table, n=3, seed=0), agent.update, batch_size=32)
+    learner = rg.Learner(
+        table, rg.Sampler(table, rg.Uniform(), rg.NStep(3), seed=0), agent.update, batch_size=32
+    )
     learner.publish_weights(agent.q)  # the actor acts with the greedy policy on Dict obs
     with rg.serve(learner, "127.0.0.1:0") as server, training(server, learner):
         out = run_actor(

@@ -19,10 +19,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from service_helpers import SPEC, columns, free_port, restored, stored_ids
 
 import replaygpu as rg
+from replaygpu.service.config import ClientConfig, ServerConfig
+from replaygpu.specs import spec_to_json
 
 
 def test_a_restarted_server_replays_the_journal_over_its_checkpoint(tmp_path):
-    config = rg.ServerConfig(journal_dir=str(tmp_path / "journal"))
+    config = ServerConfig(journal_dir=str(tmp_path / "journal"))
     table, ledger, ckpt = restored(tmp_path / "ckpt")
     server = rg.serve(table, config=config, ledger=ledger)
     with server, rg.ReplayClient(server.address, actor_id="a") as client:
@@ -47,7 +49,7 @@ def test_a_restarted_server_replays_the_journal_over_its_checkpoint(tmp_path):
 
 
 def test_replaying_the_journal_twice_duplicates_nothing(tmp_path):
-    config = rg.ServerConfig(journal_dir=str(tmp_path / "journal"))
+    config = ServerConfig(journal_dir=str(tmp_path / "journal"))
     table = rg.ReplayTable(SPEC, capacity=4096, device="/CPU:0")
     with rg.serve(table, config=config) as server:
         with rg.ReplayClient(server.address, actor_id="a") as client:
@@ -60,7 +62,7 @@ def test_replaying_the_journal_twice_duplicates_nothing(tmp_path):
 
 
 def test_a_journal_directory_serves_one_server_at_a_time(tmp_path):
-    config = rg.ServerConfig(journal_dir=str(tmp_path / "journal"))
+    config = ServerConfig(journal_dir=str(tmp_path / "journal"))
     first = rg.ReplayTable(SPEC, capacity=64, device="/CPU:0", name="one")
     second = rg.ReplayTable(SPEC, capacity=64, device="/CPU:0", name="two")
     with rg.serve(first, config=config), pytest.raises(rg.ConfigError, match="journal"):
@@ -70,7 +72,7 @@ def test_a_journal_directory_serves_one_server_at_a_time(tmp_path):
 
 def start_serve(address, tmp_path, log):
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps(rg.spec_to_json(SPEC)))
+    spec.write_text(json.dumps(spec_to_json(SPEC)))
     command = [sys.executable, "-m", "replaygpu.cli", "serve", "--spec", str(spec)]
     command += ["--capacity", "100000", "--address", address]
     command += ["--checkpoint-dir", str(tmp_path / "ckpt"), "--checkpoint-every-s", "1"]
@@ -93,7 +95,7 @@ def test_kill_9_of_a_durable_server_loses_no_acknowledged_transition(tmp_path):
     address = f"127.0.0.1:{free_port()}"
     with open(tmp_path / "serve.log", "w") as log:
         server = start_serve(address, tmp_path, log)
-        config = rg.ClientConfig(max_batch_transitions=50, max_delay_s=0.01)
+        config = ClientConfig(max_batch_transitions=50, max_delay_s=0.01)
         client = rg.ReplayClient(address, actor_id="durable", config=config)
         sent = 0
         try:

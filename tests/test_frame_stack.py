@@ -7,6 +7,10 @@ import tensorflow as tf
 from gymnasium.wrappers import FrameStackObservation
 
 import replaygpu as rg
+from replaygpu.errors import BatchError
+from replaygpu.frames import frame_rows
+from replaygpu.keys import DISCOUNT, NSTEP
+from replaygpu.samplers import make_frame_spec, make_frame_table
 
 STACK = 4
 
@@ -61,7 +65,7 @@ def record(lengths, chunk=3):
             terms.append(term)
             truncs.append(trunc)
             if term or trunc or len(actions) == chunk:  # actors append in chunks
-                rows.append(rg.frame_rows(np.stack(frames), actions, rewards, terms, truncs, first))
+                rows.append(frame_rows(np.stack(frames), actions, rewards, terms, truncs, first))
                 frames, actions, rewards, terms, truncs, first = (
                     [next_obs[-1]],
                     [],
@@ -100,9 +104,9 @@ def check_batch(rows, batch, row_to_ref, refs):
 def test_stacks_equal_gymnasium_frame_stack_with_reset_padding():
     lengths = [1, 2, 3, 5, 8, 2]
     data, refs = record(lengths)
-    table = rg.make_frame_table(capacity=64, device="CPU")
+    table = make_frame_table(capacity=64, device="CPU")
     table.append(data)
-    sampler = rg.FrameStackSampler(table, stack=STACK, seed=0)
+    sampler = rg.Sampler(table, rg.Uniform(), rg.FrameStack(STACK), seed=0)
     row_to_ref = transition_of_row(data)
     seen = set()
     for _ in range(4):
@@ -119,9 +123,9 @@ def test_ring_wrap_never_uses_overwritten_frames():
     data, refs = record(lengths)
     n = len(data["frame"])
     capacity = n - 5  # the first 5 rows (part of episode 0) are overwritten
-    table = rg.make_frame_table(capacity=capacity, device="CPU")
+    table = make_frame_table(capacity=capacity, device="CPU")
     table.append(data)
-    sampler = rg.FrameStackSampler(table, stack=STACK, seed=1)
+    sampler = rg.Sampler(table, rg.Uniform(), rg.FrameStack(STACK), seed=1)
     row_to_ref = transition_of_row(data)
     # Table row r holds appended row a with a % capacity == r, the newest copy.
     appended = {a % capacity: a for a in range(n)}
@@ -138,9 +142,9 @@ def test_ring_wrap_never_uses_overwritten_frames():
 
 def test_frame_stacks_in_the_xla_learner_loop():
     data, _ = record([6, 6, 6])
-    table = rg.make_frame_table(capacity=32, device="CPU")
+    table = make_frame_table(capacity=32, device="CPU")
     table.append(data)
-    sampler = rg.FrameStackSampler(table, stack=STACK, seed=2)
+    sampler = rg.Sampler(table, rg.Uniform(), rg.FrameStack(STACK), seed=2)
 
     def update(batch):
         obs = tf.cast(batch["obs"], tf.float32) / 255.0
@@ -152,7 +156,7 @@ def test_frame_stacks_in_the_xla_learner_loop():
 
 
 def test_one_million_transitions_fit_in_the_memory_budget():
-    spec = rg.make_frame_spec((84, 84))
+    spec = make_frame_spec((84, 84))
     row = sum(max(1, v.shape.num_elements()) * v.dtype.size for v in spec.values())
     assert spec["frame"].dtype == tf.uint8 and spec["frame"].shape == [84, 84]
     # One frame per row: 1e6 transition rows take 7.07e9 bytes; the final rows (one per
@@ -163,16 +167,16 @@ def test_one_million_transitions_fit_in_the_memory_budget():
 
 def test_frame_rows_rejects_inconsistent_chunks():
     frames = np.zeros((3, 84, 84), np.uint8)
-    with pytest.raises(rg.BatchError, match="expected n \\+ 1 frames"):
-        rg.frame_rows(frames, [0, 1, 2], [0.0] * 3, [False] * 3, [False] * 3, first=True)
-    with pytest.raises(rg.BatchError, match="only the last step"):
-        rg.frame_rows(frames, [0, 1], [0.0] * 2, [True, False], [False] * 2, first=True)
+    with pytest.raises(BatchError, match="expected n \\+ 1 frames"):
+        frame_rows(frames, [0, 1, 2], [0.0] * 3, [False] * 3, [False] * 3, first=True)
+    with pytest.raises(BatchError, match="only the last step"):
+        frame_rows(frames, [0, 1], [0.0] * 2, [True, False], [False] * 2, first=True)
 
 
 def test_sampler_rejects_a_table_without_frame_fields():
     table = rg.ReplayTable({"obs": tf.TensorSpec([2], tf.float32)}, 8, "CPU")
     with pytest.raises(rg.ConfigError, match="make_frame_table"):
-        rg.FrameStackSampler(table)
+        rg.Sampler(table, rg.Uniform(), rg.FrameStack())
 
 
 def n_step_reference(refs, t, n, gamma):
@@ -189,10 +193,10 @@ def n_step_reference(refs, t, n, gamma):
 def test_n_step_transitions_match_the_episodes_played():
     lengths = [1, 2, 3, 5, 8, 2]
     data, refs = record(lengths)
-    table = rg.make_frame_table(capacity=64, device="CPU")
+    table = make_frame_table(capacity=64, device="CPU")
     table.append(data)
     n, gamma = 3, 0.5
-    sampler = rg.FrameStackSampler(table, stack=STACK, seed=3, n_step=n, gamma=gamma)
+    sampler = rg.Sampler(table, rg.Uniform(), rg.FrameStack(STACK, n_step=n, gamma=gamma), seed=3)
     row_to_ref = transition_of_row(data)
     steps_seen = set()
     for _ in range(4):
@@ -207,8 +211,8 @@ def test_n_step_transitions_match_the_episodes_played():
             assert batch["action"][b] == refs[t][2]
             assert batch["reward"][b] == pytest.approx(ret, rel=1e-6)
             assert (batch["terminated"][b], batch["truncated"][b]) == (term, trunc)
-            assert batch[rg.NSTEP][b] == m
-            assert batch[rg.DISCOUNT][b] == pytest.approx(0.0 if term else gamma**m)
+            assert batch[NSTEP][b] == m
+            assert batch[DISCOUNT][b] == pytest.approx(0.0 if term else gamma**m)
             steps_seen.add(m)
     assert steps_seen == {1, 2, 3}
     assert int(sampler.invalid_draws.numpy()) == 0
@@ -223,12 +227,12 @@ def test_n_step_stops_before_missing_frames():
         return np.stack([np.full((84, 84), v, np.uint8) for v in values])
 
     no = [False] * 3
-    table = rg.make_frame_table(capacity=16, device="CPU")
+    table = make_frame_table(capacity=16, device="CPU")
     # Episode A, 3 steps, never finished: rows 0-2 hold frames 10, 11, 12 (13 is never stored).
-    table.append(rg.frame_rows(frames(10, 11, 12, 13), [0, 1, 2], [1.0, 2.0, 4.0], no, no, True))
+    table.append(frame_rows(frames(10, 11, 12, 13), [0, 1, 2], [1.0, 2.0, 4.0], no, no, True))
     # Episode B starts at row 3; its first chunk of 2 steps is the newest: rows 3-4.
-    table.append(rg.frame_rows(frames(20, 21, 22), [0, 1], [8.0, 16.0], no[:2], no[:2], True))
-    sampler = rg.FrameStackSampler(table, stack=2, seed=4, n_step=3, gamma=1.0)
+    table.append(frame_rows(frames(20, 21, 22), [0, 1], [8.0, 16.0], no[:2], no[:2], True))
+    sampler = rg.Sampler(table, rg.Uniform(), rg.FrameStack(2, n_step=3, gamma=1.0), seed=4)
     # Row: (m, return, newest frame of next_obs). Row 2 (its next frame is missing) and row 4
     # (the newest; its next frame is not written yet) are not drawn.
     expected = {0: (2, 3.0, 12), 1: (1, 2.0, 12), 3: (1, 8.0, 21)}
@@ -237,22 +241,22 @@ def test_n_step_stops_before_missing_frames():
         rows, batch = sampler.sample(32)
         for b, r in enumerate(rows.numpy()):
             m, ret, newest = expected[int(r)]
-            assert int(batch[rg.NSTEP][b]) == m and float(batch["reward"][b]) == ret
+            assert int(batch[NSTEP][b]) == m and float(batch["reward"][b]) == ret
             assert int(batch["next_obs"][b, -1, 0, 0]) == newest
-            assert float(batch[rg.DISCOUNT][b]) == 1.0  # nothing terminated: bootstrap
+            assert float(batch[DISCOUNT][b]) == 1.0  # nothing terminated: bootstrap
             seen.add(int(r))
     assert seen == set(expected)
 
 
 def test_n_step_frames_train_the_atari_update_in_xla():
     data, _ = record([6, 6, 6])
-    table = rg.make_frame_table(capacity=32, device="CPU")
+    table = make_frame_table(capacity=32, device="CPU")
     table.append(data)
-    sampler = rg.FrameStackSampler(table, stack=STACK, seed=5, n_step=3, gamma=0.99)
+    sampler = rg.Sampler(table, rg.Uniform(), rg.FrameStack(STACK, n_step=3, gamma=0.99), seed=5)
 
     def update(batch):
         return {
-            "discount": tf.reduce_mean(batch[rg.DISCOUNT]),
+            "discount": tf.reduce_mean(batch[DISCOUNT]),
             "reward": tf.reduce_mean(batch["reward"]),
         }
 
@@ -265,6 +269,6 @@ def test_n_step_frames_train_the_atari_update_in_xla():
     [({"n_step": 0}, "n_step: got 0"), ({"n_step": 3, "gamma": 1.5}, "gamma: got 1.5")],
 )
 def test_sampler_rejects_bad_n_step_settings(kwargs, match):
-    table = rg.make_frame_table(capacity=16, device="CPU")
+    table = make_frame_table(capacity=16, device="CPU")
     with pytest.raises(rg.ConfigError, match=match):
-        rg.FrameStackSampler(table, **kwargs)
+        rg.Sampler(table, rg.Uniform(), rg.FrameStack(**kwargs))

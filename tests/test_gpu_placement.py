@@ -41,6 +41,9 @@ from gpu_kernels import (
 
 import replaygpu as rg
 from replaygpu.learner.learner import SGD_LOOP
+from replaygpu.samplers import make_frame_spec, make_frame_table
+from replaygpu.sharded import mirrored_strategy
+from replaygpu.specs import specs_from_env
 
 REQUIRED = os.environ.get("REPLAYGPU_GPU_REGISTRY") == "1"
 HAVE_REGISTRY = cuda_kernels_registered()
@@ -154,7 +157,7 @@ def test_checker_reports_a_bool_scatter_with_int64_indices_and_an_int64_loop_cou
 
 
 def vector_table() -> rg.ReplayTable:
-    return rg.ReplayTable(rg.specs_from_env(gym.make("CartPole-v1")), 256)
+    return rg.ReplayTable(specs_from_env(gym.make("CartPole-v1")), 256)
 
 
 def nested_table() -> rg.ReplayTable:
@@ -168,27 +171,27 @@ def nested_table() -> rg.ReplayTable:
 
 
 def frame_table() -> rg.ReplayTable:
-    return rg.make_frame_table(64, (8, 8))
+    return make_frame_table(64, (8, 8))
 
 
 def sequence_table() -> rg.ReplayTable:
-    spec = dict(rg.specs_from_env(gym.make("CartPole-v1")))
+    spec = dict(specs_from_env(gym.make("CartPole-v1")))
     spec["state/h"] = tf.TensorSpec([4], tf.float32)
     spec["state_stored"] = tf.TensorSpec([], tf.bool)
     return rg.ReplayTable(spec, 128)
 
 
 def sharded_frame_table() -> rg.ShardedReplayTable:
-    spec = dict(rg.make_frame_spec((8, 8)))
+    spec = dict(make_frame_spec((8, 8)))
     spec["actor"] = tf.TensorSpec([], tf.int64)
-    strategy = rg.mirrored_strategy(["/cpu:0", "/cpu:1"])
+    strategy = mirrored_strategy(["/cpu:0", "/cpu:1"])
     return rg.ShardedReplayTable(spec, 128, strategy, shard_by="actor")
 
 
 def sharded_table() -> rg.ShardedReplayTable:
-    spec = dict(rg.specs_from_env(gym.make("CartPole-v1")))
+    spec = dict(specs_from_env(gym.make("CartPole-v1")))
     spec["actor"] = tf.TensorSpec([], tf.int64)
-    strategy = rg.mirrored_strategy(["/cpu:0", "/cpu:1"])
+    strategy = mirrored_strategy(["/cpu:0", "/cpu:1"])
     return rg.ShardedReplayTable(spec, 128, strategy, shard_by="actor")
 
 

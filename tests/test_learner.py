@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 import replaygpu as rg
+from replaygpu.errors import EmptyTableError
 
 SPEC = {"id": tf.TensorSpec([], tf.int64), "x": tf.TensorSpec([2], tf.float32)}
 
@@ -27,7 +28,7 @@ def make_regression(table, seed=0, **kwargs):
         w.assign_sub(1e-4 * tape.gradient(loss, w))
         return {"loss": loss, "id_mean": tf.reduce_mean(tf.cast(batch["id"], tf.float32))}
 
-    sampler = rg.UniformSampler(table, seed=seed)
+    sampler = rg.Sampler(table, seed=seed)
     return rg.Learner(table, sampler, update, **kwargs), w
 
 
@@ -55,7 +56,7 @@ def test_without_autograph_a_plain_update_trains_and_python_control_flow_on_tens
         return {"x": x}
 
     table = filled_table()
-    sampler = rg.UniformSampler(table)
+    sampler = rg.Sampler(table)
     with pytest.raises((TypeError, tf.errors.OperatorNotAllowedInGraphError)):
         rg.Learner(table, sampler, branching, batch_size=8, autograph=False).train(1)
     assert rg.Learner(table, sampler, branching, batch_size=8).train(1)["steps"] == 1
@@ -72,7 +73,7 @@ def test_train_metrics_are_means_over_the_steps_of_the_call():
 def test_train_on_empty_table_raises_and_zero_steps_returns_nan_metrics():
     table = rg.ReplayTable(SPEC, capacity=8, device="CPU")
     learner, _ = make_regression(table, batch_size=4)
-    with pytest.raises(rg.EmptyTableError):
+    with pytest.raises(EmptyTableError):
         learner.train(3)
     table.append({"id": np.arange(2), "x": np.zeros((2, 2), np.float32)})
     out = learner.train(0)
@@ -81,7 +82,7 @@ def test_train_on_empty_table_raises_and_zero_steps_returns_nan_metrics():
 
 def test_update_fn_returning_non_scalar_metric_gets_clear_error():
     table = filled_table()
-    sampler = rg.UniformSampler(table, seed=0)
+    sampler = rg.Sampler(table, seed=0)
     learner = rg.Learner(table, sampler, lambda b: {"ids": b["id"]}, batch_size=4)
     with pytest.raises(rg.ConfigError, match="expected a scalar metric"):
         learner.train(1)

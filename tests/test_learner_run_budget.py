@@ -132,7 +132,7 @@ def test_the_recent_window_keeps_the_last_episodes_and_the_count_all():
 
 
 def test_info_of_a_served_learner_carries_learner_stats(table, stub_of):
-    learner = rg.Learner(table, rg.UniformSampler(table, seed=0), lambda b: {}, batch_size=1)
+    learner = rg.Learner(table, rg.Sampler(table, seed=0), lambda b: {}, batch_size=1)
     with rg.serve(learner) as server:
         stub = stub_of(server)
         empty = stub.Info(replay_pb2.InfoRequest()).learner_stats
@@ -164,7 +164,7 @@ def test_info_of_a_served_learner_carries_learner_stats(table, stub_of):
 def test_finish_at_inserts_up_to_the_batch_that_reaches_it_and_acks_the_rest_uninserted(
     table, stub_of
 ):
-    learner = rg.Learner(table, rg.UniformSampler(table, seed=0), lambda b: {}, batch_size=1)
+    learner = rg.Learner(table, rg.Sampler(table, seed=0), lambda b: {}, batch_size=1)
     with rg.serve(learner) as server:  # nothing commits until the test's "training loop" does
         server.finish_at(250)
         stub = stub_of(server)

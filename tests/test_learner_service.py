@@ -23,6 +23,8 @@ from replaygpu.agents.actor_config import ActorConfig
 from replaygpu.agents.apex import ApexConfig
 from replaygpu.agents.learner import LearnerService, SACLearnerConfig
 from replaygpu.agents.runs import RunControl
+from replaygpu.errors import CheckpointMismatchError
+from replaygpu.service.config import ActorSettings
 
 
 def final_checkpoint(learner: subprocess.Popen, lines: list[str]) -> re.Match:
@@ -80,7 +82,7 @@ def test_learner_and_actors_with_only_the_address_then_resume(tmp_path):
             info = client.info()
         assert info.tables[0].size == 3000
         assert info.actors == 2  # the ledger was restored: the actors' resent batches are dropped
-        settings = rg.ActorSettings.from_proto(info.actor_settings)
+        settings = ActorSettings.from_proto(info.actor_settings)
         assert (settings.env_id, settings.agent, settings.num_actors) == ("CartPole-v1", "dqn", 2)
         learner.send_signal(signal.SIGTERM)
         _, rest = learner.communicate(timeout=120)
@@ -172,7 +174,7 @@ def test_dqn_learner_over_two_devices_shards_streams_and_resumes(tmp_path):
         again.close(save=False)
 
     one_device = dataclasses.replace(config, devices="/cpu:0")
-    with pytest.raises(rg.CheckpointMismatchError, match=r"holds 2 shards .* has 1"):
+    with pytest.raises(CheckpointMismatchError, match=r"holds 2 shards .* has 1"):
         LearnerService(one_device, run=RunControl(str(tmp_path / "ckpt"), 3600, "dqn", one_device))
 
 

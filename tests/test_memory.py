@@ -14,6 +14,8 @@ import tensorflow as tf
 
 import replaygpu as rg
 from replaygpu import memory
+from replaygpu.errors import OutOfDeviceMemoryError
+from replaygpu.memory import plan_capacity
 
 SPEC = {
     "obs": tf.TensorSpec([4], tf.float32),
@@ -43,10 +45,10 @@ def test_row_bytes_counts_stored_dtypes():
 @pytest.mark.parametrize("available", [0, 30, 31, 1000, 123_456_789, 80 * 2**30 + 17])
 @pytest.mark.parametrize("fraction", [0.1, 0.5, 0.9, 0.95, 1.0])
 def test_plan_capacity_is_the_largest_capacity_that_fits_the_fraction(available, fraction):
-    capacity = rg.plan_capacity(SPEC, "CPU", fraction, available=available)
+    capacity = plan_capacity(SPEC, "CPU", fraction, available=available)
     budget = Fraction(fraction) * available
     assert capacity * ROW <= budget < (capacity + 1) * ROW
-    halved = rg.plan_capacity(
+    halved = plan_capacity(
         SPEC, "CPU", fraction, storage_dtypes={"obs": tf.float16}, available=available
     )
     assert halved * (ROW - 8) <= budget < (halved + 1) * (ROW - 8)
@@ -54,7 +56,7 @@ def test_plan_capacity_is_the_largest_capacity_that_fits_the_fraction(available,
 
 def test_plan_capacity_on_this_host_fits_the_available_ram():
     before = memory.available_bytes("CPU")
-    capacity = rg.plan_capacity(SPEC, "CPU", 0.5)
+    capacity = plan_capacity(SPEC, "CPU", 0.5)
     after = memory.available_bytes("CPU")
     low, high = sorted([before, after])
     # the machine is shared: free memory moves between the calls, so bracket it
@@ -74,7 +76,7 @@ def test_plan_capacity_on_this_host_fits_the_available_ram():
 def test_plan_capacity_rejects_bad_arguments(kwargs, pattern):
     kwargs = {"available": 10**6, **kwargs}
     with pytest.raises(rg.ConfigError, match=pattern):
-        rg.plan_capacity(SPEC, "CPU", **kwargs)
+        plan_capacity(SPEC, "CPU", **kwargs)
 
 
 @linux_only
@@ -124,7 +126,7 @@ def test_a_cgroup_that_is_full_leaves_no_room(tmp_path):
 def test_a_table_far_too_large_raises_naming_a_capacity_that_fits_and_allocates_nothing():
     spec = {"obs": tf.TensorSpec([4], tf.float32)}
     rss = rss_bytes()
-    with pytest.raises(rg.OutOfDeviceMemoryError) as caught:
+    with pytest.raises(OutOfDeviceMemoryError) as caught:
         rg.ReplayTable(spec, 10**12, device="CPU", name="huge")
     err = caught.value
     assert isinstance(err, rg.ConfigError)
@@ -138,7 +140,7 @@ def test_a_table_far_too_large_raises_naming_a_capacity_that_fits_and_allocates_
         "table 'huge' needs 14.6 TiB (16,000,000,000,000 bytes: capacity 1,000,000,000,000 x 16",
         f"has {memory.human_bytes(err.available)} free ({err.available:,} bytes)",
         f"capacity {fits:,} would fit. Nothing was allocated.",
-        "rg.plan_capacity(spec, device)",
+        "replaygpu.memory.plan_capacity(spec, device)",
         "storage_dtypes={'obs': tf.float16}",
         "another device",
         "check_memory=False",
@@ -148,14 +150,14 @@ def test_a_table_far_too_large_raises_naming_a_capacity_that_fits_and_allocates_
 
 def test_the_error_drops_the_storage_hint_when_nothing_can_be_narrowed():
     spec = {"frame": tf.TensorSpec([84, 84], tf.uint8)}
-    with pytest.raises(rg.OutOfDeviceMemoryError) as caught:
+    with pytest.raises(OutOfDeviceMemoryError) as caught:
         rg.ReplayTable(spec, 10**10, device="CPU")
     assert "storage_dtypes" not in str(caught.value)
     # narrowing a float32 field halves the bytes needed and doubles the capacity named
     spec32 = {"obs": tf.TensorSpec([8], tf.float32)}
-    with pytest.raises(rg.OutOfDeviceMemoryError) as wide:
+    with pytest.raises(OutOfDeviceMemoryError) as wide:
         rg.ReplayTable(spec32, 10**12, device="CPU")
-    with pytest.raises(rg.OutOfDeviceMemoryError) as narrow:
+    with pytest.raises(OutOfDeviceMemoryError) as narrow:
         rg.ReplayTable(spec32, 10**12, device="CPU", storage_dtypes={"obs": tf.float16})
     assert narrow.value.needed * 2 == wide.value.needed
     ratio = narrow.value.capacity_that_fits / wide.value.capacity_that_fits
@@ -179,6 +181,7 @@ def test_check_memory_false_skips_the_check_and_leaves_allocation_to_tensorflow(
         import resource
         import tensorflow as tf
         import replaygpu as rg
+        from replaygpu.errors import OutOfDeviceMemoryError
 
         spec = {"obs": tf.TensorSpec([4], tf.float32)}
         tf.zeros([1])
@@ -187,7 +190,7 @@ def test_check_memory_false_skips_the_check_and_leaves_allocation_to_tensorflow(
         resource.setrlimit(resource.RLIMIT_AS, (size + 2**31, resource.RLIM_INFINITY))
         try:
             rg.ReplayTable(spec, 10**12, device="CPU")
-        except rg.OutOfDeviceMemoryError:
+        except OutOfDeviceMemoryError:
             print("checked")
         try:
             rg.ReplayTable(spec, 10**12, device="CPU", check_memory=False)

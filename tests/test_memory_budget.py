@@ -12,6 +12,7 @@ from service_helpers import SPEC, columns, stored_ids
 
 import replaygpu as rg
 from replaygpu.errors import ConfigError
+from replaygpu.service.config import ServerConfig
 from replaygpu.service.learner.admission import RequestBudget
 from replaygpu.service.wire.append_request import encode_append_request
 from replaygpu.v1 import replay_pb2, replay_pb2_grpc
@@ -55,7 +56,7 @@ def test_streams_wait_for_the_budget_before_reading_and_every_request_lands():
     streams_n, per_stream = 12, 2
     # a request takes twice its size; a stream's first read reserves twice max_message_bytes
     # (its size is not known yet): 4 fit, whatever the order the streams arrive in
-    config = rg.ServerConfig(max_message_bytes=size + 4096, inflight_max_bytes=8 * (size + 4096))
+    config = ServerConfig(max_message_bytes=size + 4096, inflight_max_bytes=8 * (size + 4096))
     table = rg.ReplayTable(SPEC, capacity=streams_n * per_stream * ROWS, device="/CPU:0")
     with rg.serve(table, config=config) as server, grpc.insecure_channel(server.address) as ch:
         info = replay_pb2_grpc.ReplayServiceStub(ch).Info
@@ -107,7 +108,7 @@ def test_streams_wait_for_the_budget_before_reading_and_every_request_lands():
 
 def test_a_request_larger_than_the_budget_is_still_served_alone():
     size = len(request("a0", 1, 0))
-    config = rg.ServerConfig(max_message_bytes=4 * size, inflight_max_bytes=size)
+    config = ServerConfig(max_message_bytes=4 * size, inflight_max_bytes=size)
     table = rg.ReplayTable(SPEC, capacity=8 * ROWS, device="/CPU:0")
     with rg.serve(table, config=config) as server, grpc.insecure_channel(server.address) as ch:
         streams = [
@@ -149,4 +150,4 @@ def test_the_budget_grants_in_arrival_order_and_a_waiter_that_leaves_takes_nothi
 @pytest.mark.parametrize("value", [0, -1])
 def test_a_budget_below_one_byte_is_refused(value):
     with pytest.raises(ConfigError, match="inflight_max_bytes"):
-        rg.ServerConfig(inflight_max_bytes=value)
+        ServerConfig(inflight_max_bytes=value)

@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from service_helpers import SPEC, columns, free_port
 
 import replaygpu as rg
+from replaygpu.service.ops.metrics import start_metrics_server
 from replaygpu.service.wire.append_request import encode_append_request
 from replaygpu.v1 import replay_pb2, replay_pb2_grpc
 
@@ -54,7 +55,7 @@ def test_a_scrape_reports_ingested_transitions_answers_by_code_table_and_checkpo
 ):
     with (
         rg.serve(table, "127.0.0.1:0") as server,
-        rg.start_metrics_server(0, server, address="127.0.0.1") as metrics,
+        start_metrics_server(0, server, address="127.0.0.1") as metrics,
     ):
         before = scrape(metrics.url)
         assert before[("replaygpu_ingested_transitions_total", ())] == 0
@@ -110,7 +111,7 @@ def test_learner_stats_are_read_at_each_scrape_and_override_the_servers_checkpoi
     }
     with (
         rg.serve(table, "127.0.0.1:0") as server,
-        rg.start_metrics_server(0, server, lambda: stats, address="127.0.0.1") as metrics,
+        start_metrics_server(0, server, lambda: stats, address="127.0.0.1") as metrics,
     ):
         first = scrape(metrics.url)
         stats["sgd_steps"] = 7.0
@@ -125,7 +126,7 @@ def test_learner_stats_are_read_at_each_scrape_and_override_the_servers_checkpoi
 def test_a_scrape_has_the_loss_recent_return_and_eval_gauges_once_they_are_known(table):
     with (
         rg.serve(table, "127.0.0.1:0") as server,
-        rg.start_metrics_server(0, server, address="127.0.0.1") as metrics,
+        start_metrics_server(0, server, address="127.0.0.1") as metrics,
     ):
         before = scrape(metrics.url)
         with grpc.insecure_channel(server.address) as channel:
@@ -157,7 +158,7 @@ def test_a_failing_learner_stats_leaves_the_servers_metrics_in_the_scrape(table,
 
     with (
         rg.serve(table, "127.0.0.1:0") as server,
-        rg.start_metrics_server(0, server, broken, address="127.0.0.1") as metrics,
+        start_metrics_server(0, server, broken, address="127.0.0.1") as metrics,
     ):
         samples = scrape(metrics.url)
     assert samples[("replaygpu_table_capacity", ())] == 100
@@ -168,8 +169,8 @@ def test_two_endpoints_in_one_process_have_their_own_registries_and_close_cleanl
     a = rg.ReplayTable(SPEC, capacity=10, device="/CPU:0", name="replay")
     b = rg.ReplayTable(SPEC, capacity=20, device="/CPU:0", name="replay")
     with rg.serve(a) as server_a, rg.serve(b) as server_b:
-        metrics_a = rg.start_metrics_server(0, server_a, address="127.0.0.1")
-        metrics_b = rg.start_metrics_server(0, server_b, address="127.0.0.1")
+        metrics_a = start_metrics_server(0, server_a, address="127.0.0.1")
+        metrics_b = start_metrics_server(0, server_b, address="127.0.0.1")
         try:
             assert scrape(metrics_a.url)[("replaygpu_table_capacity", ())] == 10
             assert scrape(metrics_b.url)[("replaygpu_table_capacity", ())] == 20
@@ -188,7 +189,7 @@ def test_a_port_in_use_is_a_config_error_naming_it(table):
         taken.listen()
         port = taken.getsockname()[1]
         with rg.serve(table) as server, pytest.raises(rg.ConfigError, match=f"127.0.0.1:{port}"):
-            rg.start_metrics_server(port, server, address="127.0.0.1")
+            start_metrics_server(port, server, address="127.0.0.1")
 
 
 def wait_for_scrape(url, process, timeout=120.0):
@@ -248,7 +249,7 @@ def test_serve_with_metrics_port_reports_appends_and_stops_on_sigterm():
 def test_wait_scraped_returns_once_a_scrape_read_values_of_then_or_times_out(table):
     with (
         rg.serve(table, "127.0.0.1:0") as server,
-        rg.start_metrics_server(0, server, address="127.0.0.1") as metrics,
+        start_metrics_server(0, server, address="127.0.0.1") as metrics,
     ):
         scrape(metrics.url)
         now = time.monotonic()

@@ -10,6 +10,12 @@ import pytest
 import tensorflow as tf
 
 import replaygpu as rg
+from replaygpu.errors import BatchError, CheckpointMismatchError
+from replaygpu.fields import TRANSITION_FIELDS, FieldSpec
+from replaygpu.keys import DATA, DISCOUNT, IMPORTANCE_WEIGHTS, MASK, NSTEP
+from replaygpu.nest import flatten as flatten_nest
+from replaygpu.sharded import mirrored_strategy
+from replaygpu.specs import host_spec, specs_from_env
 
 Pair = collections.namedtuple("Pair", ["pos", "vel"])
 
@@ -120,7 +126,7 @@ def test_a_nested_spec_is_stored_one_variable_per_leaf_path():
     ]
     assert table.storage["obs/state/1/vel"].shape.as_list() == [8, 2]
     assert table.storage["obs/image"].dtype == tf.uint8
-    assert rg.host_spec(table.spec)["next_obs/state/0"] == rg.FieldSpec("float32", (3,))
+    assert host_spec(table.spec)["next_obs/state/0"] == FieldSpec("float32", (3,))
 
 
 def test_a_flat_dict_spec_is_its_own_structure():
@@ -128,7 +134,7 @@ def test_a_flat_dict_spec_is_its_own_structure():
     table = rg.ReplayTable(spec, 4)
     assert table.structure is table.spec and list(table.spec) == ["a", "b/c"]
     table.append({"a": [1, 2], "b/c": np.zeros([2, 2], np.float32)})
-    _, batch = rg.UniformSampler(table, seed=0).sample(3)
+    _, batch = rg.Sampler(table, seed=0).sample(3)
     assert type(batch) is dict and sorted(batch) == ["a", "b/c"]
 
 
@@ -143,7 +149,7 @@ def test_a_flat_dict_spec_is_its_own_structure():
 def test_uniform_samples_come_back_in_the_spec_structure(spec, batch):
     table = rg.ReplayTable(spec(), 16)
     assert table.append(batch(np.arange(10))) == 10
-    _, sampled = rg.UniformSampler(table, seed=3).sample(32)
+    _, sampled = rg.Sampler(table, seed=3).sample(32)
     assert type(sampled) is type(spec())
     assert_dict_rows(sampled if isinstance(sampled, dict) else sampled._asdict(), row_ids(sampled))
     assert set(row_ids(sampled)) <= set(range(10))
@@ -152,33 +158,33 @@ def test_uniform_samples_come_back_in_the_spec_structure(spec, batch):
 def test_a_tuple_spec_round_trips_and_sampler_keys_go_beside_it_under_data():
     table = rg.ReplayTable(tuple_spec(), 16)
     table.append(tuple_batch(np.arange(6)))
-    _, sampled = rg.UniformSampler(table, seed=0).sample(8)
+    _, sampled = rg.Sampler(table, seed=0).sample(8)
     ids = sampled[0].numpy()
     assert isinstance(sampled, tuple) and isinstance(sampled[1], tuple)
     np.testing.assert_array_equal(sampled[1][0].numpy()[:, 1], 2 * ids)
     np.testing.assert_array_equal(sampled[1][1].numpy(), ids.astype(np.uint8))
-    _, weighted = rg.PrioritizedSampler(table, seed=0).sample(8)
-    assert sorted(weighted) == [rg.DATA, rg.IMPORTANCE_WEIGHTS]
-    ids = weighted[rg.DATA][0].numpy()
-    np.testing.assert_array_equal(weighted[rg.DATA][1][0].numpy()[:, 0], ids)
-    assert weighted[rg.IMPORTANCE_WEIGHTS].shape == [8]
+    _, weighted = rg.Sampler(table, rg.Prioritized(), seed=0).sample(8)
+    assert sorted(weighted) == [DATA, IMPORTANCE_WEIGHTS]
+    ids = weighted[DATA][0].numpy()
+    np.testing.assert_array_equal(weighted[DATA][1][0].numpy()[:, 0], ids)
+    assert weighted[IMPORTANCE_WEIGHTS].shape == [8]
 
 
 def test_append_takes_a_batch_flat_by_leaf_path_too():
     table = rg.ReplayTable(dict_spec(), 16)
-    flat = rg.flatten_nest(dict_batch(np.arange(4)))
+    flat = flatten_nest(dict_batch(np.arange(4)))
     assert "obs/state/1/pos" in flat
     table.append(flat)
-    _, sampled = rg.UniformSampler(table, seed=0).sample(8)
+    _, sampled = rg.Sampler(table, seed=0).sample(8)
     assert_dict_rows(sampled, row_ids(sampled))
 
 
 def test_prioritized_weights_sit_beside_the_nested_fields():
     table = rg.ReplayTable(dict_spec(), 16)
     table.append(dict_batch(np.arange(10)))
-    sampler = rg.PrioritizedSampler(table, seed=1)
+    sampler = rg.Sampler(table, rg.Prioritized(), seed=1)
     indices, sampled = sampler.sample(8)
-    assert rg.IMPORTANCE_WEIGHTS in sampled and sampled[rg.IMPORTANCE_WEIGHTS].shape == [8]
+    assert IMPORTANCE_WEIGHTS in sampled and sampled[IMPORTANCE_WEIGHTS].shape == [8]
     assert_dict_rows(sampled, indices.numpy())
     sampler.update_priorities(indices, tf.ones([8]))
 
@@ -186,7 +192,7 @@ def test_prioritized_weights_sit_beside_the_nested_fields():
 def test_nstep_replaces_a_nested_next_obs_leaf_by_leaf():
     table = rg.ReplayTable(dict_spec(), 32)
     table.append(dict_batch(np.arange(12), done=[5]))
-    indices, sampled = rg.NStepSampler(table, n=3, gamma=0.5, seed=2).sample(64)
+    indices, sampled = rg.Sampler(table, rg.Uniform(), rg.NStep(3, gamma=0.5), seed=2).sample(64)
     ids = indices.numpy()
     # rows i..i+2, stopping at the terminated row 5 and at the newest row 11
     last = np.array([min(i + 2, 5 if i <= 5 else 11) for i in ids])
@@ -197,29 +203,29 @@ def test_nstep_replaces_a_nested_next_obs_leaf_by_leaf():
     np.testing.assert_array_equal(sampled["next_obs"]["state"][1].pos.numpy(), last + 1)
     np.testing.assert_array_equal(sampled["obs"]["state"][1].pos.numpy(), ids)
     steps = last - ids + 1
-    np.testing.assert_array_equal(sampled[rg.NSTEP].numpy(), steps)
+    np.testing.assert_array_equal(sampled[NSTEP].numpy(), steps)
     np.testing.assert_allclose(
         sampled["reward"].numpy(), [sum(0.5**j for j in range(k)) for k in steps]
     )
     np.testing.assert_allclose(
-        sampled[rg.DISCOUNT].numpy(), np.where(last == 5, 0.0, 0.5**steps), rtol=1e-6
+        sampled[DISCOUNT].numpy(), np.where(last == 5, 0.0, 0.5**steps), rtol=1e-6
     )
 
 
 def test_nstep_over_a_prioritized_base_keeps_the_structure():
     table = rg.ReplayTable(dict_spec(), 32)
     table.append(dict_batch(np.arange(12)))
-    sampler = rg.NStepSampler(rg.PrioritizedSampler(table, seed=0), n=2)
+    sampler = rg.Sampler(table, rg.Prioritized(), seed=0).with_view(rg.NStep(2))
     indices, sampled = sampler.sample(16)
-    assert {rg.IMPORTANCE_WEIGHTS, rg.DISCOUNT, rg.NSTEP} <= set(sampled)
+    assert {IMPORTANCE_WEIGHTS, DISCOUNT, NSTEP} <= set(sampled)
     np.testing.assert_array_equal(sampled["obs"]["state"][1].pos.numpy(), indices.numpy())
 
 
 def test_sequence_windows_of_a_nested_spec_keep_the_structure_and_mask():
     table = rg.ReplayTable(dict_spec(), 32)
     table.append(dict_batch(np.arange(12)))
-    starts, sampled = rg.SequenceSampler(table, length=3, seed=0).sample(8)
-    assert sampled[rg.MASK].shape == [8, 3]
+    starts, sampled = rg.Sampler(table, rg.Uniform(), rg.Sequence(3), seed=0).sample(8)
+    assert sampled[MASK].shape == [8, 3]
     pos = sampled["obs"]["state"][1].pos.numpy()
     assert pos.shape == (8, 3)
     np.testing.assert_array_equal(pos, starts.numpy()[:, None] + np.arange(3))
@@ -234,10 +240,10 @@ def test_a_learner_trains_on_nested_batches():
         vel = batch["obs"]["state"][1].vel
         return {
             "vel": tf.reduce_mean(vel[:, 0]),
-            "weights": tf.reduce_mean(batch[rg.IMPORTANCE_WEIGHTS]),
+            "weights": tf.reduce_mean(batch[IMPORTANCE_WEIGHTS]),
         }
 
-    learner = rg.Learner(table, rg.PrioritizedSampler(table, seed=0), update, batch_size=4)
+    learner = rg.Learner(table, rg.Sampler(table, rg.Prioritized(), seed=0), update, batch_size=4)
     out = learner.train(5)
     assert out["steps"] == 5 and 0.0 <= out["vel"] <= 11.0 and np.isfinite(out["weights"])
 
@@ -247,24 +253,22 @@ def test_a_bad_nested_batch_names_the_leaf_and_writes_nothing():
     table.append(dict_batch([0]))
     bad = dict_batch([1, 2])
     bad["obs"]["image"] = bad["obs"]["image"].astype(np.float32)
-    with pytest.raises(rg.BatchError, match=r"field 'obs/image': expected dtype uint8.*float32"):
+    with pytest.raises(BatchError, match=r"field 'obs/image': expected dtype uint8.*float32"):
         table.append(bad)
     missing = dict_batch([1, 2])
     del missing["next_obs"]["state"]
-    with pytest.raises(
-        rg.BatchError, match=r"missing \['next_obs/state/0', 'next_obs/state/1/pos'"
-    ):
+    with pytest.raises(BatchError, match=r"missing \['next_obs/state/0', 'next_obs/state/1/pos'"):
         table.append(missing)
     extra = dict_batch([1, 2])
     extra["obs"]["depth"] = np.zeros([2, 2], np.float32)
-    with pytest.raises(rg.BatchError, match=r"unexpected \['obs/depth'\]"):
+    with pytest.raises(BatchError, match=r"unexpected \['obs/depth'\]"):
         table.append(extra)
     assert table.size == 1 and table.total_inserted == 1
 
 
 def test_a_nested_table_checkpoints_per_leaf_and_restores(tmp_path):
     table = rg.ReplayTable(dict_spec(), 16)
-    sampler = rg.UniformSampler(table, seed=5)
+    sampler = rg.Sampler(table, seed=5)
     table.append(dict_batch(np.arange(7)))
     path = rg.Checkpointer(tmp_path, table=table, sampler=sampler).save()
     keys = [k for k, _ in tf.train.list_variables(path) if "/storage/" in k]
@@ -272,7 +276,7 @@ def test_a_nested_table_checkpoints_per_leaf_and_restores(tmp_path):
     expected = sampler.sample(4)[1]
 
     restored = rg.ReplayTable(dict_spec(), 16)
-    again = rg.UniformSampler(restored, seed=99)
+    again = rg.Sampler(restored, seed=99)
     assert rg.Checkpointer(tmp_path, table=restored, sampler=again).restore() == path
     assert restored.size == 7
     got = again.sample(4)[1]
@@ -284,7 +288,7 @@ def test_a_checkpoint_of_another_nested_spec_names_the_leaf(tmp_path):
     rg.Checkpointer(tmp_path, table=table).save()
     other = dict_spec()
     other["obs"] = {**other["obs"], "image": tf.TensorSpec([3, 3], tf.uint8)}
-    with pytest.raises(rg.CheckpointMismatchError, match=r"'obs/image': table has \(\[16, 3, 3\]"):
+    with pytest.raises(CheckpointMismatchError, match=r"'obs/image': table has \(\[16, 3, 3\]"):
         rg.Checkpointer(tmp_path, table=rg.ReplayTable(other, 16)).restore()
 
 
@@ -317,8 +321,8 @@ def test_specs_from_env_nests_dict_tuple_multidiscrete_and_multibinary_spaces():
             "mode": gym.spaces.Discrete(3),
         }
     )
-    spec = rg.specs_from_env(_SpaceEnv(space))
-    assert list(spec) == list(rg.TRANSITION_FIELDS)
+    spec = specs_from_env(_SpaceEnv(space))
+    assert list(spec) == list(TRANSITION_FIELDS)
     for key in ("obs", "next_obs"):
         obs = spec[key]
         assert sorted(obs) == ["camera", "joints", "mode"] and isinstance(obs["joints"], tuple)
@@ -345,22 +349,22 @@ def test_specs_from_env_nests_dict_tuple_multidiscrete_and_multibinary_spaces():
 
 
 def test_a_sharded_table_takes_nested_batches_and_each_replica_samples_them_nested():
-    strategy = rg.mirrored_strategy(["/cpu:0", "/cpu:1"])  # the process's (see conftest)
+    strategy = mirrored_strategy(["/cpu:0", "/cpu:1"])  # the process's (see conftest)
     table = rg.ShardedReplayTable(dict_spec(), 16, strategy)
     assert list(table.spec) == list(rg.ReplayTable(dict_spec(), 4).spec)
     table.append(dict_batch(np.arange(8)))
     assert table.shard_sizes == [4, 4]
     bad = dict_batch([1])
     bad["obs"]["image"] = bad["obs"]["image"].astype(np.int32)
-    with pytest.raises(rg.BatchError, match=r"field 'obs/image'"):
+    with pytest.raises(BatchError, match=r"field 'obs/image'"):
         table.append(bad)
-    sampler = rg.PrioritizedSampler(table, seed=0)
+    sampler = rg.Sampler(table, rg.Prioritized(), seed=0)
 
     @tf.function
     def draw():
         def replica():
             _, batch = sampler.sample(4)
-            return batch["obs"]["state"][1].pos, batch["action"], batch[rg.IMPORTANCE_WEIGHTS]
+            return batch["obs"]["state"][1].pos, batch["action"], batch[IMPORTANCE_WEIGHTS]
 
         return strategy.run(replica)
 

@@ -1,4 +1,4 @@
-"""NStepSampler: discounted sums stop at episode ends; terminated does not bootstrap,
+"""The NStep view: discounted sums stop at episode ends; terminated does not bootstrap,
 truncated does; windows never read past the newest row."""
 
 import numpy as np
@@ -37,9 +37,9 @@ def rows_from_episodes(episodes):
     }
 
 
-def all_rows(sampler: rg.NStepSampler, rows: list[int]) -> dict[str, np.ndarray]:
+def all_rows(sampler: rg.Sampler, rows: list[int]) -> dict[str, np.ndarray]:
     idx = tf.constant(rows, tf.int64)
-    out = sampler.accumulate(idx, sampler.table.gather(idx))
+    out = sampler.view.accumulate(sampler.table.shards[0], idx, sampler.table.gather(idx))
     return {k: v.numpy() for k, v in out.items()}
 
 
@@ -48,7 +48,7 @@ def test_hand_computed_targets_with_termination_and_truncation():
     # still running (the last row is the newest in the table).
     table = rg.ReplayTable(SPEC, capacity=16, device="CPU")
     table.append(rows_from_episodes([([1, 2, 3], "term"), ([1, 1], "trunc"), ([5, 7], None)]))
-    sampler = rg.NStepSampler(table, n=3, gamma=0.5, seed=0)
+    sampler = rg.Sampler(table, rg.Uniform(), rg.NStep(3, gamma=0.5), seed=0)
     out = all_rows(sampler, list(range(7)))
     np.testing.assert_allclose(out["reward"], [2.75, 3.5, 3.0, 1.5, 1.0, 8.5, 7.0])
     np.testing.assert_allclose(out["discount"], [0.0, 0.0, 0.0, 0.25, 0.5, 0.25, 0.5])
@@ -90,7 +90,7 @@ def test_random_episodes_match_reference_across_the_ring_wrap():
     newest = (total - 1) % capacity
     gamma = 0.9
     for n in (1, 2, 4):
-        sampler = rg.NStepSampler(table, n=n, gamma=gamma)
+        sampler = rg.Sampler(table, rg.Uniform(), rg.NStep(n, gamma=gamma))
         out = all_rows(sampler, list(range(capacity)))
         for i in range(capacity):
             ret, disc, last, steps = reference(stored, i, n, gamma, newest, capacity)
@@ -106,7 +106,7 @@ def test_stream_field_stops_at_rows_of_another_actor():
     data = rows_from_episodes([([1, 1, 1, 1, 1, 1], None)])
     data["actor"] = np.array([0, 0, 1, 0, 1, 1], np.int64)  # interleaved appends
     table.append(data)
-    sampler = rg.NStepSampler(table, n=3, gamma=0.5, stream_field="actor")
+    sampler = rg.Sampler(table, rg.Uniform(), rg.NStep(3, gamma=0.5, stream_field="actor"))
     out = all_rows(sampler, [0, 1, 2, 4])
     np.testing.assert_array_equal(out["nstep"], [2, 1, 1, 2])
     np.testing.assert_allclose(out["reward"], [1.5, 1.0, 1.0, 1.5])
@@ -116,8 +116,8 @@ def test_stream_field_stops_at_rows_of_another_actor():
 def test_prioritized_nstep_runs_in_the_xla_learner_loop():
     table = rg.ReplayTable(SPEC, capacity=64, device="CPU")
     table.append(rows_from_episodes([([1.0] * 10, "term")] * 5))
-    base = rg.PrioritizedSampler(table, alpha=0.6, beta=0.4, seed=1)
-    sampler = rg.NStepSampler(base, n=3, gamma=0.9)
+    base = rg.Sampler(table, rg.Prioritized(alpha=0.6, beta=0.4), seed=1)
+    sampler = base.with_view(rg.NStep(3, gamma=0.9))
 
     def update(batch):
         target = batch["reward"] + batch["discount"] * 10.0
@@ -131,20 +131,22 @@ def test_prioritized_nstep_runs_in_the_xla_learner_loop():
     out = learner.train(50)
     assert out["steps"] == 50 and np.isfinite(out["target"])
     assert 0.0 < out["weight"] <= 1.0
-    assert int(base.sample_count.numpy()) == 50
+    assert int(base.index.sample_count.numpy()) == 50
 
 
 def test_rejects_tables_without_the_fields_and_bad_parameters():
     table = rg.ReplayTable({"obs": tf.TensorSpec([1], tf.float32)}, 4, "CPU")
     with pytest.raises(rg.ConfigError, match="lacks field"):
-        rg.NStepSampler(table)
+        rg.Sampler(table, rg.Uniform(), rg.NStep())
     table = rg.ReplayTable(SPEC, 4, "CPU")
     with pytest.raises(rg.ConfigError, match="n: got 0"):
-        rg.NStepSampler(table, n=0)
+        rg.Sampler(table, rg.Uniform(), rg.NStep(0))
     with pytest.raises(rg.ConfigError, match=r"gamma: got 1\.5"):
-        rg.NStepSampler(table, gamma=1.5)
+        rg.Sampler(table, rg.Uniform(), rg.NStep(gamma=1.5))
     with pytest.raises(rg.ConfigError, match="keeps no priorities"):
-        rg.NStepSampler(table).update_priorities(tf.constant([0], tf.int64), tf.constant([1.0]))
+        rg.Sampler(table, rg.Uniform(), rg.NStep()).update_priorities(
+            tf.constant([0], tf.int64), tf.constant([1.0])
+        )
 
 
 class CountingIndex(PrioritizedIndex):
@@ -193,10 +195,10 @@ def test_wrapped_prioritized_sampler_syncs_once_per_train_call_not_per_step(jit_
 def test_priorities_without_a_prioritized_sampler_raise_config_error():
     table = rg.ReplayTable(SPEC, capacity=16, device="CPU")
     table.append(rows_from_episodes([([1.0, 2.0, 3.0], "term")]))
-    uniform = rg.UniformSampler(table, seed=0)
-    nstep = rg.NStepSampler(uniform, n=2)
+    uniform = rg.Sampler(table, seed=0)
+    nstep = uniform.with_view(rg.NStep(2))
     assert not uniform.keeps_priorities and not nstep.keeps_priorities
-    message = r"NStepSampler\(Uniform x NStep\) keeps no priorities"
+    message = r"Sampler\(Uniform x NStep\) keeps no priorities"
     with pytest.raises(rg.ConfigError, match=message):
         nstep.update_priorities(tf.constant([0], tf.int64), tf.constant([1.0]))
 

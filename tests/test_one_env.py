@@ -5,8 +5,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import replaygpu as rg
 from replaygpu.agents.envs import OneEnv, TransitionChunk, make_vector_env, true_next_obs
+from replaygpu.nest import flatten as flatten_nest
+from replaygpu.specs import host_spec, specs_from_env
 
 DICT_SPACE = gym.spaces.Dict(
     {
@@ -25,7 +26,7 @@ def dict_cartpole():
 
 
 def leaves(obs):
-    return rg.flatten_nest(obs) if isinstance(obs, dict) else {"": obs}
+    return flatten_nest(obs) if isinstance(obs, dict) else {"": obs}
 
 
 @pytest.mark.parametrize("make", [lambda: gym.make("CartPole-v1"), dict_cartpole])
@@ -65,8 +66,8 @@ def test_make_vector_env_takes_one_env_for_one_and_a_chunk_holds_its_steps():
     env = make_vector_env("CartPole-v1", 1, seed=0)
     assert isinstance(env, OneEnv) and env.num_envs == 1
     assert not isinstance(make_vector_env("CartPole-v1", 2, seed=0), OneEnv)
-    spec = rg.specs_from_env(env)
-    chunk = TransitionChunk(rg.host_spec(spec), 64)
+    spec = specs_from_env(env)
+    chunk = TransitionChunk(host_spec(spec), 64)
     obs, _ = env.reset(seed=0)
     for _ in range(64):
         action = np.zeros(1, np.int64)
@@ -107,7 +108,7 @@ def test_one_env_passes_the_env_info_as_sync_vector_env_does():
 def test_chunk_add_step_writes_the_rows_add_writes_and_refuses_an_overflow():
     """add_step writes a flat spec's columns straight in; the rows are those of `add` with the
     casts it documents (float64 rewards rounded to float32, next_obs from final_obs)."""
-    spec = rg.host_spec(rg.specs_from_env(make_vector_env("CartPole-v1", 2, seed=0)))
+    spec = host_spec(specs_from_env(make_vector_env("CartPole-v1", 2, seed=0)))
     fast, generic = TransitionChunk(spec, 6), TransitionChunk(spec, 6)
     rng = np.random.default_rng(0)
     for step in range(3):

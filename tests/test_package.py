@@ -1,13 +1,17 @@
 """The package's shape: no import cycles, one export list, every catchable error exported."""
 
 import ast
+import importlib
 import inspect
 import itertools
+import subprocess
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import replaygpu as rg
 from replaygpu import errors
+from replaygpu.keys import DISCOUNT, IMPORTANCE_WEIGHTS, MASK, NSTEP, PRIORITIES
 from replaygpu.service.wire import status
 
 PACKAGE = Path(rg.__file__).parent
@@ -136,7 +140,7 @@ class C:
     from replaygpu.service.wire import status
     def g(self):
         from . import outbox
-        from ...samplers.uniform import UniformSampler
+        from ...samplers.uniform import Uniform
         from ... import keys
 """
     modules = {
@@ -167,38 +171,52 @@ class C:
     assert set(from_init) == {"replaygpu.service.actor.outbox", "replaygpu"}
 
 
-def test_every_exported_name_resolves_and_the_replaygpu_imports_are_the_one_list():
-    for name in rg.__all__:
-        assert getattr(rg, name) is not None, name
+def test_the_lazy_exports_and_the_type_checking_imports_are_the_same_list():
     tree = ast.parse((PACKAGE / "__init__.py").read_text())
-    imported = [
-        alias.asname or alias.name
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("replaygpu")
-        for alias in node.names
-    ]
-    assert sorted(imported) == sorted(rg.__all__)
+    (block,) = [n for n in tree.body if isinstance(n, ast.If) and n.test.id == "TYPE_CHECKING"]
+    imported = {
+        alias.asname or alias.name: node.module for node in block.body for alias in node.names
+    }
+    assert imported == rg._EXPORTS
+    assert rg.__all__ == [*rg._EXPORTS, "__version__"]
+    for name, module in rg._EXPORTS.items():
+        assert getattr(rg, name) is getattr(importlib.import_module(module), name), name
 
 
-def test_internals_are_not_exported_but_stay_importable_from_their_modules():
-    for name in ("batch_signature", "validate_batch", "resolve_device", "SumTree", "ReplayServer"):
+def test_the_top_level_is_a_small_core_and_the_rest_lives_in_its_modules():
+    assert len(rg.__all__) <= 16, rg.__all__
+    moved = ("SequenceLedger", "learner_step", "specs_from_env", "BatchError", "PRIORITIES")
+    for name in (*moved, "UniformSampler", "SumTree", "ReplayServer", "batch_signature"):
         assert name not in rg.__all__ and not hasattr(rg, name), name
+    from replaygpu.keys import PRIORITIES
     from replaygpu.samplers.sum_tree import SumTree
+    from replaygpu.service.learner.ledger import SequenceLedger
     from replaygpu.service.learner.server import ReplayServer
-    from replaygpu.specs import batch_signature, validate_batch
+    from replaygpu.specs import batch_signature, specs_from_env
 
-    assert all(callable(x) for x in (SumTree, ReplayServer, batch_signature, validate_batch))
+    assert all(callable(x) for x in (SumTree, ReplayServer, batch_signature, specs_from_env))
+    assert callable(SequenceLedger) and PRIORITIES == "priorities"
 
 
-def test_every_error_a_caller_can_catch_is_exported():
+def test_importing_replaygpu_and_its_error_modules_does_not_import_tensorflow():
+    code = (
+        "import sys, replaygpu, replaygpu.errors, replaygpu.service.wire.status, replaygpu.keys\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'tensorflow')\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_every_error_a_caller_can_catch_lives_in_errors_or_the_service_status_module():
+    """`replaygpu.errors` holds the library's errors and names the service's home."""
     for module in (errors, status):
         for name, cls in inspect.getmembers(module, inspect.isclass):
             if issubclass(cls, errors.ReplayError) and cls.__module__ == module.__name__:
-                assert getattr(rg, name, None) is cls, f"rg.{name} is not exported"
+                assert name in errors.__doc__, f"replaygpu.errors' docstring omits {name}"
 
 
-def test_the_batch_keys_are_exported_as_constants():
-    assert (rg.PRIORITIES, rg.IMPORTANCE_WEIGHTS, rg.MASK, rg.DISCOUNT, rg.NSTEP) == (
+def test_the_batch_keys_are_constants():
+    assert (PRIORITIES, IMPORTANCE_WEIGHTS, MASK, DISCOUNT, NSTEP) == (
         "priorities",
         "importance_weights",
         "mask",
@@ -209,8 +227,6 @@ def test_the_batch_keys_are_exported_as_constants():
 
 def test_the_wheel_installs_the_agents_under_replaygpu_and_marks_the_package_typed(tmp_path):
     import shutil
-    import subprocess
-    import sys
     import zipfile
 
     # a copy of the sources: setuptools builds in the tree and reuses its build/ folder, which
@@ -289,8 +305,6 @@ def test_the_dependency_floors_resolve_together(tmp_path):
     together with the others (``tensorflow-cpu>=2.17`` beside ``protobuf>=7.35.1`` did: TF 2.17
     wants protobuf < 5)."""
     import os
-    import subprocess
-    import sys
     import urllib.request
 
     import pytest

@@ -16,6 +16,7 @@ import replaygpu as rg
 from replaygpu.agents import dqn, r2d2
 from replaygpu.agents.masked_envs import CARTPOLE_NO_VELOCITY
 from replaygpu.agents.r2d2_config import R2D2Config
+from replaygpu.keys import IMPORTANCE_WEIGHTS, MASK
 
 SMALL = R2D2Config(
     sequence_length=6, burn_in=2, period=2, lstm_units=8, torso_size=8, batch_size=4, n_step=2
@@ -95,8 +96,8 @@ def window_batch(agent, config, rng, batch=4):
         "terminated": tf.zeros((batch, steps), tf.bool),
         "truncated": tf.zeros((batch, steps), tf.bool),
         r2d2.STATE: tf.constant(rng.normal(size=(batch, agent.q.state_size)), tf.float32),
-        rg.MASK: tf.constant(mask),
-        rg.IMPORTANCE_WEIGHTS: tf.ones([batch]),
+        MASK: tf.constant(mask),
+        IMPORTANCE_WEIGHTS: tf.ones([batch]),
     }
 
 

@@ -26,6 +26,8 @@ from replaygpu.agents.recurrent_actor import (
     RecurrentExperience,
     SequenceWriter,
 )
+from replaygpu.service.config import ActorSettings
+from replaygpu.specs import host_spec, specs_from_env
 
 LENGTH, PERIOD, UNITS = 12, 4, 16
 
@@ -100,7 +102,7 @@ def test_sequence_writer_cuts_overlapping_sequences_and_counts_each_step_once():
 
 def test_a_period_longer_than_the_sequence_is_refused_naming_it():
     with pytest.raises(rg.ConfigError, match=r"^ActorSettings: sequence_period=9 and "):
-        rg.ActorSettings("CartPoleNoVelocity-v1", sequence_period=9, sequence_length=8)
+        ActorSettings("CartPoleNoVelocity-v1", sequence_period=9, sequence_length=8)
     with pytest.raises(rg.ConfigError, match=r"^sequence_period: got 9 with sequence_length 8"):
         ActorConfig(sequence_period=9, sequence_length=8)
 
@@ -108,7 +110,7 @@ def test_a_period_longer_than_the_sequence_is_refused_naming_it():
 def test_a_recurrent_actor_refuses_a_table_without_the_state_field():
     config = ActorConfig(env_id="CartPoleNoVelocity-v1", sequence_period=4, sequence_length=8)
     experience = RecurrentExperience(config)
-    spec = rg.host_spec(rg.specs_from_env(gym.make("CartPoleNoVelocity-v1")))
+    spec = host_spec(specs_from_env(gym.make("CartPoleNoVelocity-v1")))
     try:
         with pytest.raises(rg.ConfigError, match=f"writes the LSTM state to '{STATE_FIELD}'"):
             experience.start(0, spec)
@@ -132,7 +134,7 @@ def test_r2d2_learner_trains_on_an_actor_with_only_the_address_and_resumes(tmp_p
         address = wait_for_line(learner, r"serving at (\S+);", lines).group(1)
         run_actor(address, 1500)
         info = wait_for_sgd_steps(address, 0)
-        settings = rg.ActorSettings.from_proto(info.actor_settings)
+        settings = ActorSettings.from_proto(info.actor_settings)
         assert (settings.env_id, settings.sequence_length, settings.sequence_period) == (
             "CartPoleNoVelocity-v1",
             LENGTH,

@@ -23,6 +23,7 @@ import replaygpu as rg
 from replaygpu.agents.actor_config import ActorConfig
 from replaygpu.agents.actor_threads import ACTOR_THREAD_ENV
 from replaygpu.agents.ray_actors import start_ray_actors
+from replaygpu.specs import specs_from_env
 
 NUM_ENVS = 4
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONWARNINGS": "ignore"}
@@ -83,7 +84,7 @@ def local_ray():
 def served_table():
     """A bare CartPole table with a ``stream`` field (so each row names the env, and hence
     the actor, that produced it), served on loopback; a background thread commits."""
-    spec = dict(rg.specs_from_env(gym.make("CartPole-v1")))
+    spec = dict(specs_from_env(gym.make("CartPole-v1")))
     spec["stream"] = tf.TensorSpec([], tf.int64, name="stream")
     table = rg.ReplayTable(spec, 300_000, name="replay")
     with rg.serve(table, "127.0.0.1:0") as server:

@@ -8,6 +8,11 @@ from scipy import stats
 
 import replaygpu as rg
 from replaygpu.agents.networks import Adam
+from replaygpu.errors import BatchError
+from replaygpu.frames import frame_rows
+from replaygpu.keys import IMPORTANCE_WEIGHTS, MASK, PRIORITIES
+from replaygpu.samplers import make_frame_spec
+from replaygpu.sharded import mirrored_strategy
 
 ALPHA, BETA, EPS = 1.0, 0.5, 1e-6
 SEQ = 4
@@ -54,7 +59,7 @@ def vector_table(episodes=VECTOR_EPISODES, streams=1, capacity=128):
 
 def frame_table(episodes=FRAME_EPISODES, capacity=64, spec=None):
     """Frame rows of whole episodes; returns the table and the transition rows (not final)."""
-    table = rg.ReplayTable(spec or rg.make_frame_spec((2, 2)), capacity, "CPU")
+    table = rg.ReplayTable(spec or make_frame_spec((2, 2)), capacity, "CPU")
     transitions, row = [], 0
     for e, length in enumerate(episodes):
         frames = (
@@ -63,7 +68,7 @@ def frame_table(episodes=FRAME_EPISODES, capacity=64, spec=None):
         ends = np.zeros(length, bool)
         ends[-1] = True
         term, trunc = (ends, ~ends & False) if e % 2 == 0 else (ends & False, ends)
-        rows = rg.frame_rows(frames, np.zeros(length, np.int64), np.ones(length), term, trunc, True)
+        rows = frame_rows(frames, np.zeros(length, np.int64), np.ones(length), term, trunc, True)
         table.append(rows)
         transitions.extend(range(row, row + length))
         row += length + 1  # the final row
@@ -146,7 +151,7 @@ def test_importance_weights_are_exact(view_name):
     p = (priorities_for(alive) + EPS) ** ALPHA
     for _ in range(5):
         rows, batch = sampler.sample(64)
-        got = batch[rg.IMPORTANCE_WEIGHTS].numpy()
+        got = batch[IMPORTANCE_WEIGHTS].numpy()
         want = ((priorities_for(rows.numpy()) + EPS) ** ALPHA / p.min()) ** -BETA
         np.testing.assert_allclose(got, want, rtol=1e-6)
 
@@ -161,7 +166,7 @@ def test_sequences_never_cross_an_episode_or_a_stream(distribution, pad):
     sampler = rg.Sampler(table, distribution, view, seed=2)
     for _ in range(20):
         starts, batch = sampler.sample(64)
-        mask = batch[rg.MASK].numpy().astype(bool)
+        mask = batch[MASK].numpy().astype(bool)
         episode, stream = batch["episode"].numpy(), batch["stream"].numpy()
         ids = batch["id"].numpy()
         np.testing.assert_array_equal(ids[:, 3], starts.numpy())  # the start follows burn-in
@@ -187,7 +192,7 @@ def learner_update(prioritized_run):
         w.assign_sub(1e-3 * tape.gradient(loss, w))
         out = {"loss": loss}
         if prioritized_run:
-            out[rg.PRIORITIES] = tf.abs(err) + 0.5
+            out[PRIORITIES] = tf.abs(err) + 0.5
         return out
 
     return update
@@ -230,15 +235,15 @@ def test_a_checkpoint_of_every_combination_resumes_the_same_random_stream(
 
 
 def test_a_sharded_prioritized_frame_stack_learner_trains_on_two_logical_cpus():
-    strategy = rg.mirrored_strategy(["/cpu:0", "/cpu:1"])
-    spec = {**rg.make_frame_spec((2, 2)), "actor": tf.TensorSpec([], tf.int64)}
+    strategy = mirrored_strategy(["/cpu:0", "/cpu:1"])
+    spec = {**make_frame_spec((2, 2)), "actor": tf.TensorSpec([], tf.int64)}
     table = rg.ShardedReplayTable(spec, 128, strategy, shard_by="actor")
     for e, length in enumerate([6, 4, 9, 5, 7, 8]):  # whole episodes, actors 0 and 1 in turn
         frames = (
             np.full((length + 1, 2, 2), e * 16) + np.arange(length + 1)[:, None, None]
         ).astype(np.uint8)
         ends = np.arange(length) == length - 1
-        rows = rg.frame_rows(
+        rows = frame_rows(
             frames, np.zeros(length, np.int64), np.ones(length), ends, ~ends & False, True
         )
         rows["actor"] = np.full(len(rows["frame"]), e % 2, np.int64)
@@ -253,9 +258,9 @@ def test_a_sharded_prioritized_frame_stack_learner_trains_on_two_logical_cpus():
         x = tf.reduce_mean(tf.cast(batch["obs"], tf.float32), axis=[1, 2, 3]) / 64.0
         with tf.GradientTape() as tape:
             err = w[0] * x - batch["reward"]
-            loss = tf.reduce_mean(batch[rg.IMPORTANCE_WEIGHTS] * tf.square(err))
+            loss = tf.reduce_mean(batch[IMPORTANCE_WEIGHTS] * tf.square(err))
         opt.apply(tape.gradient(loss, [w]))
-        return {"loss": loss, rg.PRIORITIES: tf.abs(err)}
+        return {"loss": loss, PRIORITIES: tf.abs(err)}
 
     learner = rg.Learner(table, sampler, update, batch_size=16)
     first = learner.train(30)
@@ -271,8 +276,8 @@ def test_a_sharded_prioritized_frame_stack_learner_trains_on_two_logical_cpus():
 
 
 def test_a_view_of_consecutive_rows_on_a_round_robin_sharded_table_is_refused():
-    strategy = rg.mirrored_strategy(["/cpu:0", "/cpu:1"])
-    spec = {**rg.make_frame_spec((2, 2)), "actor": tf.TensorSpec([], tf.int64)}
+    strategy = mirrored_strategy(["/cpu:0", "/cpu:1"])
+    spec = {**make_frame_spec((2, 2)), "actor": tf.TensorSpec([], tf.int64)}
     table = rg.ShardedReplayTable(spec, 16, strategy)  # round-robin: no shard_by
     for view in (rg.FrameStack(4), rg.NStep(3), rg.Sequence(4)):
         with pytest.raises(rg.ConfigError, match=r"^view: .* reads consecutive rows.*shard_by="):
@@ -286,7 +291,7 @@ def test_priorities_for_rows_the_view_never_draws_are_refused_and_change_nothing
     sampler = rg.Sampler(table, rg.Prioritized(), rg.FrameStack(4))
     before = sampler.probabilities()
     final = int(np.setdiff1d(np.arange(table.size), transitions)[0])
-    with pytest.raises(rg.BatchError, match=rf"indices: rows \[{final}\] were never drawn"):
+    with pytest.raises(BatchError, match=rf"indices: rows \[{final}\] were never drawn"):
         sampler.update_priorities(np.array([0, final]), np.array([1.0, 2.0]))
     np.testing.assert_array_equal(sampler.probabilities(), before)
 
@@ -310,7 +315,7 @@ def test_bad_view_settings_name_the_argument():
 
 
 def test_sharded_prioritized_sequences_with_a_stored_state_train_on_two_logical_cpus():
-    strategy = rg.mirrored_strategy(["/cpu:0", "/cpu:1"])
+    strategy = mirrored_strategy(["/cpu:0", "/cpu:1"])
     spec = {
         "id": tf.TensorSpec([], tf.int64),
         "actor": tf.TensorSpec([], tf.int64),
@@ -346,7 +351,7 @@ def test_sharded_prioritized_sequences_with_a_stored_state_train_on_two_logical_
         opt = Adam([w], 0.01)
 
     def update(batch):
-        mask = batch[rg.MASK]
+        mask = batch[MASK]
         # the state is the id of the window's first real row: the first unmasked id
         first = tf.argmax(mask, axis=1)
         first_id = tf.gather(batch["id"], first, batch_dims=1)
@@ -357,10 +362,10 @@ def test_sharded_prioritized_sequences_with_a_stored_state_train_on_two_logical_
         x = tf.reduce_sum(batch["obs"][..., 0] * mask, axis=1) / 10.0
         with tf.GradientTape() as tape:
             err = w[0] * x - tf.reduce_sum(batch["reward"] * mask, axis=1)
-            loss = tf.reduce_mean(batch[rg.IMPORTANCE_WEIGHTS] * tf.square(err))
+            loss = tf.reduce_mean(batch[IMPORTANCE_WEIGHTS] * tf.square(err))
         opt.apply(tape.gradient(loss, [w]))
         checks = tf.cast(state_ok & same_actor, tf.float32)
-        return {"loss": loss, "checks": checks, rg.PRIORITIES: tf.abs(err)}
+        return {"loss": loss, "checks": checks, PRIORITIES: tf.abs(err)}
 
     learner = rg.Learner(table, sampler, update, batch_size=16)
     first = learner.train(30)

@@ -1,4 +1,4 @@
-"""SequenceSampler: windows stay inside one episode and inside the written rows."""
+"""The Sequence view: windows stay inside one episode and inside the written rows."""
 
 import numpy as np
 import pytest
@@ -54,7 +54,7 @@ def test_sampled_windows_never_cross_a_boundary_and_cover_valid_starts_uniformly
     table = rg.ReplayTable(SPEC, capacity=capacity, device="CPU")
     table.append(data)
     length = 4
-    sampler = rg.SequenceSampler(table, length=length, seed=1)
+    sampler = rg.Sampler(table, rg.Uniform(), rg.Sequence(length), seed=1)
     starts_seen = []
     for _ in range(30):
         starts, batch = sampler.sample(256)
@@ -66,7 +66,7 @@ def test_sampled_windows_never_cross_a_boundary_and_cover_valid_starts_uniformly
         assert not done[:, :-1].any(), "an episode end inside a window"
         assert np.all(batch["mask"].numpy() == 1.0)
         starts_seen.append(starts.numpy())
-    assert int(sampler.short_windows.numpy()) == 0
+    assert int(sampler.invalid_draws.numpy()) == 0
     stored = {k: v.numpy() for k, v in table.storage.items()}
     valid = valid_starts(stored, capacity, (total - 1) % capacity, length)
     counts = np.bincount(np.concatenate(starts_seen), minlength=capacity)
@@ -80,7 +80,7 @@ def test_padded_windows_mask_and_zero_the_steps_after_the_episode():
     data = episodes_data([3, 5, 2, 6], rng)
     table = rg.ReplayTable(SPEC, capacity=32, device="CPU")
     table.append(data)
-    sampler = rg.SequenceSampler(table, length=4, seed=2, pad=True)
+    sampler = rg.Sampler(table, rg.Uniform(), rg.Sequence(4, pad=True), seed=2)
     starts, batch = sampler.sample(512)
     starts, mask = starts.numpy(), batch["mask"].numpy()
     n = len(data["step"])
@@ -104,11 +104,11 @@ def test_explicit_start_field_splits_episodes_without_done_flags():
     data["episode_start"] = data["step"] == 0
     table = rg.ReplayTable(spec, capacity=16, device="CPU")
     table.append(data)
-    sampler = rg.SequenceSampler(table, length=3, seed=4, start_field="episode_start")
+    sampler = rg.Sampler(table, rg.Uniform(), rg.Sequence(3, start_field="episode_start"), seed=4)
     _, batch = sampler.sample(256)
     ep = batch["episode"].numpy()
     assert np.all(ep == ep[:, :1])
-    derived = rg.SequenceSampler(table, length=3, seed=4)  # no done flags: would cross
+    derived = rg.Sampler(table, rg.Uniform(), rg.Sequence(3), seed=4)  # no done flags: would cross
     _, batch = derived.sample(256)
     ep = batch["episode"].numpy()
     assert not np.all(ep == ep[:, :1])
@@ -118,9 +118,9 @@ def test_episodes_shorter_than_the_window_are_padded_and_counted():
     data = episodes_data([2, 2, 2], np.random.default_rng(1), last_open=False)
     table = rg.ReplayTable(SPEC, capacity=8, device="CPU")
     table.append(data)
-    sampler = rg.SequenceSampler(table, length=4, seed=0, spare_draws=3)
+    sampler = rg.Sampler(table, rg.Uniform(), rg.Sequence(4), seed=0, spare_draws=3)
     _, batch = sampler.sample(8)
-    assert int(sampler.short_windows.numpy()) == 8
+    assert int(sampler.invalid_draws.numpy()) == 8
     assert np.all(batch["mask"].numpy()[:, 2:] == 0.0)
 
 
@@ -128,7 +128,7 @@ def test_runs_inside_the_xla_learner_loop():
     data = episodes_data([20, 20, 20], np.random.default_rng(2))
     table = rg.ReplayTable(SPEC, capacity=64, device="CPU")
     table.append(data)
-    sampler = rg.SequenceSampler(table, length=5, seed=3)
+    sampler = rg.Sampler(table, rg.Uniform(), rg.Sequence(5), seed=3)
 
     def update(batch):
         steps = tf.cast(batch["step"], tf.float32)
@@ -142,11 +142,11 @@ def test_runs_inside_the_xla_learner_loop():
 def test_rejects_bad_parameters_with_clear_errors():
     table = rg.ReplayTable(SPEC, capacity=8, device="CPU")
     with pytest.raises(rg.ConfigError, match="length: got 9"):
-        rg.SequenceSampler(table, length=9)
+        rg.Sampler(table, rg.Uniform(), rg.Sequence(9))
     with pytest.raises(rg.ConfigError, match="lacks field"):
-        rg.SequenceSampler(table, length=2, start_field="episode_start")
+        rg.Sampler(table, rg.Uniform(), rg.Sequence(2, start_field="episode_start"))
     with pytest.raises(rg.ConfigError, match="expected bool"):
-        rg.SequenceSampler(table, length=2, start_field="episode")
+        rg.Sampler(table, rg.Uniform(), rg.Sequence(2, start_field="episode"))
 
 
 def state_table(lengths, period, capacity=64):
@@ -199,8 +199,12 @@ def test_the_stored_state_comes_once_per_window_from_its_first_real_row(distribu
 def test_state_settings_are_checked_against_the_table():
     table, _ = state_table([5, 5], period=2)
     with pytest.raises(rg.ConfigError, match=r"^state_field: table .* has no field 'core'"):
-        rg.SequenceSampler(table, 3, pad=True, state_field="core")
+        rg.Sampler(table, rg.Uniform(), rg.Sequence(3, pad=True, state_field="core"))
     with pytest.raises(rg.ConfigError, match=r"^state_start_field 'step': got int64"):
-        rg.SequenceSampler(table, 3, pad=True, state_field="state", state_start_field="step")
+        rg.Sampler(
+            table,
+            rg.Uniform(),
+            rg.Sequence(3, pad=True, state_field="state", state_start_field="step"),
+        )
     with pytest.raises(rg.ConfigError, match=r"^state_start_field: got 'stored' without"):
         rg.Sequence(3, state_start_field="stored")

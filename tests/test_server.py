@@ -12,8 +12,12 @@ import tensorflow as tf
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import replaygpu as rg
+from replaygpu.errors import BatchError
+from replaygpu.service.config import ClientConfig, ServerConfig
+from replaygpu.service.learner.ledger import SequenceLedger
+from replaygpu.service.ops.auth import TLSConfig
 from replaygpu.service.wire.append_request import encode_append_request
-from replaygpu.service.wire.status import AuthenticationError
+from replaygpu.service.wire.status import AuthenticationError, TableNotFoundError, TLSError
 from replaygpu.v1 import replay_pb2, replay_pb2_grpc
 
 SPEC = {
@@ -57,7 +61,7 @@ def append_request(seq, cols, actor="raw", table="replay"):
 def learner_over(table):
     """A learner over ``table``: serving it, nothing commits until its training loop (the test,
     calling ``server.commit_pending()``) does."""
-    return rg.Learner(table, rg.UniformSampler(table, seed=0), lambda batch: {}, batch_size=1)
+    return rg.Learner(table, rg.Sampler(table, seed=0), lambda batch: {}, batch_size=1)
 
 
 def stub_for(server):
@@ -117,13 +121,13 @@ def test_an_unknown_table_is_not_found_and_the_message_lists_the_tables(empty_ta
             list(stub.Append(iter([append_request(1, columns([1]), table="nope")])))
         assert err.value.code() == grpc.StatusCode.NOT_FOUND
         assert "no table named 'nope'. Found: replay" in err.value.details()
-        with pytest.raises(rg.TableNotFoundError, match="Found: replay"):
+        with pytest.raises(TableNotFoundError, match="Found: replay"):
             rg.ReplayClient(server.address, table="nope")
         channel.close()
 
 
 def test_an_oversize_message_is_resource_exhausted_naming_the_limit(empty_table):
-    config = rg.ServerConfig(max_message_bytes=2**16)
+    config = ServerConfig(max_message_bytes=2**16)
     with rg.serve(empty_table, config=config) as server:
         channel, stub = stub_for(server)
         big = columns(np.arange(4000))  # about 68 KB
@@ -137,7 +141,7 @@ def test_an_oversize_message_is_resource_exhausted_naming_the_limit(empty_table)
 
 
 def test_a_full_staging_queue_answers_resource_exhausted_naming_the_limit(empty_table):
-    config = rg.ServerConfig(staging_max_batches=1, staging_timeout_s=0.2)
+    config = ServerConfig(staging_max_batches=1, staging_timeout_s=0.2)
     # a served learner's table is committed by its training loop only: here, by the test
     with rg.serve(learner_over(empty_table), config=config) as server:
         channel, stub = stub_for(server)
@@ -229,7 +233,7 @@ def test_reflection_lists_the_replay_and_health_services(empty_table):
 def test_four_concurrent_actors_land_every_transition_exactly_once(empty_table):
     per_actor, errors = 600, []
     with rg.serve(empty_table) as server:
-        config = rg.ClientConfig(max_batch_transitions=64, max_delay_s=0.01)
+        config = ClientConfig(max_batch_transitions=64, max_delay_s=0.01)
 
         def actor(k):
             try:
@@ -258,10 +262,10 @@ def test_four_concurrent_actors_land_every_transition_exactly_once(empty_table):
 def test_restart_from_checkpoint_mid_stream_keeps_every_transition_exactly_once(tmp_path):
     total = 3000
     table = rg.ReplayTable(SPEC, capacity=4096, device="/CPU:0")
-    ledger = rg.SequenceLedger()
+    ledger = SequenceLedger()
     server = rg.serve(table, ledger=ledger)
     address = server.address
-    config = rg.ClientConfig(max_batch_transitions=50, retry_initial_s=0.02, retry_max_s=0.2)
+    config = ClientConfig(max_batch_transitions=50, retry_initial_s=0.02, retry_max_s=0.2)
     client = rg.ReplayClient(address, actor_id="actor-7", config=config)
     client.add_batch(columns(np.arange(1000)))
     client.flush(timeout=30)  # acknowledged
@@ -272,7 +276,7 @@ def test_restart_from_checkpoint_mid_stream_keeps_every_transition_exactly_once(
     assert 1000 <= before <= total
 
     table2 = rg.ReplayTable(SPEC, capacity=4096, device="/CPU:0")
-    ledger2 = rg.SequenceLedger()
+    ledger2 = SequenceLedger()
     assert rg.Checkpointer(tmp_path, table=table2, ledger=ledger2).restore() is not None
     assert table2.size == before
     server2 = rg.serve(table2, address=address, ledger=ledger2)  # same port: clients retry
@@ -288,15 +292,15 @@ def test_restart_from_checkpoint_mid_stream_keeps_every_transition_exactly_once(
 def test_tls_with_certificate_files_on_both_sides(empty_table, tmp_path):
     pytest.importorskip("cryptography", reason="the cryptography package makes the test cert")
     cert, key = _self_signed(tmp_path)
-    server_tls = rg.TLSConfig(cert_file=cert, key_file=key)
+    server_tls = TLSConfig(cert_file=cert, key_file=key)
     with rg.serve(empty_table, address="127.0.0.1:0", tls=server_tls) as server:
-        client_tls = rg.TLSConfig(ca_file=cert, server_name="localhost")
+        client_tls = TLSConfig(ca_file=cert, server_name="localhost")
         with rg.ReplayClient(server.address, tls=client_tls) as client:
             client.add_batch(columns([11, 12]))
             client.flush(timeout=30)
         assert stored_ids(empty_table).tolist() == [11, 12]
-        with pytest.raises(rg.TLSError):  # plaintext to a TLS port
-            rg.ReplayClient(server.address, config=rg.ClientConfig(retry_deadline_s=0.5))
+        with pytest.raises(TLSError):  # plaintext to a TLS port
+            rg.ReplayClient(server.address, config=ClientConfig(retry_deadline_s=0.5))
 
 
 def _self_signed(tmp_path):
@@ -349,7 +353,7 @@ class _CheckedTable(rg.ReplayTable):
 
     def append(self, batch):
         if np.any(np.asarray(batch["id"]) < 0):
-            raise rg.BatchError("field 'id': negative ids are refused", field="id")
+            raise BatchError("field 'id': negative ids are refused", field="id")
         if self.failing_writes:
             self.failing_writes -= 1
             raise tf.errors.InternalError(None, None, "device write failed")
@@ -360,7 +364,7 @@ def test_a_request_the_table_refuses_is_raised_once_and_later_requests_still_lan
     # consecutive add_batch calls are packed into requests of max_batch_transitions rows; a
     # request is what the server accepts or refuses, so both rows of seq 2 are dropped
     table = _CheckedTable()
-    config = rg.ClientConfig(
+    config = ClientConfig(
         max_batch_transitions=2, max_delay_s=10.0, retry_initial_s=0.02, retry_deadline_s=5.0
     )
     with rg.serve(table) as server:
@@ -370,7 +374,7 @@ def test_a_request_the_table_refuses_is_raised_once_and_later_requests_still_lan
         client.add_batch(columns([4]))  # ... with this row packed into it
         client.add_batch(columns([5, 6]))  # seq 3
         with pytest.raises(
-            rg.BatchError,
+            BatchError,
             match="seq 2: field 'id': negative ids are refused; its 2 transitions were dropped",
         ):
             client.flush(timeout=30)
@@ -383,7 +387,7 @@ def test_a_request_the_table_refuses_is_raised_once_and_later_requests_still_lan
 
 def test_a_failed_table_write_is_resent_by_the_client_and_lands_once():
     table = _CheckedTable(failing_writes=2)
-    config = rg.ClientConfig(
+    config = ClientConfig(
         max_batch_transitions=2, max_delay_s=10.0, retry_initial_s=0.02, retry_deadline_s=10.0
     )
     with rg.serve(table) as server:
@@ -396,7 +400,7 @@ def test_a_failed_table_write_is_resent_by_the_client_and_lands_once():
     assert table.total_inserted == 3
 
 
-class _FlakyLedger(rg.SequenceLedger):
+class _FlakyLedger(SequenceLedger):
     """A ledger whose first ``failing_writes`` checkpoint-variable writes fail."""
 
     def __init__(self, failing_writes):
@@ -412,7 +416,7 @@ class _FlakyLedger(rg.SequenceLedger):
 
 def test_a_failed_ledger_write_answers_unavailable_and_the_resent_batch_lands_once(empty_table):
     ledger = _FlakyLedger(failing_writes=1)
-    config = rg.ClientConfig(max_delay_s=10.0, retry_initial_s=0.02, retry_deadline_s=10.0)
+    config = ClientConfig(max_delay_s=10.0, retry_initial_s=0.02, retry_deadline_s=10.0)
     with rg.serve(empty_table, ledger=ledger) as server:
         with rg.ReplayClient(server.address, actor_id="l", config=config) as client:
             client.add_batch(columns([1, 2]))
@@ -439,7 +443,7 @@ class _SaveWatcher(rg.Checkpointer):
 
 
 def test_save_holds_back_background_commits_until_the_checkpoint_is_written(empty_table, tmp_path):
-    config = rg.ClientConfig(max_delay_s=0.01)
+    config = ClientConfig(max_delay_s=0.01)
     with rg.serve(empty_table) as server, rg.ReplayClient(server.address, config=config) as client:
         ckpt = _SaveWatcher(tmp_path, empty_table, ledger=server.ledger)
         saver = threading.Thread(target=server.save, args=(ckpt,))
@@ -453,7 +457,7 @@ def test_save_holds_back_background_commits_until_the_checkpoint_is_written(empt
 
 
 def test_the_ledger_forgets_the_actor_idle_longest_past_max_actors(empty_table, tmp_path, caplog):
-    ledger = rg.SequenceLedger(max_actors=2)
+    ledger = SequenceLedger(max_actors=2)
     with rg.serve(empty_table, ledger=ledger) as server:
         channel, stub = stub_for(server)
         for k, actor in enumerate(["a", "b", "a", "c"]):
@@ -463,13 +467,13 @@ def test_the_ledger_forgets_the_actor_idle_longest_past_max_actors(empty_table, 
     assert "forgot actor 'b' (last seq 2)" in caplog.text
     assert stored_ids(empty_table).tolist() == [0, 1, 2, 3]
     rg.Checkpointer(tmp_path, ledger=ledger).save()
-    restored = rg.SequenceLedger(max_actors=2)
+    restored = SequenceLedger(max_actors=2)
     rg.Checkpointer(tmp_path, ledger=restored).restore()
     restored.sync()  # (as serve does)
     restored.advance("d", 1)  # the saved order is kept: a is now the one idle longest
     assert restored.snapshot() == {"c": 4, "d": 1}
     with pytest.raises(rg.ConfigError, match="max_actors: got 0"):
-        rg.SequenceLedger(max_actors=0)
+        SequenceLedger(max_actors=0)
 
 
 def test_a_second_server_on_a_bound_port_fails_instead_of_sharing_it():
@@ -487,7 +491,7 @@ def test_serving_freezes_the_long_lived_objects_unless_told_not_to(empty_table):
     import gc
 
     gc.unfreeze()
-    with rg.serve(empty_table, config=rg.ServerConfig(freeze_gc=False)):
+    with rg.serve(empty_table, config=ServerConfig(freeze_gc=False)):
         assert gc.get_freeze_count() == 0
     with rg.serve(empty_table):  # full collections during ingest skip what exists now
         assert gc.get_freeze_count() > 10_000

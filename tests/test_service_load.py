@@ -16,6 +16,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from service_helpers import SPEC, columns, free_port, stored_ids
 
 import replaygpu as rg
+from replaygpu.errors import BatchError
+from replaygpu.service.config import ClientConfig, ServerConfig
+from replaygpu.service.wire.status import ResourceExhaustedError
 from replaygpu.v1 import replay_pb2, replay_pb2_grpc
 
 SWARM = pathlib.Path(__file__).with_name("actor_swarm.py")
@@ -95,7 +98,7 @@ def test_512_concurrent_actor_streams_all_land_and_health_answers_throughout():
 
 def test_a_stream_past_max_actors_is_refused_at_once_naming_the_limit():
     table = rg.ReplayTable(SPEC, capacity=64, device="/CPU:0")
-    config = rg.ServerConfig(max_actors=2)
+    config = ServerConfig(max_actors=2)
     with rg.serve(table, config=config) as server:
         held = [rg.ReplayClient(server.address, actor_id=f"held{i}") for i in range(2)]
         for i, client in enumerate(held):
@@ -104,7 +107,7 @@ def test_a_stream_past_max_actors_is_refused_at_once_naming_the_limit():
         extra = rg.ReplayClient(server.address, actor_id="extra")
         extra.add_batch(columns([7, 8]))
         started = time.monotonic()
-        with pytest.raises(rg.ResourceExhaustedError, match="max_actors=2") as caught:
+        with pytest.raises(ResourceExhaustedError, match="max_actors=2") as caught:
             extra.flush(timeout=30)
         assert time.monotonic() - started < 5.0
         assert "2 transitions in 1 requests" in str(caught.value)  # what was not acknowledged
@@ -143,7 +146,7 @@ def test_a_client_reconnects_within_3_s_of_the_server_coming_back(outage_s):
 
 def test_small_add_batch_calls_are_packed_into_few_requests():
     table = rg.ReplayTable(SPEC, capacity=4096, device="/CPU:0")
-    config = rg.ClientConfig(max_batch_transitions=1000, max_delay_s=10.0)
+    config = ClientConfig(max_batch_transitions=1000, max_delay_s=10.0)
     with rg.serve(table) as server:
         with rg.ReplayClient(server.address, actor_id="packer", config=config) as client:
             for start in range(0, 2500, 10):
@@ -168,7 +171,7 @@ def test_add_rejects_a_bad_row_naming_the_field_and_adds_nothing():
             ({"id": 2, "obs": 0.0}, "field 'obs'"),
         ]
         for row, message in bad_rows:
-            with pytest.raises(rg.BatchError, match=message):
+            with pytest.raises(BatchError, match=message):
                 client.add(row)
         client.add({"id": 3, "obs": [3, 3, 3, 3]})  # plain lists are converted
     assert stored_ids(table).tolist() == [1, 3]
@@ -202,7 +205,7 @@ def test_actor_ids_are_bounded_on_both_sides(actor_id, problem):
 def test_the_retry_deadline_counts_from_the_first_failure_not_the_last_ack():
     # an actor idle for longer than retry_deadline_s keeps working across a server restart
     address = f"127.0.0.1:{free_port()}"
-    config = rg.ClientConfig(retry_deadline_s=1.0)
+    config = ClientConfig(retry_deadline_s=1.0)
     first = rg.ReplayTable(SPEC, capacity=64, device="/CPU:0")
     second = rg.ReplayTable(SPEC, capacity=64, device="/CPU:0")
     with rg.serve(first, address) as server:

@@ -1,4 +1,4 @@
-"""A served learner's training loop (rg.run_learner, rg.learner_step): commits streamed appends
+"""A served learner's training loop (run_learner, learner_step): commits streamed appends
 on the training thread, trains, publishes, checkpoints."""
 
 import threading
@@ -9,6 +9,10 @@ import pytest
 import tensorflow as tf
 
 import replaygpu as rg
+from replaygpu.service.config import ClientConfig
+from replaygpu.service.learner.ledger import SequenceLedger
+from replaygpu.service.learner.loop import run as run_learner
+from replaygpu.service.learner.loop import step as learner_step
 
 SPEC = {"id": tf.TensorSpec([], tf.int64), "x": tf.TensorSpec([2], tf.float32)}
 
@@ -24,7 +28,7 @@ def make_learner():
         opt.apply_gradients([(tape.gradient(loss, w), w)])
         return {"loss": loss}
 
-    sampler = rg.UniformSampler(table, seed=0)
+    sampler = rg.Sampler(table, seed=0)
     return rg.Learner(table, sampler, update_fn, batch_size=8), w
 
 
@@ -36,7 +40,7 @@ def test_run_commits_streamed_appends_trains_and_publishes_weights(tmp_path):
     out = {}
     loop = threading.Thread(
         target=lambda: out.update(
-            rg.run_learner(
+            run_learner(
                 server, learner, 20, weights={"w": w}, stop=stop, checkpointer=ckpt, max_seconds=60
             )
         )
@@ -64,7 +68,7 @@ def test_run_commits_streamed_appends_trains_and_publishes_weights(tmp_path):
     assert np.all(w.numpy() > 0)  # trained towards x = 1
     assert ckpt.latest is not None
     learner2, _ = make_learner()
-    ledger2 = rg.SequenceLedger()
+    ledger2 = SequenceLedger()
     rg.Checkpointer(tmp_path, learner=learner2, ledger=ledger2).restore()
     assert ledger2.last("a") == 1 and learner2.table.size == 100
 
@@ -72,13 +76,13 @@ def test_run_commits_streamed_appends_trains_and_publishes_weights(tmp_path):
 def test_run_without_a_stop_condition_is_refused():
     learner, _ = make_learner()
     with pytest.raises(rg.ConfigError, match="nothing would ever stop it"):
-        rg.run_learner(None, learner, 10)
+        run_learner(None, learner, 10)
 
 
 def test_run_without_a_server_just_trains_for_max_steps():
     learner, _ = make_learner()
     learner.table.append({"id": np.arange(16), "x": np.ones((16, 2), np.float32)})
-    result = rg.run_learner(None, learner, 10, max_steps=30)
+    result = run_learner(None, learner, 10, max_steps=30)
     assert result["steps"] == 30 and result["inserted"] == 0
 
 
@@ -105,7 +109,7 @@ def test_run_saves_checkpoints_holding_the_commit_lock(tmp_path):
     learner.table.append({"id": np.arange(16), "x": np.ones((16, 2), np.float32)})
     with rg.serve(learner) as server:
         ckpt = _SaveWatcher(tmp_path, server, learner=learner, ledger=server.ledger)
-        rg.run_learner(server, learner, 5, max_steps=10, checkpointer=ckpt, checkpoint_every_s=0.0)
+        run_learner(server, learner, 5, max_steps=10, checkpointer=ckpt, checkpoint_every_s=0.0)
         for committer in ckpt.committers:
             committer.join(30)
     assert ckpt.commit_ran_during_save and not any(ckpt.commit_ran_during_save)
@@ -118,11 +122,11 @@ def test_run_reports_the_metrics_of_the_last_call_that_ran_steps():
     def update_fn(batch):
         return {"loss": tf.reduce_mean(batch["x"])}
 
-    sampler = rg.UniformSampler(table, seed=0)
+    sampler = rg.Sampler(table, seed=0)
     learner = rg.Learner(table, sampler, update_fn, batch_size=8, rate_limiter=limiter)
     table.append({"id": np.arange(16), "x": np.ones((16, 2), np.float32)})
     assert learner.train(1)["steps"] == 1  # traced; the limiter allows one more step
-    result = rg.run_learner(None, learner, 10, max_seconds=0.5)  # one call runs it, then none
+    result = run_learner(None, learner, 10, max_seconds=0.5)  # one call runs it, then none
     assert result["steps"] == 1 and result["train_calls"] == 1
     assert result["loss"] == 1.0
 
@@ -163,7 +167,7 @@ def test_a_served_learners_appends_land_only_when_its_training_loop_steps():
             time.sleep(0.01)
         time.sleep(0.3)  # staged and acknowledged by nobody: no thread writes the table
         assert learner.table.size == 0 and client.acked_transitions == 0
-        out = rg.learner_step(server, learner, 5)  # commits on this thread, then trains
+        out = learner_step(server, learner, 5)  # commits on this thread, then trains
         assert out["inserted"] == 40 and out["steps"] == 5 and learner.table.size == 40
         client.flush(timeout=30)
         assert client.acked_transitions == 40
@@ -174,9 +178,9 @@ def test_step_refuses_a_server_that_serves_something_else():
     other, _ = make_learner()
     with rg.serve(other) as server:
         with pytest.raises(rg.ConfigError, match="serves another learner"):
-            rg.learner_step(server, learner, 1)
+            learner_step(server, learner, 1)
         with pytest.raises(rg.ConfigError, match="serves another learner"):
-            rg.run_learner(server, learner, 1, max_steps=1)
+            run_learner(server, learner, 1, max_steps=1)
 
 
 def test_a_save_from_another_thread_gets_its_turn_while_the_loop_trains(tmp_path):
@@ -185,7 +189,7 @@ def test_a_save_from_another_thread_gets_its_turn_while_the_loop_trains(tmp_path
     stop = threading.Event()
     with rg.serve(learner) as server:
         loop = threading.Thread(
-            target=rg.run_learner, args=(server, learner, 1), kwargs={"stop": stop}
+            target=run_learner, args=(server, learner, 1), kwargs={"stop": stop}
         )
         loop.start()  # back-to-back one-step train calls, each holding the commit lock
         try:
@@ -204,11 +208,11 @@ def test_a_save_from_another_thread_gets_its_turn_while_the_loop_trains(tmp_path
 
 def test_stopping_a_served_learner_leaves_late_batches_to_be_resent_not_acked_unsaved(tmp_path):
     learner, _ = make_learner()
-    config = rg.ClientConfig(retry_initial_s=0.05, retry_max_s=0.2)
+    config = ClientConfig(retry_initial_s=0.05, retry_max_s=0.2)
     server = rg.serve(learner, "127.0.0.1:0")
     ckpt = rg.Checkpointer(tmp_path, learner=learner, ledger=server.ledger)
     client = rg.ReplayClient(server.address, actor_id="late", config=config)
-    rg.run_learner(server, learner, 5, max_steps=0, checkpointer=ckpt)  # final checkpoint
+    run_learner(server, learner, 5, max_steps=0, checkpointer=ckpt)  # final checkpoint
     client.add_batch({"id": np.arange(8), "x": np.ones((8, 2), np.float32)})
     deadline = time.monotonic() + 30
     while client.info().staged_batches == 0:  # staged after the final checkpoint
@@ -219,12 +223,12 @@ def test_stopping_a_served_learner_leaves_late_batches_to_be_resent_not_acked_un
     assert learner.table.size == 0 and client.acked_transitions == 0  # not acked, not written
     # the learner restarts from its checkpoint on the same address; the client resends
     learner2, _ = make_learner()
-    ledger2 = rg.SequenceLedger()
+    ledger2 = SequenceLedger()
     rg.Checkpointer(tmp_path, learner=learner2, ledger=ledger2).restore()
     with rg.serve(learner2, address, ledger=ledger2) as server2:
         stop = threading.Event()
         loop = threading.Thread(
-            target=rg.run_learner, args=(server2, learner2, 5), kwargs={"stop": stop}
+            target=run_learner, args=(server2, learner2, 5), kwargs={"stop": stop}
         )
         loop.start()
         try:
@@ -242,7 +246,7 @@ def test_a_client_restarted_under_its_id_continues_after_its_batches_still_stage
     # replays although acknowledged. Info counts staged seqs, so the successor starts past them.
     learner, _ = make_learner()
     with rg.serve(learner) as server:
-        config = rg.ClientConfig(max_batch_transitions=4)  # one request (seq) per add_batch
+        config = ClientConfig(max_batch_transitions=4)  # one request (seq) per add_batch
         first = rg.ReplayClient(server.address, actor_id="actor-0", config=config)
         for start in (0, 4, 8):
             first.add_batch({"id": np.arange(start, start + 4), "x": np.zeros((4, 2), np.float32)})
@@ -258,7 +262,7 @@ def test_a_client_restarted_under_its_id_continues_after_its_batches_still_stage
             flushed = threading.Thread(target=second.flush, kwargs={"timeout": 30})
             flushed.start()
             while flushed.is_alive():
-                rg.learner_step(server, learner, 0, idle_wait_s=0.05)
+                learner_step(server, learner, 0, idle_wait_s=0.05)
             flushed.join()
         assert server.ledger.last("actor-0") == 4
     ids = np.sort(learner.table.storage["id"].numpy()[: learner.table.size])

@@ -16,15 +16,19 @@ from service_helpers import SPEC, columns
 
 import replaygpu as rg
 from replaygpu.agents.networks import Adam
+from replaygpu.errors import BatchError, CheckpointMismatchError
+from replaygpu.frames import frame_rows
+from replaygpu.keys import IMPORTANCE_WEIGHTS, PRIORITIES
+from replaygpu.samplers import Distribution, make_frame_spec
 from replaygpu.samplers.distribution import Index
-from replaygpu.sharded import replica_index
+from replaygpu.sharded import mirrored_strategy, replica_index
 
 DEVICES = ["/cpu:0", "/cpu:1"]
 
 
 @pytest.fixture(scope="module")
 def strategy():
-    return rg.mirrored_strategy(DEVICES)  # one per process: see rg.mirrored_strategy
+    return mirrored_strategy(DEVICES)  # one per process: see mirrored_strategy
 
 
 def shard_ids(table):
@@ -64,7 +68,7 @@ def test_a_bad_batch_writes_no_shard(strategy):
     table.append(columns([0, 1]))
     bad = columns([2, 3])
     bad["obs"] = bad["obs"][:, :3]
-    with pytest.raises(rg.BatchError, match=r"field 'obs': expected shape \[None, 4\]"):
+    with pytest.raises(BatchError, match=r"field 'obs': expected shape \[None, 4\]"):
         table.append(bad)
     assert shard_ids(table) == [[0], [1]] and table.total_inserted == 2
 
@@ -81,13 +85,13 @@ def test_bad_configurations_are_refused_with_the_fix(strategy):
     table = rg.ShardedReplayTable(SPEC, 10, strategy)
     table.append(columns([0, 1]))
     with pytest.raises(rg.ConfigError, match=r"reads consecutive rows.*shard_by="):
-        rg.NStepSampler(table, n=3)
+        rg.Sampler(table, rg.Uniform(), rg.NStep(3))
     with pytest.raises(rg.ConfigError, match=r"batch_size: got 5, expected a multiple of"):
-        rg.Learner(table, rg.UniformSampler(table), lambda b: {}, batch_size=5)
+        rg.Learner(table, rg.Sampler(table), lambda b: {}, batch_size=5)
     with pytest.raises(rg.ConfigError, match=r"inside strategy.run"):
-        rg.UniformSampler(table, seed=0).sample(4)
+        rg.Sampler(table, seed=0).sample(4)
     with strategy.scope(), pytest.raises(rg.ConfigError, match=r"outside the scope"):
-        rg.PrioritizedSampler(table)
+        rg.Sampler(table, rg.Prioritized())
 
 
 def sample_in_replicas(strategy, sampler, batch_size, draws):
@@ -97,7 +101,7 @@ def sample_in_replicas(strategy, sampler, batch_size, draws):
     def draw():
         def replica():
             _, batch = sampler.sample(batch_size)
-            weights = batch.get(rg.IMPORTANCE_WEIGHTS, tf.ones_like(batch["obs"][:, 0]))
+            weights = batch.get(IMPORTANCE_WEIGHTS, tf.ones_like(batch["obs"][:, 0]))
             return batch["id"], weights
 
         return strategy.run(replica)
@@ -122,7 +126,7 @@ def test_each_replica_samples_its_own_shard_uniformly(strategy):
 
     table = rg.ShardedReplayTable(SPEC, 40, strategy)
     table.append(columns(range(40)))
-    sampler = rg.UniformSampler(table, seed=3)
+    sampler = rg.Sampler(table, seed=3)
     ids, _ = sample_in_replicas(strategy, sampler, 64, 50)
     assert set(ids[0]) == set(range(0, 40, 2)) and set(ids[1]) == set(range(1, 40, 2))
     for got in ids:
@@ -134,7 +138,7 @@ def test_each_replica_samples_its_own_shard_uniformly(strategy):
 def test_prioritized_weights_are_those_of_the_probabilities_sampled_with(strategy):
     table = rg.ShardedReplayTable(SPEC, 8, strategy)
     table.append(columns(range(8)))  # shard 0: ids 0 2 4 6, shard 1: 1 3 5 7
-    sampler = rg.PrioritizedSampler(table, alpha=1.0, beta=0.5, epsilon=1e-9, seed=0)
+    sampler = rg.Sampler(table, rg.Prioritized(alpha=1.0, beta=0.5, epsilon=1e-9), seed=0)
     priority = {0: 1.0, 2: 1.0, 4: 1.0, 6: 1.0, 1: 1.0, 3: 2.0, 5: 4.0, 7: 8.0}
     for shard, index in zip(table.shards, sampler.indexes, strict=True):
         ids = shard.storage["id"].numpy()
@@ -176,7 +180,7 @@ class CyclicIndex(Index):
 
 
 @dataclasses.dataclass(frozen=True)
-class Cyclic(rg.Distribution):
+class Cyclic(Distribution):
     """Deterministic minibatches for comparisons: a distribution of one's own."""
 
     def build(self, table, seed, num_shards):
@@ -234,7 +238,7 @@ def test_rate_limiter_counts_the_whole_table_and_every_shard_must_hold_rows(stra
     table = rg.ShardedReplayTable(SPEC, 64, strategy)
     _, update = make_regression(strategy.scope())
     limiter = rg.SampleToInsertRatio(samples_per_insert=4.0, min_size_to_sample=1, error_buffer=8)
-    learner = rg.Learner(table, rg.UniformSampler(table, seed=1), update, 8, rate_limiter=limiter)
+    learner = rg.Learner(table, rg.Sampler(table, seed=1), update, 8, rate_limiter=limiter)
     table.append(columns([0]))  # one shard is still empty: no step
     assert learner.train(100)["steps"] == 0
     table.append(columns(range(1, 32)))
@@ -266,8 +270,8 @@ def test_prioritized_nstep_learner_runs_on_streams_sharded_by_actor(strategy):
     )
     table.append(batch)
     assert table.shard_sizes == [16, 16]
-    sampler = rg.NStepSampler(
-        rg.PrioritizedSampler(table, seed=0), n=3, gamma=0.5, stream_field="stream"
+    sampler = rg.Sampler(table, rg.Prioritized(), seed=0).with_view(
+        rg.NStep(3, gamma=0.5, stream_field="stream")
     )
     assert sampler.keeps_priorities and len(sampler.indexes) == 2
 
@@ -275,7 +279,7 @@ def test_prioritized_nstep_learner_runs_on_streams_sharded_by_actor(strategy):
         return {
             "ret": tf.reduce_mean(b["reward"]),
             "ret_max": tf.reduce_max(b["reward"]),
-            rg.PRIORITIES: b["reward"] * 0 + 2.0,
+            PRIORITIES: b["reward"] * 0 + 2.0,
         }
 
     learner = rg.Learner(table, sampler, update, batch_size=8)
@@ -290,12 +294,12 @@ def test_prioritized_nstep_learner_runs_on_streams_sharded_by_actor(strategy):
 
 def test_checkpoint_restores_onto_the_same_number_of_shards_only(strategy, tmp_path):
     table = rg.ShardedReplayTable(SPEC, 20, strategy)
-    sampler = rg.UniformSampler(table, seed=5)
+    sampler = rg.Sampler(table, seed=5)
     table.append(columns(range(13)))
     rg.Checkpointer(tmp_path, table=table, sampler=sampler).save()
 
     fresh = rg.ShardedReplayTable(SPEC, 20, strategy)
-    fresh_sampler = rg.UniformSampler(fresh, seed=99)
+    fresh_sampler = rg.Sampler(fresh, seed=99)
     rg.Checkpointer(tmp_path, table=fresh, sampler=fresh_sampler).restore()
     assert shard_ids(fresh) == shard_ids(table)
     assert (fresh.size, fresh.total_inserted) == (13, 13)
@@ -305,13 +309,13 @@ def test_checkpoint_restores_onto_the_same_number_of_shards_only(strategy, tmp_p
     fresh.append(columns([13]))  # the round-robin continues where it stopped
     assert shard_ids(fresh)[1][-1] == 13
 
-    one = rg.ShardedReplayTable(SPEC, 20, rg.mirrored_strategy(["/cpu:0"]))
+    one = rg.ShardedReplayTable(SPEC, 20, mirrored_strategy(["/cpu:0"]))
     one.append(columns([7]))
-    with pytest.raises(rg.CheckpointMismatchError, match=r"holds 2 shards.*has 1"):
+    with pytest.raises(CheckpointMismatchError, match=r"holds 2 shards.*has 1"):
         rg.Checkpointer(tmp_path, table=one).restore()
     assert one.shards[0].storage["id"].numpy()[0] == 7 and one.total_inserted == 1
     plain = rg.ReplayTable(SPEC, 20)
-    with pytest.raises(rg.CheckpointMismatchError, match=r"holds 2 shards.*has 1"):
+    with pytest.raises(CheckpointMismatchError, match=r"holds 2 shards.*has 1"):
         rg.Checkpointer(tmp_path, table=plain).restore()
 
 
@@ -372,7 +376,7 @@ def test_sequence_and_frame_stack_samplers_read_each_stream_within_its_shard(str
                 "terminated": t == 5,
                 "truncated": np.zeros(6, bool),
             })  # fmt: skip
-    sampler = rg.SequenceSampler(table, length=3, seed=0)
+    sampler = rg.Sampler(table, rg.Uniform(), rg.Sequence(3), seed=0)
     for replica in draw_batches(strategy, sampler, 16, 4):
         for batch in replica:
             ids = batch["id"]
@@ -380,11 +384,11 @@ def test_sequence_and_frame_stack_samplers_read_each_stream_within_its_shard(str
             assert ((ids % 1000 % 6)[:, 0] <= 3).all()  # never across an episode end
 
     # frame stacks: frames of stream s step t hold 50 * s + t; shards hold streams 0/2 and 1/3
-    frame_spec = {**rg.make_frame_spec((2, 2)), "stream": tf.TensorSpec([], tf.int64)}
+    frame_spec = {**make_frame_spec((2, 2)), "stream": tf.TensorSpec([], tf.int64)}
     frames_table = rg.ShardedReplayTable(frame_spec, 64, strategy, shard_by="stream")
     for stream in range(4):
         frames = np.repeat((50 * stream + np.arange(6))[:, None, None], 4).reshape(6, 2, 2)
-        rows = rg.frame_rows(
+        rows = frame_rows(
             frames.astype(np.uint8),
             np.zeros(5, np.int64),
             np.ones(5, np.float32),
@@ -394,7 +398,7 @@ def test_sequence_and_frame_stack_samplers_read_each_stream_within_its_shard(str
         )
         rows["stream"] = np.full(len(rows["frame"]), stream)
         frames_table.append(rows)
-    stacker = rg.FrameStackSampler(frames_table, stack=3, seed=1)
+    stacker = rg.Sampler(frames_table, rg.Uniform(), rg.FrameStack(3), seed=1)
     for replica, streams in zip(
         draw_batches(strategy, stacker, 8, 4), ((0, 2), (1, 3)), strict=True
     ):

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import replaygpu as rg
-from replaygpu.specs import validate_batch
+from replaygpu.fields import TRANSITION_FIELDS
+from replaygpu.specs import specs_from_env, validate_batch
 
 
 class _SpaceEnv(gym.Env):
@@ -26,8 +26,8 @@ class _SpaceEnv(gym.Env):
     ],
 )
 def test_specs_from_env_maps_each_space_kind(space, dtype, shape):
-    spec = rg.specs_from_env(_SpaceEnv(space, space))
-    assert list(spec) == list(rg.TRANSITION_FIELDS)
+    spec = specs_from_env(_SpaceEnv(space, space))
+    assert list(spec) == list(TRANSITION_FIELDS)
     for field in ("obs", "next_obs", "action"):
         assert spec[field].dtype == dtype
         assert spec[field].shape.as_list() == shape
@@ -37,7 +37,7 @@ def test_specs_from_env_maps_each_space_kind(space, dtype, shape):
 
 def test_specs_from_env_reads_single_spaces_of_vector_envs():
     envs = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
-    spec = rg.specs_from_env(envs)
+    spec = specs_from_env(envs)
     envs.close()
     assert spec["obs"].shape.as_list() == [4]
     assert spec["action"].shape.as_list() == []
@@ -47,7 +47,7 @@ def test_specs_from_env_rejects_unsupported_space_with_advice():
     # Dict and Tuple are nested specs now (tests/test_nested_specs.py); Text has no tensor form
     env = _SpaceEnv(gym.spaces.Dict({"a": gym.spaces.Text(5)}), gym.spaces.Discrete(2))
     with pytest.raises(TypeError, match=r"space for 'obs/a'.*FlattenObservation"):
-        rg.specs_from_env(env)
+        specs_from_env(env)
 
 
 def test_validate_batch_converts_python_lists_to_spec_dtype():

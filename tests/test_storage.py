@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 import replaygpu as rg
+from replaygpu.errors import BatchError
 
 SPEC = {
     "id": tf.TensorSpec([], tf.int64),
@@ -104,7 +105,7 @@ def test_append_rejects_bad_batch_naming_the_field_and_writes_nothing(mutate, fi
     before = snapshot(table)
     bad = make_batch(100, 4)
     mutate(bad)
-    with pytest.raises(rg.BatchError, match=pattern) as info:
+    with pytest.raises(BatchError, match=pattern) as info:
         table.append(bad)
     assert info.value.field == field
     after = snapshot(table)

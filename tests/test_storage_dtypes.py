@@ -7,6 +7,10 @@ import pytest
 import tensorflow as tf
 
 import replaygpu as rg
+from replaygpu.errors import BatchError, CheckpointMismatchError
+from replaygpu.frames import frame_rows
+from replaygpu.samplers import make_frame_spec
+from replaygpu.specs import host_spec
 
 SPEC = {
     "obs": tf.TensorSpec([3], tf.float32),
@@ -53,7 +57,7 @@ def test_narrow_storage_halves_the_bytes_and_keeps_the_spec(dtype):
     assert half.nbytes * 2 == wide.nbytes == 1000 * 16 * 4
     assert {v.dtype.name for v in half.storage.values()} == {dtype}
     assert half.spec == wide.spec
-    assert rg.host_spec(half.spec) == {"obs": ("float32", (8,)), "next_obs": ("float32", (8,))}
+    assert host_spec(half.spec) == {"obs": ("float32", (8,)), "next_obs": ("float32", (8,))}
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -92,7 +96,7 @@ def test_appends_still_take_the_spec_dtype_and_reject_the_storage_dtype():
     table = rg.ReplayTable(SPEC, 16, "CPU", storage_dtypes=narrowed(tf.float16))
     batch = episodes(4)
     batch["obs"] = batch["obs"].astype(np.float16)
-    with pytest.raises(rg.BatchError, match=r"field 'obs': expected dtype float32"):
+    with pytest.raises(BatchError, match=r"field 'obs': expected dtype float32"):
         table.append(batch)
     assert table.size == 0
 
@@ -121,12 +125,12 @@ def test_the_spec_dtype_itself_is_accepted_as_no_narrowing():
 
 def _samplers(table):
     return {
-        "uniform": rg.UniformSampler(table, seed=3),
-        "prioritized": rg.PrioritizedSampler(table, seed=3),
-        "nstep-uniform": rg.NStepSampler(table, n=3, seed=3),
-        "nstep-prioritized": rg.NStepSampler(rg.PrioritizedSampler(table, seed=3), n=3),
-        "sequence": rg.SequenceSampler(table, length=4, seed=3),
-        "sequence-padded": rg.SequenceSampler(table, length=4, seed=3, pad=True),
+        "uniform": rg.Sampler(table, seed=3),
+        "prioritized": rg.Sampler(table, rg.Prioritized(), seed=3),
+        "nstep-uniform": rg.Sampler(table, rg.Uniform(), rg.NStep(3), seed=3),
+        "nstep-prioritized": rg.Sampler(table, rg.Prioritized(), seed=3).with_view(rg.NStep(3)),
+        "sequence": rg.Sampler(table, rg.Uniform(), rg.Sequence(4), seed=3),
+        "sequence-padded": rg.Sampler(table, rg.Uniform(), rg.Sequence(4, pad=True), seed=3),
     }
 
 
@@ -152,14 +156,14 @@ def test_every_sampler_returns_spec_dtypes_and_the_same_batches_as_float32_stora
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_frame_stacks_of_narrowed_float_frames_come_back_as_float32(dtype):
-    spec = rg.make_frame_spec((2, 2), frame_dtype=tf.float32)
+    spec = make_frame_spec((2, 2), frame_dtype=tf.float32)
     storage = {"frame": dtype, "reward": dtype}
     wide = rg.ReplayTable(spec, 64, "CPU")
     half = rg.ReplayTable(spec, 64, "CPU", storage_dtypes=storage)
     rng = np.random.default_rng(1)
     for start in range(0, 40, 8):
         frames = (rng.integers(0, 256, (9, 2, 2)) / 4).astype(np.float32)
-        rows = rg.frame_rows(
+        rows = frame_rows(
             frames,
             np.arange(8),
             np.full(8, 0.25),
@@ -171,8 +175,8 @@ def test_frame_stacks_of_narrowed_float_frames_come_back_as_float32(dtype):
         for table in (wide, half):
             table.append(rows)
     assert half.nbytes < wide.nbytes
-    _, batch = rg.FrameStackSampler(half, stack=3, seed=5).sample(16)
-    _, want = rg.FrameStackSampler(wide, stack=3, seed=5).sample(16)
+    _, batch = rg.Sampler(half, rg.Uniform(), rg.FrameStack(3), seed=5).sample(16)
+    _, want = rg.Sampler(wide, rg.Uniform(), rg.FrameStack(3), seed=5).sample(16)
     for name, value in batch.items():
         assert value.dtype == want[name].dtype, name
         np.testing.assert_array_equal(value.numpy(), want[name].numpy(), err_msg=name)
@@ -189,7 +193,7 @@ def test_the_learner_loop_sees_spec_dtypes_from_a_narrowed_table(jit_compile):
         seen.update({k: v.dtype for k, v in batch.items()})
         return {"obs_sum": tf.reduce_sum(batch["obs"]) + tf.reduce_sum(batch["reward"])}
 
-    sampler = rg.NStepSampler(table, n=2, seed=0)
+    sampler = rg.Sampler(table, rg.Uniform(), rg.NStep(2), seed=0)
     learner = rg.Learner(table, sampler, update, batch_size=16, jit_compile=jit_compile)
     out = learner.train(5)
     assert out["steps"] == 5 and np.isfinite(out["obs_sum"])
@@ -260,7 +264,7 @@ def test_restoring_into_another_storage_dtype_fails_and_changes_nothing(
     target = rg.ReplayTable(SPEC, 32, "CPU", storage_dtypes=restored and narrowed(restored))
     target.append(episodes(3, seed=9))
     before = {k: v.numpy().copy() for k, v in target.storage.items()}
-    with pytest.raises(rg.CheckpointMismatchError, match=pattern) as caught:
+    with pytest.raises(CheckpointMismatchError, match=pattern) as caught:
         rg.Checkpointer(tmp_path, table=target).restore()
     assert "storage_dtypes" in str(caught.value) and "Nothing was restored" in str(caught.value)
     for name, var in target.storage.items():

@@ -26,8 +26,12 @@ from service_helpers import SPEC, columns, free_port, restored, stored_ids
 from small_disk import fill, small_filesystem
 
 import replaygpu as rg
+from replaygpu.errors import CheckpointSaveError
+from replaygpu.service.config import ClientConfig, ServerConfig
+from replaygpu.service.learner.loop import run as run_learner
 from replaygpu.service.learner.servicer import SERVICE_NAME
 from replaygpu.service.wire.append_request import encode_append_request
+from replaygpu.specs import spec_to_json
 from replaygpu.v1 import replay_pb2, replay_pb2_grpc
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,13 +55,13 @@ def wait_for(condition, timeout, what):
         time.sleep(0.05)
 
 
-FAST_RETRY = rg.ClientConfig(retry_initial_s=0.05, retry_max_s=0.25)
+FAST_RETRY = ClientConfig(retry_initial_s=0.05, retry_max_s=0.25)
 
 
 def test_a_full_journal_disk_refuses_appends_retryably_and_they_resume_by_themselves(tmp_path):
     with small_filesystem(tmp_path / "disk", 4 << 20) as disk:
         journal = disk / "journal"
-        config = rg.ServerConfig(journal_dir=str(journal))
+        config = ServerConfig(journal_dir=str(journal))
         table = rg.ReplayTable(SPEC, capacity=100_000, device="/CPU:0")
         with rg.serve(table, config=config) as server:
             channel = grpc.insecure_channel(server.address)
@@ -102,7 +106,7 @@ def test_a_learner_trains_on_while_its_checkpoints_fail_on_a_full_disk(tmp_path,
     with small_filesystem(tmp_path / "disk", 4 << 20) as disk:
         table = rg.ReplayTable(SPEC, capacity=20_000, device="/CPU:0")  # 480 KB a checkpoint
         table.append(columns(range(1000)))
-        learner = rg.Learner(table, rg.UniformSampler(table, 0), lambda b: {"x": tf.zeros([])})
+        learner = rg.Learner(table, rg.Sampler(table, seed=0), lambda b: {"x": tf.zeros([])})
         learner.train(10)  # traced and compiled before the disk fills
         ckpt = rg.Checkpointer(str(disk / "ckpt"), table=table, learner=learner)
         filler = fill(disk)
@@ -121,7 +125,7 @@ def test_a_learner_trains_on_while_its_checkpoints_fail_on_a_full_disk(tmp_path,
 
             freer = threading.Thread(target=free_after_two_failures)
             freer.start()
-            result = rg.run_learner(
+            result = run_learner(
                 server, learner, 10, stop=stop, checkpointer=ckpt, checkpoint_every_s=0.2
             )
             freer.join()
@@ -131,7 +135,7 @@ def test_a_learner_trains_on_while_its_checkpoints_fail_on_a_full_disk(tmp_path,
         assert steps_when_freed[0] > 10 and result["steps"] + 10 > steps_when_freed[0]
         assert ckpt.latest is not None and not any(disk.glob("ckpt/*_temp"))
         table2 = rg.ReplayTable(SPEC, capacity=20_000, device="/CPU:0")
-        learner2 = rg.Learner(table2, rg.UniformSampler(table2, 0), lambda b: {"x": tf.zeros([])})
+        learner2 = rg.Learner(table2, rg.Sampler(table2, seed=0), lambda b: {"x": tf.zeros([])})
         rg.Checkpointer(str(disk / "ckpt"), table=table2, learner=learner2).restore()
         assert int(learner2.steps.numpy()) == int(learner.steps.numpy())
         assert stored_ids(table2).tolist() == list(range(1000))
@@ -153,7 +157,7 @@ def damage(path: Path, how: str) -> None:
 def test_a_corrupt_newest_checkpoint_falls_back_to_the_previous_one_plus_the_journal(
     tmp_path, caplog, how
 ):
-    config = rg.ServerConfig(journal_dir=str(tmp_path / "journal"))
+    config = ServerConfig(journal_dir=str(tmp_path / "journal"))
     table, ledger, ckpt = restored(tmp_path / "ckpt")
     server = rg.serve(table, config=config, ledger=ledger)
     with server, rg.ReplayClient(server.address, actor_id="a") as client:
@@ -178,14 +182,14 @@ def test_a_corrupt_newest_checkpoint_falls_back_to_the_previous_one_plus_the_jou
 
 def serve_command(tmp_path, address, *extra, capacity=100_000):
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps(rg.spec_to_json(SPEC)))
+    spec.write_text(json.dumps(spec_to_json(SPEC)))
     command = [sys.executable, "-m", "replaygpu.cli", "serve", "--spec", str(spec)]
     command += ["--capacity", str(capacity), "--address", address, *extra]
     return command
 
 
 def test_serve_refuses_to_start_in_one_line_when_no_checkpoint_is_intact(tmp_path):
-    config = rg.ServerConfig(journal_dir=str(tmp_path / "journal"))
+    config = ServerConfig(journal_dir=str(tmp_path / "journal"))
     table, ledger, ckpt = restored(tmp_path / "ckpt", capacity=100_000)
     server = rg.serve(table, config=config, ledger=ledger)
     with server, rg.ReplayClient(server.address, actor_id="a") as client:
@@ -279,7 +283,7 @@ def test_a_run_retries_a_failed_periodic_checkpoint_and_raises_a_failed_final_on
         assert "cannot write it (No space left on device" in caplog.text
         assert "training goes on, next try in 0 s" in caplog.text
         assert not run.due() and run.checkpoints == 0
-        with pytest.raises(rg.CheckpointSaveError, match="No space left on device"):
+        with pytest.raises(CheckpointSaveError, match="No space left on device"):
             run.save(final=True)  # the run's last one: its caller must hear of it
         filler.unlink()
         time.sleep(0.25)

@@ -11,7 +11,7 @@ exponential(1) priorities before timing.
   torchrl     ``torchrl.data.PrioritizedReplayBuffer`` over ``LazyTensorStorage`` (its
               ``PrioritizedSampler``, a C++ sum tree): ``sample(return_info=True)``, torch TD,
               ``update_priority(info["index"], |td|)``.
-  replaygpu   ``rg.PrioritizedSampler`` (default: its draw and write are XLA clusters):
+  replaygpu   ``Sampler(table, Prioritized())`` (default: its draw and write are XLA clusters):
               eager     ``sample(256)`` then ``update_priorities`` from Python, one step a call;
               loop      the fused `Learner` loop (a tf.function tf.while_loop of --loop-steps
                         steps, sample + update_fn + priority write in each), jit_compile=False;
@@ -148,12 +148,13 @@ def bench_replaygpu(capacity: int, args: argparse.Namespace) -> dict[str, float]
 
 
 def time_replaygpu(table: Any, priorities: list[Any], mode: str, args: argparse.Namespace) -> float:
-    """Median seconds per step of a fresh `PrioritizedSampler` over ``table`` in ``mode``."""
+    """Median seconds per step of a fresh prioritized `Sampler` over ``table`` in ``mode``."""
     import tensorflow as tf
 
     import replaygpu as rg
+    from replaygpu.keys import IMPORTANCE_WEIGHTS, PRIORITIES
 
-    sampler = rg.PrioritizedSampler(table, alpha=ALPHA, beta=BETA, seed=1)
+    sampler = rg.Sampler(table, rg.Prioritized(alpha=ALPHA, beta=BETA), seed=1)
     for i, p in enumerate(priorities):
         rows = tf.range(i * CHUNK, i * CHUNK + len(p), dtype=tf.int64)
         sampler.update_priorities(rows, tf.constant(p))
@@ -167,15 +168,15 @@ def time_replaygpu(table: Any, priorities: list[Any], mode: str, args: argparse.
         def step() -> None:
             indices, batch = sampler.sample(BATCH)
             td = td_of(batch)
-            float(tf.reduce_mean(batch[rg.IMPORTANCE_WEIGHTS] * td))
+            float(tf.reduce_mean(batch[IMPORTANCE_WEIGHTS] * td))
             sampler.update_priorities(indices, tf.abs(td))
 
         return time_steps(step, args.steps, args.repeats)
 
     def update_fn(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         td = td_of(batch)
-        value = tf.reduce_mean(batch[rg.IMPORTANCE_WEIGHTS] * td)
-        return {"value": value, rg.PRIORITIES: tf.abs(td)}
+        value = tf.reduce_mean(batch[IMPORTANCE_WEIGHTS] * td)
+        return {"value": value, PRIORITIES: tf.abs(td)}
 
     learner = rg.Learner(
         table, sampler, update_fn, batch_size=BATCH, jit_compile=mode == "loop+xla"

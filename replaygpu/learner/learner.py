@@ -47,7 +47,7 @@ class Learner(tf.Module):
         table: the replay table, or a `ShardedReplayTable` (one shard per replica; then make
             the networks and optimizers inside ``table.strategy.scope()`` and let ``update_fn``
             all-reduce its gradients, see the README's "Scaling out").
-        sampler: draws ``(indices, batch)`` inside the graph (e.g. `UniformSampler`).
+        sampler: draws ``(indices, batch)`` inside the graph (e.g. ``rg.Sampler(table)``).
         update_fn: ``update_fn(batch) -> {name: scalar tensor}``; gets ``{field: [B, ...]}`` and
             applies its own optimizer step. A `rg.PRIORITIES` (``"priorities"``) output of shape
             ``[B]`` is handed to ``sampler.update_priorities(indices, priorities)``.
@@ -85,8 +85,8 @@ class Learner(tf.Module):
             raise ConfigError(f"batch_size: got {batch_size!r}, expected an integer >= 1")
         if not isinstance(sampler, Sampler):
             raise ConfigError(
-                f"sampler: got {type(sampler).__name__}, expected an rg.Sampler (UniformSampler, "
-                "PrioritizedSampler, ...); a sampler of your own subclasses rg.Sampler"
+                f"sampler: got {type(sampler).__name__}, expected an rg.Sampler, e.g. "
+                "rg.Sampler(table, rg.Prioritized()); a sampler of your own subclasses rg.Sampler"
             )
         if sampler.table is not table:
             raise ConfigError(
@@ -241,7 +241,7 @@ class Learner(tf.Module):
         if PRIORITIES in out and not sampler.keeps_priorities:
             raise ConfigError(
                 f"update_fn returned '{PRIORITIES}' but {type(sampler).__name__} keeps no "
-                "priorities; use a PrioritizedSampler (or wrap one) or drop the key"
+                "priorities; sample with rg.Prioritized() or drop the key"
             )
         for name, value in out.items():
             if name != PRIORITIES and getattr(value, "shape", None) != ():

@@ -73,8 +73,8 @@ class Index(tf.Module):
         """
         raise ConfigError(
             f"update_fn returned 'priorities', but {type(self).__name__} keeps no priorities; "
-            "sample with rg.Prioritized() (e.g. rg.PrioritizedSampler) or drop the 'priorities' "
-            "key"
+            "sample with rg.Prioritized() (rg.Sampler(table, rg.Prioritized())) or drop the "
+            "'priorities' key"
         )
 
 

@@ -3,9 +3,8 @@
 ``rg.Sampler(table, distribution, view)`` draws rows with ``distribution`` (`Uniform`,
 `Prioritized`) and turns them into samples with ``view`` (`Transition`, `NStep`, `FrameStack`,
 `Sequence`). Every distribution works with every view, eagerly, in the learner's fused loop and
-under XLA. The names users know (`UniformSampler`, `PrioritizedSampler`, `NStepSampler`,
-`FrameStackSampler`, `SequenceSampler`) are this class with their parts fixed
-(`replaygpu.samplers.names`).
+under XLA: one class serves every combination, e.g. ``rg.Sampler(table, rg.Prioritized(),
+rg.NStep(3))`` for Ape-X; `with_view` shares one sampler's indexes with another view.
 
 Sharding is the table's business, through the table protocol (`replaygpu.table.Table`): the
 sampler builds one index per shard (``table.shards``; a plain table is one shard) with a seed of
@@ -231,7 +230,7 @@ class Sampler(tf.Module):
         if not self.keeps_priorities:
             raise ConfigError(
                 f"update_fn returned 'priorities', but {self!r} keeps no priorities; sample "
-                "with rg.Prioritized() (e.g. rg.PrioritizedSampler) or drop the 'priorities' key"
+                "with rg.Sampler(table, rg.Prioritized()) or drop the 'priorities' key"
             )
         if tf.inside_function():
             i = self.table.local_index()

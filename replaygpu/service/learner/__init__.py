@@ -12,7 +12,7 @@ Its modules, in about the order an Append request meets them:
 - `journal`: durable acknowledgements, an append-only log of the raw requests (its files
   on disk: `journal_files`; the segment being written and its recovery after a failed write:
   `journal_segment`); `durable`: replaying it at start, health that follows its disk;
-- `loop`: a served learner's training loop (`rg.run_learner`, `rg.learner_step`).
+- `loop`: a served learner's training loop (`loop.run`, `loop.step`).
 
 This package re-exports nothing.
 """

@@ -123,7 +123,7 @@ def run(
         checkpointer: saved every ``checkpoint_every_s`` and once at the end, between train
             calls; give it the server's ledger (``rg.Checkpointer(..., ledger=server.ledger)``)
             for exactly-once appends across restarts. A periodic save that fails (a full
-            disk) is logged and tried again later (`rg.CheckpointSchedule`): training goes on.
+            disk) is logged and tried again later (`CheckpointSchedule`): training goes on.
         checkpoint_every_s: seconds between checkpoints (None: only at the end).
         handle_sigterm: on SIGTERM, stop cleanly (main thread only).
         idle_wait_s: how long to wait for data when there was nothing to train on.

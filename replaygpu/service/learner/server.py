@@ -7,7 +7,7 @@ learner in `loop` (all beside this module, in `replaygpu.service.learner`).
 
 Who writes the table:
 
-- a served `Learner`: its training loop (`rg.run_learner`, `rg.learner_step`), between train
+- a served `Learner`: its training loop (`loop.run`, `loop.step`), between train
   calls, on the training thread; nothing else does, not even `stop`;
 - a bare `ReplayTable` (``replaygpu serve``): a background committer thread.
 """
@@ -258,7 +258,7 @@ class ReplayServer:
     def commit_pending(self) -> int:
         """Commit every staged batch now, on the calling thread; returns transitions inserted.
 
-        A served learner's training loop calls this between train calls (`rg.learner_step`
+        A served learner's training loop calls this between train calls (`loop.step`
         does); for a bare table the background committer does.
         """
         return self._ingest.commit_pending()
@@ -437,7 +437,7 @@ def serve(
 
     Args:
         target: an `rg.Learner` (actors get what ``learner.publish_weights`` published; its
-            training loop, `rg.run_learner` or `rg.learner_step`, commits their appends) or a
+            training loop, `loop.run` or `loop.step`, commits their appends) or a
             bare `rg.ReplayTable` or `rg.ShardedReplayTable` (a background thread commits;
             each append is split over the shards in one call).
         address: ``host:port`` to bind; port 0 picks a free one (see ``server.address``).

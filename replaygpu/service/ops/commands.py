@@ -241,15 +241,16 @@ def _spec_env(args: argparse.Namespace) -> Any:
 def _load_spec(args: argparse.Namespace, env: Any) -> Any:
     """The table's spec: that of ``env`` (closed here), or read from ``--spec``."""
     import replaygpu as rg
+    from replaygpu.specs import spec_from_json, specs_from_env
 
     if env is not None:
         try:
-            return rg.specs_from_env(env)
+            return specs_from_env(env)
         finally:
             env.close()
     try:
         with open(args.spec) as f:
-            return rg.spec_from_json(json.load(f))
+            return spec_from_json(json.load(f))
     except (OSError, ValueError) as err:
         if isinstance(err, rg.ConfigError):
             raise
@@ -275,10 +276,12 @@ def run_serve(args: argparse.Namespace) -> int:
     require_free_ports(args.address, args.metrics_port)  # before TensorFlow: one line at once
     env = _spec_env(args)
     import replaygpu as rg
+    from replaygpu.checkpoint import CheckpointSchedule
+    from replaygpu.service.learner.ledger import SequenceLedger
 
     spec = _load_spec(args, env)
     table = rg.ReplayTable(spec, args.capacity, device=args.device, name=args.table)
-    ledger = rg.SequenceLedger()
+    ledger = SequenceLedger()
     ckpt = None
     if args.checkpoint_dir:
         ckpt = rg.Checkpointer(args.checkpoint_dir, table=table, ledger=ledger)
@@ -303,7 +306,7 @@ def run_serve(args: argparse.Namespace) -> int:
             args.capacity,
         )
         # a failed checkpoint (a full disk) is logged and retried, never fatal
-        schedule = rg.CheckpointSchedule(args.checkpoint_every_s if ckpt else None)
+        schedule = CheckpointSchedule(args.checkpoint_every_s if ckpt else None)
         while not stop.wait(min(schedule.wait_s(), 3600)):
             if ckpt is not None and schedule.due():
                 schedule.run(lambda: server.save(ckpt))
