@@ -20,7 +20,7 @@ envs, the network the actor acts with, and how env steps become table rows.
 - `recurrent_actor.RecurrentExperience` (``sequence_period`` p > 0): an R2D2 learner's LSTM
   Q-network with its state carried, overlapping sequences with the state at their start.
 
-`ActorConfig.from_settings` builds an actor's config from the `ActorSettings` that a learner
+`ActorConfig.from_settings` builds an actor's config from the settings document that a learner
 announces in ``Info``, so ``replaygpu actor ADDRESS`` needs no other flags. The actor reports
 each finished episode (its return as the env scored it, unclipped, the whole game) with its
 next request (``report_episode``), logs a progress line every ``progress_interval_s``, and

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from replaygpu.agents.actor_config import ActorConfig
-    from replaygpu.service.config import ActorSettings
+    from replaygpu.service.config import AgentSettings
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def _wait_seconds(text: str) -> float:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``actor`` subcommand."""
-    from replaygpu.agents.actor_config import ActorConfig
+    from replaygpu.agents.actor_config import SETTINGS_FIELDS, ActorConfig
     from replaygpu.agents.flags import add_config_flags
     from replaygpu.service.ops.commands import add_client_flags, positive_int
 
@@ -131,7 +131,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_config_flags(parser, ActorConfig, skip=("env_id", *_CLIENT_FIELDS))
     add_client_flags(parser)
     # unset: taken from the learner's actor settings, else ActorConfig's defaults
-    parser.set_defaults(**dict.fromkeys(ActorConfig.settings_fields()))
+    parser.set_defaults(**dict.fromkeys(SETTINGS_FIELDS))
     parser.set_defaults(func=run)
 
 
@@ -159,7 +159,10 @@ def _config(args: argparse.Namespace) -> ActorConfig:
         raise rg.ConfigError(flag_message(err, given)) from err
     settings = _learner_settings(args)
     if settings is not None:
-        return ActorConfig.from_settings(settings, **given)
+        try:
+            return ActorConfig.from_settings(settings, **given)
+        except rg.ConfigError as err:
+            raise rg.ConfigError(f"the learner at {args.address} announces {err}") from None
     if "env_id" not in given:
         raise rg.ConfigError(
             f"the server at {args.address} announces no actor settings (a bare `replaygpu "
@@ -168,8 +171,8 @@ def _config(args: argparse.Namespace) -> ActorConfig:
     return ActorConfig(**given)
 
 
-def _learner_settings(args: argparse.Namespace) -> ActorSettings | None:
-    """The learner's `ActorSettings` from ``Info``, or None from a bare server. A server
+def _learner_settings(args: argparse.Namespace) -> AgentSettings | None:
+    """The learner's actor settings from ``Info``, or None from a bare server. A server
     that does not answer within `CONNECT_TIMEOUT_S` is waited for only with ``--wait``.
 
     Raises:
@@ -199,7 +202,7 @@ def _learner_settings(args: argparse.Namespace) -> ActorSettings | None:
     return _ask_settings(args, limit)
 
 
-def _ask_settings(args: argparse.Namespace, wait_s: float | None) -> ActorSettings | None:
+def _ask_settings(args: argparse.Namespace, wait_s: float | None) -> AgentSettings | None:
     """Ask the server for its actor settings, retrying for ``wait_s`` (None: forever)."""
     import replaygpu as rg
     from replaygpu.agents.actor import default_prefix

@@ -2,15 +2,18 @@
 its experience kinds (`actor.VectorExperience`, `frame_actor.FrameExperience`) and the drivers
 that start actors all read, so none of them imports another for it.
 
-A learner decides the fields of `ActorSettings` (the env, the policy, the exploration, the
-frame preprocessing) and announces them in ``Info``; `ActorConfig.from_settings` takes them over
-under the same names, so ``replaygpu actor ADDRESS`` needs no other flags. This module imports
-no TensorFlow.
+A learner decides the `SETTINGS_FIELDS` (the env, the policy, the exploration, the frame
+preprocessing) and announces them in ``Info`` as a document of its agent's
+(`ActorConfig.to_settings`: the fields as JSON, `SETTINGS_VERSION`); the library passes it on
+unread, and `ActorConfig.from_settings` takes the fields over, so ``replaygpu actor ADDRESS``
+needs no other flags. This module holds every rule of an actor's config, and imports no
+TensorFlow.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -20,8 +23,34 @@ from typing import Any, Literal
 import replaygpu as rg
 from replaygpu.agents.checks import require_positive_ints, require_unit_interval
 from replaygpu.agents.flags import helptext
-from replaygpu.service.config import ActorSettings
+from replaygpu.service.config import AgentSettings
 from replaygpu.service.ops.auth import TLSConfig
+
+#: the fields a learner decides for its actors and announces in its settings document
+SETTINGS_FIELDS = (
+    "env_id",
+    "agent",
+    "num_actors",
+    "num_envs",
+    "seed",
+    "weight_pull_interval",
+    "send_interval",
+    "epsilon_base",
+    "epsilon_alpha",
+    "insert_slack",
+    "frame_stack",
+    "segment_steps",
+    "repeat_action_probability",
+    "terminal_on_life_loss",
+    "clip_rewards",
+    "sequence_period",
+    "sequence_length",
+)
+#: the settings document's format; raise it when a field is added or changes meaning, so that
+#: an actor of an older release refuses the document rather than misread it
+SETTINGS_VERSION = 1
+#: the agents whose learners announce settings that an `ActorConfig` runs
+SETTINGS_AGENTS = ("dqn", "sac", "r2d2")
 
 
 @dataclass(frozen=True)
@@ -133,7 +162,7 @@ class ActorConfig:
     @classmethod
     def check_given(cls, given: Mapping[str, object]) -> None:
         """Check the values ``given`` (flags) before a learner's settings are known: every
-        check that reads only fields in ``given`` or fields outside `settings_fields` (the
+        check that reads only fields in ``given`` or fields outside `SETTINGS_FIELDS` (the
         settings cannot change those, so they keep their defaults), so a bad value is refused
         before the learner is asked anything.
 
@@ -141,26 +170,48 @@ class ActorConfig:
             ConfigError: a value out of range, as the config itself would refuse it.
         """
         fields = dataclasses.fields(cls)
-        known = set(given) | {f.name for f in fields} - set(cls.settings_fields())
+        known = set(given) | {f.name for f in fields} - set(SETTINGS_FIELDS)
         values = {f.name: f.default for f in fields} | dict(given)
         _check(SimpleNamespace(**values), known)
 
-    @classmethod
-    def settings_fields(cls) -> tuple[str, ...]:
-        """The fields a learner's `ActorSettings` set: those of the same name in both."""
-        own = {f.name for f in dataclasses.fields(cls)}
-        return tuple(f.name for f in dataclasses.fields(ActorSettings) if f.name in own)
+    def to_settings(self, agent: str) -> AgentSettings:
+        """The settings document a learner of ``agent`` announces to its actors: this config's
+        `SETTINGS_FIELDS` as JSON."""
+        values = {name: getattr(self, name) for name in SETTINGS_FIELDS}
+        return AgentSettings(agent, SETTINGS_VERSION, json.dumps(values, sort_keys=True))
 
     @classmethod
-    def from_settings(cls, settings: ActorSettings, **overrides: object) -> ActorConfig:
-        """The config a learner's `ActorSettings` ask for (the `settings_fields`);
-        ``overrides`` replace any field (e.g. ``actor_index=``, ``steps=``, ``token=``).
+    def from_settings(cls, settings: AgentSettings, **overrides: object) -> ActorConfig:
+        """The config a learner's settings document asks for (`to_settings`); ``overrides``
+        replace any field (e.g. ``actor_index=``, ``steps=``, ``token=``).
 
         Raises:
-            ConfigError: a value out of range.
+            ConfigError: a document of an agent not in `SETTINGS_AGENTS`, of a version newer
+                than `SETTINGS_VERSION`, not a JSON object of `SETTINGS_FIELDS`, or with a
+                value out of range.
         """
-        values = {name: getattr(settings, name) for name in cls.settings_fields()}
-        return cls(**{**values, **overrides})  # type: ignore[arg-type]
+        what = f"actor settings of agent {settings.agent!r} version {settings.version}"
+        if settings.agent not in SETTINGS_AGENTS:
+            raise rg.ConfigError(
+                f"{what}: expected an agent of {', '.join(SETTINGS_AGENTS)}; this actor cannot "
+                "run that learner's agent: run the actors of the learner's replaygpu release"
+            )
+        if settings.version > SETTINGS_VERSION:
+            raise rg.ConfigError(
+                f"{what}: expected version {SETTINGS_VERSION} at most; the learner runs a newer "
+                "replaygpu: upgrade replaygpu where the actors run to the learner's release"
+            )
+        try:
+            values = json.loads(settings.json)
+        except ValueError as err:
+            raise rg.ConfigError(f"{what}: not JSON ({err})") from None
+        unknown = set(values) - set(SETTINGS_FIELDS) if isinstance(values, dict) else {"?"}
+        if unknown:
+            raise rg.ConfigError(
+                f"{what}: got {settings.json[:200]!r}, expected a JSON object of "
+                f"{', '.join(SETTINGS_FIELDS)}"
+            )
+        return cls(**{**values, **overrides})
 
     @property
     def tls(self) -> TLSConfig | None:
@@ -188,7 +239,7 @@ class ActorConfig:
 def _check(config: Any, known: Collection[str] | None = None) -> None:
     """`ActorConfig`'s checks of ``config`` (an `ActorConfig`, or values under its field
     names); with ``known``, only those that read no field outside it. Fields outside
-    `ActorConfig.settings_fields` are always known: only the checks that read a settings field
+    `SETTINGS_FIELDS` are always known: only the checks that read a settings field
     ask `reads`.
 
     Raises:
@@ -198,6 +249,10 @@ def _check(config: Any, known: Collection[str] | None = None) -> None:
     def reads(*names: str) -> bool:
         return known is None or all(name in known for name in names)
 
+    if reads("env_id") and not config.env_id:
+        raise rg.ConfigError("env_id: got an empty string, expected a gymnasium env id")
+    if reads("agent") and config.agent not in ("dqn", "sac"):
+        raise rg.ConfigError(f"agent: got {config.agent!r}, expected 'dqn' or 'sac'")
     sizes = ("num_actors", "num_envs", "weight_pull_interval", "send_interval", "segment_steps")
     require_positive_ints(config, *filter(reads, sizes))
     if reads("actor_index"):

@@ -4,7 +4,7 @@ Reads top to bottom: the config, then ``train``: build the learner (a `make_fram
 holding each 84x84 frame once, prioritized replay whose `rg.FrameStack` view rebuilds the
 ``[B, 4, 84, 84]`` stacks and 3-step returns in the graph, the Nature CNN double-DQN update of
 `atari.AtariDQN`, a samples-per-insert rate limiter), serve it with the frame actors'
-`ActorSettings`, start the actor processes (`fleet`: the one actor loop, `actor.run_actor`,
+actor settings, start the actor processes (`fleet`: the one actor loop, `actor.run_actor`,
 with a `frame_actor.FrameExperience`, which acts with a numpy copy of the Nature CNN and pulls
 its weights every K env steps; actor i explores with eps_i = 0.4^(1 + 7 i/(N-1))), then commit
 their appends, train, publish weights, sync the target network and checkpoint until the actors

@@ -23,7 +23,7 @@ from replaygpu.agents.checks import (
     require_unit_interval,
 )
 from replaygpu.agents.flags import helptext
-from replaygpu.service.config import ActorSettings
+from replaygpu.service.config import AgentSettings
 
 if TYPE_CHECKING:  # imported when an agent is made: the config alone needs no TensorFlow
     from replaygpu.agents import atari
@@ -160,10 +160,11 @@ class ApexAtariConfig:
         )
 
     @property
-    def actor_settings(self) -> ActorSettings:
+    def actor_settings(self) -> AgentSettings:
         """What the actors run (served in ``Info``, so ``replaygpu actor ADDRESS`` can join)."""
-        return ActorSettings(
+        actor = ActorConfig(
             env_id=self.env_id,
+            num_envs=1,  # one ALE game per actor process
             weight_pull_interval=self.weight_pull_interval,
             seed=self.seed,
             num_actors=self.num_actors,
@@ -175,6 +176,7 @@ class ApexAtariConfig:
             send_interval=256,  # finished segments go once they hold 256 steps
             insert_slack=self.insert_slack,
         )
+        return actor.to_settings("dqn")
 
     def actor_config(self, index: int, steps: int, seed: int) -> ActorConfig:
         """The config of actor process ``index`` collecting ``steps`` env steps: the

@@ -16,18 +16,18 @@ an ALE env)
 (``--agent r2d2``)                    sequence a block of its own         (burn-in, stored state)
 =====================  =============  ==================================  =======================
 
-A builder also names the weights actors pull, the `ActorSettings` that ``replaygpu actor
-ADDRESS`` learns from ``Info``, the server's message limit, whether the run syncs a target
-network, and how the greedy policy is evaluated. Adding an algorithm to the learner service is
-one config and one builder here; the service, its CLI, checkpoints and the demos' driver need no
-change.
+A builder also names the weights actors pull, the actor settings that ``replaygpu actor ADDRESS``
+learns from ``Info`` (`ActorConfig.to_settings`), the server's message limit, whether the run syncs
+a target network, and how the greedy policy is evaluated. Adding an algorithm to the learner service
+is one config and one builder here; the service, its CLI, checkpoints and the demos' driver need
+no change.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -36,6 +36,7 @@ import tensorflow as tf
 import replaygpu as rg
 from replaygpu.agents import apex_config, atari, dqn, r2d2, sac
 from replaygpu.agents.actor import STREAM_FIELD
+from replaygpu.agents.actor_config import ActorConfig
 from replaygpu.agents.apex_atari_config import ApexAtariConfig
 from replaygpu.agents.apex_config import ApexConfig
 from replaygpu.agents.envs import evaluate
@@ -43,7 +44,7 @@ from replaygpu.agents.frame_actor import segment_client_config
 from replaygpu.agents.r2d2_learner_config import R2D2LearnerConfig
 from replaygpu.agents.sac_config import SACLearnerConfig as SACLearnerConfig
 from replaygpu.samplers import make_frame_table
-from replaygpu.service.config import ActorSettings, ServerConfig
+from replaygpu.service.config import AgentSettings, ServerConfig
 from replaygpu.sharded import mirrored_strategy
 from replaygpu.specs import specs_from_env
 
@@ -82,7 +83,8 @@ class Builder:
         """What ``publish_weights`` snapshots for the actors."""
         raise NotImplementedError
 
-    def actor_settings(self, config: Any) -> ActorSettings:
+    def actor_settings(self, config: Any) -> AgentSettings:
+        """The settings document its actors run (`ActorConfig.to_settings`)."""
         raise NotImplementedError
 
     def jit_compile(self, config: Any, table: Table) -> bool:
@@ -126,17 +128,16 @@ class VectorBuilder(Builder):
         table = rg.ReplayTable(spec, config.buffer_size, device=config.device or None)
         return table, tf.device(table.device)
 
-    def settings(self, config: Any, agent: str) -> ActorSettings:
-        return ActorSettings(
+    def settings(self, config: Any, agent: Literal["dqn", "sac"]) -> AgentSettings:
+        actor = ActorConfig(
             env_id=config.env_id,
-            agent=agent,  # type: ignore[arg-type]
-            hidden_sizes=tuple(config.hidden_sizes),
+            agent=agent,
             weight_pull_interval=config.weight_pull_interval,
             num_envs=config.actor_envs,
-            stream_field=self.stream_field,
             seed=config.seed,
             num_actors=config.num_actors,
         )
+        return actor.to_settings(agent)
 
 
 class VectorDQN(VectorBuilder):
@@ -164,7 +165,7 @@ class VectorDQN(VectorBuilder):
     def policy(self, agent: dqn.DQN) -> Any:
         return agent.q
 
-    def actor_settings(self, config: ApexConfig) -> ActorSettings:
+    def actor_settings(self, config: ApexConfig) -> AgentSettings:
         return self.settings(config, "dqn")
 
     def greedy_policy(self, agent: dqn.DQN) -> Any:
@@ -188,7 +189,7 @@ class ServedSAC(VectorBuilder):
     def policy(self, agent: sac.SAC) -> Any:
         return agent.actor
 
-    def actor_settings(self, config: SACLearnerConfig) -> ActorSettings:
+    def actor_settings(self, config: SACLearnerConfig) -> AgentSettings:
         return self.settings(config, "sac")
 
     def greedy_policy(self, agent: sac.SAC) -> Any:
@@ -220,7 +221,7 @@ class FrameDQN(Builder):
     def policy(self, agent: atari.AtariDQN) -> Any:
         return lambda: agent.q.weights  # `NatureCNN.weights` order, what `cnn_policy` reads
 
-    def actor_settings(self, config: ApexAtariConfig) -> ActorSettings:
+    def actor_settings(self, config: ApexAtariConfig) -> AgentSettings:
         return config.actor_settings
 
     def jit_compile(self, config: ApexAtariConfig, table: Table) -> bool:
@@ -272,10 +273,9 @@ class ServedR2D2(Builder):
     def policy(self, agent: r2d2.R2D2) -> Any:
         return lambda: agent.q.weights  # the order `policies.numpy_lstm_step` reads
 
-    def actor_settings(self, config: R2D2LearnerConfig) -> ActorSettings:
-        return ActorSettings(
+    def actor_settings(self, config: R2D2LearnerConfig) -> AgentSettings:
+        actor = ActorConfig(
             env_id=config.env_id,
-            hidden_sizes=(config.torso_size, config.lstm_units),
             weight_pull_interval=config.weight_pull_interval,
             num_envs=config.actor_envs,
             seed=config.seed,
@@ -283,6 +283,7 @@ class ServedR2D2(Builder):
             sequence_period=config.period,
             sequence_length=config.sequence_length,
         )
+        return actor.to_settings("r2d2")
 
     def evaluate(
         self, config: R2D2LearnerConfig, agent: r2d2.R2D2, episodes: int, seed: int

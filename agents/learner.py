@@ -3,13 +3,13 @@ a rate limiter, weights for the actors, checkpoints. ``replaygpu learner`` runs 
 ``demo apex-cartpole`` and ``demo apex-breakout`` run it with actor processes beside it
 (`train_with_actors`).
 
-Reads top to bottom: `LearnerService`: its config's builder (`builders`: DQN on vectors or on
-Atari frames, SAC) makes the table, the agent and the sampler; build the `rg.Learner`; restore
-the newest checkpoint; serve with the `ActorSettings` that tell ``replaygpu actor ADDRESS``
-what to run; then `LearnerService.step` commits the actors' appends and trains, until
-`LearnerService.done` (the run's ``steps`` transitions arrived and the replay budget is spent)
-or a stop signal. `LearnerService.train_to_end` is ``replaygpu learner``'s loop: it ends the
-whole fleet at the budget (`ReplayServer.finish_run`), evaluates, and reports what it learns
+Reads top to bottom: `LearnerService`: its config's builder (`builders`: DQN on vectors or on Atari
+frames, SAC) makes the table, the agent and the sampler; build the `rg.Learner`; restore the newest
+checkpoint; serve with the actor settings that tell ``replaygpu actor ADDRESS`` what to run
+(`ActorConfig.to_settings`); then `LearnerService.step` commits the actors' appends and trains,
+until `LearnerService.done` (the run's ``steps`` transitions arrived and the replay budget is spent)
+or a stop signal. `LearnerService.train_to_end` is ``replaygpu learner``'s loop: it ends the whole
+fleet at the budget (`ReplayServer.finish_run`), evaluates, and reports what it learns
 (`learner_report`). Then `train_with_actors`, the demos' driver.
 """
 
@@ -37,7 +37,7 @@ from replaygpu.agents.learner_report import LearnerReport
 from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult
 from replaygpu.agents.r2d2_learner_config import R2D2LearnerConfig as R2D2LearnerConfig
 from replaygpu.agents.runs import JsonState, LoopState, RunControl
-from replaygpu.service.config import ActorSettings, ServerConfig
+from replaygpu.service.config import AgentSettings, ServerConfig
 from replaygpu.service.learner.ledger import SequenceLedger
 from replaygpu.service.learner.loop import step as learner_step
 from replaygpu.service.ops.auth import TLSConfig
@@ -115,7 +115,6 @@ class LearnerService:
                 ledger=self.ledger,
                 loop=self.loop,
                 run_stats=self.saved_stats,
-                optional=("run_stats",),  # checkpoints written before it was saved lack it
             )
         if self.restored:
             logger.info(
@@ -142,7 +141,7 @@ class LearnerService:
         self.recorder: Recorder = NullRecorder()
 
     @property
-    def actor_settings(self) -> ActorSettings:
+    def actor_settings(self) -> AgentSettings:
         """What ``replaygpu actor ADDRESS`` learns from this learner's ``Info``."""
         return self.builder.actor_settings(self.config)
 

@@ -11,7 +11,7 @@ One ``replaygpu learner --agent dqn --env ALE/Breakout-v5`` on 127.0.0.1 that on
 - the same processes started without the actors' thread settings (`actor_threads`), as
   ``replaygpu actor`` started them before: what one BLAS thread pool per actor costs here.
 
-Both kinds run the same actor config: the demo's is built from the learner's `ActorSettings`,
+Both kinds run the same actor config: the demo's is built from the learner's actor settings,
 which ``replaygpu actor`` takes over (send interval and insert slack included). Each rate is one
 actor's env steps over its loop's seconds (env resets and weight pulls included), summed over
 the two actors. On a shared machine the load drifts within a minute, so one pair of runs can

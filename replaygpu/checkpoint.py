@@ -62,7 +62,7 @@ def check_writable(directory: str) -> None:
     except OSError as err:
         raise ConfigError(
             f"checkpoint folder {directory!r} cannot be made by {who}: {err.strerror or err}; "
-            "pass a --checkpoint-dir in a folder that exists and is writable, or make it first"
+            "pass a `directory` in a folder that exists and is writable, or make it first"
         ) from None
     try:
         with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-check-"):
@@ -76,10 +76,8 @@ def check_writable(directory: str) -> None:
             pass
         raise ConfigError(
             f"checkpoint folder {directory!r}{owner} is not writable by {who}: "
-            f"{err.strerror or err}; make it writable (chown {os.getuid()} "
-            f"{directory}, or run as its owner; in a container: chown the host folder to the "
-            "container's uid, run with --user, or set Kubernetes fsGroup), or pass another "
-            "--checkpoint-dir"
+            f"{err.strerror or err}; make it writable (chown {os.getuid()} {directory}, or run "
+            "as its owner), or pass another `directory`"
         ) from None
 
 

@@ -96,8 +96,10 @@ def missing_dependency(err: BaseException) -> str | None:
 
 
 def one_line(err: BaseException) -> str:
-    """``Type: message`` on one line."""
-    text = " ".join(str(err).split()) or repr(err)
+    """``Type: message`` on one line, the parameters it names as their flags."""
+    from replaygpu.service.ops.commands import with_flags
+
+    text = with_flags(" ".join(str(err).split()) or repr(err))
     return f"{type(err).__name__}: {text}"
 
 

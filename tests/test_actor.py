@@ -2,6 +2,8 @@
 pulls, the epsilon ladder, and no TensorFlow in the actor process."""
 
 import contextlib
+import dataclasses
+import json
 import subprocess
 import sys
 import threading
@@ -153,3 +155,82 @@ def test_actor_calls_wait_out_a_learner_restart():
         client.close(flush=False)
         for s in restarted:
             s.stop()
+
+
+def test_a_learner_s_actor_settings_reach_the_actor_through_info_as_its_config():
+    """The learner's actor config goes out as its agent's JSON document, which the server
+    passes on unread, and comes back as the same config, every settings field included."""
+    from replaygpu.agents.actor_config import SETTINGS_FIELDS
+
+    frames = ActorConfig(
+        env_id="ALE/Breakout-v5",
+        epsilon_base=0.3,
+        weight_pull_interval=1000,
+        seed=7,
+        num_actors=3,
+        frame_stack=4,
+        segment_steps=250,
+        repeat_action_probability=0.0,
+        terminal_on_life_loss=False,
+        clip_rewards=False,
+        send_interval=256,
+        insert_slack=0,
+    )
+    recurrent = ActorConfig(env_id="CartPole-v1", sequence_period=4, sequence_length=8)
+    vector = ActorConfig(env_id="Pendulum-v1", agent="sac", insert_slack=-1)
+    table = rg.ReplayTable(specs_from_env(gym.make("CartPole-v1")), 16, name="replay")
+    for agent, config in (("dqn", frames), ("r2d2", recurrent), ("sac", vector)):
+        settings = config.to_settings(agent)
+        with (
+            rg.serve(table, actor_settings=settings) as server,
+            rg.ReplayClient(server.address, actor_id="s1") as client,
+        ):
+            assert client.actor_settings == settings
+            last = {"actor_index": config.num_actors - 1, "steps": 5}  # this actor's own
+            actor = ActorConfig.from_settings(client.actor_settings, **last)
+        assert actor == dataclasses.replace(config, **last)
+        assert set(json.loads(settings.json)) == set(SETTINGS_FIELDS)
+
+
+def test_actor_config_refuses_frames_for_a_policy_that_is_no_q_network():
+    with pytest.raises(rg.ConfigError, match="agent: got 'sac' with frame_stack 4"):
+        ActorConfig(env_id="ALE/Breakout-v5", agent="sac", frame_stack=4)
+    with pytest.raises(rg.ConfigError, match="frame_stack: got -1"):
+        ActorConfig(frame_stack=-1)
+    with pytest.raises(rg.ConfigError, match="env_id: got an empty string"):
+        ActorConfig(env_id="")
+
+
+@pytest.mark.parametrize(
+    "agent, version, says",
+    [
+        (
+            "impala",
+            1,
+            "announces actor settings of agent 'impala' version 1: expected an agent of dqn, "
+            "sac, r2d2",
+        ),
+        (
+            "dqn",
+            99,
+            "announces actor settings of agent 'dqn' version 99: expected version 1 at most; "
+            "the learner runs a newer replaygpu: upgrade replaygpu where the actors run",
+        ),
+    ],
+)
+def test_an_actor_refuses_settings_of_an_unknown_agent_or_a_newer_version_in_one_line(
+    agent, version, says
+):
+    from replaygpu.service.config import AgentSettings
+
+    table = rg.ReplayTable(specs_from_env(gym.make("CartPole-v1")), 16, name="replay")
+    document = ActorConfig(env_id="CartPole-v1").to_settings(agent).json
+    settings = AgentSettings(agent, version, document)
+    with rg.serve(table, actor_settings=settings) as server:
+        cmd = [sys.executable, "-m", "replaygpu.cli", "actor", server.address, "--steps", "8"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.count("\n") == 1, proc.stderr[-2000:]
+    assert proc.stderr.startswith("replaygpu actor: error: ")
+    assert f"the learner at {server.address} {says}" in proc.stderr, proc.stderr
+    assert table.total_inserted == 0

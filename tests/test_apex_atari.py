@@ -21,7 +21,6 @@ from replaygpu.agents.frame_actor import SegmentWriter, segment_client_config, s
 from replaygpu.agents.networks import NatureCNN
 from replaygpu.agents.progress import NullRecorder
 from replaygpu.samplers import make_frame_table
-from replaygpu.service.config import ActorSettings
 
 K = 4
 
@@ -154,9 +153,11 @@ def test_the_actor_command_joins_a_frame_learner_with_only_its_address():
     game into its frame table, each env's table episodes whole and contiguous; a flag
     overrides a setting (2 envs where the learner asks for 1)."""
     pytest.importorskip("ale_py")
-    settings = ActorSettings(
+    from replaygpu.agents.actor_config import ActorConfig
+
+    settings = ActorConfig(
         env_id="ALE/Breakout-v5", seed=5, frame_stack=K, segment_steps=40, clip_rewards=False
-    )
+    ).to_settings("dqn")
     table = make_frame_table(2000, (84, 84))
     with rg.serve(table, actor_settings=settings) as server:
         cmd = [sys.executable, "-m", "replaygpu.cli", "actor", server.address]
@@ -180,12 +181,9 @@ def test_the_demo_actors_run_the_settings_the_actor_command_gets_from_the_learne
     actor config (send interval and insert slack included): only the id prefix, which no
     setting carries, differs."""
     from replaygpu.agents.actor_config import ActorConfig
-    from replaygpu.v1 import replay_pb2
 
     config = apex_atari.ApexAtariConfig(num_actors=2, insert_slack=512)
-    message = replay_pb2.ActorSettings()
-    config.actor_settings.to_proto(message)  # as Info carries them
-    settings = ActorSettings.from_proto(message)
+    settings = config.actor_settings  # the document Info carries
     for index in range(2):
         demo = config.actor_config(index, 0, config.seed)
         command = ActorConfig.from_settings(settings, actor_index=index)

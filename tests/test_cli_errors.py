@@ -110,6 +110,23 @@ def test_a_checkpoint_folder_that_cannot_be_made_names_path_uid_and_the_fix(not_
     line = error_line(proc)
     assert f"{not_a_folder!r} cannot be made by uid {os.getuid()}" in line
     assert "Not a directory" in line and "make it first" in line  # not "chown" a missing folder
+    assert "pass a --checkpoint-dir in a folder" in line  # the library's `directory`, as a flag
+
+
+def test_library_errors_name_parameters_which_the_command_line_says_as_flags(not_a_folder):
+    """The library names no flag: its errors name the parameter in backticks, and the command
+    line says each as its flag (one rule: dashes, or `PARAMETER_FLAGS`)."""
+    from replaygpu.service.learner.binding import require_free_ports
+    from replaygpu.service.ops.commands import with_flags
+
+    with pytest.raises(Exception, match="the port of `address`") as raised:
+        require_free_ports("127.0.0.1:50999", 50999)
+    message = str(raised.value)
+    assert "--" not in message and message.startswith("`metrics_port`: got 50999")
+    assert with_flags(message).startswith("--metrics-port: got 50999, the port of --address")
+    assert with_flags("`TLSConfig.key_file`: x; pass another `directory`") == (
+        "--tls-key: x; pass another --checkpoint-dir"
+    )
 
 
 def test_unreachable_address_is_one_line():

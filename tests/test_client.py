@@ -13,7 +13,7 @@ import replaygpu as rg
 from replaygpu.errors import BatchError
 from replaygpu.fields import DTYPE_NAMES, numpy_dtype
 from replaygpu.learner.ratio import SampleToInsertRule
-from replaygpu.service.config import ActorSettings, ClientConfig, ServerConfig
+from replaygpu.service.config import ClientConfig, ServerConfig
 from replaygpu.service.learner.loop import step as learner_step
 from replaygpu.service.wire.status import ServiceError
 
@@ -361,49 +361,25 @@ def test_sampling_and_inserting_share_one_rule():
         SampleToInsertRule(0.0, 1, 0.0)
 
 
-def test_the_client_reads_the_actor_settings_a_learner_announces_frames_included(empty_table):
+def test_the_client_reads_the_actor_settings_a_learner_announces_unread(empty_table):
+    from replaygpu.service.config import AgentSettings
+
     table = rg.ReplayTable(SPEC, capacity=16, device="/CPU:0")
     with rg.serve(table) as bare, rg.ReplayClient(bare.address, actor_id="s0") as client:
         assert client.actor_settings is None  # a bare serve asks nothing of its actors
-    frames = ActorSettings(
-        env_id="ALE/Breakout-v5",
-        epsilon_base=0.3,
-        weight_pull_interval=1000,
-        seed=7,
-        num_actors=3,
-        frame_stack=4,
-        segment_steps=250,
-        repeat_action_probability=0.0,
-        terminal_on_life_loss=False,
-        clip_rewards=False,
-        send_interval=256,
-        insert_slack=0,  # a value, not "unset"
-    )
-    vector = ActorSettings(
-        env_id="Pendulum-v1", agent="sac", hidden_sizes=(64, 64), insert_slack=-1
-    )
-    for settings in (frames, vector):
-        with (
-            rg.serve(empty_table, actor_settings=settings) as server,
-            rg.ReplayClient(server.address, actor_id="s1") as client,
-        ):
-            assert client.actor_settings == settings  # every field through Info and back
+    # the library passes the agent's document on as it is: any agent, version and text
+    settings = AgentSettings("an-agent", 7, '{"not": ["read", 1.5]}')
+    with (
+        rg.serve(empty_table, actor_settings=settings) as server,
+        rg.ReplayClient(server.address, actor_id="s1") as client,
+    ):
+        assert client.actor_settings == settings
 
 
-def test_actor_settings_from_a_learner_before_the_send_fields_take_the_defaults():
-    """A learner from before send_interval and insert_slack leaves them out of Info: the
-    actors then send and wait as they did (the defaults), not every step nor never."""
-    from replaygpu.v1 import replay_pb2
+def test_agent_settings_need_an_agent_and_a_version_of_1_or_more():
+    from replaygpu.service.config import AgentSettings
 
-    old = replay_pb2.ActorSettings(
-        env_id="CartPole-v1", agent="dqn", weight_pull_interval=400, num_envs=1
-    )
-    settings = ActorSettings.from_proto(old)
-    assert (settings.send_interval, settings.insert_slack) == (32, 2048)
-
-
-def test_actor_settings_refuse_frames_for_a_policy_that_is_no_q_network():
-    with pytest.raises(rg.ConfigError, match="agent: got 'sac' with frame_stack=4"):
-        ActorSettings(env_id="ALE/Breakout-v5", agent="sac", frame_stack=4)
-    with pytest.raises(rg.ConfigError, match="frame_stack=-1"):
-        ActorSettings(env_id="CartPole-v1", frame_stack=-1)
+    with pytest.raises(rg.ConfigError, match=r"AgentSettings\.agent: got an empty string"):
+        AgentSettings("", 1, "{}")
+    with pytest.raises(rg.ConfigError, match=r"AgentSettings\.version: got 0, expected >= 1"):
+        AgentSettings("dqn", 0, "{}")

@@ -172,13 +172,13 @@ def test_a_client_trusting_another_ca_fails_at_once_saying_it_does_not_trust_the
 ):
     message = connect_fails(tls_server.address, client_tls(pki, ca="other_ca"))
     assert "does not trust the server's certificate" in message
-    assert "--tls-ca" in message and pki["other_ca"] in message
+    assert "`TLSConfig.ca_file`" in message and pki["other_ca"] in message
     assert "CERTIFICATE_VERIFY_FAILED" in message  # gRPC's own words are kept
 
 
 def test_a_wrong_server_name_fails_at_once_naming_server_name(pki, tls_server):
     message = connect_fails(tls_server.address, client_tls(pki, server_name="elsewhere.example"))
-    assert "does not carry the host name" in message and "--server-name" in message
+    assert "does not carry the host name" in message and "`TLSConfig.server_name`" in message
 
 
 def test_a_plaintext_client_at_a_tls_server_fails_at_once_saying_the_server_speaks_tls(
@@ -186,7 +186,7 @@ def test_a_plaintext_client_at_a_tls_server_fails_at_once_saying_the_server_spea
 ):
     message = connect_fails(tls_server.address, None)
     assert "the server speaks TLS and this client connects in plaintext" in message
-    assert "--tls-ca" in message
+    assert "`TLSConfig.ca_file`" in message
     assert "Socket closed" in message  # all gRPC itself says
 
 
@@ -203,7 +203,7 @@ def test_a_client_without_a_certificate_at_an_mtls_server_fails_at_once_asking_f
 ):
     message = connect_fails(mtls_server.address, client_tls(pki), token="s3cret")
     assert "requires client certificates (mTLS" in message
-    assert "--tls-cert and --tls-key" in message
+    assert "`TLSConfig.cert_file` and `TLSConfig.key_file`" in message
 
 
 def test_a_client_certificate_of_another_ca_at_an_mtls_server_fails_at_once_naming_it(
@@ -230,8 +230,8 @@ def test_mtls_with_a_certificate_of_the_servers_ca_appends(pki, mtls_server):
         assert client.acked_transitions == 3
 
 
-def test_a_wrong_token_names_the_flag_and_the_argument(pki, mtls_server):
-    with pytest.raises(AuthenticationError, match=r"--token.*token="):
+def test_a_wrong_token_names_the_token_parameter(pki, mtls_server):
+    with pytest.raises(AuthenticationError, match=r"pass the server's `token`"):
         rg.ReplayClient(mtls_server.address, token="wrong", tls=client_tls(pki, cert="client"))
 
 
@@ -293,7 +293,7 @@ def test_a_file_that_is_not_pem_is_refused_naming_it(pki, tmp_path, field, expec
     with pytest.raises(rg.ConfigError, match=expected) as raised:
         TLSConfig(**files)
     assert str(junk) in str(raised.value)
-    with pytest.raises(rg.ConfigError, match=r"ca_file \(--tls-ca\): .* holds no PEM certificate"):
+    with pytest.raises(rg.ConfigError, match=r"`TLSConfig\.ca_file`: .* holds no PEM certificate"):
         TLSConfig(ca_file=str(junk))
 
 

@@ -11,7 +11,7 @@
 - `ops`: operating it: the ``serve`` / ``info`` / ``health`` `commands`, Prometheus `metrics`,
   `auth` (tokens, TLS) and the `allocator` tuning both sides call.
 
-`config` (`ClientConfig`, `ServerConfig`, `ActorSettings`, the actor-id rule) stays here: both
+`config` (`ClientConfig`, `ServerConfig`, `AgentSettings`, the actor-id rule) stays here: both
 sides read it, and it imports neither. The actor side imports only `wire`, `config` and the
 TensorFlow-free `ops` modules, never `learner`. This package re-exports nothing, so importing
 the client never pulls in the server.

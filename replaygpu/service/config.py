@@ -1,13 +1,12 @@
 """Configuration of the service: `ClientConfig` (actor side), `ServerConfig` (learner side) and
-`ActorSettings` (what a learner asks its actors to run, carried by ``Info``).
+`AgentSettings` (what a learner asks its actors to run, carried by ``Info``, opaque here).
 
 Frozen dataclasses validated on construction; this module imports no TensorFlow.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any, Literal
+from dataclasses import dataclass
 
 from replaygpu.errors import ConfigError
 
@@ -158,128 +157,23 @@ class ServerConfig:
 
 
 @dataclass(frozen=True)
-class ActorSettings:
-    """What a learner asks its actors to run, sent to them in ``Info`` (``actor_settings``).
-
-    ``replaygpu learner`` sets it so that ``replaygpu actor ADDRESS`` needs nothing but the
-    address: the env, the policy network and its exploration come from here, the weights from
-    ``GetWeights``. The field names are those of the actor's own config, which takes them over.
+class AgentSettings:
+    """What a learner asks its actors to run, sent to them in ``Info`` (``actor_settings``): a
+    document that the agent owns and the service passes on unread.
 
     Attributes:
-        env_id: gymnasium env id.
-        agent: ``"dqn"`` (epsilon-greedy over a Q-network) or ``"sac"`` (squashed Gaussian).
-        hidden_sizes: hidden widths of the policy MLP.
-        epsilon_base, epsilon_alpha: dqn exploration; actor i of N uses
-            ``epsilon_base ** (1 + epsilon_alpha * i / (N - 1))`` (Ape-X).
-        weight_pull_interval: env steps between weight pulls.
-        num_envs: envs each actor steps together.
-        stream_field: an int64 table field holding each row's env id, or "" if none.
-        seed: the run's base seed.
-        num_actors: the actors of the whole fleet, each with its own index in ``[0, N)``.
-        frame_stack: k > 0 for a frame-table learner (`make_frame_table`): actors play an ALE
-            game, act with the Nature CNN on ``[k, 84, 84]`` frame stacks and send whole
-            episode segments (`frame_rows`); 0: vector transitions.
-        segment_steps: frames: the longest table episode an actor sends in one request;
-            longer ones are cut as truncations.
-        repeat_action_probability: frames: ALE's sticky-action probability.
-        terminal_on_life_loss: frames: a lost life ends the table episode as terminal (the
-            game plays on).
-        clip_rewards: frames: rows carry ``sign(reward)``.
-        sequence_period: > 0 for a recurrent (R2D2) learner: actors act with its LSTM
-            Q-network, carry the state, and send a sequence of up to ``sequence_length`` steps
-            with the state before its first step every ``sequence_period`` steps of an
-            episode (overlapping when the period is below the length); 0: not recurrent.
-        sequence_length: recurrent: steps per sequence, the burn-in included.
-        send_interval: steps per send: vector steps per ``add_batch``; frames: env steps per
-            env of whole finished segments.
-        insert_slack: the actors follow the samples-per-insert limit on the insert side:
-            they wait while the table is more than this many rows ahead of what the learner
-            has sampled; -1: never wait.
+        agent: the name of the agent whose actors read the document.
+        version: the document's format version, >= 1, so that an actor can refuse one newer
+            than it reads.
+        json: the document, JSON text.
     """
 
-    env_id: str
-    agent: Literal["dqn", "sac"] = "dqn"
-    hidden_sizes: tuple[int, ...] = ()
-    epsilon_base: float = 0.4
-    epsilon_alpha: float = 7.0
-    weight_pull_interval: int = 400
-    num_envs: int = 1
-    stream_field: str = ""
-    seed: int = 1
-    num_actors: int = 1
-    frame_stack: int = 0
-    segment_steps: int = 1000
-    repeat_action_probability: float = 0.25
-    terminal_on_life_loss: bool = True
-    clip_rewards: bool = True
-    sequence_period: int = 0
-    sequence_length: int = 0
-    send_interval: int = 32
-    insert_slack: int = 2048
+    agent: str
+    version: int
+    json: str
 
     def __post_init__(self) -> None:
-        if not self.env_id:
-            raise ConfigError("ActorSettings.env_id: got an empty string, expected an env id")
-        if self.agent not in ("dqn", "sac"):
-            raise ConfigError(f"ActorSettings.agent: got {self.agent!r}, expected 'dqn' or 'sac'")
-        if min(self.weight_pull_interval, self.num_envs, self.num_actors) < 1:
-            raise ConfigError(
-                f"ActorSettings: weight_pull_interval={self.weight_pull_interval}, "
-                f"num_envs={self.num_envs} and num_actors={self.num_actors}, expected all >= 1"
-            )
-        if self.frame_stack < 0 or self.segment_steps < 1:
-            raise ConfigError(
-                f"ActorSettings: frame_stack={self.frame_stack} and segment_steps="
-                f"{self.segment_steps}, expected >= 0 (0: vector transitions) and >= 1"
-            )
-        if self.frame_stack and self.agent != "dqn":
-            raise ConfigError(
-                f"ActorSettings.agent: got {self.agent!r} with frame_stack={self.frame_stack}, "
-                "expected 'dqn' (frame actors act with a Nature CNN Q-network)"
-            )
-        if self.sequence_period and not 0 < self.sequence_period <= self.sequence_length:
-            raise ConfigError(
-                f"ActorSettings: sequence_period={self.sequence_period} and sequence_length="
-                f"{self.sequence_length}, expected 0 < sequence_period <= sequence_length (or "
-                "sequence_period 0: not recurrent)"
-            )
-        if self.send_interval < 1 or self.insert_slack < -1:
-            raise ConfigError(
-                f"ActorSettings: send_interval={self.send_interval} and insert_slack="
-                f"{self.insert_slack}, expected >= 1 and >= -1 (-1: never wait)"
-            )
-        if not 0.0 <= self.repeat_action_probability <= 1.0:
-            raise ConfigError(
-                "ActorSettings.repeat_action_probability: got "
-                f"{self.repeat_action_probability}, expected in [0, 1]"
-            )
-
-    def to_proto(self, message: Any) -> None:
-        """Fill an ``ActorSettings`` protobuf ``message`` in place (its fields are named as
-        these)."""
-        for field in fields(self):
-            value = getattr(self, field.name)
-            if isinstance(value, (tuple, list)):  # a repeated field
-                getattr(message, field.name)[:] = value
-            else:
-                setattr(message, field.name, value)
-
-    @classmethod
-    def from_proto(cls, message: Any) -> ActorSettings:
-        """The settings an ``ActorSettings`` protobuf message carries.
-
-        A learner from before a field sends it as 0: ``num_actors``, ``segment_steps`` and
-        ``send_interval`` then take their defaults, and ``frame_stack`` and ``sequence_period``
-        0 are a vector learner; it leaves ``insert_slack`` unset (0 is a value), which then
-        takes its default too.
-
-        Raises:
-            ConfigError: the message is empty or holds values out of range.
-        """
-        values = {field.name: getattr(message, field.name) for field in fields(cls)}
-        values["hidden_sizes"] = tuple(values["hidden_sizes"])
-        for name in ("num_actors", "segment_steps", "send_interval"):
-            values[name] = values[name] or getattr(cls, name)
-        if not message.HasField("insert_slack"):
-            values["insert_slack"] = cls.insert_slack
-        return cls(**values)
+        if not self.agent:
+            raise ConfigError("AgentSettings.agent: got an empty string, expected an agent name")
+        if self.version < 1:
+            raise ConfigError(f"AgentSettings.version: got {self.version}, expected >= 1")

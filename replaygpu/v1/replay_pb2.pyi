@@ -138,47 +138,15 @@ class TableInfo(_message.Message):
     rate_limiter: RateLimiterInfo
     def __init__(self, name: _Optional[str] = ..., spec: _Optional[_Iterable[_Union[FieldSpec, _Mapping]]] = ..., capacity: _Optional[int] = ..., size: _Optional[int] = ..., inserted: _Optional[int] = ..., sampled: _Optional[int] = ..., device: _Optional[str] = ..., rate_limiter: _Optional[_Union[RateLimiterInfo, _Mapping]] = ...) -> None: ...
 
-class ActorSettings(_message.Message):
-    __slots__ = ("env_id", "agent", "hidden_sizes", "epsilon_base", "epsilon_alpha", "weight_pull_interval", "num_envs", "stream_field", "seed", "num_actors", "frame_stack", "segment_steps", "repeat_action_probability", "terminal_on_life_loss", "clip_rewards", "sequence_period", "sequence_length", "send_interval", "insert_slack")
-    ENV_ID_FIELD_NUMBER: _ClassVar[int]
+class AgentSettings(_message.Message):
+    __slots__ = ("agent", "version", "json")
     AGENT_FIELD_NUMBER: _ClassVar[int]
-    HIDDEN_SIZES_FIELD_NUMBER: _ClassVar[int]
-    EPSILON_BASE_FIELD_NUMBER: _ClassVar[int]
-    EPSILON_ALPHA_FIELD_NUMBER: _ClassVar[int]
-    WEIGHT_PULL_INTERVAL_FIELD_NUMBER: _ClassVar[int]
-    NUM_ENVS_FIELD_NUMBER: _ClassVar[int]
-    STREAM_FIELD_FIELD_NUMBER: _ClassVar[int]
-    SEED_FIELD_NUMBER: _ClassVar[int]
-    NUM_ACTORS_FIELD_NUMBER: _ClassVar[int]
-    FRAME_STACK_FIELD_NUMBER: _ClassVar[int]
-    SEGMENT_STEPS_FIELD_NUMBER: _ClassVar[int]
-    REPEAT_ACTION_PROBABILITY_FIELD_NUMBER: _ClassVar[int]
-    TERMINAL_ON_LIFE_LOSS_FIELD_NUMBER: _ClassVar[int]
-    CLIP_REWARDS_FIELD_NUMBER: _ClassVar[int]
-    SEQUENCE_PERIOD_FIELD_NUMBER: _ClassVar[int]
-    SEQUENCE_LENGTH_FIELD_NUMBER: _ClassVar[int]
-    SEND_INTERVAL_FIELD_NUMBER: _ClassVar[int]
-    INSERT_SLACK_FIELD_NUMBER: _ClassVar[int]
-    env_id: str
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    JSON_FIELD_NUMBER: _ClassVar[int]
     agent: str
-    hidden_sizes: _containers.RepeatedScalarFieldContainer[int]
-    epsilon_base: float
-    epsilon_alpha: float
-    weight_pull_interval: int
-    num_envs: int
-    stream_field: str
-    seed: int
-    num_actors: int
-    frame_stack: int
-    segment_steps: int
-    repeat_action_probability: float
-    terminal_on_life_loss: bool
-    clip_rewards: bool
-    sequence_period: int
-    sequence_length: int
-    send_interval: int
-    insert_slack: int
-    def __init__(self, env_id: _Optional[str] = ..., agent: _Optional[str] = ..., hidden_sizes: _Optional[_Iterable[int]] = ..., epsilon_base: _Optional[float] = ..., epsilon_alpha: _Optional[float] = ..., weight_pull_interval: _Optional[int] = ..., num_envs: _Optional[int] = ..., stream_field: _Optional[str] = ..., seed: _Optional[int] = ..., num_actors: _Optional[int] = ..., frame_stack: _Optional[int] = ..., segment_steps: _Optional[int] = ..., repeat_action_probability: _Optional[float] = ..., terminal_on_life_loss: _Optional[bool] = ..., clip_rewards: _Optional[bool] = ..., sequence_period: _Optional[int] = ..., sequence_length: _Optional[int] = ..., send_interval: _Optional[int] = ..., insert_slack: _Optional[int] = ...) -> None: ...
+    version: int
+    json: str
+    def __init__(self, agent: _Optional[str] = ..., version: _Optional[int] = ..., json: _Optional[str] = ...) -> None: ...
 
 class InfoResponse(_message.Message):
     __slots__ = ("tables", "weights_version", "learner_steps", "staged_batches", "staged_bytes", "max_message_bytes", "server_version", "actors", "actor_last_seq", "actor_settings", "run_finished", "learner_stats")
@@ -203,10 +171,10 @@ class InfoResponse(_message.Message):
     server_version: str
     actors: int
     actor_last_seq: int
-    actor_settings: ActorSettings
+    actor_settings: AgentSettings
     run_finished: bool
     learner_stats: LearnerStats
-    def __init__(self, tables: _Optional[_Iterable[_Union[TableInfo, _Mapping]]] = ..., weights_version: _Optional[int] = ..., learner_steps: _Optional[int] = ..., staged_batches: _Optional[int] = ..., staged_bytes: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., server_version: _Optional[str] = ..., actors: _Optional[int] = ..., actor_last_seq: _Optional[int] = ..., actor_settings: _Optional[_Union[ActorSettings, _Mapping]] = ..., run_finished: _Optional[bool] = ..., learner_stats: _Optional[_Union[LearnerStats, _Mapping]] = ...) -> None: ...
+    def __init__(self, tables: _Optional[_Iterable[_Union[TableInfo, _Mapping]]] = ..., weights_version: _Optional[int] = ..., learner_steps: _Optional[int] = ..., staged_batches: _Optional[int] = ..., staged_bytes: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., server_version: _Optional[str] = ..., actors: _Optional[int] = ..., actor_last_seq: _Optional[int] = ..., actor_settings: _Optional[_Union[AgentSettings, _Mapping]] = ..., run_finished: _Optional[bool] = ..., learner_stats: _Optional[_Union[LearnerStats, _Mapping]] = ...) -> None: ...
 
 class LearnerStats(_message.Message):
     __slots__ = ("target_steps", "loss", "mean_return", "mean_length", "recent_episodes", "episodes", "eval_return", "eval_step")

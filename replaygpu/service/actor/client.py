@@ -32,7 +32,7 @@ from replaygpu.service.actor.outbox import Outbox, Unacked
 from replaygpu.service.actor.rows import checked_row, flat_fields, is_nested
 from replaygpu.service.config import (
     MAX_ACTOR_ID_BYTES,
-    ActorSettings,
+    AgentSettings,
     ClientConfig,
     actor_id_problem,
 )
@@ -110,9 +110,10 @@ class ReplayClient:
         self.spec: HostSpec = reply.spec
         #: the rule of the learner's rate limiter (None without one), see `wait_for_insert_room`
         self.rate_limit: SampleToInsertRule | None = reply.rate_limit
-        #: what the learner asks its actors to run (env, policy, exploration), as announced
-        #: when the client connected; None from a server that sets none (``replaygpu serve``)
-        self.actor_settings: ActorSettings | None = reply.actor_settings
+        #: what the learner asks its actors to run, as announced when the client connected: a
+        #: document of the learner's agent, which the caller reads; None from a server that
+        #: sets none (``replaygpu serve``)
+        self.actor_settings: AgentSettings | None = reply.actor_settings
         self._next_seq = reply.last_seq + 1
         row = row_nbytes(self.spec)
         self._rows = max(
@@ -161,7 +162,7 @@ class ReplayClient:
 
     @property
     def run_finished(self) -> bool:
-        """Whether the learner has finished its run (its ``--steps`` budget), as an ack or an
+        """Whether the learner has finished its run (its budget of steps), as an ack or an
         ``Info`` reply (`info`, `wait_for_insert_room`, connecting) said: stop collecting."""
         return self._outbox.run_finished or self._connection.run_finished
 

@@ -20,7 +20,7 @@ import grpc
 
 from replaygpu.fields import HostSpec
 from replaygpu.learner.ratio import SampleToInsertRule
-from replaygpu.service.config import ActorSettings, ClientConfig
+from replaygpu.service.config import AgentSettings, ClientConfig
 from replaygpu.service.ops.auth import TLSConfig, connect_error, make_channel, token_metadata
 from replaygpu.service.wire import codec
 from replaygpu.service.wire.status import (
@@ -140,14 +140,15 @@ class ConnectReply:
         spec: ``{field: FieldSpec}`` of the table.
         last_seq: the last seq the server committed or staged for this actor (0: none).
         rate_limit: the rule of the learner's rate limiter, or None without one.
-        actor_settings: what the learner asks its actors to run, or None when it sets none.
-        run_finished: the learner has finished its run (its ``--steps`` budget).
+        actor_settings: what the learner asks its actors to run (a document of its agent's,
+            read by the caller), or None when it sets none.
+        run_finished: the learner has finished its run (its budget of steps).
     """
 
     spec: HostSpec
     last_seq: int
     rate_limit: SampleToInsertRule | None
-    actor_settings: ActorSettings | None
+    actor_settings: AgentSettings | None
     run_finished: bool = False
 
 
@@ -255,9 +256,7 @@ class Connection:
             spec=codec.host_spec_from_proto(found.spec),
             last_seq=int(info.actor_last_seq),
             rate_limit=_rate_limit(found),
-            actor_settings=ActorSettings.from_proto(info.actor_settings)
-            if info.HasField("actor_settings")
-            else None,
+            actor_settings=_agent_settings(info),
             run_finished=bool(info.run_finished),
         )
 
@@ -306,6 +305,14 @@ class Connection:
     def close(self) -> None:
         """Close the channel (and any stream still open on it)."""
         self._channel.close()
+
+
+def _agent_settings(info: Any) -> AgentSettings | None:
+    """The ``actor_settings`` document of an ``InfoResponse``, unread; None when unset."""
+    if not info.HasField("actor_settings"):
+        return None
+    message = info.actor_settings
+    return AgentSettings(message.agent, int(message.version), message.json)
 
 
 def _rate_limit(table: Any) -> SampleToInsertRule | None:

@@ -10,10 +10,10 @@ import socket
 from replaygpu.errors import ConfigError
 
 
-def _in_use(port: str, flag: str = "--address") -> str:
+def _in_use(port: str, parameter: str = "address") -> str:
     return (
         f"address already in use: another process listens on port {port}; stop it or "
-        f"pick another {flag} (port 0 picks a free one)"
+        f"pick another `{parameter}` (port 0 picks a free one)"
     )
 
 
@@ -38,17 +38,18 @@ def require_free_ports(address: str, metrics_port: int | None) -> None:
     host, _, port = address.rpartition(":")
     if metrics_port and str(metrics_port) == port:
         raise ConfigError(
-            f"--metrics-port: got {metrics_port}, the port of --address {address}; pick another"
+            f"`metrics_port`: got {metrics_port}, the port of `address` {address}; pick another"
         )
-    require_free_address(f"{host}:{metrics_port}", flag="--metrics-port")
+    require_free_address(f"{host}:{metrics_port}", parameter="metrics_port")
 
 
-def require_free_address(address: str, flag: str = "--address") -> None:
+def require_free_address(address: str, parameter: str = "address") -> None:
     """Refuse ``address`` when it is not ``host:port`` with a port in 0-65535 (0: a free one),
     or when another process listens on it, before a server is made (and TensorFlow imported).
     Binds a probe with ``SO_REUSEADDR``, as gRPC's listener does, so a port a stopped server
     left in TIME_WAIT passes. Any other failure (a host this machine does not have) is left to
-    the server, which reports it (`bind_failure`).
+    the server, which reports it (`bind_failure`). Errors name the ``parameter`` the address
+    came from.
 
     Raises:
         ConfigError: the address is malformed, or its port is in use.
@@ -56,7 +57,7 @@ def require_free_address(address: str, flag: str = "--address") -> None:
     family, host, port = _host_port(address)
     if not (":" in address and port.isdigit() and int(port) < 65536):
         raise ConfigError(
-            f"address {address!r}: expected host:port with a port from 0 to 65535 (0: a free "
+            f"`{parameter}` {address!r}: expected host:port with a port from 0 to 65535 (0: a free "
             "one), e.g. 0.0.0.0:50051, [::]:50051 or 127.0.0.1:0"
         )
     try:
@@ -68,13 +69,13 @@ def require_free_address(address: str, flag: str = "--address") -> None:
             probe.bind((host, number))
     except OSError as cause:
         if cause.errno == errno.EADDRINUSE:
-            raise ConfigError(_in_use(port, flag)) from None
+            raise ConfigError(_in_use(port, parameter)) from None
 
 
 def bind_failure(address: str, err: Exception) -> str:
     """Why ``address`` could not be bound, in the OS's words where gRPC gives only "Failed to
     bind" (e.g. "address already in use: another process listens on port 50051; stop it or pick
-    another --address")."""
+    another `address`")."""
     family, host, port = _host_port(address)
     try:
         number = int(port)

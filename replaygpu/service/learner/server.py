@@ -28,7 +28,7 @@ from replaygpu.errors import CheckpointSaveError, ConfigError
 from replaygpu.fields import DTYPE_NAMES, row_nbytes
 from replaygpu.learner.learner import Learner
 from replaygpu.learner.weights import WeightStore
-from replaygpu.service.config import ActorSettings, ServerConfig
+from replaygpu.service.config import AgentSettings, ServerConfig
 from replaygpu.service.learner.binding import bind_failure
 from replaygpu.service.learner.durable import replay_journal, watch_storage
 from replaygpu.service.learner.eventloop import EventLoopThread
@@ -210,12 +210,12 @@ class ReplayServer:
         self.storage_problem = problem
 
     @property
-    def actor_settings(self) -> ActorSettings | None:
-        """What ``Info`` tells actors to run (env, policy, exploration), or None."""
+    def actor_settings(self) -> AgentSettings | None:
+        """What ``Info`` tells actors to run (a document of the learner's agent), or None."""
         return self._servicer.actor_settings
 
     @actor_settings.setter
-    def actor_settings(self, settings: ActorSettings | None) -> None:
+    def actor_settings(self, settings: AgentSettings | None) -> None:
         self._servicer.actor_settings = settings
 
     @property
@@ -431,7 +431,7 @@ def serve(
     *,
     config: ServerConfig | None = None,
     ledger: SequenceLedger | None = None,
-    actor_settings: ActorSettings | None = None,
+    actor_settings: AgentSettings | None = None,
 ) -> ReplayServer:
     """Start serving a learner's table (and its published weights) over gRPC.
 
@@ -446,8 +446,8 @@ def serve(
         tls: serve TLS with these certificate files.
         config: limits and threading (`ServerConfig`).
         ledger: the sequence ledger to use, e.g. one just restored from a checkpoint.
-        actor_settings: what actors should run (env, policy, exploration), sent in ``Info``
-            so that ``replaygpu actor ADDRESS`` needs no other flags.
+        actor_settings: what actors should run, a document of the agent's that ``Info``
+            passes on unread (`AgentSettings`), so that an actor needs only the address.
 
     Returns:
         the running `ReplayServer`; call ``stop()`` (or use it as a context manager).

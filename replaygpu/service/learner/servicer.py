@@ -40,7 +40,7 @@ from replaygpu._version import __version__
 from replaygpu.errors import BatchError
 from replaygpu.fields import HostSpec
 from replaygpu.learner.weights import WeightSnapshot, WeightStore
-from replaygpu.service.config import ActorSettings, ServerConfig
+from replaygpu.service.config import AgentSettings, ServerConfig
 from replaygpu.service.learner.admission import (
     Hold,
     RequestBudget,
@@ -135,7 +135,7 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         self.learner = learner
         self.weights = weights
         self.config = config
-        self.actor_settings: ActorSettings | None = None
+        self.actor_settings: AgentSettings | None = None
         self.address = ""
         self.closing = False
         #: the server stops for good (`ReplayServer.stop`'s ``finish``): appends that come
@@ -209,8 +209,7 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
                 )
             refused = ResourceExhaustedError(
                 f"server at {self.address} has max_actors={self.config.max_actors} Append "
-                "streams open already; run fewer actors or raise the limit (replaygpu "
-                "serve --max-actors, rg.ServerConfig(max_actors=...))"
+                "streams open already; run fewer actors or raise the server's `max_actors`"
             )
             self._answer(code_of(refused))
             await abort(context, refused)
@@ -439,8 +438,12 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         )
         if self.learner is not None:
             self.run_stats.to_proto(reply.learner_stats)
-        if self.actor_settings is not None:
-            self.actor_settings.to_proto(reply.actor_settings)
+        if (settings := self.actor_settings) is not None:  # passed on unread
+            reply.actor_settings.CopyFrom(
+                replay_pb2.AgentSettings(
+                    agent=settings.agent, version=settings.version, json=settings.json
+                )
+            )
         return reply
 
 

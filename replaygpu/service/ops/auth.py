@@ -47,15 +47,6 @@ OPEN_SERVICES = (
 )
 
 
-#: The flag of each `TLSConfig` field on the command line (``replaygpu serve/info/actor``).
-_FLAGS = {
-    "cert_file": "--tls-cert",
-    "key_file": "--tls-key",
-    "ca_file": "--tls-ca",
-    "server_name": "--server-name",
-}
-
-
 @dataclass(frozen=True)
 class TLSConfig:
     """Certificate files for TLS, on either side of the wire.
@@ -80,12 +71,10 @@ class TLSConfig:
         for name in ("cert_file", "key_file", "ca_file"):
             path = getattr(self, name)
             if path is not None and not os.path.isfile(path):
-                raise ConfigError(
-                    f"TLSConfig.{name} ({_FLAGS[name]}): {path!r} is not a readable file"
-                )
+                raise ConfigError(f"`TLSConfig.{name}`: {path!r} is not a readable file")
         if (self.cert_file is None) != (self.key_file is None):
             raise ConfigError(
-                "TLSConfig: cert_file and key_file (--tls-cert and --tls-key) go together; got "
+                "TLSConfig: `cert_file` and `key_file` go together; got "
                 f"cert_file={self.cert_file!r}, key_file={self.key_file!r}"
             )
         for name in ("ca_file", "cert_file"):
@@ -104,9 +93,7 @@ class TLSConfig:
     def server_credentials(self) -> grpc.ServerCredentials:
         """Credentials for ``server.add_secure_port``."""
         if self.cert_file is None:
-            raise ConfigError(
-                "TLSConfig for a server needs cert_file and key_file (--tls-cert and --tls-key)"
-            )
+            raise ConfigError("TLSConfig for a server needs `cert_file` and `key_file`")
         key, cert = self._read("key_file"), self._read("cert_file")
         ca = self._read("ca_file")
         return grpc.ssl_server_credentials(
@@ -123,7 +110,8 @@ class TLSConfig:
 
     def describe(self) -> str:
         """The files and name this config uses, for error messages."""
-        given = [f"{n}={getattr(self, n)!r}" for n in _FLAGS if getattr(self, n) is not None]
+        names = ("cert_file", "key_file", "ca_file", "server_name")
+        given = [f"{n}={getattr(self, n)!r}" for n in names if getattr(self, n) is not None]
         return f"TLSConfig({', '.join(given)})"
 
 
@@ -133,7 +121,7 @@ def _check_certificates(name: str, path: str) -> None:
         ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=path)
     except (ssl.SSLError, ValueError) as err:
         raise ConfigError(
-            f"TLSConfig.{name} ({_FLAGS[name]}): {path!r} holds no PEM certificate ({err}); "
+            f"`TLSConfig.{name}`: {path!r} holds no PEM certificate ({err}); "
             "expected a file with '-----BEGIN CERTIFICATE-----' blocks"
         ) from None
 
@@ -149,15 +137,15 @@ def _check_key_pair(cert_file: str, key_file: str) -> None:
     except (ssl.SSLError, ValueError) as err:
         if getattr(err, "reason", None) == "KEY_VALUES_MISMATCH":
             raise ConfigError(
-                f"TLSConfig: the certificate {cert_file!r} (--tls-cert) and the key "
-                f"{key_file!r} (--tls-key) do not match: the key is not the private key of the "
+                f"TLSConfig: the certificate {cert_file!r} (`cert_file`) and the key "
+                f"{key_file!r} (`key_file`) do not match: the key is not the private key of the "
                 f"certificate ({err}); pass the key that was made with that certificate"
             ) from None
         with open(key_file, "rb") as f:
             encrypted = b"ENCRYPTED" in f.read()
         what = "an encrypted private key" if encrypted else "no PEM private key"
         raise ConfigError(
-            f"TLSConfig.key_file (--tls-key): {key_file!r} holds {what} ({err}); expected the "
+            f"`TLSConfig.key_file`: {key_file!r} holds {what} ({err}); expected the "
             "unencrypted PEM private key of the certificate "
             f"{cert_file!r} ('-----BEGIN PRIVATE KEY-----')"
         ) from None
@@ -299,27 +287,27 @@ def probe_handshake(address: str, tls: TLSConfig | None, timeout: float = 1.0) -
     if tls is None:
         hint = (
             "the server speaks TLS and this client connects in plaintext; pass the CA that "
-            "signed the server's certificate as TLSConfig(ca_file=...) (CLI: --tls-ca)"
+            "signed the server's certificate as the client's `TLSConfig.ca_file`"
         )
         if found != "tls":
             hint += (
-                ", and a client certificate signed by the CA the server trusts as "
-                "TLSConfig(cert_file=..., key_file=...) (CLI: --tls-cert and --tls-key): the "
+                ", and a client certificate signed by the CA the server trusts and its key as "
+                "`TLSConfig.cert_file` and `TLSConfig.key_file`: the "
                 "server also closed a TLS connection without one (mTLS)"
             )
         return hint
     if tls.cert_file is None:
         return (
             "the server closed the connection right after the TLS handshake, as a server that "
-            "requires client certificates (mTLS, started with --tls-ca) does when it gets none; "
+            "requires client certificates (mTLS: given a `ca_file`) does when it gets none; "
             "pass a certificate signed by the CA it trusts and its key as "
-            "TLSConfig(cert_file=..., key_file=...) (CLI: --tls-cert and --tls-key)"
+            "`TLSConfig.cert_file` and `TLSConfig.key_file`"
         )
     return (
         f"the server closed the connection right after the TLS handshake, as a server that "
         f"requires client certificates (mTLS) does when it does not trust the one it got: "
-        f"{tls.cert_file!r} is not signed by the CA the server was given (its --tls-ca), or "
-        "it expired; pass a certificate signed by that CA (CLI: --tls-cert and --tls-key)"
+        f"{tls.cert_file!r} is not signed by the CA the server was given (its `ca_file`), or "
+        "it expired; pass a certificate signed by that CA (`cert_file` and `key_file`)"
     )
 
 
@@ -380,8 +368,7 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):
         reason = "no 'authorization' metadata" if got is None else "a wrong token"
         return _deny(
             handler,
-            f"{method}: the call carried {reason}; pass the server's token: --token (CLI, "
-            "default $REPLAYGPU_TOKEN) or token= (ReplayClient)",
+            f"{method}: the call carried {reason}; pass the server's `token`",
         )
 
 

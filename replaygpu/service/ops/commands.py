@@ -9,6 +9,7 @@ import json
 import logging
 import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -19,6 +20,28 @@ if TYPE_CHECKING:
     from replaygpu.service.ops.auth import TLSConfig
 
 logger = logging.getLogger(__name__)
+
+#: the flag of each library parameter whose flag is not its name in dashes (see `with_flags`)
+PARAMETER_FLAGS = {
+    "cert_file": "--tls-cert",
+    "key_file": "--tls-key",
+    "ca_file": "--tls-ca",
+    "directory": "--checkpoint-dir",  # `Checkpointer`'s
+}
+#: a parameter that a library message names: in backticks, maybe with its class before a dot
+_PARAMETER = re.compile(r"`(?:[A-Z]\w*\.)?([a-z][a-z0-9_]*)`")
+
+
+def with_flags(message: str) -> str:
+    """A library error's ``message`` as the command line says it: each parameter the library
+    names in backticks becomes its flag: ```checkpoint_dir``` -> ``--checkpoint-dir``,
+    ```TLSConfig.cert_file``` -> ``--tls-cert`` (`PARAMETER_FLAGS`)."""
+
+    def flag(match: re.Match[str]) -> str:
+        name = match[1]
+        return PARAMETER_FLAGS.get(name, "--" + name.replace("_", "-"))
+
+    return _PARAMETER.sub(flag, message)
 
 
 def register(subparsers: Any) -> None:

@@ -299,8 +299,8 @@ def start_metrics_server(
         httpd, thread = start_http_server(port, addr=host, registry=registry)
     except OSError as err:
         raise ConfigError(
-            f"metrics: cannot bind {host}:{port} ({err}); pick another port (--metrics-port), "
-            "or 0 for a free one"
+            f"metrics: cannot bind {host}:{port} ({err}); pick another `metrics_port`, or 0 for "
+            "a free one"
         ) from err
     metrics = MetricsServer(httpd, thread, registry, collector)
     logger.info("metrics at %s", metrics.url)

@@ -126,31 +126,31 @@ TLS_FAILURES: tuple[tuple[tuple[str, ...], str], ...] = (
     (
         ("hostname verification check failed",),
         "the server's certificate does not carry the host name this client checks; pass a name "
-        "it carries as TLSConfig(server_name=...) (CLI: --server-name), e.g. 'localhost' when "
+        "it carries as `TLSConfig.server_name`, e.g. 'localhost' when "
         "dialing 127.0.0.1",
     ),
     (
         ("certificate_verify_failed",),
         "this client does not trust the server's certificate: it is not signed by the CA this "
-        "client was given (TLSConfig(ca_file=...), CLI: --tls-ca; without one, the system's "
-        "roots), or it expired; pass the CA certificate that signed the server's --tls-cert",
+        "client was given (its `TLSConfig.ca_file`; without one, the system's roots), or it "
+        "expired; pass the CA certificate that signed the server's certificate",
     ),
     (
         ("wrong_version_number",),
-        "the server does not speak TLS (a plaintext server, started without --tls-cert); "
-        "connect without TLS (no tls=, no --tls-* flags) or serve with --tls-cert and --tls-key",
+        "the server does not speak TLS (a plaintext server); connect without TLS, or serve "
+        "with a `cert_file` and a `key_file`",
     ),
     (
         ("certificate_required", "certificate required", "peer_did_not_return_a_certificate"),
-        "the server requires a client certificate (mTLS: it was started with --tls-ca) and this "
+        "the server requires a client certificate (mTLS: it was given a `ca_file`) and this "
         "client sent none; pass a certificate signed by that CA and its key as "
-        "TLSConfig(cert_file=..., key_file=...) (CLI: --tls-cert and --tls-key)",
+        "`TLSConfig.cert_file` and `TLSConfig.key_file`",
     ),
     (
         ("unknown_ca", "unknown ca", "bad_certificate", "bad certificate", "certificate_unknown"),
         "the server refused this client's certificate: it is not signed by the CA the server "
-        "trusts (its --tls-ca), or it expired; pass a certificate signed by that CA as "
-        "TLSConfig(cert_file=..., key_file=...) (CLI: --tls-cert and --tls-key)",
+        "trusts (its `ca_file`), or it expired; pass a certificate signed by that CA as "
+        "`TLSConfig.cert_file` and `TLSConfig.key_file`",
     ),
     (
         ("ssl_error_ssl",),
