@@ -49,8 +49,8 @@ class Learner(tf.Module):
             all-reduce its gradients, see the README's "Scaling out").
         sampler: draws ``(indices, batch)`` inside the graph (e.g. ``rg.Sampler(table)``).
         update_fn: ``update_fn(batch) -> {name: scalar tensor}``; gets ``{field: [B, ...]}`` and
-            applies its own optimizer step. A `rg.PRIORITIES` (``"priorities"``) output of shape
-            ``[B]`` is handed to ``sampler.update_priorities(indices, priorities)``.
+            applies its own optimizer step. A ``"priorities"`` output (`replaygpu.keys.PRIORITIES`)
+            of shape ``[B]`` is handed to ``sampler.update_priorities(indices, priorities)``.
         batch_size: minibatch size B (in total: each of R replicas draws B / R rows).
         rate_limiter: optional `SampleToInsertRatio`; without one every requested step runs.
         jit_compile: compile the whole loop with XLA (the largest CPU win for small networks).
