@@ -21,7 +21,7 @@ from types import SimpleNamespace
 from typing import Any, Literal
 
 import replaygpu as rg
-from replaygpu.agents.checks import require_positive_ints, require_unit_interval
+from replaygpu.agents.config_parts import require_positive_ints, require_unit_interval
 from replaygpu.agents.flags import helptext
 from replaygpu.service.config import AgentSettings
 from replaygpu.service.ops.auth import TLSConfig

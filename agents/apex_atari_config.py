@@ -7,21 +7,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Literal
 
 import gymnasium as gym
 import numpy as np
 
 import replaygpu as rg
 from replaygpu.agents.actor_config import ActorConfig
-from replaygpu.agents.atari_config import AtariDQNConfig
-from replaygpu.agents.checks import (
+from replaygpu.agents.config_parts import (
     require,
     require_positive,
     require_positive_ints,
     require_trains,
     require_unit_interval,
 )
+from replaygpu.agents.dqn_config import AtariDQNConfig
 from replaygpu.agents.flags import helptext
 from replaygpu.service.config import AgentSettings
 
@@ -36,9 +36,6 @@ class ApexAtariConfig:
     there beside two actors), which is a smoke run, not enough to learn Breakout; to learn,
     on a GPU: --steps 10000000 --buffer-size 1000000 --learning-starts 50000
     --samples-per-insert 8 --num-actors 8."""
-
-    #: values of fields added later, for runs saved before them (`runs.RunControl` resumes)
-    LEGACY_VALUES: ClassVar[dict[str, Any]] = {"n_step": 1, "prioritized": False}
 
     env_id: str = field(default="ALE/Breakout-v5", metadata=helptext("ALE game id"))
     seed: int = field(default=1, metadata=helptext("seed of actors, networks and sampling"))
@@ -127,7 +124,7 @@ class ApexAtariConfig:
 
     @property
     def steps_to_train(self) -> int:
-        """The least ``steps`` that trains (`checks.require_trains`): the rate limiter samples
+        """The least ``steps`` that trains (`config_parts.require_trains`): the rate limiter samples
         once the table holds ``learning_starts`` rows."""
         return max(1, self.learning_starts)
 

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import gymnasium as gym
 
-from replaygpu.agents.checks import (
+from replaygpu.agents.config_parts import (
+    DecayedLearningRate,
     discrete_actions_env,
     require,
     require_positive,
@@ -21,7 +22,6 @@ from replaygpu.agents.checks import (
     require_widths,
 )
 from replaygpu.agents.flags import helptext
-from replaygpu.agents.schedules import DecayedLearningRate
 
 if TYPE_CHECKING:  # imported when an agent is made: the config alone needs no TensorFlow
     from replaygpu.agents.dqn import DQN
@@ -130,7 +130,7 @@ class ApexConfig(DecayedLearningRate):
 
     @property
     def steps_to_train(self) -> int:
-        """The least ``steps`` that trains (`checks.require_trains`): the rate limiter samples
+        """The least ``steps`` that trains (`config_parts.require_trains`): the rate limiter samples
         once the table holds ``learning_starts`` rows."""
         return self.learning_starts
 

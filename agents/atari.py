@@ -22,8 +22,9 @@ import numpy as np
 import tensorflow as tf
 
 import replaygpu as rg
-from replaygpu.agents.atari_config import AtariDQNConfig as AtariDQNConfig
+from replaygpu.agents.config_parts import next_chunk
 from replaygpu.agents.dqn import QAgent
+from replaygpu.agents.dqn_config import AtariDQNConfig as AtariDQNConfig
 from replaygpu.agents.envs import EpisodeStats, make_atari_env
 from replaygpu.agents.networks import NatureCNN
 from replaygpu.agents.policies import epsilon_greedy_actions
@@ -35,7 +36,6 @@ from replaygpu.agents.runs import (
     resume,
     stopped_early,
 )
-from replaygpu.agents.schedules import next_chunk
 from replaygpu.frames import frame_rows
 from replaygpu.samplers import make_frame_table
 

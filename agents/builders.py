@@ -19,8 +19,8 @@ an ALE env)
 A builder also names the weights actors pull, the actor settings that ``replaygpu actor ADDRESS``
 learns from ``Info`` (`ActorConfig.to_settings`), the server's message limit, whether the run syncs
 a target network, and how the greedy policy is evaluated. Adding an algorithm to the learner service
-is one config and one builder here; the service, its CLI, checkpoints and the demos' driver need
-no change.
+is one config, one builder here and one row in `registry.ALGORITHMS`; the service, its CLI,
+checkpoints and the demos' driver need no change.
 """
 
 from __future__ import annotations
@@ -41,8 +41,9 @@ from replaygpu.agents.apex_atari_config import ApexAtariConfig
 from replaygpu.agents.apex_config import ApexConfig
 from replaygpu.agents.envs import evaluate
 from replaygpu.agents.frame_actor import segment_client_config
-from replaygpu.agents.r2d2_learner_config import R2D2LearnerConfig
-from replaygpu.agents.sac_config import SACLearnerConfig as SACLearnerConfig
+from replaygpu.agents.r2d2_config import R2D2LearnerConfig
+from replaygpu.agents.registry import builder_for
+from replaygpu.agents.sac_config import SACLearnerConfig
 from replaygpu.samplers import make_frame_table
 from replaygpu.service.config import AgentSettings, ServerConfig
 from replaygpu.sharded import mirrored_strategy
@@ -219,7 +220,8 @@ class FrameDQN(Builder):
         return atari.make_frame_sampler(table, config.dqn_config)
 
     def policy(self, agent: atari.AtariDQN) -> Any:
-        return lambda: agent.q.weights  # `NatureCNN.weights` order, what `cnn_policy` reads
+        # `NatureCNN.weights` order, what `policies.nature_cnn_q_values` reads
+        return lambda: agent.q.weights
 
     def actor_settings(self, config: ApexAtariConfig) -> AgentSettings:
         return config.actor_settings
@@ -291,15 +293,6 @@ class ServedR2D2(Builder):
         return r2d2.evaluate_agent(config, agent, episodes, seed)
 
 
-#: the builder of each learner config
-BUILDERS: dict[type, Builder] = {
-    ApexConfig: VectorDQN(),
-    SACLearnerConfig: ServedSAC(),
-    ApexAtariConfig: FrameDQN(),
-    R2D2LearnerConfig: ServedR2D2(),
-}
-
-
 @dataclasses.dataclass(frozen=True)
 class Parts:
     """What a served run of one config trains: its builder, table, agent and sampler."""
@@ -324,18 +317,3 @@ def make_parts(config: Any) -> Parts:
         agent = builder.make_agent(config, probe)
     probe.close()
     return Parts(builder, table, agent, builder.make_sampler(config, table))
-
-
-def builder_for(config: Any) -> Builder:
-    """The builder of ``config``'s algorithm.
-
-    Raises:
-        ConfigError: for a config no builder takes.
-    """
-    builder = BUILDERS.get(type(config))
-    if builder is None:
-        raise rg.ConfigError(
-            f"LearnerService: got a {type(config).__name__}, expected one of "
-            f"{sorted(c.__name__ for c in BUILDERS)}"
-        )
-    return builder

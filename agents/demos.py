@@ -1,7 +1,9 @@
-"""`replaygpu demo NAME`: train an agent on a gymnasium toy env with progress, TensorBoard, a plot.
+"""`replaygpu demo NAME`: train an agent on a gymnasium toy env with progress, TensorBoard, a plot;
+`replaygpu eval RUN`: evaluate a saved run.
 
-Each demo is an algorithm module (with ``train(config, recorder)``), its frozen config dataclass
-(in a module without TensorFlow) and preset hyperparameters. The demo's flags are generated from
+Each demo is an algorithm of the registry (`registry.DEMOS`: its module with ``train(config,
+recorder, run)``, its frozen config dataclass in a module without TensorFlow) and preset
+hyperparameters. The demo's flags are generated from
 the config dataclass, so ``replaygpu demo cartpole --help`` lists every hyperparameter with its
 meaning and default. The algorithm module is imported only once the flags are checked, so
 ``replaygpu --help``, ``replaygpu actor`` and a bad flag do not import TensorFlow. When it is,
@@ -15,120 +17,14 @@ import atexit
 import contextlib
 import dataclasses
 import gc
-import importlib
 import json
 import math
 import os
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any
 
-
-@dataclass(frozen=True)
-class Demo:
-    """A demo: which algorithm module runs it and the hyperparameters it starts from."""
-
-    module: str  # defines train(config, recorder), check_env, make_agent
-    config_class: str  # "package.module.Class" of its config, in a module without TensorFlow
-    summary: str
-    preset: dict[str, Any] = field(default_factory=dict)
-    checkpoint_every_s: float = 60.0  # default of --checkpoint-every-s
-    # TensorFlow's threads per op (TF_NUM_INTRAOP_THREADS, unless the environment sets it);
-    # None: TF's default, one per core. 1 for the MLP demos: XLA's matmuls at their size run as
-    # fast on one thread (0.506 against 0.508 ms an SGD step on 2 cores), while the pool's other
-    # threads spin and take the core that acts (`demo cartpole` under load: 14.2 s against 17.6 s
-    # median, 14.7 s of CPU against 20; benchmarks/README.md)
-    intra_op_threads: int | None = None
-
-    def load_config_class(self) -> type:
-        """The config class (importing it imports no TensorFlow)."""
-        module, _, name = self.config_class.rpartition(".")
-        return getattr(importlib.import_module(module), name)
-
-
-_DQN = "replaygpu.agents.dqn_config.DQNConfig"
-_ATARI_DQN = "replaygpu.agents.atari_config.AtariDQNConfig"
-
-
-#: the columns of a `_zoo_dqn` row: rl-zoo3's DQN hyperparameters of one env
-_ZOO_COLUMNS = (
-    "env_id",
-    "steps",
-    "learning_rate",
-    "buffer_size",
-    "learning_starts",
-    "gamma",
-    "target_update_interval",
-    "gradient_steps",
-    "exploration_fraction",
-    "exploration_final_eps",
-)
-
-
-def _zoo_dqn(*row: Any) -> Demo:
-    """Double DQN with rl-zoo3's hyperparameters ``row`` (in `_ZOO_COLUMNS` order) and its
-    batch of 128, updates batched per 64 env steps (rl-zoo3 trains every 4 or 16)."""
-    preset = dict(zip(_ZOO_COLUMNS, row, strict=True), batch_size=128, train_freq=64)
-    preset.update(double_q=True)  # as these demos were measured; rl-zoo3's SB3 DQN is not double
-    return Demo(
-        "replaygpu.agents.dqn",
-        _DQN,
-        f"double DQN on {preset['env_id']} (rl-zoo3 hyperparameters, updates batched per 64 steps)",
-        preset,
-        intra_op_threads=1,
-    )
-
-
-DEMOS: dict[str, Demo] = {
-    "cartpole": Demo(
-        "replaygpu.agents.dqn",
-        _DQN,
-        "DQN on CartPole-v1 (rl-zoo3 hyperparameters)",
-        intra_op_threads=1,
-    ),
-    # rl-zoo3's hyperparameters, in the order of _ZOO_COLUMNS
-    "acrobot": _zoo_dqn("Acrobot-v1", 100_000, 6.3e-4, 50_000, 0, 0.99, 250, 64, 0.12, 0.1),
-    "mountaincar": _zoo_dqn(
-        "MountainCar-v0", 120_000, 4e-3, 10_000, 1000, 0.98, 600, 32, 0.2, 0.07
-    ),
-    "pendulum": Demo(
-        "replaygpu.agents.sac",
-        "replaygpu.agents.sac_config.SACConfig",
-        "SAC on Pendulum-v1 (twin critics, auto entropy)",
-    ),
-    "breakout": Demo(
-        "replaygpu.agents.atari",
-        _ATARI_DQN,
-        "DQN with the Nature CNN on ALE/Breakout-v5 (needs replaygpu[atari]; a frame table)",
-        checkpoint_every_s=600.0,  # a checkpoint writes the whole frame table (0.7-7 GB)
-    ),
-    "pong": Demo(
-        "replaygpu.agents.atari",
-        _ATARI_DQN,
-        "DQN with the Nature CNN on ALE/Pong-v5 (needs replaygpu[atari]; a frame table)",
-        dict(env_id="ALE/Pong-v5"),
-        checkpoint_every_s=600.0,
-    ),
-    "apex-cartpole": Demo(
-        "replaygpu.agents.apex",
-        "replaygpu.agents.apex_config.ApexConfig",
-        "Ape-X DQN on CartPole-v1: a gRPC learner service plus actor processes",
-    ),
-    "apex-breakout": Demo(
-        "replaygpu.agents.apex_atari",
-        "replaygpu.agents.apex_atari_config.ApexAtariConfig",
-        "Ape-X DQN on ALE/Breakout-v5: a frame-table learner plus Atari actor processes",
-        checkpoint_every_s=600.0,  # a checkpoint writes the whole frame table
-    ),
-    "r2d2-cartpole": Demo(
-        "replaygpu.agents.r2d2",
-        "replaygpu.agents.r2d2_config.R2D2Config",
-        "R2D2 (LSTM on prioritized sequences with a stored state and burn-in) on CartPole "
-        "with the velocities masked (CartPoleNoVelocity-v1)",
-    ),
-}
+from replaygpu.agents.registry import DEMOS, algorithm
 
 
 @contextlib.contextmanager
@@ -192,7 +88,7 @@ def demo_parser(name: str) -> tuple[argparse.ArgumentParser, type]:
     from replaygpu.cli import CommandParser
 
     demo = DEMOS[name]
-    config_cls = demo.load_config_class()
+    config_cls = algorithm(demo.algorithm).config_class()
     parser = CommandParser(
         prog=f"replaygpu demo {name}",
         description=f"{demo.summary}. {(config_cls.__doc__ or '').strip()}",
@@ -229,19 +125,19 @@ def run(args: argparse.Namespace) -> int:
     parser, config_cls = demo_parser(args.name)
     opts = parser.parse_args(args.options)
     config = config_from_args(config_cls, opts, parser)
-    threads = DEMOS[args.name].intra_op_threads
-    if threads is not None:  # read when TensorFlow starts its runtime
-        os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(threads))
+    demo = DEMOS[args.name]
+    if demo.intra_op_threads is not None:  # read when TensorFlow starts its runtime
+        os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(demo.intra_op_threads))
     with imports_frozen():
         from replaygpu.agents.runs import RunControl
 
-        module = importlib.import_module(DEMOS[args.name].module)
+        module = algorithm(demo.algorithm).load()
     module.check_env(config.env_id).close()  # before any folder is made (ALE games: only here)
     run_dir = opts.run_dir or os.path.join(
         "runs", f"{args.name}-s{config.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
     checkpoint_dir = opts.checkpoint_dir or os.path.join(run_dir, "checkpoints")
-    control = RunControl(checkpoint_dir, opts.checkpoint_every_s, module.__name__, config)
+    control = RunControl(checkpoint_dir, opts.checkpoint_every_s, config)
     os.makedirs(run_dir, exist_ok=True)
     with open(os.path.join(run_dir, "config.json"), "w") as f:
         json.dump(dataclasses.asdict(config), f, indent=2)
@@ -331,11 +227,12 @@ def run_eval(args: argparse.Namespace) -> int:
     """Print the greedy mean return of the newest checkpoint under ``args.path`` (the flags and
     the run file are checked before TensorFlow is imported)."""
     import replaygpu as rg
-    from replaygpu.agents.run_file import read_run_file
+    from replaygpu.agents.registry import read_run_file
 
     if args.episodes < 1:
         raise rg.ConfigError(f"--episodes: got {args.episodes}, expected >= 1")
-    algorithm, class_name, values, folder = read_run_file(args.path)
+    name, values, folder = read_run_file(args.path)
+    entry = algorithm(name)
     with imports_frozen():
         import gymnasium as gym
         import tensorflow as tf
@@ -343,9 +240,10 @@ def run_eval(args: argparse.Namespace) -> int:
         from replaygpu.agents.envs import evaluate
         from replaygpu.agents.progress import FINAL_WEIGHTS
 
-        module = importlib.import_module(algorithm)
-    config_cls = getattr(module, class_name)
-    config = config_cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+        module = entry.load()
+    config = entry.config_class()(
+        **{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    )
     latest = tf.train.latest_checkpoint(folder)
     if latest is None:
         raise rg.ConfigError(f"{folder!r} holds a run.json but no checkpoint yet")

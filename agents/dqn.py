@@ -12,13 +12,14 @@ on a background thread while the next chunk is acted (``overlap_training``), one
 other with nothing in between, so acting (Python, one core) and training (the graph, without
 the GIL) overlap (`training_jobs.TrainingJobs`). Every ``eval_every`` env steps the acting
 thread plays greedy episodes with the acting weights (the trainer meanwhile runs its call) and
-keeps the best weights (``keep_best``, `best_policy`).
+keeps the best weights (``keep_best``, `BestPolicy`).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -27,8 +28,8 @@ import tensorflow as tf
 
 import replaygpu as rg
 from replaygpu.agents import runs
-from replaygpu.agents.best_policy import PERIODIC_EVAL_SEED, BestPolicy, evaluation_due
-from replaygpu.agents.checks import discrete_actions_env as check_env
+from replaygpu.agents.config_parts import discrete_actions_env as check_env
+from replaygpu.agents.config_parts import next_chunk
 from replaygpu.agents.dqn_config import DQNConfig as DQNConfig
 from replaygpu.agents.envs import ChunkCollector, evaluate, make_vector_env
 from replaygpu.agents.networks import MLP, Adam, Schedule, copy_weights
@@ -42,7 +43,6 @@ from replaygpu.agents.progress import (
     TrainTimer,
 )
 from replaygpu.agents.runs import RunControl
-from replaygpu.agents.schedules import next_chunk
 from replaygpu.agents.training_jobs import TrainingJobs
 from replaygpu.keys import DISCOUNT, IMPORTANCE_WEIGHTS, PRIORITIES
 from replaygpu.nest import flatten as flatten_nest
@@ -229,7 +229,7 @@ def train(
 ) -> TrainResult:
     """Train DQN on ``config.env_id`` for ``config.steps`` env steps, then evaluate the greedy
     policy of the weights it hands back: with ``keep_best``, those of the best greedy evaluation
-    every ``eval_every`` env steps and of the final weights (`best_policy.BestPolicy`), else the
+    every ``eval_every`` env steps and of the final weights (`BestPolicy`), else the
     final weights. A ``run`` resumes the run from its folder and checkpoints it (`runs.RunControl`);
     stopped by a signal, the result has ``stopped`` set and no evaluation.
 
@@ -257,11 +257,10 @@ def train(
     learner = fused_learner(table, sampler, agent, config)
     rng = np.random.default_rng(config.seed)
     loop = runs.LoopState()
-    # the weights handed back (keep_best); a run checkpointed before it existed resumes
-    best = BestPolicy(agent.q.numpy_weights()) if config.keep_best else None
+    best = BestPolicy(agent.q.numpy_weights()) if config.keep_best else None  # handed back
     kept = {} if best is None else {"best_policy": best}
     env_steps, last_sync = runs.resume(
-        run, loop, rng, learner, tuple(kept), table=table, sampler=sampler, agent=agent, **kept
+        run, loop, rng, learner, table=table, sampler=sampler, agent=agent, **kept
     )
     acting = ChunkCollector(
         env, host_spec(spec), config.train_freq, recorder.episode, config.seed, env_steps
@@ -363,3 +362,69 @@ def train(
         recorder,
         evaluated,
     )
+
+
+logger = logging.getLogger(__name__)
+
+#: the first seed of the periodic evaluations' episodes, above the run's seed; the final
+#: evaluation uses ``seed + 10_000 + i``, so its episodes are not those the weights were picked on
+PERIODIC_EVAL_SEED = 30_000
+
+
+def evaluation_due(every: int, before: int, after: int) -> bool:
+    """Whether a periodic evaluation falls in the env steps ``(before, after]`` (every ``every``
+    steps; ``every`` 0: never)."""
+    return every > 0 and after // every > before // every
+
+
+class BestPolicy(tf.Module):
+    """The weights of the best greedy evaluation so far, with its mean return and env step.
+
+    Args:
+        like: the acting weights (numpy arrays) whose shapes and dtypes the copy has.
+    """
+
+    def __init__(self, like: Sequence[np.ndarray]) -> None:
+        super().__init__(name="best_policy")
+        with tf.device("CPU:0"):  # a host copy: read only to act, written only on a new best
+            self.weights = [
+                tf.Variable(np.zeros(w.shape, w.dtype), trainable=False, name=f"w{i}")
+                for i, w in enumerate(like)
+            ]
+            self.mean_return = tf.Variable(-np.inf, dtype=tf.float64, trainable=False)
+            self.env_step = tf.Variable(-1, dtype=tf.int64, trainable=False)
+            self.evaluations = tf.Variable(0, dtype=tf.int64, trainable=False)
+
+    @property
+    def found(self) -> bool:
+        """Whether any evaluation was considered."""
+        return int(self.env_step.numpy()) >= 0
+
+    def consider(self, env_step: int, returns: np.ndarray, weights: Sequence[np.ndarray]) -> bool:
+        """Keep ``weights`` if their ``returns`` (one evaluation's episodes) have the best mean
+        so far, or as good a one (the later weights win ties). Returns whether they were kept."""
+        mean = float(np.mean(returns))
+        self.evaluations.assign_add(1)
+        if mean < float(self.mean_return.numpy()):
+            return False
+        for variable, value in zip(self.weights, weights, strict=True):
+            variable.assign(value)
+        self.mean_return.assign(mean)
+        self.env_step.assign(env_step)
+        logger.debug("best policy: env step %d, mean return %.1f", env_step, mean)
+        return True
+
+    def numpy_weights(self) -> list[np.ndarray]:
+        """A numpy copy of the kept weights."""
+        return [v.numpy() for v in self.weights]
+
+    def describe(self) -> str:
+        """Where the kept weights come from, for the run's report."""
+        step, count = int(self.env_step.numpy()), int(self.evaluations.numpy())
+        mean = float(self.mean_return.numpy())
+        if count == 1:
+            return f"the weights of env step {step}, its one greedy evaluation (mean {mean:.1f})"
+        return (
+            f"the weights of env step {step}, the best of {count} greedy evaluations during "
+            f"training (mean return {mean:.1f} there)"
+        )

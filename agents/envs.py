@@ -21,7 +21,7 @@ import numpy as np
 
 import replaygpu as rg
 from replaygpu.agents.atari_wrappers import FireToLaunch
-from replaygpu.agents.checks import require_env_id
+from replaygpu.agents.config_parts import require_env_id
 from replaygpu.agents.masked_envs import CARTPOLE_NO_VELOCITY as CARTPOLE_NO_VELOCITY
 from replaygpu.fields import TRANSITION_FIELDS, HostSpec
 from replaygpu.nest import flatten_batch

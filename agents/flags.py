@@ -173,13 +173,13 @@ def config_from_args(
 
     A value the config refuses is reported as the flag's: ``--batch-size: got -3, expected >= 1``
     (the config says ``batch_size: ...``), through ``parser.error`` when a parser is given. A
-    run that would end before its first SGD step is refused too (`checks.require_trains`),
+    run that would end before its first SGD step is refused too (`config_parts.require_trains`),
     naming the flag to pass and which value is the command's default.
 
     Raises:
         ConfigError: a value the config refuses, without ``parser``.
     """
-    from replaygpu.agents.checks import NoTrainingError, require_env_actions, require_trains
+    from replaygpu.agents.config_parts import NoTrainingError, require_env_actions, require_trains
 
     names = [f.name for f in dataclasses.fields(config_cls)]
     try:

@@ -17,7 +17,7 @@ frame instead of the true history; the actor acts on those same padded stacks, s
 is what the learner samples. With the default 1000-step cap this touches 3 of 1000 stacks of
 long episodes only.
 
-The policy is the learner's Nature CNN, pulled as weights (`cnn_policy.greedy_cnn_policy`).
+The policy is the learner's Nature CNN, pulled as weights (`policies.greedy_cnn_policy`).
 This module imports no TensorFlow (`frame_rows` lives in `replaygpu.frames`).
 """
 
@@ -31,8 +31,8 @@ import numpy as np
 
 import replaygpu as rg
 from replaygpu.agents.actor_config import ActorConfig
-from replaygpu.agents.cnn_policy import greedy_cnn_policy
 from replaygpu.agents.envs import Policy, make_atari_env
+from replaygpu.agents.policies import greedy_cnn_policy
 from replaygpu.fields import HostSpec
 from replaygpu.frames import frame_rows
 from replaygpu.service.config import ClientConfig

@@ -24,18 +24,12 @@ import numpy as np
 
 import replaygpu as rg
 from replaygpu.agents.actor_config import ActorConfig
-
-# the configs a run.json names with this module (``replaygpu learner`` runs): re-exported so
-# ``replaygpu eval`` and resumes find them here
-from replaygpu.agents.apex_atari_config import ApexAtariConfig as ApexAtariConfig
-from replaygpu.agents.apex_config import ApexConfig as ApexConfig
 from replaygpu.agents.apex_config import total_sgd_steps
-from replaygpu.agents.builders import SACLearnerConfig as SACLearnerConfig
-from replaygpu.agents.builders import builder_for, make_parts
+from replaygpu.agents.builders import make_parts
 from replaygpu.agents.fleet import ActorFleet, split_steps
 from replaygpu.agents.learner_report import LearnerReport
 from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult
-from replaygpu.agents.r2d2_learner_config import R2D2LearnerConfig as R2D2LearnerConfig
+from replaygpu.agents.registry import builder_for
 from replaygpu.agents.runs import JsonState, LoopState, RunControl
 from replaygpu.service.config import AgentSettings, ServerConfig
 from replaygpu.service.learner.ledger import SequenceLedger

@@ -27,9 +27,9 @@ import threading
 import time
 from typing import Any
 
-logger = logging.getLogger(__name__)
+from replaygpu.agents.registry import LEARNER_AGENTS
 
-AGENT_CHOICES = ("dqn", "sac", "r2d2")
+logger = logging.getLogger(__name__)
 
 #: `learner_report.SUMMARY_EVERY_S`, which this module cannot import before TensorFlow
 SUMMARY_EVERY_S = 10.0
@@ -51,7 +51,7 @@ def learner_parser(agent: str, env_id: str | None = None) -> argparse.ArgumentPa
     """The full flag parser of ``replaygpu learner --agent AGENT --env ENV_ID`` (the env picks
     the config: an ALE game runs DQN on frames)."""
     from replaygpu.agents.flags import add_config_flags
-    from replaygpu.agents.learner_config import config_class
+    from replaygpu.agents.registry import algorithm, served
     from replaygpu.cli import CommandParser
     from replaygpu.service.ops.commands import (
         add_server_flags,
@@ -59,14 +59,14 @@ def learner_parser(agent: str, env_id: str | None = None) -> argparse.ArgumentPa
         port_number,
     )
 
-    config_cls = config_class(agent, env_id)
+    config_cls = algorithm(served(agent, env_id)).config_class()
     parser = CommandParser(
         prog="replaygpu learner",
         description=f"{__doc__.split(chr(10) * 2, 1)[1].strip()}\n\nFlags of --agent {agent}: "
         f"{(config_cls.__doc__ or '').strip()}",
     )
     parser.add_argument(
-        "--agent", choices=AGENT_CHOICES, default="dqn", help="algorithm (default: dqn)"
+        "--agent", choices=LEARNER_AGENTS, default="dqn", help="algorithm (default: dqn)"
     )
     parser.add_argument("--env", dest="env_id", default=argparse.SUPPRESS, help="= --env-id")
     parser.add_argument("--checkpoint-dir", help="resume from and save checkpoints here")
@@ -118,7 +118,7 @@ def _agent_of(options: list[str]) -> tuple[str, str | None]:
     from replaygpu.cli import CommandParser
 
     pre = CommandParser(prog="replaygpu learner", add_help=False)
-    pre.add_argument("--agent", choices=AGENT_CHOICES, default="dqn")
+    pre.add_argument("--agent", choices=LEARNER_AGENTS, default="dqn")
     pre.add_argument("--env", "--env-id", dest="env_id", default=None)
     known, _ = pre.parse_known_args(options)
     return known.agent, known.env_id
@@ -128,14 +128,15 @@ def run(args: argparse.Namespace) -> int:
     """Serve and train until the run is done or a signal stops it. Flags and values are
     checked before TensorFlow is imported."""
     from replaygpu.agents.flags import config_from_args
-    from replaygpu.agents.learner_config import config_class
+    from replaygpu.agents.registry import algorithm, served
     from replaygpu.service.learner.binding import require_free_ports
     from replaygpu.service.ops.commands import server_config, server_tls
 
     agent, env_id = _agent_of(args.options)
     parser = learner_parser(agent, env_id)
     opts = parser.parse_args(args.options + (["--help"] if args.help else []))
-    config = config_from_args(config_class(agent, env_id), opts, parser)
+    name = served(agent, env_id)
+    config = config_from_args(algorithm(name).config_class(), opts, parser)
     tls = server_tls(opts)
     service_config = server_config(opts)
     require_free_ports(config.address, opts.metrics_port)  # before TensorFlow: one line at once
@@ -144,8 +145,7 @@ def run(args: argparse.Namespace) -> int:
     from replaygpu.agents.learner_report import LearnerReport
     from replaygpu.agents.runs import RunControl
 
-    module = "replaygpu.agents.learner"
-    control = RunControl(opts.checkpoint_dir, opts.checkpoint_every_s, module, config)
+    control = RunControl(opts.checkpoint_dir, opts.checkpoint_every_s, config)
     with control:
         service = LearnerService(config, control, opts.token, tls, service_config)
         metrics, report, trained, finished = None, None, False, False

@@ -1,5 +1,6 @@
-"""R2D2's config, without TensorFlow: `R2D2Config` (``demo r2d2-cartpole``). The CLI builds and
-checks it before TensorFlow is imported, so a bad flag is reported at once.
+"""R2D2's configs, without TensorFlow: `R2D2Config` (``demo r2d2-cartpole``) and
+`R2D2LearnerConfig` (``replaygpu learner --agent r2d2``, built by `builders.ServedR2D2`). The
+CLI builds and checks them before TensorFlow is imported, so a bad flag is reported at once.
 
 The sequence terms are Acme's: a stored sequence is ``sequence_length`` steps, of which the
 first ``burn_in`` only warm up the LSTM state; the actor stores its state every ``period``
@@ -9,12 +10,14 @@ steps of an episode, and sequences start there, so consecutive sequences overlap
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import replaygpu as rg
-from replaygpu.agents.checks import (
+from replaygpu.agents.config_parts import (
+    LinearEpsilon,
     discrete_actions_env,
     require,
     require_positive,
@@ -23,7 +26,6 @@ from replaygpu.agents.checks import (
 )
 from replaygpu.agents.flags import helptext
 from replaygpu.agents.masked_envs import CARTPOLE_NO_VELOCITY
-from replaygpu.agents.schedules import LinearEpsilon
 
 #: table fields beside the transition's: the LSTM state before the step, and where it is stored
 #: (what the demo's loop and served actors, `recurrent_actor`, write)
@@ -128,7 +130,7 @@ class R2D2Config(LinearEpsilon):
 
     @property
     def steps_to_train(self) -> int:
-        """The least ``steps`` that trains (`checks.require_trains`): `r2d2.train` acts whole
+        """The least ``steps`` that trains (`config_parts.require_trains`): `r2d2.train` acts whole
         chunks of ``train_freq`` env steps and trains after each that ends at or past
         ``learning_starts``."""
         chunks = -(-self.learning_starts // self.train_freq)  # the first one that trains
@@ -138,3 +140,52 @@ class R2D2Config(LinearEpsilon):
     def trace_length(self) -> int:
         """T, the steps of a sequence after its burn-in (the ones with a loss)."""
         return self.sequence_length - self.burn_in
+
+
+@dataclass(frozen=True)
+class R2D2LearnerConfig(R2D2Config):
+    """R2D2 served to remote actors: `R2D2Config`'s network and update, prioritized sequences
+    that actors send overlapping (one of ``sequence_length`` steps every ``period`` steps, with
+    the LSTM state before its first step), and a samples-per-insert rate limit in place of the
+    demo's train_freq/gradient_steps. A sequence's rows are stored once per sequence, so each
+    env step inserts about sequence_length / period rows (3 with the defaults); the default
+    limit of 1.5 sequences per inserted row is about the demo's 4 sequences per env step.
+    The demo's epsilon schedule does not apply: actor i of N explores with Ape-X's epsilon."""
+
+    steps: int = field(
+        default=180_000,
+        metadata=helptext(
+            "table rows inserted by all actors (about sequence_length / period per env step: "
+            "the default is about the demo's 60k env steps); 0: run until stopped (a service)"
+        ),
+    )
+    learning_starts: int = field(
+        default=5000, metadata=helptext("table rows before the first SGD step")
+    )
+    samples_per_insert: float = field(
+        default=1.5, metadata=helptext("rate limit: sampled sequences per inserted row")
+    )
+    steps_per_call: int = field(default=32, metadata=helptext("SGD steps per Learner.train call"))
+    num_actors: int = field(default=2, metadata=helptext("actor processes (demo) / fleet size"))
+    actor_envs: int = field(default=1, metadata=helptext("envs per actor"))
+    weight_pull_interval: int = field(
+        default=400, metadata=helptext("actor env steps between weight pulls")
+    )
+    address: str = field(default="127.0.0.1:0", metadata=helptext("where the learner serves"))
+
+    def __post_init__(self) -> None:
+        require(self, ["steps"], lambda v: v >= 0, ">= 0 (0: until stopped)")
+        if not self.steps:  # a service: its other fields are checked as for a run with a length
+            dataclasses.replace(self, steps=1)
+            return
+        super().__post_init__()
+        require_positive_ints(
+            self, "steps_per_call", "num_actors", "actor_envs", "weight_pull_interval"
+        )
+        require_positive(self, "samples_per_insert")
+
+    @property
+    def steps_to_train(self) -> int:
+        """The least ``steps`` that trains (`config_parts.require_trains`): the rate limiter samples
+        once the table holds ``learning_starts`` rows."""
+        return max(1, self.learning_starts)

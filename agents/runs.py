@@ -34,15 +34,15 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
 import tensorflow as tf
 
 import replaygpu as rg
-from replaygpu.agents.run_file import RUN_FILE as RUN_FILE
-from replaygpu.agents.run_file import read_json
+from replaygpu.agents.registry import RUN_FILE as RUN_FILE
+from replaygpu.agents.registry import name_of, read_json
 from replaygpu.checkpoint import CheckpointSchedule, check_writable
 
 logger = logging.getLogger(__name__)
@@ -115,18 +115,16 @@ def resume(
     loop: LoopState,
     rng: np.random.Generator,
     learner: Any,
-    optional: Collection[str] = (),
     **objects: Any,
 ) -> tuple[int, int]:
     """Track ``learner``, ``loop`` and ``objects`` (table=, sampler=, agent=) in ``run`` and
-    restore its newest checkpoint into them, the exploration ``rng`` included; those named in
-    ``optional`` may be missing from it (`RunControl.attach`).
+    restore its newest checkpoint into them, the exploration ``rng`` included.
 
     Returns:
         ``(env_steps, last_sync)`` of the restored loop; ``(0, 0)`` without a run or a
         checkpoint.
     """
-    if run is None or not run.attach(optional, learner=learner, loop=loop, **objects):
+    if run is None or not run.attach(learner=learner, loop=loop, **objects):
         return 0, 0
     env_steps, last_sync = int(loop.env_steps.numpy()), int(loop.last_sync.numpy())
     loop.restore_rng(rng)
@@ -179,8 +177,8 @@ class RunControl:
         directory: checkpoint folder (checked writable now); None: no checkpoints, but
             SIGTERM and Ctrl-C still stop the loop at the next chunk.
         every_s: seconds between periodic checkpoints.
-        algorithm: module of the algorithm (``replaygpu.agents.dqn``), saved in ``run.json``.
-        config: the run's frozen config dataclass, saved in ``run.json``.
+        config: the run's frozen config dataclass, saved in ``run.json`` with the name of its
+            algorithm in the registry (`registry.name_of`: ``"dqn"`` for a `DQNConfig`).
 
     Attributes:
         resumed: the step counts of the checkpoint the run resumes from (None: a new run).
@@ -191,7 +189,7 @@ class RunControl:
             one that already took more env steps than ``config.steps``.
     """
 
-    def __init__(self, directory: str | None, every_s: float, algorithm: str, config: Any) -> None:
+    def __init__(self, directory: str | None, every_s: float, config: Any) -> None:
         self.directory = directory
         self.every_s = every_s
         self.stop = threading.Event()
@@ -206,7 +204,7 @@ class RunControl:
         if directory is not None:
             check_writable(directory)
             self.resumed = _progress(directory)
-            self._run_file = _check_run_file(directory, algorithm, config, self.resumed)
+            self._run_file = _check_run_file(directory, config, self.resumed)
 
     # -- signals --------------------------------------------------------------------------------
 
@@ -230,19 +228,16 @@ class RunControl:
 
     # -- checkpoints ----------------------------------------------------------------------------
 
-    def attach(self, optional: Collection[str] = (), **objects: Any) -> str | None:
+    def attach(self, **objects: Any) -> str | None:
         """Track ``objects`` (table=, sampler=, learner=, agent=, loop=, ledger=, ...) and
-        restore the newest checkpoint into them; those named in ``optional`` may be missing
-        from it (added to the checkpoint after it was written; see `rg.Checkpointer`).
+        restore the newest checkpoint into them.
 
         Returns:
             the checkpoint restored, or None (no folder, or no checkpoint in it yet).
         """
         if self.directory is None:
             return None
-        self._checkpointer = rg.Checkpointer(
-            self.directory, max_to_keep=2, optional=optional, **objects
-        )
+        self._checkpointer = rg.Checkpointer(self.directory, max_to_keep=2, **objects)
         restored = self._checkpointer.restore()
         self._schedule.restart()
         return restored
@@ -294,14 +289,15 @@ def _progress(directory: str) -> RunProgress | None:
 
 
 def _check_run_file(
-    directory: str, algorithm: str, config: Any, resumed: RunProgress | None
+    directory: str, config: Any, resumed: RunProgress | None
 ) -> dict[str, Any] | None:
     """Check that the folder's ``run.json`` describes the same run, but for its length (which
     may not fall below the ``resumed`` env steps); returns what to write with the next
     checkpoint (None: the saved one stands)."""
     path = os.path.join(directory, RUN_FILE)
     values = _jsonable(dataclasses.asdict(config))
-    current = {"algorithm": algorithm, "config_class": type(config).__name__, "config": values}
+    algorithm = name_of(config)
+    current = {"algorithm": algorithm, "config": values}
     if os.path.exists(path) and tf.train.latest_checkpoint(directory) is not None:
         saved = read_json(path)
         if saved.get("algorithm") != algorithm:
@@ -309,12 +305,9 @@ def _check_run_file(
                 f"checkpoint folder {directory!r} holds a run of {saved.get('algorithm')}, "
                 f"not {algorithm}; pass another --checkpoint-dir"
             )
-        # A field the saved run lacks came in a later version: the run had what the code did
-        # before it, its default unless the config class says otherwise (LEGACY_VALUES).
-        legacy = {**_defaults(config), **getattr(type(config), "LEGACY_VALUES", {})}
-        old = {**_jsonable(legacy), **saved.get("config", {})}
+        old = saved.get("config", {})
         diffs = [
-            f"{name}: saved {old.get(name)!r}, given {value!r}"
+            f"{name}: saved {old.get(name, '(none)')!r}, given {value!r}"
             for name, value in values.items()
             if name not in RESUMABLE_FIELDS | BUDGET_FIELDS and value != old.get(name)
         ]
@@ -350,17 +343,6 @@ def _check_budget(directory: str, steps: int, saved: int, resumed: RunProgress |
         f"steps (of {saved or 'unlimited'}); pass --steps {resumed.env_steps} or more to "
         "continue it, or another --checkpoint-dir"
     )
-
-
-def _defaults(config: Any) -> dict[str, Any]:
-    """The config class's default of each field that has one."""
-    out = {}
-    for f in dataclasses.fields(config):
-        if f.default is not dataclasses.MISSING:
-            out[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            out[f.name] = f.default_factory()
-    return out
 
 
 def _write_json(path: str, value: Any) -> None:

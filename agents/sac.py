@@ -17,14 +17,14 @@ import tensorflow as tf
 
 import replaygpu as rg
 from replaygpu.agents import runs
-from replaygpu.agents.checks import box_actions_env as check_env
+from replaygpu.agents.config_parts import box_actions_env as check_env
+from replaygpu.agents.config_parts import next_chunk
 from replaygpu.agents.envs import ChunkCollector, evaluate, make_vector_env
 from replaygpu.agents.networks import MLP, Adam, polyak_update
 from replaygpu.agents.policies import LOG_STD_MAX, LOG_STD_MIN, squashed_gaussian_policy
 from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult, TrainTimer
 from replaygpu.agents.runs import RunControl
 from replaygpu.agents.sac_config import SACConfig as SACConfig
-from replaygpu.agents.schedules import next_chunk
 from replaygpu.specs import host_spec, specs_from_env
 
 

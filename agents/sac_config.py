@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import replaygpu as rg
 from replaygpu.agents.apex_config import DEVICES_HELP
-from replaygpu.agents.checks import (
+from replaygpu.agents.config_parts import (
     STEPS_HELP,
     box_actions_env,
     require_positive,
@@ -60,7 +60,7 @@ class SACConfig:
 
     @property
     def steps_to_train(self) -> int:
-        """The least ``steps`` that trains (`checks.require_trains`): `sac.train` trains after
+        """The least ``steps`` that trains (`config_parts.require_trains`): `sac.train` trains after
         each chunk that ends at or past ``learning_starts``; a served learner's rate limiter
         samples once the table holds ``learning_starts`` rows."""
         return max(1, self.learning_starts)

@@ -47,9 +47,9 @@ def measure(double_q: bool) -> None:
         import numpy as np
 
         import replaygpu as rg
+        from replaygpu.agents.config_parts import training_calls
         from replaygpu.agents.dqn import DQN, DQNConfig
         from replaygpu.agents.envs import make_vector_env
-        from replaygpu.agents.schedules import training_calls
         from replaygpu.specs import specs_from_env
 
     import_s = time.perf_counter() - start

@@ -1,8 +1,12 @@
-"""The `replaygpu` command line: demos, the learner service, actors and inspection.
+"""The `replaygpu` command line: the library's own commands (``serve``, ``info``, ``health``)
+and those that installed packages add.
 
 Each subcommand lives in the module that owns it and registers itself through a
-``register(subparsers)`` function; this file only wires them together, and imports them lazily
-so `replaygpu --help` starts fast.
+``register(subparsers)`` function (each module's ``run(args)`` runs it). The library's are in
+`replaygpu.service.ops.commands`; a package adds its own through an entry point in the group
+`COMMAND_GROUP` naming such a module (replaygpu's agents add ``demo``, ``eval``, ``learner``
+and ``actor`` so, in pyproject.toml), so the library names none of them. Nothing here imports
+TensorFlow, so `replaygpu --help` starts fast.
 
 Expected failures (bad flags or values, bad files, an unknown env id, an unwritable folder, an
 unreachable or refusing server, a missing optional dependency) end with one line on stderr and
@@ -17,18 +21,11 @@ import importlib
 import logging
 import os
 import sys
+from importlib.metadata import entry_points
 from typing import NoReturn
 
-#: subcommand name -> module with ``register(subparsers)``; each module's ``run(args)`` runs it.
-COMMANDS = {
-    "learner": "replaygpu.agents.learner_cli",
-    "actor": "replaygpu.agents.actor_cli",
-    "serve": "replaygpu.service.ops.commands",
-    "info": "replaygpu.service.ops.commands",
-    "health": "replaygpu.service.ops.commands",
-    "demo": "replaygpu.agents.demos",
-    "eval": "replaygpu.agents.demos",
-}
+#: the entry-point group of modules that add subcommands (``register(subparsers)``)
+COMMAND_GROUP = "replaygpu.commands"
 
 #: exit status of an expected failure (as argparse's usage errors)
 USAGE_ERROR = 2
@@ -66,9 +63,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--debug", action="store_true", help="show tracebacks of errors (and DEBUG logs)"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module_name in dict.fromkeys(COMMANDS.values()):
+    for module_name in command_modules():
         importlib.import_module(module_name).register(sub)
     return parser
+
+
+def command_modules() -> list[str]:
+    """The modules that register subcommands: the library's, then each `COMMAND_GROUP` entry
+    point's (by name; a module named twice registers once)."""
+    added = sorted(entry_points(group=COMMAND_GROUP), key=lambda entry: entry.name)
+    return list(dict.fromkeys(["replaygpu.service.ops.commands", *(e.value for e in added)]))
 
 
 def expected_errors() -> tuple[type[BaseException], ...]:

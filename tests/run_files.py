@@ -11,10 +11,10 @@ import tensorflow as tf
 from replaygpu.agents.runs import RUN_FILE, RunControl
 
 
-def save_run_lacking(directory: str, algorithm: str, config: Any, field: str) -> None:
+def save_run_lacking(directory: str, config: Any, field: str) -> None:
     """Save a one-variable checkpoint of ``config``'s run in ``directory``, then drop ``field``
     from its run.json, as a version before the field existed wrote it."""
-    run = RunControl(directory, 3600.0, algorithm, config)
+    run = RunControl(directory, 3600.0, config)
     run.attach(counter=tf.Variable(1, dtype=tf.int64))
     run.save()
     path = os.path.join(directory, RUN_FILE)

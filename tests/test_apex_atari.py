@@ -16,10 +16,11 @@ import tensorflow as tf
 
 import replaygpu as rg
 from replaygpu.agents import apex_atari, demos
-from replaygpu.agents.cnn_policy import greedy_cnn_policy, nature_cnn_q_values
 from replaygpu.agents.frame_actor import SegmentWriter, segment_client_config, send_segments
 from replaygpu.agents.networks import NatureCNN
+from replaygpu.agents.policies import greedy_cnn_policy, nature_cnn_q_values
 from replaygpu.agents.progress import NullRecorder
+from replaygpu.agents.registry import ALGORITHMS, DEMOS
 from replaygpu.samplers import make_frame_table
 
 K = 4
@@ -122,7 +123,7 @@ def test_concurrent_actors_send_contiguous_segments_and_sampler_rebuilds_their_s
 def test_demo_apex_breakout_trains_with_actor_processes_and_cleans_up():
     pytest.importorskip("ale_py")
     _, config_cls = demos.demo_parser("apex-breakout")
-    assert demos.DEMOS["apex-breakout"].module == apex_atari.__name__
+    assert ALGORITHMS[DEMOS["apex-breakout"].algorithm].module == apex_atari.__name__
     assert config_cls is apex_atari.ApexAtariConfig
     config = apex_atari.ApexAtariConfig(
         steps=400,
@@ -203,18 +204,3 @@ def test_the_frame_actor_and_its_row_maker_import_no_tensorflow():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "False"
-
-
-def test_an_apex_run_saved_before_n_step_existed_resumes_as_the_one_step_run_it_was(tmp_path):
-    """Ape-X on pixels trained 1-step targets before n_step came (now 3 by default): its old
-    run.json, which lacks the field, resumes with --n-step 1 and refuses the new default."""
-    from run_files import save_run_lacking
-
-    from replaygpu.agents.runs import RunControl
-
-    ckpt = str(tmp_path / "checkpoints")
-    save_run_lacking(ckpt, apex_atari.__name__, apex_atari.ApexAtariConfig(n_step=1), "n_step")
-
-    RunControl(ckpt, 3600.0, apex_atari.__name__, apex_atari.ApexAtariConfig(n_step=1))
-    with pytest.raises(rg.ConfigError, match="n_step: saved 1, given 3"):
-        RunControl(ckpt, 3600.0, apex_atari.__name__, apex_atari.ApexAtariConfig())

@@ -108,7 +108,7 @@ class StopAt(NullRecorder):
 def test_atari_dqn_trains_on_breakout_stops_resumes_and_evaluates(tmp_path):
     config = small_config()
     ckpt = str(tmp_path / "checkpoints")
-    run = RunControl(ckpt, 3600.0, atari.__name__, config)
+    run = RunControl(ckpt, 3600.0, config)
     recorder = StopAt(run, 200)
     first = atari.train(config, recorder, run)
     assert first.stopped and first.env_steps == 200
@@ -117,7 +117,7 @@ def test_atari_dqn_trains_on_breakout_stops_resumes_and_evaluates(tmp_path):
     assert np.isfinite(loss) and np.isfinite(recorder.last_metrics["losses/q_values"])
 
     recorder = NullRecorder()
-    result = atari.train(config, recorder, RunControl(ckpt, 3600.0, atari.__name__, config))
+    result = atari.train(config, recorder, RunControl(ckpt, 3600.0, config))
     assert not result.stopped and result.env_steps == STEPS
     # the same SGD steps as an uninterrupted run: one per chunk past learning_starts
     assert result.sgd_steps == (STEPS - LEARNING_STARTS) // TRAIN_FREQ
@@ -170,12 +170,12 @@ def test_atari_dqn_trains_on_n_step_returns_from_the_frame_table():
     assert np.isfinite(recorder.last_metrics["losses/td_loss"])
 
 
-def test_a_run_saved_before_a_config_field_existed_resumes_with_its_default(tmp_path):
-    """run.json of an older version lacks n_step: the run had n_step=1, so resuming with 1 is
-    the same run and resuming with 3 is refused."""
+def test_a_run_saved_without_a_config_field_is_refused_not_guessed(tmp_path):
+    """A run.json that lacks a field of the config (written by an older version) is another
+    run: resuming it is refused with the field named, whatever value is given."""
     ckpt = str(tmp_path / "checkpoints")
-    save_run_lacking(ckpt, atari.__name__, small_config(), "n_step")
+    save_run_lacking(ckpt, small_config(), "n_step")
 
-    RunControl(ckpt, 3600.0, atari.__name__, small_config())  # the same run
-    with pytest.raises(rg.ConfigError, match="n_step: saved 1, given 3"):
-        RunControl(ckpt, 3600.0, atari.__name__, small_config(n_step=3))
+    for n_step in (1, 3):
+        with pytest.raises(rg.ConfigError, match=rf"n_step: saved '\(none\)', given {n_step}"):
+            RunControl(ckpt, 3600.0, small_config(n_step=n_step))

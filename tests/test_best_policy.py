@@ -4,7 +4,6 @@ checkpointed before it existed."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -15,10 +14,10 @@ import tensorflow as tf
 
 import replaygpu as rg
 from replaygpu.agents import dqn
-from replaygpu.agents.best_policy import PERIODIC_EVAL_SEED, BestPolicy, evaluation_due
+from replaygpu.agents.dqn import PERIODIC_EVAL_SEED, BestPolicy, evaluation_due
 from replaygpu.agents.envs import evaluate
 from replaygpu.agents.progress import NullRecorder
-from replaygpu.agents.runs import RUN_FILE, RunControl
+from replaygpu.agents.runs import RunControl
 
 SMALL = dict(
     steps=3_000,
@@ -96,7 +95,7 @@ def test_dqn_hands_back_and_checkpoints_the_weights_of_its_best_evaluation(tmp_p
     config = dqn.DQNConfig(seed=2, learning_rate=1e-2, **SMALL)
     recorder = _Evals()
     folder = str(tmp_path / "ckpt")
-    with RunControl(folder, 3600.0, "replaygpu.agents.dqn", config) as run:
+    with RunControl(folder, 3600.0, config) as run:
         result = dqn.train(config, recorder, run)
     # an evaluation in each chunk that crosses a multiple of 512 env steps, recorded at the step
     # of the weights it played (one chunk behind, training overlaps acting), and one of the
@@ -142,7 +141,7 @@ def test_without_keep_best_the_final_weights_are_handed_back(tmp_path):
     config = dqn.DQNConfig(seed=1, learning_rate=1e-2, keep_best=False, **SMALL)
     recorder = _Evals()
     folder = str(tmp_path / "ckpt")
-    with RunControl(folder, 3600.0, "replaygpu.agents.dqn", config) as run:
+    with RunControl(folder, 3600.0, config) as run:
         result = dqn.train(config, recorder, run)
     assert result.evaluated == "the final weights"
     # periodic evaluations still show the learning; none added for the final weights
@@ -151,32 +150,6 @@ def test_without_keep_best_the_final_weights_are_handed_back(tmp_path):
     # resumed run's config says of keep_best
     agent = dqn.DQN(4, 2, config)
     assert dqn.kept_policy(agent, tf.train.latest_checkpoint(folder)) is None
-
-
-def test_a_run_checkpointed_before_keep_best_resumes_and_keeps_its_best_from_then_on(tmp_path):
-    folder = str(tmp_path / "ckpt")
-    old = dqn.DQNConfig(seed=2, keep_best=False, **SMALL)
-    with RunControl(folder, 3600.0, "replaygpu.agents.dqn", old) as run:
-        dqn.train(old, NullRecorder(), run)
-    # as the version before wrote it: a run.json without the fields, no best_policy object
-    with open(os.path.join(folder, RUN_FILE)) as f:
-        saved = json.load(f)
-    for name in ("eval_every", "periodic_eval_episodes", "keep_best"):
-        del saved["config"][name]
-    with open(os.path.join(folder, RUN_FILE), "w") as f:
-        json.dump(saved, f)
-    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(folder))
-    assert not any(k.startswith("best_policy") for k in reader.get_variable_to_shape_map())
-
-    # periodic_eval_episodes must match the saved run's (the default, 10, where it lacks one)
-    longer = dqn.DQNConfig(seed=2, **{**SMALL, "steps": 4_000, "periodic_eval_episodes": 10})
-    recorder = _Evals()
-    with RunControl(folder, 3600.0, "replaygpu.agents.dqn", longer) as run:
-        result = dqn.train(longer, recorder, run)
-    assert result.env_steps == 4_000
-    # chunks from 3000 on, each evaluation at the step of the weights it played
-    assert [s for s, _ in recorder.evals] == [3000, 3512, 4000]
-    assert "the best of 3 greedy evaluations during training" in result.evaluated
 
 
 @pytest.mark.parametrize(

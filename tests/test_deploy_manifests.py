@@ -133,7 +133,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
             return args
         from replaygpu.agents import learner_cli
         from replaygpu.agents.flags import config_from_args
-        from replaygpu.agents.learner_config import config_class
+        from replaygpu.agents.registry import algorithm, served
 
         options = extra + list(args.options)
         pre = argparse.ArgumentParser(add_help=False)
@@ -141,7 +141,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         pre.add_argument("--env", "--env-id", dest="env_id", default=None)
         known = pre.parse_known_args(options)[0]
         opts = _learner_parser(learner_cli, known.agent, known.env_id).parse_args(options)
-        config_from_args(config_class(known.agent, known.env_id), opts)
+        config_from_args(algorithm(served(known.agent, known.env_id)).config_class(), opts)
         return opts
     except SystemExit as err:
         pytest.fail(f"`replaygpu {' '.join(argv)}` does not parse (exit {err.code})")

@@ -289,7 +289,7 @@ def test_sharded_training_loop_places_on_gpu(distribution: str) -> None:
 def agent_configs() -> dict[str, Callable[[bool], Any]]:
     from replaygpu.agents.apex_atari_config import ApexAtariConfig
     from replaygpu.agents.apex_config import ApexConfig
-    from replaygpu.agents.r2d2_learner_config import R2D2LearnerConfig
+    from replaygpu.agents.r2d2_config import R2D2LearnerConfig
     from replaygpu.agents.sac_config import SACLearnerConfig
 
     small = {"buffer_size": 512, "learning_starts": 64, "batch_size": 16}

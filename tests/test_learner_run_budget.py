@@ -255,7 +255,7 @@ def small_config(**kwargs):
 def test_a_learner_with_a_budget_tells_the_actors_evaluates_and_writes_tensorboard(tmp_path):
     config = small_config()
     folder = str(tmp_path / "run")
-    control = RunControl(folder, 300.0, "replaygpu.agents.learner", config)
+    control = RunControl(folder, 300.0, config)
     batches = cartpole_batches(2000, 100)  # an actor that would send 2.5x the budget
     with control:
         service = LearnerService(config, control)

@@ -22,8 +22,9 @@ import replaygpu as rg
 from replaygpu.agents.actor import run_actor
 from replaygpu.agents.actor_config import ActorConfig
 from replaygpu.agents.apex import ApexConfig
-from replaygpu.agents.learner import LearnerService, SACLearnerConfig
+from replaygpu.agents.learner import LearnerService
 from replaygpu.agents.runs import RunControl
+from replaygpu.agents.sac_config import SACLearnerConfig
 from replaygpu.errors import CheckpointMismatchError
 
 
@@ -151,7 +152,7 @@ def test_dqn_learner_over_two_devices_shards_streams_and_resumes(tmp_path):
         prioritized=True,
         devices="/cpu:0,/cpu:1",
     )
-    run = RunControl(str(tmp_path / "ckpt"), 3600, "dqn", config)
+    run = RunControl(str(tmp_path / "ckpt"), 3600, config)
     service = LearnerService(config, run=run)
     try:
         assert isinstance(service.table, rg.ShardedReplayTable)
@@ -174,7 +175,7 @@ def test_dqn_learner_over_two_devices_shards_streams_and_resumes(tmp_path):
     assert saved
     steps = service.sgd_steps
 
-    again = LearnerService(config, run=RunControl(str(tmp_path / "ckpt"), 3600, "dqn", config))
+    again = LearnerService(config, run=RunControl(str(tmp_path / "ckpt"), 3600, config))
     try:
         assert again.table.shard_sizes == [600, 600] and again.sgd_steps == steps
     finally:
@@ -182,7 +183,7 @@ def test_dqn_learner_over_two_devices_shards_streams_and_resumes(tmp_path):
 
     one_device = dataclasses.replace(config, devices="/cpu:0")
     with pytest.raises(CheckpointMismatchError, match=r"holds 2 shards .* has 1"):
-        LearnerService(one_device, run=RunControl(str(tmp_path / "ckpt"), 3600, "dqn", one_device))
+        LearnerService(one_device, run=RunControl(str(tmp_path / "ckpt"), 3600, one_device))
 
 
 def test_a_frame_learner_serves_an_atari_game_to_an_actor_with_only_the_address(tmp_path):
@@ -349,7 +350,7 @@ def served(folder, returns: list[float], actor_id: str):
     """A `LearnerService` over checkpoint ``folder`` takes 100 rows and the episodes of
     ``returns`` from an actor, then closes with its final checkpoint; it and its Info's
     learner_stats."""
-    run = RunControl(str(folder), 3600, "replaygpu.agents.learner", STORING_APEX)
+    run = RunControl(str(folder), 3600, STORING_APEX)
     service = LearnerService(STORING_APEX, run=run)
     try:
         with ThreadPoolExecutor(1) as pool:

@@ -256,6 +256,11 @@ def test_the_wheel_installs_the_agents_under_replaygpu_and_marks_the_package_typ
     modules = {path.relative_to(ROOT).as_posix() for path in PACKAGE.rglob("*.py")}
     shipped = {name for name in names if name.endswith(".py") and "/agents/" not in name}
     assert shipped == modules, f"missing: {modules - shipped}, extra: {shipped - modules}"
+    # the agents add their subcommands through entry points (replaygpu.cli.COMMAND_GROUP)
+    entries = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    assert "[replaygpu.commands]\nactor = replaygpu.agents.actor_cli" in (
+        zipfile.ZipFile(wheel).read(entries).decode()
+    )
     metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
     text = zipfile.ZipFile(wheel).read(metadata).decode()
     assert "Requires-Dist: grpcio>=1.85.1" in text  # the generated code's floor

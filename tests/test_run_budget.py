@@ -59,7 +59,7 @@ def test_steps_must_be_whole_vector_steps():
 
 
 def train_in(folder: str, config: dqn.DQNConfig):
-    run = RunControl(folder, 3600.0, "replaygpu.agents.dqn", config)
+    run = RunControl(folder, 3600.0, config)
     return dqn.train(config, NullRecorder(), run)
 
 
@@ -92,13 +92,13 @@ def test_a_smaller_steps_than_done_or_another_hyperparameter_is_refused_and_chan
     run_file = pathlib.Path(folder, RUN_FILE)
     before = run_file.read_text()
     with pytest.raises(rg.ConfigError) as refused:
-        RunControl(folder, 3600.0, "replaygpu.agents.dqn", dqn_config(512))
+        RunControl(folder, 3600.0, dqn_config(512))
     message = str(refused.value)
     assert "\n" not in message
     assert "steps: got 512, but the run" in message and "already took 1024 env steps" in message
     assert "pass --steps 1024 or more" in message
     with pytest.raises(rg.ConfigError, match=r"gamma: saved 0.99, given 0.9.*--steps may change"):
-        RunControl(folder, 3600.0, "replaygpu.agents.dqn", dqn_config(2_048, gamma=0.9))
+        RunControl(folder, 3600.0, dqn_config(2_048, gamma=0.9))
     assert run_file.read_text() == before
 
 

@@ -275,7 +275,7 @@ def test_a_run_retries_a_failed_periodic_checkpoint_and_raises_a_failed_final_on
     with small_filesystem(tmp_path / "disk", 4 << 20) as disk:
         table = rg.ReplayTable(SPEC, capacity=20_000, device="/CPU:0")  # 480 KB a checkpoint
         table.append(columns(range(100)))
-        run = RunControl(str(disk / "run"), 0.2, "replaygpu.agents.dqn", DQNConfig())
+        run = RunControl(str(disk / "run"), 0.2, DQNConfig())
         run.attach(table=table)
         filler = fill(disk)
         time.sleep(0.25)

@@ -1,5 +1,5 @@
 """No silent empty runs: every training command refuses, in one line and before TensorFlow is
-imported, a ``--steps`` that ends before the run's first SGD step (`checks.require_trains`);
+imported, a ``--steps`` that ends before the run's first SGD step (`config_parts.require_trains`);
 where a default is the cause, the line names the flag to pass. Each config's
 ``steps_to_train`` is the exact boundary of its own training loop."""
 
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from replaygpu.agents.checks import NoTrainingError, require_trains
+from replaygpu.agents.config_parts import NoTrainingError, require_trains
 
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
 

@@ -143,7 +143,7 @@ def sac_case(capacity: int, k: int) -> Case:
 
 
 def r2d2_case(capacity: int, k: int) -> Case:
-    from replaygpu.agents.r2d2_learner_config import R2D2LearnerConfig
+    from replaygpu.agents.r2d2_config import R2D2LearnerConfig
 
     learner, agent = built(R2D2LearnerConfig(buffer_size=capacity), capacity)
     return Case("r2d2", learner, [agent], k, parity=True)
