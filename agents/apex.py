@@ -20,8 +20,8 @@ import numpy as np
 
 from replaygpu.agents.actor_config import ActorConfig
 
-# in apex_config, which learner.py shares; re-exported because the demo registry and
-# ``replaygpu eval`` look them up by name on this module (the one a run.json records)
+# in apex_config, which learner.py shares; re-exported because this is the module that
+# `registry.ALGORITHMS` names for "apex": the demo and ``replaygpu eval`` look them up here
 from replaygpu.agents.apex_config import ApexConfig as ApexConfig
 from replaygpu.agents.apex_config import make_agent as make_agent
 from replaygpu.agents.dqn import DQN

@@ -29,8 +29,9 @@ of 5e4 rows = 0.35 GB); `ApexAtariConfig` says what to raise on a GPU.
 
 from __future__ import annotations
 
-# in apex_atari_config, which the learner service shares; re-exported because the demo
-# registry and ``replaygpu eval`` look them up by name on this module (the one a run.json names)
+# in apex_atari_config, which the learner service shares; re-exported because this is the
+# module that `registry.ALGORITHMS` names for "apex-atari": the demo and ``replaygpu eval`` look
+# them up here
 from replaygpu.agents.apex_atari_config import ApexAtariConfig as ApexAtariConfig
 from replaygpu.agents.apex_atari_config import check_env as check_env
 from replaygpu.agents.apex_atari_config import evaluate_agent as evaluate_agent
