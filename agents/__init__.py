@@ -1,11 +1,16 @@
-"""Agents built on replaygpu's public API: DQN (on vectors and on Atari frames), SAC, R2D2 and
-distributed Ape-X, their demos, the learner service and the actors.
+"""Agents built on replaygpu's public API, one package per algorithm on shared parts.
 
-`registry` is the index: every algorithm by name (its config, the module that trains it, the
-builder that serves it) and the demos. Each algorithm module reads top to bottom (``dqn.py``,
-``atari.py``, ``sac.py``, ``r2d2.py``) beside its config (``*_config.py``, no TensorFlow);
-``learner.py`` and ``builders.py`` serve any of them to actor processes (``actor.py``, no
-TensorFlow); shared parts live beside them (``envs.py``, ``networks.py``, ``policies.py``,
-``runs.py``, ``progress.py``, ``flags.py``). The agents' subcommands of ``replaygpu`` are added
-through entry points (`replaygpu.cli.COMMAND_GROUP`).
+- `registry`: the index. Every algorithm by name (its config, the module that trains it, the
+  builder that serves it) and the demos; a run's ``run.json`` stores the name.
+- Algorithms, each a config without TensorFlow (``config.py``) beside an agent that reads top to
+  bottom: `dqn` (``agent.py`` on vectors, ``atari.py`` on Atari frames, each with its served
+  Ape-X form), `sac`, `r2d2`.
+- `distributed`: the learner service that serves any algorithm to actor processes, the actors
+  (no TensorFlow), their fleet and Ray, and the ``learner`` and ``actor`` commands.
+- Shared parts: `envs` (making and checking envs), `rollouts` (transition chunks, evaluation),
+  `networks`, `policies` (numpy acting), `runs` (checkpoints, resumes, stop signals), `progress`
+  (recorders), `configs` (config parts and flags), `demos` (the ``demo`` and ``eval``
+  commands).
+
+The agents' subcommands join ``replaygpu`` through entry points (`replaygpu.cli.COMMAND_GROUP`).
 """

@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Iterator
 
-from replaygpu.agents.registry import DEMOS, algorithm
+from .registry import DEMOS, algorithm
 
 
 @contextlib.contextmanager
@@ -84,8 +84,9 @@ def register_demo(subparsers: argparse._SubParsersAction) -> None:
 
 def demo_parser(name: str) -> tuple[argparse.ArgumentParser, type]:
     """The flag parser of one demo and its config class (no TensorFlow imported)."""
-    from replaygpu.agents.flags import add_config_flags
     from replaygpu.cli import CommandParser
+
+    from .configs import add_config_flags
 
     demo = DEMOS[name]
     config_cls = algorithm(demo.algorithm).config_class()
@@ -119,7 +120,7 @@ def demo_parser(name: str) -> tuple[argparse.ArgumentParser, type]:
 def run(args: argparse.Namespace) -> int:
     """Run the demo named by ``args.name`` with ``args.options``; resume it if its checkpoint
     folder holds a checkpoint. Flags and values are checked before TensorFlow is imported."""
-    from replaygpu.agents.flags import config_from_args
+    from .configs import config_from_args
 
     _require_demo_extras()
     parser, config_cls = demo_parser(args.name)
@@ -129,10 +130,12 @@ def run(args: argparse.Namespace) -> int:
     if demo.intra_op_threads is not None:  # read when TensorFlow starts its runtime
         os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(demo.intra_op_threads))
     with imports_frozen():
-        from replaygpu.agents.runs import RunControl
+        from .runs import RunControl
 
         module = algorithm(demo.algorithm).load()
-    module.check_env(config.env_id).close()  # before any folder is made (ALE games: only here)
+    type(config).ENV_CHECK(
+        config.env_id
+    ).close()  # before any folder is made (ALE games: only here)
     run_dir = opts.run_dir or os.path.join(
         "runs", f"{args.name}-s{config.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
@@ -142,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     with open(os.path.join(run_dir, "config.json"), "w") as f:
         json.dump(dataclasses.asdict(config), f, indent=2)
 
-    from replaygpu.agents.progress import RunRecorder
+    from .progress import RunRecorder
 
     title = f"{args.name} ({config.env_id})"
     recorder = RunRecorder(run_dir, config.steps, title, control.resumed or (0, 0))
@@ -227,18 +230,18 @@ def run_eval(args: argparse.Namespace) -> int:
     """Print the greedy mean return of the newest checkpoint under ``args.path`` (the flags and
     the run file are checked before TensorFlow is imported)."""
     import replaygpu as rg
-    from replaygpu.agents.registry import read_run_file
+
+    from .registry import read_run_file
 
     if args.episodes < 1:
         raise rg.ConfigError(f"--episodes: got {args.episodes}, expected >= 1")
     name, values, folder = read_run_file(args.path)
     entry = algorithm(name)
     with imports_frozen():
-        import gymnasium as gym
         import tensorflow as tf
 
-        from replaygpu.agents.envs import evaluate
-        from replaygpu.agents.progress import FINAL_WEIGHTS
+        from .progress import FINAL_WEIGHTS
+        from .rollouts import evaluate
 
         module = entry.load()
     config = entry.config_class()(
@@ -247,7 +250,7 @@ def run_eval(args: argparse.Namespace) -> int:
     latest = tf.train.latest_checkpoint(folder)
     if latest is None:
         raise rg.ConfigError(f"{folder!r} holds a run.json but no checkpoint yet")
-    env = gym.make(config.env_id)
+    env = type(config).ENV_CHECK(config.env_id)
     agent = module.make_agent(config, env)
     env.close()
     tf.train.Checkpoint(agent=agent).read(latest).expect_partial().assert_existing_objects_matched()

@@ -1,4 +1,4 @@
-"""Gymnasium helpers shared by the agents: vector envs, transition chunks, greedy evaluation.
+"""The envs the agents make, and the checks a config runs on them before TensorFlow loads.
 
 Agents step a `gymnasium.vector.SyncVectorEnv` with same-step autoreset (`OneEnv`, which
 behaves the same for a single env, for one): when an episode ends, ``step`` already returns the
@@ -6,31 +6,19 @@ first observation of the next one and puts the true last observation in ``info["
 so every step yields one valid transition per env.
 Transitions go to the replay table in chunks (one `ReplayTable.append` per chunk), never one
 append per step.
-Importing this module registers the partially observed ids of `masked_envs`
+Importing this module registers the partially observed ids of `envs`
 (``CartPoleNoVelocity-v1``), so every agent and actor can make them.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 import replaygpu as rg
-from replaygpu.agents.atari_wrappers import FireToLaunch
-from replaygpu.agents.config_parts import require_env_id
-from replaygpu.agents.masked_envs import CARTPOLE_NO_VELOCITY as CARTPOLE_NO_VELOCITY
-from replaygpu.fields import TRANSITION_FIELDS, HostSpec
-from replaygpu.nest import flatten_batch
-
-#: the most episodes `evaluate` plays side by side (the envs it holds at once)
-EVAL_GROUP = 64
-
-#: policy for evaluation and acting: ``[B, *obs_shape] observations -> [B, ...] actions``.
-Policy = Callable[[np.ndarray], np.ndarray]
 
 
 def make_vector_env(env_id: str, num_envs: int, seed: int) -> gym.vector.VectorEnv:
@@ -121,251 +109,6 @@ class OneEnv(gym.vector.VectorEnv):
             self.closed = True
 
 
-def true_next_obs(obs: Any, done: np.ndarray, info: Mapping) -> Any:
-    """The next observation of each env's transition: ``info["final_obs"]`` where it ended.
-
-    ``obs`` is ``[N, ...]``, or a nest of them for a Dict or Tuple observation space (then
-    each ``info["final_obs"][i]`` is one env's nested observation).
-    """
-    if not done.any() or "final_obs" not in info:
-        return obs
-    ended = np.flatnonzero(info["_final_obs"])
-    return _with_rows(obs, ended, [info["final_obs"][i] for i in ended])
-
-
-def _with_rows(obs: Any, rows: np.ndarray, values: list[Any]) -> Any:
-    """A copy of ``obs`` (``[N, ...]`` or a nest of them) with row ``rows[j]`` set to
-    ``values[j]`` (one env's observation, nested alike)."""
-    if isinstance(obs, Mapping):
-        return {k: _with_rows(v, rows, [x[k] for x in values]) for k, v in obs.items()}
-    if isinstance(obs, tuple):
-        return tuple(_with_rows(v, rows, [x[j] for x in values]) for j, v in enumerate(obs))
-    out = obs.copy()
-    for i, value in zip(rows, values, strict=True):
-        out[i] = value
-    return out
-
-
-class EpisodeStats:
-    """Running return and length per env; remembers the last ``window`` finished episodes."""
-
-    def __init__(self, num_envs: int, window: int = 20) -> None:
-        self.returns = np.zeros(num_envs, np.float64)
-        self.lengths = np.zeros(num_envs, np.int64)
-        self.recent: deque[float] = deque(maxlen=window)
-
-    def step(self, reward: np.ndarray, done: np.ndarray) -> list[tuple[float, int]]:
-        """Add one vector step; returns ``(return, length)`` of each episode that just ended."""
-        self.returns += reward
-        self.lengths += 1
-        if not done.any():
-            return []
-        finished = []
-        for i in np.flatnonzero(done):
-            finished.append((float(self.returns[i]), int(self.lengths[i])))
-            self.recent.append(float(self.returns[i]))
-            self.returns[i] = 0.0
-            self.lengths[i] = 0
-        return finished
-
-    @property
-    def recent_mean(self) -> float:
-        """Mean return of the recent finished episodes (NaN before the first one)."""
-        return float(np.mean(self.recent)) if self.recent else float("nan")
-
-
-class TransitionChunk:
-    """Preallocated numpy columns for up to ``size`` transitions of one spec.
-
-    Args:
-        spec: ``{field: FieldSpec}`` of one transition (``host_spec(table.spec)``, or a
-            client's ``spec``).
-        size: rows held before `take` must be called.
-    """
-
-    def __init__(self, spec: HostSpec, size: int) -> None:
-        self.columns = {k: np.zeros((size, *f.shape), f.numpy_dtype) for k, f in spec.items()}
-        self.size = size
-        self.count = 0
-        # one column per transition field (no nested observation): add_step writes straight in
-        self._flat = set(self.columns) == set(TRANSITION_FIELDS)
-
-    def add(self, **fields: Any) -> None:
-        """Add ``n`` transitions given as ``field=[n, ...]`` arrays (one vector step); a field
-        may be a nest of them (a Dict observation) when the spec's leaves are its paths."""
-        fields = flatten_batch(self.columns, fields)
-        n = len(next(iter(fields.values())))
-        if self.count + n > self.size:
-            raise ValueError(f"chunk overflow: holds {self.count} of {self.size}, adding {n}")
-        for k, v in fields.items():
-            self.columns[k][self.count : self.count + n] = v
-        self.count += n
-
-    def add_step(
-        self,
-        obs: Any,
-        actions: np.ndarray,
-        reward: np.ndarray,
-        next_obs: Any,
-        terminated: np.ndarray,
-        truncated: np.ndarray,
-        info: dict,
-    ) -> None:
-        """Add one vector-env step: ``next_obs`` is the true last observation where an episode
-        ended (the vector env already holds the next episode's reset observation there)."""
-        done = terminated | truncated
-        if self._flat:  # the acting loops' per-step path: assignment casts as astype does
-            n, i = len(actions), self.count
-            if i + n > self.size:
-                raise ValueError(f"chunk overflow: holds {i} of {self.size}, adding {n}")
-            rows = slice(i, i + n)
-            columns = self.columns
-            columns["obs"][rows] = obs
-            columns["action"][rows] = actions
-            columns["reward"][rows] = reward
-            columns["next_obs"][rows] = true_next_obs(next_obs, done, info)
-            columns["terminated"][rows] = terminated
-            columns["truncated"][rows] = truncated
-            self.count = i + n
-            return
-        self.add(
-            obs=obs,
-            action=actions.astype(self.columns["action"].dtype, copy=False),
-            reward=reward.astype(np.float32, copy=False),
-            next_obs=true_next_obs(next_obs, done, info),
-            terminated=terminated,
-            truncated=truncated,
-        )
-
-    def take(self) -> dict[str, np.ndarray]:
-        """The filled rows as a batch (copies), and empty the chunk."""
-        batch = {k: v[: self.count].copy() for k, v in self.columns.items()}
-        self.count = 0
-        return batch
-
-
-#: acting policy of a training loop: ``(obs [N, ...], env steps taken so far) -> [N, ...]``
-StepPolicy = Callable[[Any, int], np.ndarray]
-
-
-class ChunkCollector:
-    """Steps a vector env with a policy, a chunk of transitions at a time: the acting half of
-    a single-process training loop (DQN's, SAC's), which trains on each chunk it collects.
-
-    Starts new episodes (env state is not checkpointed): the env is reset with seeds
-    ``seed + env_steps``, so a resumed run does not replay its first episodes.
-
-    Args:
-        env: the vector env (`make_vector_env`); closed by `close`.
-        spec: ``{field: FieldSpec}`` of one transition (``host_spec(table.spec)``).
-        size: most env steps in one chunk (a multiple of ``env.num_envs``).
-        on_episode: called ``(env_steps, episodic_return, length)`` as each episode ends.
-        seed: the run's seed.
-        env_steps: env steps the run took before (a resumed run's).
-    """
-
-    def __init__(
-        self,
-        env: gym.vector.VectorEnv,
-        spec: HostSpec,
-        size: int,
-        on_episode: Callable[[int, float, int], None],
-        seed: int,
-        env_steps: int = 0,
-    ) -> None:
-        self.env = env
-        self.chunk = TransitionChunk(spec, size)
-        self.stats = EpisodeStats(env.num_envs)
-        self.on_episode = on_episode
-        self.env_steps = env_steps
-        self.obs, _ = env.reset(seed=seed + env_steps)
-
-    def collect(self, policy: StepPolicy, env_steps: int) -> dict[str, np.ndarray]:
-        """Step the env ``env_steps`` times (whole vector steps) with ``policy``; returns the
-        chunk of transitions (``{field: [env_steps, ...]}``)."""
-        env, chunk, stats, on_episode = self.env, self.chunk, self.stats, self.on_episode
-        n, step, obs = env.num_envs, self.env_steps, self.obs
-        for _ in range(env_steps // n):
-            actions = policy(obs, step)
-            next_obs, reward, terminated, truncated, info = env.step(actions)
-            chunk.add_step(obs, actions, reward, next_obs, terminated, truncated, info)
-            step += n
-            for episodic_return, length in stats.step(reward, terminated | truncated):
-                on_episode(step, episodic_return, length)
-            obs = next_obs
-        self.env_steps, self.obs = step, obs
-        return chunk.take()
-
-    @property
-    def recent_return(self) -> float:
-        """Mean return of the recent finished episodes (NaN before the first one)."""
-        return self.stats.recent_mean
-
-    def close(self) -> None:
-        """Close the env."""
-        self.env.close()
-
-
-def evaluate(
-    policy: Policy,
-    env_id: str,
-    episodes: int,
-    seed: int,
-    on_reset: Callable[[], None] | None = None,
-) -> np.ndarray:
-    """Returns of ``episodes`` full episodes of ``policy``, seeded ``seed + i``.
-
-    The episodes run side by side (up to `EVAL_GROUP` at once), one env each, with one policy
-    call per step for the episodes still running (20 CartPole episodes: 500 calls, not
-    10,000). With ``on_reset`` (a recurrent policy, whose state is one episode's) they run one
-    after the other and ``on_reset`` is called as each starts.
-
-    Returns:
-        ``[episodes]`` float64 undiscounted returns.
-    """
-    if on_reset is None:
-        seeds = [seed + ep for ep in range(episodes)]
-        groups = [seeds[i : i + EVAL_GROUP] for i in range(0, episodes, EVAL_GROUP)]
-        return np.concatenate([_play(policy, env_id, g) for g in groups] or [np.zeros(0)])
-    returns = []
-    for ep in range(episodes):
-        on_reset()
-        returns.append(_play(policy, env_id, [seed + ep]))
-    return np.concatenate(returns) if returns else np.zeros(0, np.float64)
-
-
-def _play(policy: Policy, env_id: str, seeds: list[int]) -> np.ndarray:
-    """One episode per seed, in lock-step: the returns (``[len(seeds)]`` float64)."""
-    envs = [gym.make(env_id) for _ in seeds]
-    returns = np.zeros(len(seeds), np.float64)
-    try:
-        obs = [env.reset(seed=s)[0] for env, s in zip(envs, seeds, strict=True)]
-        running = list(range(len(envs)))
-        while running:
-            actions = policy(_stack([obs[i] for i in running]))
-            still = []
-            for i, action in zip(running, actions, strict=True):
-                obs[i], reward, terminated, truncated, _ = envs[i].step(action)
-                returns[i] += float(reward)
-                if not (terminated or truncated):
-                    still.append(i)
-            running = still
-    finally:
-        for env in envs:
-            env.close()
-    return returns
-
-
-def _stack(rows: list[Any]) -> Any:
-    """Observations as one batch (``[B, ...]``; nests leaf by leaf)."""
-    first = rows[0]
-    if isinstance(first, Mapping):
-        return {k: _stack([r[k] for r in rows]) for k in first}
-    if isinstance(first, tuple):
-        return tuple(_stack([r[i] for r in rows]) for i in range(len(first)))
-    return np.stack([np.asarray(r) for r in rows])
-
-
 def make_atari_env(
     env_id: str, seed: int, repeat_action_probability: float = 0.25, noop_max: int = 30
 ) -> gym.Env:
@@ -406,3 +149,155 @@ def make_atari_env(
     env.reset(seed=seed)
     env.action_space.seed(seed)
     return env
+
+
+#: the masked CartPole's id; observations are ``[x, theta]``
+CARTPOLE_NO_VELOCITY = "CartPoleNoVelocity-v1"
+
+
+class KeepObservations(gym.ObservationWrapper):
+    """Keeps only the entries ``keep`` of a flat Box observation (masks the others out).
+
+    Args:
+        env: an env with a 1-D Box observation space.
+        keep: indices of the entries to keep, in order.
+    """
+
+    def __init__(self, env: gym.Env, keep: Sequence[int]) -> None:
+        super().__init__(env)
+        space = env.observation_space
+        if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+            raise ValueError(f"KeepObservations: got {space}, expected a 1-D Box space")
+        self.keep = np.asarray(keep, np.int64)
+        self.observation_space = gym.spaces.Box(
+            space.low[self.keep], space.high[self.keep], dtype=space.dtype
+        )
+
+    def observation(self, observation: Any) -> np.ndarray:
+        return np.asarray(observation)[self.keep]
+
+
+def make_cartpole_no_velocity(**kwargs: Any) -> gym.Env:
+    """CartPole-v1 (500 steps) showing ``[cart position, pole angle]`` only."""
+    return KeepObservations(gym.make("CartPole-v1", **kwargs), keep=(0, 2))
+
+
+if CARTPOLE_NO_VELOCITY not in gym.registry:
+    gym.register(CARTPOLE_NO_VELOCITY, entry_point=make_cartpole_no_velocity)
+
+
+class FireToLaunch(gym.Wrapper):
+    """Presses FIRE (action 1) after a reset and after each lost life, within the same step.
+
+    Breakout waits for FIRE to launch the ball at the start of every life. SB3's AtariWrapper
+    does the same (FireResetEnv over EpisodicLifeEnv): without it a near-greedy policy that has
+    not learned to fire yet stands still until the episode's time limit, which made Ape-X
+    actors with small epsilons send thousands of useless frames. A step that loses a life
+    returns the observation after the FIRE, with both steps' rewards and the lower ``lives``,
+    so the training loop still sees the life loss (and treats the transition as terminal).
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self._lives = 0
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        obs, info = self.env.reset(**kwargs)
+        obs, _, terminated, truncated, info = self.env.step(1)
+        if terminated or truncated:  # cannot happen in Breakout; start over as SB3 does
+            obs, info = self.env.reset(**kwargs)
+        self._lives = int(info.get("lives", 0))
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        lives = int(info.get("lives", 0))
+        if lives < self._lives and not (terminated or truncated):
+            obs, more, terminated, truncated, info = self.env.step(1)
+            reward = float(reward) + float(more)
+        self._lives = int(info.get("lives", lives))
+        return obs, reward, terminated, truncated, info
+
+
+def require_env_id(env_id: str) -> None:
+    """``env_id`` is a registered gymnasium id (``envs``' and, when ale-py is installed,
+    its ``ALE/...`` games included). Without ale-py an ``ALE/...`` id is left to
+    `atari.check_env`, which says which extra to install. Needs no TensorFlow, so a CLI says it
+    before importing it."""
+    import difflib
+
+    import gymnasium as gym
+
+    example = "'CartPole-v1'"
+    if env_id.startswith("ALE/"):
+        try:
+            import ale_py
+        except ImportError:
+            return
+        gym.register_envs(ale_py)
+        example = "'ALE/Breakout-v5'"
+    if env_id not in gym.registry:
+        close = difflib.get_close_matches(env_id, list(gym.registry), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise rg.ConfigError(
+            f"env_id: got {env_id!r}, which gymnasium does not know; {hint}expected a registered "
+            f"id such as {example} (see gymnasium.pprint_registry())"
+        )
+
+
+def discrete_actions_env(env_id: str) -> Any:
+    """Make ``env_id`` and check that its actions are Discrete (DQN, Ape-X, R2D2); returns the
+    env (close it). Needs no TensorFlow.
+
+    Raises:
+        ConfigError: the action space is not Discrete (gymnasium's own errors for an unknown
+            env id).
+    """
+    import gymnasium as gym
+
+    env = gym.make(env_id)
+    if not isinstance(env.action_space, gym.spaces.Discrete):
+        env.close()
+        raise rg.ConfigError(
+            f"env {env_id}: got action space {env.action_space}, expected Discrete; use the "
+            "SAC agent for Box actions"
+        )
+    return env
+
+
+def box_actions_env(env_id: str) -> Any:
+    """Make ``env_id`` and check that its actions are a bounded Box and its observations a Box
+    (SAC); returns the env (close it). Needs no TensorFlow.
+
+    Raises:
+        ConfigError: another action or observation space (gymnasium's own errors for an
+            unknown env id).
+    """
+    import gymnasium as gym
+
+    env = gym.make(env_id)
+    space = env.action_space
+    if not (isinstance(space, gym.spaces.Box) and space.is_bounded()):
+        env.close()
+        raise rg.ConfigError(
+            f"env {env_id}: got action space {space}, expected a bounded Box; use the DQN "
+            "agent for Discrete actions"
+        )
+    if not isinstance(env.observation_space, gym.spaces.Box):
+        observation_space = env.observation_space
+        env.close()
+        raise rg.ConfigError(
+            f"env {env_id}: got observation space {observation_space}, expected a Box (the SAC "
+            "networks take flat vectors); flatten a Dict or Tuple space with "
+            "gymnasium.wrappers.FlattenObservation, or use the DQN agent, which takes them"
+        )
+    return env
+
+
+def atari_env(env_id: str) -> gym.Env:
+    """Make the preprocessed ALE game ``env_id`` (`make_atari_env`); returns it (close it).
+
+    Raises:
+        ConfigError: ale-py missing or not an ALE game id.
+    """
+    return make_atari_env(env_id, seed=0)

@@ -3,14 +3,15 @@
 An `Algorithm` names its config class (in a module without TensorFlow, so flags are built and
 checked before TensorFlow loads), the module that trains and evaluates it, and, for one the
 learner service serves (``replaygpu learner``, the Ape-X demos), the builder of its parts
-(`builders`). A run's ``run.json`` stores the algorithm's name; ``replaygpu eval`` and resumes
-look it up here (`read_run_file`, without TensorFlow, so ``replaygpu eval`` reports a folder
-that holds no run at once; `runs.RunControl` writes it with the first checkpoint). A `Demo` is
-an algorithm plus preset hyperparameters.
+(`distributed.learner.Builder`). A run's ``run.json`` stores the algorithm's name; ``replaygpu
+eval`` and resumes look it up here (`read_run_file`, without TensorFlow, so ``replaygpu eval``
+reports a folder that holds no run at once; `runs.RunControl` writes it with the first
+checkpoint). A `Demo` is an algorithm plus preset hyperparameters.
 
-Adding an algorithm: its config, its module (``train(config, recorder, run)``, ``check_env``,
-``make_agent``, and ``greedy_policy`` or ``evaluate_agent``), one row in `ALGORITHMS`; a served
-one adds a builder; a demo adds one row in `DEMOS`.
+Adding an algorithm: its config (with ``ENV_CHECK``, which makes and checks its env), its module
+(``train(config, recorder, run)``, ``make_agent``, and ``greedy_policy`` or ``evaluate_agent``),
+one row in `ALGORITHMS`; a served one adds a `Builder` subclass beside its agent; a demo adds
+one row in `DEMOS`.
 """
 
 from __future__ import annotations
@@ -39,10 +40,9 @@ class Algorithm:
         config: ``"module.Class"`` of its frozen config dataclass (a module without
             TensorFlow).
         module: the module that trains it (``train``) and rebuilds its networks for
-            ``replaygpu eval`` (``check_env``, ``make_agent``, ``greedy_policy`` or
-            ``evaluate_agent``).
-        builder: ``"module.Class"`` of the `builders.Builder` that makes its parts for the
-            learner service; "" if it is not served.
+            ``replaygpu eval`` (``make_agent``, ``greedy_policy`` or ``evaluate_agent``).
+        builder: ``"module.Class"`` of the `distributed.learner.Builder` that makes its parts
+            for the learner service; "" if it is not served.
         learner_agent: the ``replaygpu learner --agent`` value that runs it; "" if none.
         frames: an ALE game's frames: ``replaygpu learner`` picks it for an ALE env id.
     """
@@ -62,38 +62,40 @@ class Algorithm:
         return importlib.import_module(self.module)
 
 
-_LEARNER = "replaygpu.agents.learner"
-_BUILDERS = "replaygpu.agents.builders"
+_AGENTS = "replaygpu.agents"
+#: the module of every served algorithm: `distributed.learner.train` runs the learner and its
+#: actor processes; its builder (``"module.Class"``) makes the algorithm's parts
+_LEARNER = f"{_AGENTS}.distributed.learner"
 
 #: every algorithm, by the name a run.json stores
 ALGORITHMS: dict[str, Algorithm] = {
-    "dqn": Algorithm("replaygpu.agents.dqn_config.DQNConfig", "replaygpu.agents.dqn"),
-    "atari-dqn": Algorithm("replaygpu.agents.dqn_config.AtariDQNConfig", "replaygpu.agents.atari"),
-    "sac": Algorithm("replaygpu.agents.sac_config.SACConfig", "replaygpu.agents.sac"),
-    "r2d2": Algorithm("replaygpu.agents.r2d2_config.R2D2Config", "replaygpu.agents.r2d2"),
+    "dqn": Algorithm(f"{_AGENTS}.dqn.config.DQNConfig", f"{_AGENTS}.dqn.agent"),
+    "atari-dqn": Algorithm(f"{_AGENTS}.dqn.config.AtariDQNConfig", f"{_AGENTS}.dqn.atari"),
+    "sac": Algorithm(f"{_AGENTS}.sac.config.SACConfig", f"{_AGENTS}.sac.agent"),
+    "r2d2": Algorithm(f"{_AGENTS}.r2d2.config.R2D2Config", f"{_AGENTS}.r2d2.agent"),
     "apex": Algorithm(
-        "replaygpu.agents.apex_config.ApexConfig",
-        "replaygpu.agents.apex",
-        f"{_BUILDERS}.VectorDQN",
+        f"{_AGENTS}.dqn.config.ApexConfig",
+        _LEARNER,
+        f"{_AGENTS}.dqn.agent.VectorDQN",
         learner_agent="dqn",
     ),
     "apex-atari": Algorithm(
-        "replaygpu.agents.apex_atari_config.ApexAtariConfig",
-        "replaygpu.agents.apex_atari",
-        f"{_BUILDERS}.FrameDQN",
+        f"{_AGENTS}.dqn.config.ApexAtariConfig",
+        _LEARNER,
+        f"{_AGENTS}.dqn.atari.FrameDQN",
         learner_agent="dqn",
         frames=True,
     ),
     "served-sac": Algorithm(
-        "replaygpu.agents.sac_config.SACLearnerConfig",
+        f"{_AGENTS}.sac.config.SACLearnerConfig",
         _LEARNER,
-        f"{_BUILDERS}.ServedSAC",
+        f"{_AGENTS}.sac.agent.ServedSAC",
         learner_agent="sac",
     ),
     "served-r2d2": Algorithm(
-        "replaygpu.agents.r2d2_config.R2D2LearnerConfig",
+        f"{_AGENTS}.r2d2.config.R2D2LearnerConfig",
         _LEARNER,
-        f"{_BUILDERS}.ServedR2D2",
+        f"{_AGENTS}.r2d2.agent.ServedR2D2",
         learner_agent="r2d2",
     ),
 }
@@ -153,7 +155,7 @@ def served(agent: str, env_id: str | None) -> str:
 
 
 def builder_for(config: Any) -> Any:
-    """The `builders.Builder` that makes the served parts of ``config``'s algorithm.
+    """The `distributed.learner.Builder` that makes the served parts of ``config``'s algorithm.
 
     Raises:
         ConfigError: the algorithm is not served by the learner service.

@@ -74,20 +74,21 @@ def run_one(kind: str, seed: int, actor_envs: int = 1, one_step: bool = False) -
     """Train one agent from scratch and measure it."""
     start = time.perf_counter()
     if kind == "dqn":
-        from replaygpu.agents import dqn
+        from replaygpu.agents.dqn import agent as dqn
 
         result = dqn.train(dqn.DQNConfig(seed=seed, steps=50_000, eval_episodes=20))
     elif kind == "sac":
-        from replaygpu.agents import sac
+        from replaygpu.agents.sac import agent as sac
 
         result = sac.train(sac.SACConfig(seed=seed, steps=20_000, eval_episodes=10))
     elif kind == "apex":
-        from replaygpu.agents import apex
+        from replaygpu.agents.distributed import learner
+        from replaygpu.agents.dqn.config import ApexConfig
 
-        config = apex.ApexConfig(seed=seed, num_actors=2, actor_envs=actor_envs, eval_episodes=20)
-        result = apex.train(config)
+        config = ApexConfig(seed=seed, num_actors=2, actor_envs=actor_envs, eval_episodes=20)
+        result = learner.train(config)
     elif kind == "breakout":
-        from replaygpu.agents import atari
+        from replaygpu.agents.dqn import atari
 
         targets = NATURE_TARGETS if one_step else {}
         result = atari.train(atari.AtariDQNConfig(seed=seed, **{**BREAKOUT_100K, **targets}))

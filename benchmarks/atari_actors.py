@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from replaygpu.agents.actor_threads import ACTOR_THREAD_ENV
+from replaygpu.agents.distributed.fleet import ACTOR_THREAD_ENV
 
 ENV_ID = "ALE/Breakout-v5"
 ACTORS = 2
@@ -93,12 +93,13 @@ def cli_actors(address: str, seconds: float, log: Path) -> list[float]:
 def demo_actors(address: str, seconds: float, thread_settings: bool) -> list[float]:
     """The demo's actor processes (`ActorFleet`) for ``seconds``; each one's env steps/s.
     ``thread_settings=False`` starts them without `actor_threads`."""
-    from replaygpu.agents.apex_atari_config import ApexAtariConfig
-    from replaygpu.agents.fleet import ActorFleet
+    from replaygpu.agents.distributed.fleet import ActorFleet
+    from replaygpu.agents.distributed.learner import actor_configs
+    from replaygpu.agents.dqn.config import ApexAtariConfig
     from replaygpu.agents.progress import NullRecorder
 
     config = ApexAtariConfig(env_id=ENV_ID, num_actors=ACTORS)
-    configs = [config.actor_config(i, 0, config.seed) for i in range(ACTORS)]
+    configs = actor_configs(config, config.actor_settings, steps=0)  # steps 0: until stopped
     fleet = ActorFleet(configs, address, NullRecorder(), name="bench-actor")
     if thread_settings:
         fleet.start()

@@ -47,8 +47,8 @@ def measure(double_q: bool) -> None:
         import numpy as np
 
         import replaygpu as rg
-        from replaygpu.agents.config_parts import training_calls
-        from replaygpu.agents.dqn import DQN, DQNConfig
+        from replaygpu.agents.configs import training_calls
+        from replaygpu.agents.dqn.agent import DQN, DQNConfig
         from replaygpu.agents.envs import make_vector_env
         from replaygpu.specs import specs_from_env
 

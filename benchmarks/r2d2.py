@@ -1,7 +1,7 @@
 """Recurrent replay (issue 25): prioritized sequence sampling with a stored LSTM state, and the
 R2D2 learner's SGD steps/s in the fused loop.
 
-The table is R2D2's (`replaygpu.agents.r2d2.table_spec`): masked-CartPole steps (obs [2]
+The table is R2D2's (`replaygpu.agents.r2d2.agent.table_spec`): masked-CartPole steps (obs [2]
 float32, action, reward, terminated, truncated) with the LSTM state before each step
 (``recurrent_state``, ``concat([h, c])``, [2 x --hidden] float32) and ``state_stored``. It
 holds --sequences + T - 1 rows of one episode, so exactly --sequences windows of T rows are
@@ -16,7 +16,7 @@ Sections:
            without burn-in (with and without XLA), with R2D2's burn-in 40, and with burn-in 40
            and a state stored every 40 rows (``state_start_field``: the other starts are
            redrawn and get priority 0, as served actors with ``period`` 40 mark them).
-  learner  the R2D2 agent (`replaygpu.agents.r2d2`: LSTM Q-network, burn-in, 5-step double Q
+  learner  the R2D2 agent (`replaygpu.agents.r2d2.agent`: LSTM Q-network, burn-in, 5-step double Q
            with value rescaling, eta-mixed priorities written back, target sync in the graph)
            trained by `rg.Learner` on that table: ``train(--sgd-steps)`` calls, SGD steps/s the
            median of --repeats calls, at two shapes: the demo's (batch 32, burn-in 10 + T 20,
@@ -47,7 +47,7 @@ import tensorflow as tf
 from common import CHUNK
 
 import replaygpu as rg
-from replaygpu.agents import r2d2
+from replaygpu.agents.r2d2 import agent as r2d2
 
 OBS_DIM, NUM_ACTIONS = 2, 2  # masked CartPole: position and angle; left, right
 #: (name, batch, burn-in, T, LSTM units, state period, XLA) of the learner section; XLA's CPU

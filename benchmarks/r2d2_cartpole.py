@@ -24,10 +24,11 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from replaygpu.agents import dqn, r2d2
-from replaygpu.agents.dqn_config import DQNConfig
-from replaygpu.agents.masked_envs import CARTPOLE_NO_VELOCITY
-from replaygpu.agents.r2d2_config import R2D2Config
+from replaygpu.agents.dqn import agent as dqn
+from replaygpu.agents.dqn.config import DQNConfig
+from replaygpu.agents.envs import CARTPOLE_NO_VELOCITY
+from replaygpu.agents.r2d2 import agent as r2d2
+from replaygpu.agents.r2d2.config import R2D2Config
 
 
 def run(name: str, seed: int, steps: int) -> str:

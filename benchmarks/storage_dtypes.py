@@ -105,7 +105,7 @@ def bench_sampling(args: argparse.Namespace) -> None:
 
 
 def bench_dqn(args: argparse.Namespace) -> None:
-    from replaygpu.agents import dqn
+    from replaygpu.agents.dqn import agent as dqn
 
     print(
         f"\nDQN CartPole-v1, rl-zoo3 hyperparameters, {args.dqn_steps} env steps, "

@@ -15,8 +15,8 @@ import pytest
 import tensorflow as tf
 
 import replaygpu as rg
-from replaygpu.agents.actor import run_actor
-from replaygpu.agents.actor_config import ActorConfig
+from replaygpu.agents.distributed.actor import run_actor
+from replaygpu.agents.distributed.actor_config import ActorConfig
 from replaygpu.agents.networks import MLP
 from replaygpu.service.learner.loop import run as run_learner
 from replaygpu.service.wire.status import ServiceUnavailableError
@@ -90,8 +90,8 @@ def test_actor_process_collects_without_importing_tensorflow(served_learner):
     server, table = served_learner
     code = (
         "import sys\n"
-        "from replaygpu.agents.actor import run_actor\n"
-        "from replaygpu.agents.actor_config import ActorConfig\n"
+        "from replaygpu.agents.distributed.actor import run_actor\n"
+        "from replaygpu.agents.distributed.actor_config import ActorConfig\n"
         f"out = run_actor(ActorConfig(steps=200, num_envs=4), {server.address!r})\n"
         "print(int(out['env_steps']), int(out['weight_updates']), 'tensorflow' in sys.modules)\n"
     )
@@ -131,7 +131,7 @@ def test_actor_fills_the_stream_field_and_sends_each_env_in_time_order():
 def test_actor_calls_wait_out_a_learner_restart():
     from service_helpers import free_port
 
-    from replaygpu.agents.actor import _retrying
+    from replaygpu.agents.distributed.actor import _retrying
 
     spec = specs_from_env(gym.make("CartPole-v1"))
     address = f"127.0.0.1:{free_port()}"
@@ -160,7 +160,7 @@ def test_actor_calls_wait_out_a_learner_restart():
 def test_a_learner_s_actor_settings_reach_the_actor_through_info_as_its_config():
     """The learner's actor config goes out as its agent's JSON document, which the server
     passes on unread, and comes back as the same config, every settings field included."""
-    from replaygpu.agents.actor_config import SETTINGS_FIELDS
+    from replaygpu.agents.distributed.actor_config import SETTINGS_FIELDS
 
     frames = ActorConfig(
         env_id="ALE/Breakout-v5",

@@ -20,8 +20,8 @@ import tensorflow as tf
 from service_helpers import free_port
 
 import replaygpu as rg
-from replaygpu.agents.actor import run_actor
-from replaygpu.agents.actor_config import ActorConfig
+from replaygpu.agents.distributed.actor import run_actor
+from replaygpu.agents.distributed.actor_config import ActorConfig
 from replaygpu.samplers import make_frame_table
 from replaygpu.service.learner.loop import step as learner_step
 from replaygpu.specs import specs_from_env
@@ -297,7 +297,10 @@ def test_the_actor_logs_its_progress_every_interval(caplog):
     table = cartpole_table(5_000)
     config = ActorConfig(num_envs=2, progress_interval_s=0.2)
     stop = threading.Event()
-    with rg.serve(table) as server, caplog.at_level(logging.INFO, "replaygpu.agents.actor"):
+    with (
+        rg.serve(table) as server,
+        caplog.at_level(logging.INFO, "replaygpu.agents.distributed.actor"),
+    ):
         timer = threading.Timer(1.5, stop.set)
         timer.start()
         result = run_actor(config, server.address, stop=stop)

@@ -16,7 +16,7 @@ from process_helpers import ENV, cli
 from service_helpers import free_port
 
 import replaygpu as rg
-from replaygpu.agents.actor_threads import ACTOR_THREAD_ENV
+from replaygpu.agents.distributed.fleet import ACTOR_THREAD_ENV
 from replaygpu.service.config import ClientConfig
 from replaygpu.service.wire.status import ServiceError
 

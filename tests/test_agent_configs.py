@@ -3,10 +3,10 @@
 import pytest
 
 import replaygpu as rg
-from replaygpu.agents.actor_config import ActorConfig
-from replaygpu.agents.apex import ApexConfig
-from replaygpu.agents.dqn import DQNConfig
-from replaygpu.agents.sac import SACConfig
+from replaygpu.agents.distributed.actor_config import ActorConfig
+from replaygpu.agents.dqn.agent import DQNConfig
+from replaygpu.agents.dqn.config import ApexConfig
+from replaygpu.agents.sac.agent import SACConfig
 
 
 @pytest.mark.parametrize(
@@ -35,7 +35,7 @@ def test_default_configs_are_valid():
 
 
 def test_a_learner_without_an_end_takes_steps_0_and_a_constant_learning_rate():
-    from replaygpu.agents.sac_config import SACLearnerConfig
+    from replaygpu.agents.sac.config import SACLearnerConfig
 
     assert ApexConfig(steps=0).learning_rate_schedule == ApexConfig().learning_rate
     assert SACLearnerConfig(steps=0).steps == 0
@@ -54,7 +54,7 @@ def test_learning_rate_floor_must_be_positive_and_at_most_the_start(config_cls):
 
 
 def test_dqn_learning_rate_decays_over_the_run_sgd_steps_and_follows_a_longer_run():
-    from replaygpu.agents.config_parts import training_calls
+    from replaygpu.agents.configs import training_calls
 
     assert DQNConfig().learning_rate_schedule == DQNConfig().learning_rate  # rl-zoo3: constant
     sizes = dict(learning_starts=1000, train_freq=256, gradient_steps=128)

@@ -15,8 +15,14 @@ import pytest
 import tensorflow as tf
 
 import replaygpu as rg
-from replaygpu.agents import apex_atari, demos
-from replaygpu.agents.frame_actor import SegmentWriter, segment_client_config, send_segments
+from replaygpu.agents import demos
+from replaygpu.agents.distributed import learner
+from replaygpu.agents.distributed.experience import (
+    SegmentWriter,
+    segment_client_config,
+    send_segments,
+)
+from replaygpu.agents.dqn.config import ApexAtariConfig
 from replaygpu.agents.networks import NatureCNN
 from replaygpu.agents.policies import greedy_cnn_policy, nature_cnn_q_values
 from replaygpu.agents.progress import NullRecorder
@@ -123,9 +129,9 @@ def test_concurrent_actors_send_contiguous_segments_and_sampler_rebuilds_their_s
 def test_demo_apex_breakout_trains_with_actor_processes_and_cleans_up():
     pytest.importorskip("ale_py")
     _, config_cls = demos.demo_parser("apex-breakout")
-    assert ALGORITHMS[DEMOS["apex-breakout"].algorithm].module == apex_atari.__name__
-    assert config_cls is apex_atari.ApexAtariConfig
-    config = apex_atari.ApexAtariConfig(
+    assert ALGORITHMS[DEMOS["apex-breakout"].algorithm].module == learner.__name__
+    assert config_cls is ApexAtariConfig
+    config = ApexAtariConfig(
         steps=400,
         num_actors=2,
         segment_steps=100,
@@ -140,7 +146,7 @@ def test_demo_apex_breakout_trains_with_actor_processes_and_cleans_up():
         jit_compile="off",
     )
     recorder = NullRecorder()
-    result = apex_atari.train(config, recorder)
+    result = learner.train(config, recorder)
     assert result.env_steps == 400
     assert recorder.last_metrics["charts/rows_acked"] >= 400  # plus one final row a segment
     assert result.sgd_steps * config.batch_size >= config.samples_per_insert * 200
@@ -154,7 +160,7 @@ def test_the_actor_command_joins_a_frame_learner_with_only_its_address():
     game into its frame table, each env's table episodes whole and contiguous; a flag
     overrides a setting (2 envs where the learner asks for 1)."""
     pytest.importorskip("ale_py")
-    from replaygpu.agents.actor_config import ActorConfig
+    from replaygpu.agents.distributed.actor_config import ActorConfig
 
     settings = ActorConfig(
         env_id="ALE/Breakout-v5", seed=5, frame_stack=K, segment_steps=40, clip_rewards=False
@@ -181,13 +187,14 @@ def test_the_demo_actors_run_the_settings_the_actor_command_gets_from_the_learne
     """`replaygpu actor ADDRESS` against the learner and ``demo apex-breakout`` run the same
     actor config (send interval and insert slack included): only the id prefix, which no
     setting carries, differs."""
-    from replaygpu.agents.actor_config import ActorConfig
+    from replaygpu.agents.distributed.actor_config import ActorConfig
 
-    config = apex_atari.ApexAtariConfig(num_actors=2, insert_slack=512)
+    config = ApexAtariConfig(num_actors=2, insert_slack=512)
     settings = config.actor_settings  # the document Info carries
-    for index in range(2):
-        demo = config.actor_config(index, 0, config.seed)
-        command = ActorConfig.from_settings(settings, actor_index=index)
+    demos = learner.actor_configs(config, settings, steps=config.steps)
+    assert [d.steps for d in demos] == [config.steps // 2] * 2
+    for index, demo in enumerate(demos):
+        command = ActorConfig.from_settings(settings, actor_index=index, steps=demo.steps)
         assert command == dataclasses.replace(demo, actor_id_prefix="")
         assert (demo.send_interval, demo.insert_slack, demo.num_envs) == (256, 512, 1)
 
@@ -196,9 +203,9 @@ def test_the_frame_actor_and_its_row_maker_import_no_tensorflow():
     code = (
         "import sys\n"
         "import replaygpu as rg\n"
-        "from replaygpu.agents import actor, frame_actor\n"
+        "from replaygpu.agents.distributed import actor, experience\n"
         "from replaygpu.frames import frame_rows\n"
-        "rg.ReplayClient, actor.run_actor, frame_actor.FrameExperience\n"
+        "rg.ReplayClient, actor.run_actor, experience.FrameExperience\n"
         "print('tensorflow' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

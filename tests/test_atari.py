@@ -13,7 +13,8 @@ import tensorflow as tf
 from run_files import save_run_lacking
 
 import replaygpu as rg
-from replaygpu.agents import atari, demos
+from replaygpu.agents import demos
+from replaygpu.agents.dqn import atari
 from replaygpu.agents.envs import FireToLaunch, make_atari_env
 from replaygpu.agents.networks import NatureCNN
 from replaygpu.agents.progress import NullRecorder

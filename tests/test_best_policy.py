@@ -13,10 +13,10 @@ import pytest
 import tensorflow as tf
 
 import replaygpu as rg
-from replaygpu.agents import dqn
-from replaygpu.agents.dqn import PERIODIC_EVAL_SEED, BestPolicy, evaluation_due
-from replaygpu.agents.envs import evaluate
+from replaygpu.agents.dqn import agent as dqn
+from replaygpu.agents.dqn.agent import PERIODIC_EVAL_SEED, BestPolicy, evaluation_due
 from replaygpu.agents.progress import NullRecorder
+from replaygpu.agents.rollouts import evaluate
 from replaygpu.agents.runs import RunControl
 
 SMALL = dict(

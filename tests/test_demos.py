@@ -13,7 +13,7 @@ import tensorflow as tf
 
 import replaygpu as rg
 from replaygpu.agents import demos
-from replaygpu.agents.flags import config_from_args
+from replaygpu.agents.configs import config_from_args
 
 SMALL = ["--hidden-sizes", "32,32", "--eval-episodes", "1"]
 DEMO_FLAGS = {

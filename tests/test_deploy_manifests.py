@@ -131,8 +131,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         if args.command != "learner":
             return args
-        from replaygpu.agents import learner_cli
-        from replaygpu.agents.flags import config_from_args
+        from replaygpu.agents.configs import config_from_args
+        from replaygpu.agents.distributed import learner_cli
         from replaygpu.agents.registry import algorithm, served
 
         options = extra + list(args.options)
@@ -149,7 +149,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 def _learner_parser(module: Any, agent: str, env_id: str | None) -> argparse.ArgumentParser:
     if not hasattr(module, "learner_parser"):
-        pytest.skip("replaygpu.agents.learner_cli has no learner_parser(agent) yet")
+        pytest.skip("replaygpu.agents.distributed.learner_cli has no learner_parser(agent) yet")
     return module.learner_parser(agent, env_id)
 
 
@@ -516,7 +516,7 @@ def test_dockerignore_keeps_what_the_image_copies_and_drops_local_state():
     copied = [
         rest.split()[0] for word, rest in _dockerfile() if word == "COPY" and "--" not in rest
     ]
-    for path in [*copied, "replaygpu/cli.py", "replaygpu/v1/replay_pb2.py", "agents/dqn.py"]:
+    for path in [*copied, "replaygpu/cli.py", "replaygpu/v1/replay_pb2.py", "agents/dqn/agent.py"]:
         assert not _ignored(path, patterns), f".dockerignore drops {path}, which the image needs"
     for path in [
         ".git",

@@ -13,9 +13,9 @@ import pytest
 import tensorflow as tf
 
 import replaygpu as rg
-from replaygpu.agents.actor import run_actor
-from replaygpu.agents.actor_config import ActorConfig
-from replaygpu.agents.dqn import DQN, DQNConfig, obs_size
+from replaygpu.agents.distributed.actor import run_actor
+from replaygpu.agents.distributed.actor_config import ActorConfig
+from replaygpu.agents.dqn.agent import DQN, DQNConfig, obs_size
 from replaygpu.errors import BatchError
 from replaygpu.service.learner.loop import run as run_learner
 from replaygpu.specs import specs_from_env
@@ -177,7 +177,7 @@ def test_a_dict_observation_env_runs_actor_to_server_to_dqn_learner():
 
 
 def test_dqn_train_runs_on_a_dict_observation_env_with_narrow_storage():
-    from replaygpu.agents import dqn
+    from replaygpu.agents.dqn import agent as dqn
 
     config = dqn.DQNConfig(
         env_id=ENV_ID,
@@ -216,7 +216,7 @@ if DICT_PENDULUM_ID not in gym.registry:
 
 
 def test_sac_refuses_a_dict_observation_env_naming_the_space_and_the_fix():
-    from replaygpu.agents import sac
+    from replaygpu.agents.sac import agent as sac
 
     with pytest.raises(rg.ConfigError, match=r"expected a Box.*FlattenObservation"):
         sac.check_env(DICT_PENDULUM_ID)

@@ -3,9 +3,9 @@
 import numpy as np
 import tensorflow as tf
 
-from replaygpu.agents import dqn
-from replaygpu.agents.envs import evaluate
+from replaygpu.agents.dqn import agent as dqn
 from replaygpu.agents.progress import NullRecorder
+from replaygpu.agents.rollouts import evaluate
 
 
 def test_dqn_cartpole_greedy_return_is_far_above_random_within_15k_steps():

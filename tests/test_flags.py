@@ -9,7 +9,7 @@ from typing import Literal, Optional
 
 import pytest
 
-from replaygpu.agents.flags import add_config_flags, config_from_args, helptext
+from replaygpu.agents.configs import add_config_flags, config_from_args, helptext
 
 
 @dataclass(frozen=True)

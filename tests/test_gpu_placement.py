@@ -287,10 +287,9 @@ def test_sharded_training_loop_places_on_gpu(distribution: str) -> None:
 
 
 def agent_configs() -> dict[str, Callable[[bool], Any]]:
-    from replaygpu.agents.apex_atari_config import ApexAtariConfig
-    from replaygpu.agents.apex_config import ApexConfig
-    from replaygpu.agents.r2d2_config import R2D2LearnerConfig
-    from replaygpu.agents.sac_config import SACLearnerConfig
+    from replaygpu.agents.dqn.config import ApexAtariConfig, ApexConfig
+    from replaygpu.agents.r2d2.config import R2D2LearnerConfig
+    from replaygpu.agents.sac.config import SACLearnerConfig
 
     small = {"buffer_size": 512, "learning_starts": 64, "batch_size": 16}
     frames = {**small, "buffer_size": 4096}  # more than two actor segments
@@ -311,7 +310,7 @@ def agent_configs() -> dict[str, Callable[[bool], Any]]:
 @pytest.mark.parametrize("xla", [False, True], ids=["plain", "xla"])
 @pytest.mark.parametrize("agent", sorted(agent_configs()))
 def test_agent_training_places_on_gpu(agent: str, xla: bool) -> None:
-    from replaygpu.agents.builders import make_parts
+    from replaygpu.agents.distributed.learner import make_parts
 
     if agent.startswith("atari"):
         pytest.importorskip("ale_py")

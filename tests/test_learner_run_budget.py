@@ -14,10 +14,10 @@ import pytest
 import tensorflow as tf
 
 import replaygpu as rg
-from replaygpu.agents.actor import STREAM_FIELD
-from replaygpu.agents.apex_config import ApexConfig
-from replaygpu.agents.learner import LearnerService
-from replaygpu.agents.learner_report import LearnerReport
+from replaygpu.agents.distributed.actor import STREAM_FIELD
+from replaygpu.agents.distributed.learner import LearnerService
+from replaygpu.agents.distributed.report import LearnerReport
+from replaygpu.agents.dqn.config import ApexConfig
 from replaygpu.agents.runs import RunControl
 from replaygpu.service.learner.run_stats import RunStats
 from replaygpu.service.ops.commands import learner_line

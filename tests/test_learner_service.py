@@ -19,12 +19,12 @@ from process_helpers import ENV, cli, reap, wait_for_line
 from service_helpers import free_port
 
 import replaygpu as rg
-from replaygpu.agents.actor import run_actor
-from replaygpu.agents.actor_config import ActorConfig
-from replaygpu.agents.apex import ApexConfig
-from replaygpu.agents.learner import LearnerService
+from replaygpu.agents.distributed.actor import run_actor
+from replaygpu.agents.distributed.actor_config import ActorConfig
+from replaygpu.agents.distributed.learner import LearnerService
+from replaygpu.agents.dqn.config import ApexConfig
 from replaygpu.agents.runs import RunControl
-from replaygpu.agents.sac_config import SACLearnerConfig
+from replaygpu.agents.sac.config import SACLearnerConfig
 from replaygpu.errors import CheckpointMismatchError
 
 

@@ -5,7 +5,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from replaygpu.agents.envs import OneEnv, TransitionChunk, make_vector_env, true_next_obs
+from replaygpu.agents.envs import OneEnv, make_vector_env
+from replaygpu.agents.rollouts import TransitionChunk, true_next_obs
 from replaygpu.nest import flatten as flatten_nest
 from replaygpu.specs import host_spec, specs_from_env
 

@@ -114,7 +114,7 @@ def _describe(cycle: list[str], graph: dict[str, dict[str, int]]) -> str:
 
 def test_no_module_of_the_package_imports_itself_back_through_a_cycle():
     graph = _import_graph()
-    assert graph.get("replaygpu.service.learner.server") and graph.get("replaygpu.agents.dqn")
+    assert graph.get("replaygpu.service.learner.server") and graph.get("replaygpu.agents.dqn.agent")
     cycles = _find_cycles(graph)
     assert not cycles, f"{len(cycles)} import cycles:\n" + "\n".join(
         f"- {' -> '.join(cycle)}\n  {_describe(cycle, graph)}" for cycle in cycles
@@ -248,7 +248,7 @@ def test_the_wheel_installs_the_agents_under_replaygpu_and_marks_the_package_typ
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {
         "replaygpu/agents/demos.py",
-        "replaygpu/agents/learner.py",
+        "replaygpu/agents/distributed/learner.py",
         "replaygpu/py.typed",
     } <= names
     assert not any(name.startswith(("agents/", "tests/", "benchmarks/")) for name in names)
@@ -258,7 +258,7 @@ def test_the_wheel_installs_the_agents_under_replaygpu_and_marks_the_package_typ
     assert shipped == modules, f"missing: {modules - shipped}, extra: {shipped - modules}"
     # the agents add their subcommands through entry points (replaygpu.cli.COMMAND_GROUP)
     entries = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
-    assert "[replaygpu.commands]\nactor = replaygpu.agents.actor_cli" in (
+    assert "[replaygpu.commands]\nactor = replaygpu.agents.distributed.actor_cli" in (
         zipfile.ZipFile(wheel).read(entries).decode()
     )
     metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))

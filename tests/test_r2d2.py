@@ -13,9 +13,10 @@ import pytest
 import tensorflow as tf
 
 import replaygpu as rg
-from replaygpu.agents import dqn, r2d2
-from replaygpu.agents.masked_envs import CARTPOLE_NO_VELOCITY
-from replaygpu.agents.r2d2_config import R2D2Config
+from replaygpu.agents.dqn import agent as dqn
+from replaygpu.agents.envs import CARTPOLE_NO_VELOCITY
+from replaygpu.agents.r2d2 import agent as r2d2
+from replaygpu.agents.r2d2.config import R2D2Config
 from replaygpu.keys import IMPORTANCE_WEIGHTS, MASK
 
 SMALL = R2D2Config(

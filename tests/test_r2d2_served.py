@@ -19,8 +19,8 @@ import tensorflow as tf
 from process_helpers import ENV, cli, reap, wait_for_line
 
 import replaygpu as rg
-from replaygpu.agents.actor_config import ActorConfig
-from replaygpu.agents.recurrent_actor import (
+from replaygpu.agents.distributed.actor_config import ActorConfig
+from replaygpu.agents.distributed.experience import (
     STATE_FIELD,
     STATE_STORED,
     RecurrentExperience,

@@ -20,9 +20,9 @@ import ray
 import tensorflow as tf
 
 import replaygpu as rg
-from replaygpu.agents.actor_config import ActorConfig
-from replaygpu.agents.actor_threads import ACTOR_THREAD_ENV
-from replaygpu.agents.ray_actors import start_ray_actors
+from replaygpu.agents.distributed.actor_config import ActorConfig
+from replaygpu.agents.distributed.fleet import ACTOR_THREAD_ENV
+from replaygpu.agents.distributed.ray_actors import start_ray_actors
 from replaygpu.specs import specs_from_env
 
 NUM_ENVS = 4
@@ -199,8 +199,8 @@ def test_without_ray_installed_the_api_and_the_command_say_how_to_install_it():
         "import sys\n"
         "sys.modules['ray'] = None  # as if not installed\n"
         "import replaygpu as rg\n"
-        "from replaygpu.agents.actor_config import ActorConfig\n"
-        "from replaygpu.agents.ray_actors import start_ray_actors\n"
+        "from replaygpu.agents.distributed.actor_config import ActorConfig\n"
+        "from replaygpu.agents.distributed.ray_actors import start_ray_actors\n"
         "try:\n"
         "    start_ray_actors('127.0.0.1:1', ActorConfig(), 2)\n"
         "except rg.ConfigError as err:\n"

@@ -1,4 +1,4 @@
-"""`ray_start.init_ray`: Ray's fixed 30 s node start-up timeout is retried, then explained.
+"""`ray_actors.init_ray`: Ray's fixed 30 s node start-up timeout is retried, then explained.
 
 Ray's timeout cannot be made to happen on demand, so the retry tests stand a small object in
 for the ``ray`` module that fails its first starts with the exception Ray raises (the text of
@@ -11,7 +11,7 @@ import logging
 import pytest
 
 import replaygpu as rg
-from replaygpu.agents.ray_start import init_ray
+from replaygpu.agents.distributed.ray_actors import init_ray
 
 #: what Ray 2.x raises when its node does not register within 30 s
 RAY_TIMEOUT = (

@@ -41,7 +41,7 @@ def test_every_demo_runs_an_algorithm_whose_config_takes_its_preset():
         config_cls = algorithm(demo.algorithm).config_class()
         config_cls(**demo.preset)  # the preset's fields exist and pass the checks
         module = algorithm(demo.algorithm).load()
-        assert callable(module.train) and callable(module.check_env), name
+        assert callable(module.train) and callable(config_cls.ENV_CHECK), name
 
 
 def test_the_learner_picks_frames_for_an_ale_game_and_refuses_an_unknown_agent():
@@ -52,13 +52,13 @@ def test_the_learner_picks_frames_for_an_ale_game_and_refuses_an_unknown_agent()
     with pytest.raises(rg.ConfigError, match=r"agent: got 'ppo', expected one of \['dqn'"):
         served("ppo", "CartPole-v1")
     with pytest.raises(rg.ConfigError, match=r"algorithm: got .replaygpu\.agents\.dqn."):
-        algorithm("replaygpu.agents.dqn")  # what run.json held before it stored names
+        algorithm("replaygpu.agents.dqn.agent")  # what run.json held before it stored names
 
 
 def test_a_run_file_stores_the_algorithm_name_and_reads_back(tmp_path):
     import tensorflow as tf
 
-    from replaygpu.agents.dqn_config import DQNConfig
+    from replaygpu.agents.dqn.config import DQNConfig
     from replaygpu.agents.runs import RunControl
 
     folder = tmp_path / "run" / "checkpoints"

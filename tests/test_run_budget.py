@@ -15,9 +15,10 @@ import sys
 import pytest
 
 import replaygpu as rg
-from replaygpu.agents import dqn, sac
+from replaygpu.agents.dqn import agent as dqn
 from replaygpu.agents.progress import NullRecorder
 from replaygpu.agents.runs import RUN_FILE, RunControl
+from replaygpu.agents.sac import agent as sac
 
 SMALL = dict(hidden_sizes=(16,), jit_compile=False, eval_episodes=1, gradient_steps=8, seed=4)
 TRAIN_FREQ, LEARNING_STARTS = 256, 256

@@ -269,7 +269,7 @@ def test_serve_rides_out_a_full_disk_under_its_journal_and_checkpoints(tmp_path)
 
 
 def test_a_run_retries_a_failed_periodic_checkpoint_and_raises_a_failed_final_one(tmp_path, caplog):
-    from replaygpu.agents.dqn_config import DQNConfig
+    from replaygpu.agents.dqn.config import DQNConfig
     from replaygpu.agents.runs import RunControl
 
     with small_filesystem(tmp_path / "disk", 4 << 20) as disk:

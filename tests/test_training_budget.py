@@ -1,5 +1,5 @@
 """No silent empty runs: every training command refuses, in one line and before TensorFlow is
-imported, a ``--steps`` that ends before the run's first SGD step (`config_parts.require_trains`);
+imported, a ``--steps`` that ends before the run's first SGD step (`configs.require_trains`);
 where a default is the cause, the line names the flag to pass. Each config's
 ``steps_to_train`` is the exact boundary of its own training loop."""
 
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from replaygpu.agents.config_parts import NoTrainingError, require_trains
+from replaygpu.agents.configs import NoTrainingError, require_trains
 
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
 
@@ -113,9 +113,9 @@ def test_a_learner_without_an_end_is_not_a_run_too_short():
 
 def _configs():
     """(config at its steps_to_train, the training module) of each single-process loop."""
-    from replaygpu.agents.dqn_config import DQNConfig
-    from replaygpu.agents.r2d2_config import R2D2Config
-    from replaygpu.agents.sac_config import SACConfig
+    from replaygpu.agents.dqn.config import DQNConfig
+    from replaygpu.agents.r2d2.config import R2D2Config
+    from replaygpu.agents.sac.config import SACConfig
 
     small = dict(jit_compile=False, eval_episodes=1, seed=3)
     dqn = DQNConfig(
@@ -139,12 +139,13 @@ def test_steps_to_train_is_the_exact_boundary_of_the_training_loop(name):
     """One env step less than ``steps_to_train`` trains nothing (what `require_trains`
     refuses); ``steps_to_train`` makes an SGD step."""
     import dataclasses
-    import importlib
+
+    from replaygpu.agents.registry import algorithm
 
     config = dict(_configs())[name]
     first = config.steps_to_train
     assert first == config.steps
-    module = importlib.import_module(f"replaygpu.agents.{name}")
+    module = algorithm(name).load()
     assert module.train(config).sgd_steps >= 1
     shorter = dataclasses.replace(config, steps=first - 1)
     with pytest.raises(NoTrainingError, match=rf"steps: got {first - 1}, expected >= {first}"):

@@ -77,7 +77,7 @@ def rg_spec() -> dict[str, tf.TensorSpec]:
 def built(config: Any, fill: int, seed: int = 0) -> tuple[rg.Learner, Any]:
     """The served learner of ``config`` (its builder's table, agent and sampler), its table
     filled with ``fill`` random rows."""
-    from replaygpu.agents.builders import make_parts
+    from replaygpu.agents.distributed.learner import make_parts
 
     parts = make_parts(config)
     if fill:
@@ -116,7 +116,7 @@ def random_rows(spec: dict, n: int, seed: int, actions: int) -> dict[str, np.nda
 
 def atari_case(capacity: int, fill: int, k: int, parity: bool) -> Case:
     """Ape-X on Atari: the Nature CNN on prioritized 4-frame stacks with 3-step returns."""
-    from replaygpu.agents.apex_atari_config import ApexAtariConfig
+    from replaygpu.agents.dqn.config import ApexAtariConfig
 
     config = ApexAtariConfig(
         env_id="ALE/Pong-v5",
@@ -136,14 +136,14 @@ def atari_case(capacity: int, fill: int, k: int, parity: bool) -> Case:
 
 
 def sac_case(capacity: int, k: int) -> Case:
-    from replaygpu.agents.sac_config import SACLearnerConfig
+    from replaygpu.agents.sac.config import SACLearnerConfig
 
     learner, agent = built(SACLearnerConfig(buffer_size=capacity), capacity)
     return Case("sac", learner, [agent], k, parity=True)
 
 
 def r2d2_case(capacity: int, k: int) -> Case:
-    from replaygpu.agents.r2d2_config import R2D2LearnerConfig
+    from replaygpu.agents.r2d2.config import R2D2LearnerConfig
 
     learner, agent = built(R2D2LearnerConfig(buffer_size=capacity), capacity)
     return Case("r2d2", learner, [agent], k, parity=True)

@@ -20,12 +20,14 @@ SB3's ``train`` calls, i.e. the SGD steps).
 """
 
 from __future__ import annotations
+import __future__
 
 import argparse
-import importlib.util
+import ast
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import ale_py
 import gymnasium as gym
@@ -36,14 +38,15 @@ from stable_baselines3.common.atari_wrappers import ClipRewardEnv, EpisodicLifeE
 
 
 def _fire_to_launch() -> type:
-    """The demo's own ``FireToLaunch`` (``agents/atari_wrappers.py``, gymnasium only), loaded by
-    path: this venv has neither replaygpu nor TensorFlow."""
-    path = Path(__file__).resolve().parents[2] / "agents" / "atari_wrappers.py"
-    spec = importlib.util.spec_from_file_location("replaygpu_atari_wrappers", path)
-    assert spec is not None and spec.loader is not None, path
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.FireToLaunch
+    """The demo's own ``FireToLaunch`` (``agents/envs.py``, gymnasium only), its class read from
+    the file and run alone: this venv has neither replaygpu nor TensorFlow."""
+    path = Path(__file__).resolve().parents[2] / "agents" / "envs.py"
+    tree = ast.parse(path.read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "FireToLaunch")
+    namespace = {"gym": gym, "Any": Any}
+    flags = __future__.annotations.compiler_flag
+    exec(compile(ast.Module([node], []), str(path), "exec", flags=flags), namespace)
+    return namespace["FireToLaunch"]
 
 
 FireToLaunch = _fire_to_launch()

@@ -212,7 +212,7 @@ def port_number(text: str) -> int:
 
 def add_client_flags(parser: argparse.ArgumentParser) -> None:
     """The token and TLS flags of a client command (``info``, ``health``; ``actor`` has the
-    same ones, from `replaygpu.agents.actor_config.ActorConfig`). Any ``--tls-*`` or
+    same ones, from `replaygpu.agents.distributed.actor_config.ActorConfig`). Any ``--tls-*`` or
     ``--server-name`` flag enables TLS."""
     parser.add_argument(
         "--token",

@@ -15,29 +15,38 @@ rows (``--buffer-size 1000000`` for the paper's).
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 
 import replaygpu as rg
-from replaygpu.agents.config_parts import next_chunk
-from replaygpu.agents.dqn import QAgent
-from replaygpu.agents.dqn_config import AtariDQNConfig as AtariDQNConfig
-from replaygpu.agents.envs import EpisodeStats, make_atari_env
-from replaygpu.agents.networks import NatureCNN
-from replaygpu.agents.policies import epsilon_greedy_actions
-from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult, TrainTimer
-from replaygpu.agents.runs import (
+from replaygpu.frames import frame_rows
+from replaygpu.samplers import make_frame_table
+from replaygpu.service.config import AgentSettings, ServerConfig
+
+from ..configs import next_chunk
+from ..distributed.experience import segment_client_config
+from ..distributed.learner import Builder, Table
+from ..envs import make_atari_env
+from ..networks import NatureCNN
+from ..policies import epsilon_greedy_actions
+from ..progress import NullRecorder, Recorder, TrainResult, TrainTimer
+from ..rollouts import EpisodeStats
+from ..runs import (
     LoopState,
     RunControl,
     checkpoint_when_due,
     resume,
     stopped_early,
 )
-from replaygpu.frames import frame_rows
-from replaygpu.samplers import make_frame_table
+from .agent import QAgent
+from .config import ApexAtariConfig
+from .config import AtariDQNConfig as AtariDQNConfig
 
 try:  # register the ALE/* ids, so `replaygpu eval` can gym.make them (make_atari_env does too)
     import ale_py
@@ -259,3 +268,57 @@ def train(
         int(learner.steps.numpy()),
         recorder,
     )
+
+
+class FrameDQN(Builder):
+    """Ape-X DQN on Atari frames, served (`ApexAtariConfig`; ``demo apex-breakout``): a frame
+    table holding each 84x84 frame once, the Nature CNN. Rows of several actors share the
+    table, which needs each episode's rows contiguous: actors send whole table episodes (a
+    life, when a lost life is terminal), each in one request the server commits contiguously
+    (`distributed.experience`)."""
+
+    syncs_target = True
+
+    def check_env(self, env_id: str) -> gym.Env:
+        return check_env(env_id)
+
+    def make_table(
+        self, config: ApexAtariConfig, env: gym.Env
+    ) -> tuple[Table, contextlib.AbstractContextManager[Any]]:
+        table = make_frame_table(config.buffer_size, FRAME_SHAPE, device=config.device or None)
+        return table, tf.device(table.device)
+
+    def make_agent(self, config: ApexAtariConfig, env: gym.Env) -> AtariDQN:
+        return AtariDQN(int(env.action_space.n), config.dqn_config)
+
+    def make_sampler(self, config: ApexAtariConfig, table: Table) -> rg.Sampler:
+        return make_frame_sampler(table, config.dqn_config)
+
+    def policy(self, agent: AtariDQN) -> Any:
+        # `NatureCNN.weights` order, what `policies.nature_cnn_q_values` reads
+        return lambda: agent.q.weights
+
+    def actor_settings(self, config: ApexAtariConfig) -> AgentSettings:
+        return config.actor_settings
+
+    def jit_compile(self, config: ApexAtariConfig, table: Table) -> bool:
+        # XLA's CPU convolutions ran the Nature CNN update 6x slower: auto is on for GPUs only
+        return config.jit_compile == "on" or (
+            config.jit_compile == "auto" and "GPU" in table.device
+        )
+
+    def server_config(self, config: ApexAtariConfig, given: ServerConfig | None) -> ServerConfig:
+        # an actor sends whole segments of up to segment_steps frames in one request
+        request = segment_client_config(config.segment_steps).max_message_bytes
+        base = given or ServerConfig()
+        return dataclasses.replace(
+            base, max_message_bytes=max(base.max_message_bytes, request, 64 << 20)
+        )
+
+    def greedy_policy(self, agent: AtariDQN) -> Any:
+        return greedy_policy(agent)
+
+    def evaluate(
+        self, config: ApexAtariConfig, agent: AtariDQN, episodes: int, seed: int
+    ) -> np.ndarray:
+        return evaluate_agent(config.dqn_config, agent, episodes, seed)

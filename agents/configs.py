@@ -1,8 +1,15 @@
-"""What the agents' frozen configs are built from, without TensorFlow (the CLI builds and checks
-a config before TensorFlow is imported): the range checks they share (`require` and its kin,
-each raising `ConfigError` with the field's name), and what changes over a run, which they mix
-in: the exploration rate (`LinearEpsilon`), Adam's step size (`DecayedLearningRate`), and the
-chunks of a vector training loop (`next_chunk`, `training_calls`).
+"""What the agents' frozen configs are built from, and their command line, without TensorFlow
+(the CLI builds and checks a config before TensorFlow is imported).
+
+- Checks they share: `require` and its kin, each raising `ConfigError` with the field's name.
+- What changes over a run, which they mix in: the exploration rate (`LinearEpsilon`), Adam's
+  step size (`DecayedLearningRate`), and the chunks of a vector training loop (`next_chunk`,
+  `training_calls`).
+- Flags (`add_config_flags`, `config_from_args`): each field becomes ``--field-name`` with its
+  type, default and ``helptext``. Supported types: ``bool`` (``--flag`` / ``--no-flag``),
+  ``int``, ``float``, ``str``, ``tuple[int, ...]`` (written ``256,256``), ``Literal[...]`` of
+  str, int or float values, and any of these but ``bool`` as ``X | None`` (the flag also takes
+  ``none``). Any other type raises TypeError when the flags are built, naming the field.
 """
 
 from __future__ import annotations
@@ -14,6 +21,13 @@ import replaygpu as rg
 
 if TYPE_CHECKING:
     from replaygpu.samplers import LinearSchedule
+import argparse
+import dataclasses
+import types
+import typing
+from typing import Literal, TypeVar
+
+from replaygpu.errors import ConfigError
 
 
 def require(config: Any, names: Iterable[str], ok: Callable[[Any], bool], expected: str) -> None:
@@ -44,88 +58,13 @@ def require_widths(config: Any, name: str = "hidden_sizes") -> None:
     require(config, [name], lambda v: bool(v) and min(v) >= 1, "positive widths like 256,256")
 
 
-def require_env_id(env_id: str) -> None:
-    """``env_id`` is a registered gymnasium id (``masked_envs``' and, when ale-py is installed,
-    its ``ALE/...`` games included). Without ale-py an ``ALE/...`` id is left to
-    `atari.check_env`, which says which extra to install. Needs no TensorFlow, so a CLI says it
-    before importing it."""
-    import difflib
-
-    import gymnasium as gym
-
-    import replaygpu.agents.masked_envs  # noqa: F401  (registers its ids)
-
-    example = "'CartPole-v1'"
-    if env_id.startswith("ALE/"):
-        try:
-            import ale_py
-        except ImportError:
-            return
-        gym.register_envs(ale_py)
-        example = "'ALE/Breakout-v5'"
-    if env_id not in gym.registry:
-        close = difflib.get_close_matches(env_id, list(gym.registry), n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise rg.ConfigError(
-            f"env_id: got {env_id!r}, which gymnasium does not know; {hint}expected a registered "
-            f"id such as {example} (see gymnasium.pprint_registry())"
-        )
-
-
-def discrete_actions_env(env_id: str) -> Any:
-    """Make ``env_id`` and check that its actions are Discrete (DQN, Ape-X, R2D2); returns the
-    env (close it). Needs no TensorFlow.
-
-    Raises:
-        ConfigError: the action space is not Discrete (gymnasium's own errors for an unknown
-            env id).
-    """
-    import gymnasium as gym
-
-    env = gym.make(env_id)
-    if not isinstance(env.action_space, gym.spaces.Discrete):
-        env.close()
-        raise rg.ConfigError(
-            f"env {env_id}: got action space {env.action_space}, expected Discrete; use the "
-            "SAC agent for Box actions"
-        )
-    return env
-
-
-def box_actions_env(env_id: str) -> Any:
-    """Make ``env_id`` and check that its actions are a bounded Box and its observations a Box
-    (SAC); returns the env (close it). Needs no TensorFlow.
-
-    Raises:
-        ConfigError: another action or observation space (gymnasium's own errors for an
-            unknown env id).
-    """
-    import gymnasium as gym
-
-    env = gym.make(env_id)
-    space = env.action_space
-    if not (isinstance(space, gym.spaces.Box) and space.is_bounded()):
-        env.close()
-        raise rg.ConfigError(
-            f"env {env_id}: got action space {space}, expected a bounded Box; use the DQN "
-            "agent for Discrete actions"
-        )
-    if not isinstance(env.observation_space, gym.spaces.Box):
-        observation_space = env.observation_space
-        env.close()
-        raise rg.ConfigError(
-            f"env {env_id}: got observation space {observation_space}, expected a Box (the SAC "
-            "networks take flat vectors); flatten a Dict or Tuple space with "
-            "gymnasium.wrappers.FlattenObservation, or use the DQN agent, which takes them"
-        )
-    return env
-
-
 def require_env_actions(config: Any) -> None:
     """The config's env id is known and its env has the actions (and observations) its agent
     takes: the config class's ``ENV_CHECK`` (`discrete_actions_env`, `box_actions_env`) makes
     and checks it; a class without one (the Atari configs) and ALE ids are left to
     `atari.check_env`, like `require_env_id`. Needs no TensorFlow, so a CLI says it at once."""
+    from .envs import require_env_id
+
     require_env_id(config.env_id)
     check = getattr(type(config), "ENV_CHECK", None)
     if check is not None and not config.env_id.startswith("ALE/"):
@@ -292,3 +231,198 @@ def training_calls(config: Any) -> list[int]:
         if env_steps > config.learning_starts:
             calls.append(sgd_steps)
     return calls
+
+
+def total_sgd_steps(config: Any) -> int:
+    """SGD steps a learner config's rate limiter allows once all its ``steps`` rows are
+    inserted: ``samples_per_insert`` x (``steps`` - ``learning_starts``) rows sampled, plus one
+    call's error buffer, in minibatches of ``batch_size`` (any learner config)."""
+    budget = config.samples_per_insert * (config.steps - config.learning_starts)
+    return max(1, int((budget + config.batch_size * config.steps_per_call) // config.batch_size))
+
+
+C = TypeVar("C")
+
+# What a parse error says each scalar type expected.
+_SCALARS: dict[type, str] = {int: "an integer", float: "a number", str: "a string"}
+_INT_TUPLE = "comma-separated integers such as 256,256"
+
+
+def helptext(text: str) -> dict[str, str]:
+    """Field metadata carrying a flag's help: ``field(default=..., metadata=helptext("..."))``."""
+    return {"help": text}
+
+
+def _parse_int_tuple(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected {_INT_TUPLE}") from None
+    return values
+
+
+def _or_none(
+    parse: Callable[[str], Any], expected: str, choices: tuple[Any, ...] | None = None
+) -> Callable[[str], Any]:
+    """Wrap ``parse`` so that ``none`` (any case) reads as None; other values must be in
+    ``choices`` if given (argparse's own ``choices`` check would list None as ``None``)."""
+
+    def parse_or_none(text: str) -> Any:
+        if text.strip().lower() == "none":
+            return None
+        try:
+            value = parse(text)
+        except (ValueError, argparse.ArgumentTypeError):
+            raise argparse.ArgumentTypeError(f"got {text!r}, expected {expected} or none") from None
+        if choices is not None and value not in choices:
+            shown = ", ".join(map(repr, (*choices, "none")))
+            raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from {shown})")
+        return value
+
+    return parse_or_none
+
+
+def _split_optional(kind: Any) -> tuple[Any, bool]:
+    """``X | None`` or ``Optional[X]`` -> ``(X, True)``; any other type -> ``(kind, False)``."""
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        args = typing.get_args(kind)
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1 and len(rest) < len(args):
+            return rest[0], True
+    return kind, False
+
+
+def _literal_values(kind: Any) -> tuple[Any, ...] | None:
+    """The values of a ``Literal`` whose values all share one type of int, float or str."""
+    if typing.get_origin(kind) is not Literal:
+        return None
+    values = typing.get_args(kind)
+    if len({type(v) for v in values}) != 1 or type(values[0]) not in _SCALARS:
+        return None  # bool, enum, None or mixed types: no one conversion from text
+    return values
+
+
+def _type_name(kind: Any) -> str:
+    return kind.__name__ if isinstance(kind, type) and not typing.get_args(kind) else repr(kind)
+
+
+def _flag_kwargs(where: str, kind: Any, metavar: str) -> dict[str, Any]:
+    """argparse keyword arguments (type, choices, metavar or action) for a field typed ``kind``.
+
+    Raises:
+      TypeError: ``kind`` is not one of the supported types listed in the module docstring.
+    """
+    inner, optional = _split_optional(kind)
+    values = _literal_values(inner)
+    if inner is bool and not optional:
+        return {"action": argparse.BooleanOptionalAction}
+    if inner in _SCALARS:
+        kwargs: dict[str, Any] = {"type": inner, "metavar": metavar}
+        expected = _SCALARS[inner]
+    elif typing.get_origin(inner) is tuple and typing.get_args(inner) == (int, ...):
+        kwargs = {"type": _parse_int_tuple, "metavar": "N,N"}
+        expected = _INT_TUPLE
+    elif values is not None:
+        kwargs = {"type": type(values[0]), "choices": values}
+        kwargs["metavar"] = "{" + ",".join(map(str, values)) + "}"
+        expected = _SCALARS[type(values[0])]
+    else:
+        raise TypeError(
+            f"{where}: cannot make a command-line flag for type {_type_name(kind)}; supported "
+            "types are bool, int, float, str, tuple[int, ...] and Literal[...] of str, int or "
+            "float values, and any of these but bool with `| None`. Change the field's type, or "
+            "pass the field in `skip` and set it yourself."
+        )
+    if optional:
+        choices = kwargs.pop("choices", None)
+        kwargs["type"] = _or_none(kwargs["type"], expected, choices)
+        kwargs["metavar"] = (
+            kwargs["metavar"][:-1] + ",none}" if choices else kwargs["metavar"] + "|none"
+        )
+    return kwargs
+
+
+def _shown(default: Any) -> str:
+    """A default as the user would type it, escaped for argparse's %-formatting of help."""
+    if default is None:
+        text = "none"
+    elif isinstance(default, tuple):
+        text = ",".join(map(str, default))
+    else:
+        text = str(default)
+    return text.replace("%", "%%")
+
+
+def add_config_flags(
+    parser: argparse.ArgumentParser,
+    config_cls: type,
+    defaults: Any | None = None,
+    skip: tuple[str, ...] = (),
+) -> None:
+    """Add one flag per field of ``config_cls`` but ``skip``; ``defaults`` (an instance)
+    overrides the fields' defaults.
+
+    Raises:
+      TypeError: a field's type has no flag form (see the module docstring).
+    """
+    hints = typing.get_type_hints(config_cls)  # resolves `from __future__ import annotations`
+    for f in dataclasses.fields(config_cls):
+        if f.name in skip:
+            continue
+        default = getattr(defaults, f.name) if defaults is not None else f.default
+        where = f"{config_cls.__name__}.{f.name}"
+        kwargs = _flag_kwargs(where, hints[f.name], metavar=f.name.upper())
+        help_text = f"{f.metadata.get('help', '')} (default: {_shown(default)})".lstrip()
+        parser.add_argument(
+            flag_name(f.name), dest=f.name, default=default, help=help_text, **kwargs
+        )
+
+
+def flag_name(field_name: str) -> str:
+    """The flag of a config field: ``batch_size`` -> ``--batch-size``."""
+    return "--" + field_name.replace("_", "-")
+
+
+def config_from_args(
+    config_cls: type[C], args: argparse.Namespace, parser: argparse.ArgumentParser | None = None
+) -> C:
+    """Build ``config_cls`` from parsed flags (its ``__post_init__`` validates the values).
+
+    A value the config refuses is reported as the flag's: ``--batch-size: got -3, expected >= 1``
+    (the config says ``batch_size: ...``), through ``parser.error`` when a parser is given. A
+    run that would end before its first SGD step is refused too (`configs.require_trains`),
+    naming the flag to pass and which value is the command's default.
+
+    Raises:
+        ConfigError: a value the config refuses, without ``parser``.
+    """
+
+    names = [f.name for f in dataclasses.fields(config_cls)]
+    try:
+        config = config_cls(**{n: getattr(args, n) for n in names})
+        require_trains(config)  # every command, not only the configs that check it themselves
+        if "env_id" in names:  # before TensorFlow, which making the agent comes after
+            require_env_actions(config)
+        return config
+    except NoTrainingError as err:
+        defaulted = [n for n in ("steps", "learning_starts") if _is_default(parser, args, n)]
+        message = err.message(flag_name, defaulted, parser.prog if parser is not None else "")
+    except ValueError as err:  # rg.ConfigError is one
+        message = flag_message(err, names)
+    if parser is not None:
+        parser.error(message)
+    raise ConfigError(message) from None
+
+
+def _is_default(
+    parser: argparse.ArgumentParser | None, args: argparse.Namespace, name: str
+) -> bool:
+    """Whether flag ``name`` holds ``parser``'s default (passed or not)."""
+    return parser is not None and getattr(args, name) == parser.get_default(name)
+
+
+def flag_message(err: ValueError, names: Collection[str]) -> str:
+    """A config's error about one of the fields ``names`` as its flag's: ``batch_size: got -3,
+    expected >= 1`` -> ``--batch-size: got -3, expected >= 1``; any other error as it is."""
+    field_name, sep, rest = str(err).partition(": ")
+    return f"{flag_name(field_name)}: {rest}" if sep and field_name in names else str(err)

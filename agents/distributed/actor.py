@@ -15,9 +15,9 @@ envs, the network the actor acts with, and how env steps become table rows.
   it holds a global env id (``actor_index * num_envs + env``) and each batch goes env-major, so
   each env's steps lie in consecutive rows: ``rg.NStep(..., stream_field="stream")`` then
   computes n-step returns across interleaved actors.
-- `frame_actor.FrameExperience` (``frame_stack`` k > 0): ALE games for a frame-table learner,
+- `experience.FrameExperience` (``frame_stack`` k > 0): ALE games for a frame-table learner,
   the Nature CNN on k-frame stacks, whole episode segments of `frame_rows`.
-- `recurrent_actor.RecurrentExperience` (``sequence_period`` p > 0): an R2D2 learner's LSTM
+- `experience.RecurrentExperience` (``sequence_period`` p > 0): an R2D2 learner's LSTM
   Q-network with its state carried, overlapping sequences with the state at their start.
 
 `ActorConfig.from_settings` builds an actor's config from the settings document that a learner
@@ -46,20 +46,21 @@ import gymnasium as gym
 import numpy as np
 
 import replaygpu as rg
-from replaygpu.agents.actor_config import ActorConfig
-from replaygpu.agents.envs import EpisodeStats, Policy, TransitionChunk, make_vector_env
-from replaygpu.agents.frame_actor import FrameExperience
-from replaygpu.agents.policies import (
+from replaygpu.errors import ReplayError
+from replaygpu.fields import HostSpec
+from replaygpu.service.config import ClientConfig
+from replaygpu.service.wire.status import ServiceError, TLSError
+
+from ..envs import make_vector_env
+from ..policies import (
     batch_size_of,
     epsilon_greedy_actions,
     greedy_q_policy,
     squashed_gaussian_policy,
 )
-from replaygpu.agents.recurrent_actor import RecurrentExperience
-from replaygpu.errors import ReplayError
-from replaygpu.fields import HostSpec
-from replaygpu.service.config import ClientConfig
-from replaygpu.service.wire.status import ServiceError, TLSError
+from ..rollouts import EpisodeStats, Policy, TransitionChunk
+from .actor_config import ActorConfig
+from .experience import FrameExperience, RecurrentExperience
 
 logger = logging.getLogger(__name__)
 

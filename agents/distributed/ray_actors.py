@@ -41,11 +41,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import replaygpu as rg
-from replaygpu.agents.actor import STOP_FLUSH_S, _retrying, connect, default_prefix, run_actor
-from replaygpu.agents.actor_config import ActorConfig
-from replaygpu.agents.actor_threads import ACTOR_THREAD_ENV
-from replaygpu.agents.ray_start import init_ray
 from replaygpu.errors import ReplayError
+
+from .actor import (
+    STOP_FLUSH_S,
+    _retrying,
+    connect,
+    default_prefix,
+    run_actor,
+)
+from .actor_config import ActorConfig
+from .fleet import ACTOR_THREAD_ENV
 
 logger = logging.getLogger(__name__)
 
@@ -410,3 +416,57 @@ def _last_seq(config: ActorConfig, address: str, stop: threading.Event) -> int:
         return 0 if reply is None else int(reply.actor_last_seq)  # None: stopped
     finally:
         client.close(flush=False)
+
+
+logger = logging.getLogger(__name__)
+
+#: what Ray's error says when its local node did not register in its fixed 30 s
+NODE_START_TIMEOUT = "timed out during startup"
+#: tries of ``ray.init`` when the local node's start-up times out
+START_ATTEMPTS = 3
+
+
+def init_ray(ray: Any, address: str | None, attempts: int = START_ATTEMPTS, **kwargs: Any) -> int:
+    """``ray.init(address=address, **kwargs)``, started again (after ``ray.shutdown()``) when
+    Ray's node start-up times out, ``attempts`` tries in all.
+
+    Args:
+        ray: the ``ray`` module.
+        address: the cluster to join; None: a local instance (or ``$RAY_ADDRESS``).
+        attempts: tries in all, >= 1.
+        **kwargs: more arguments of ``ray.init``.
+
+    Returns:
+        the try that started Ray (1: the first).
+
+    Raises:
+        ConfigError: every try timed out; the message says how to start Ray beforehand.
+        ValueError: ``attempts`` < 1.
+        ConnectionError: and any other error of ``ray.init``, as it raised it.
+    """
+    if attempts < 1:
+        raise ValueError(f"init_ray: attempts: got {attempts}, expected >= 1")
+    for attempt in range(1, attempts + 1):
+        try:
+            ray.init(address=address, **kwargs)
+            return attempt
+        except ConnectionError:
+            raise
+        except Exception as err:
+            if NODE_START_TIMEOUT not in str(err):
+                raise
+            ray.shutdown()  # the processes of the half-started node
+            if attempt == attempts:
+                raise rg.ConfigError(
+                    f"Ray's node did not start: {attempts} tries each timed out after Ray's "
+                    "fixed 30 s (a loaded machine); start Ray beforehand with `ray start "
+                    "--head` and join it (--ray-address auto; ray_address='auto'), or retry "
+                    "when the machine is less busy"
+                ) from err
+            logger.warning(
+                "Ray's node start-up timed out after Ray's fixed 30 s (try %d of %d; a loaded "
+                "machine): starting it again",
+                attempt,
+                attempts,
+            )
+    raise AssertionError("unreachable")  # the loop returns or raises

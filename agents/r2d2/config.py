@@ -1,5 +1,5 @@
 """R2D2's configs, without TensorFlow: `R2D2Config` (``demo r2d2-cartpole``) and
-`R2D2LearnerConfig` (``replaygpu learner --agent r2d2``, built by `builders.ServedR2D2`). The
+`R2D2LearnerConfig` (``replaygpu learner --agent r2d2``, built by `r2d2.agent.ServedR2D2`). The
 CLI builds and checks them before TensorFlow is imported, so a bad flag is reported at once.
 
 The sequence terms are Acme's: a stored sequence is ``sequence_length`` steps, of which the
@@ -16,21 +16,16 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import replaygpu as rg
-from replaygpu.agents.config_parts import (
+
+from ..configs import (
     LinearEpsilon,
-    discrete_actions_env,
+    helptext,
     require,
     require_positive,
     require_positive_ints,
     require_unit_interval,
 )
-from replaygpu.agents.flags import helptext
-from replaygpu.agents.masked_envs import CARTPOLE_NO_VELOCITY
-
-#: table fields beside the transition's: the LSTM state before the step, and where it is stored
-#: (what the demo's loop and served actors, `recurrent_actor`, write)
-STATE = "recurrent_state"
-STATE_STORED = "state_stored"
+from ..envs import CARTPOLE_NO_VELOCITY, discrete_actions_env
 
 
 @dataclass(frozen=True)
@@ -130,7 +125,7 @@ class R2D2Config(LinearEpsilon):
 
     @property
     def steps_to_train(self) -> int:
-        """The least ``steps`` that trains (`config_parts.require_trains`): `r2d2.train` acts whole
+        """The least ``steps`` that trains (`configs.require_trains`): `r2d2.train` acts whole
         chunks of ``train_freq`` env steps and trains after each that ends at or past
         ``learning_starts``."""
         chunks = -(-self.learning_starts // self.train_freq)  # the first one that trains
@@ -186,6 +181,6 @@ class R2D2LearnerConfig(R2D2Config):
 
     @property
     def steps_to_train(self) -> int:
-        """The least ``steps`` that trains (`config_parts.require_trains`): the rate limiter samples
+        """The least ``steps`` that trains (`configs.require_trains`): the rate limiter samples
         once the table holds ``learning_starts`` rows."""
         return max(1, self.learning_starts)

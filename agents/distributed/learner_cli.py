@@ -27,11 +27,11 @@ import threading
 import time
 from typing import Any
 
-from replaygpu.agents.registry import LEARNER_AGENTS
+from ..registry import LEARNER_AGENTS
 
 logger = logging.getLogger(__name__)
 
-#: `learner_report.SUMMARY_EVERY_S`, which this module cannot import before TensorFlow
+#: `report.SUMMARY_EVERY_S`, which this module cannot import before TensorFlow
 SUMMARY_EVERY_S = 10.0
 
 
@@ -50,14 +50,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def learner_parser(agent: str, env_id: str | None = None) -> argparse.ArgumentParser:
     """The full flag parser of ``replaygpu learner --agent AGENT --env ENV_ID`` (the env picks
     the config: an ALE game runs DQN on frames)."""
-    from replaygpu.agents.flags import add_config_flags
-    from replaygpu.agents.registry import algorithm, served
     from replaygpu.cli import CommandParser
     from replaygpu.service.ops.commands import (
         add_server_flags,
         add_server_security_flags,
         port_number,
     )
+
+    from ..configs import add_config_flags
+    from ..registry import algorithm, served
 
     config_cls = algorithm(served(agent, env_id)).config_class()
     parser = CommandParser(
@@ -127,10 +128,11 @@ def _agent_of(options: list[str]) -> tuple[str, str | None]:
 def run(args: argparse.Namespace) -> int:
     """Serve and train until the run is done or a signal stops it. Flags and values are
     checked before TensorFlow is imported."""
-    from replaygpu.agents.flags import config_from_args
-    from replaygpu.agents.registry import algorithm, served
     from replaygpu.service.learner.binding import require_free_ports
     from replaygpu.service.ops.commands import server_config, server_tls
+
+    from ..configs import config_from_args
+    from ..registry import algorithm, served
 
     agent, env_id = _agent_of(args.options)
     parser = learner_parser(agent, env_id)
@@ -141,9 +143,9 @@ def run(args: argparse.Namespace) -> int:
     service_config = server_config(opts)
     require_free_ports(config.address, opts.metrics_port)  # before TensorFlow: one line at once
 
-    from replaygpu.agents.learner import LearnerService
-    from replaygpu.agents.learner_report import LearnerReport
-    from replaygpu.agents.runs import RunControl
+    from ..runs import RunControl
+    from .learner import LearnerService
+    from .report import LearnerReport
 
     control = RunControl(opts.checkpoint_dir, opts.checkpoint_every_s, config)
     with control:

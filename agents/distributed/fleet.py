@@ -11,18 +11,19 @@ collected its steps, when it is stopped, and when the learner's server says the 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import multiprocessing as mp
+import os
 import queue
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
-from replaygpu.agents.actor import run_actor_process
-from replaygpu.agents.actor_config import ActorConfig
-from replaygpu.agents.actor_threads import actor_threads
-from replaygpu.agents.progress import Recorder
+from ..progress import Recorder
+from .actor import run_actor_process
+from .actor_config import ActorConfig
 
 #: reports an actor queues before the rest are dropped (all but its final one)
 _QUEUE_SIZE = 10_000
@@ -156,3 +157,23 @@ class ActorFleet:
             proc.join()
         self.drain()
         self._reports.close()
+
+
+#: environment variables of every actor process
+ACTOR_THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+@contextlib.contextmanager
+def actor_threads() -> Iterator[None]:
+    """This process's environment set to `ACTOR_THREAD_ENV` within the block, so that the
+    processes started in it inherit it; restored after."""
+    saved = {name: os.environ.get(name) for name in ACTOR_THREAD_ENV}
+    os.environ.update(ACTOR_THREAD_ENV)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

@@ -20,27 +20,34 @@ Acting never calls TensorFlow: the actor steps a numpy mirror of the network
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 
 import replaygpu as rg
-from replaygpu.agents.dqn import check_env as check_env
-from replaygpu.agents.dqn import fused_learner, obs_size
-from replaygpu.agents.envs import EpisodeStats, evaluate
-from replaygpu.agents.networks import Adam, LSTMQNetwork, copy_weights
-from replaygpu.agents.policies import RecurrentQPolicy
-from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult, TrainTimer
-from replaygpu.agents.r2d2_config import STATE as STATE
-from replaygpu.agents.r2d2_config import STATE_STORED as STATE_STORED
-from replaygpu.agents.r2d2_config import R2D2Config as R2D2Config
-from replaygpu.agents.runs import LoopState, RunControl, checkpoint_when_due, resume
 from replaygpu.keys import IMPORTANCE_WEIGHTS, MASK, PRIORITIES
+from replaygpu.service.config import AgentSettings
 from replaygpu.specs import host_spec, specs_from_env
 from replaygpu.table import Table
+
+from ..distributed.actor_config import ActorConfig
+from ..distributed.experience import STATE_FIELD as STATE
+from ..distributed.experience import STATE_STORED as STATE_STORED
+from ..distributed.learner import Builder
+from ..dqn.agent import check_env as check_env
+from ..dqn.agent import fused_learner, obs_size
+from ..networks import Adam, LSTMQNetwork, copy_weights
+from ..policies import RecurrentQPolicy
+from ..progress import NullRecorder, Recorder, TrainResult, TrainTimer
+from ..rollouts import EpisodeStats, evaluate
+from ..runs import LoopState, RunControl, checkpoint_when_due, resume
+from .config import R2D2Config as R2D2Config
+from .config import R2D2LearnerConfig
 
 logger = logging.getLogger(__name__)
 
@@ -248,7 +255,7 @@ def sequence_sampler(
 ) -> rg.Sampler:
     """`make_sampler`'s sampler, unchecked against a network; ``start_field``: a bool field
     where windows must stop (served actors mark each sequence's first row; see
-    `recurrent_actor`), None: at episode ends only.
+    `experience.RecurrentExperience`), None: at episode ends only.
 
     Raises:
         ConfigError: the table has no state field (the `rg.Sequence` view's check).
@@ -346,3 +353,47 @@ def train(
 
 #: the order of a row's values in `train`'s acting loop
 ROW_FIELDS = ("obs", "action", "reward", "terminated", "truncated", STATE, STATE_STORED)
+
+
+class ServedR2D2(Builder):
+    """R2D2 on the overlapping sequences that recurrent actors send
+    (`experience.RecurrentExperience`): `R2D2LearnerConfig`. Each sequence is a block of
+    rows whose first row holds the LSTM state (`STATE_STORED` marks it), so the
+    prioritized `rg.Sequence` view starts windows there and never runs past a block."""
+
+    def check_env(self, env_id: str) -> gym.Env:
+        return check_env(env_id)
+
+    def make_table(
+        self, config: R2D2LearnerConfig, env: gym.Env
+    ) -> tuple[Table, contextlib.AbstractContextManager[Any]]:
+        spec = table_spec(config, env)
+        table = rg.ReplayTable(spec, config.buffer_size, device=config.device or None)
+        return table, tf.device(table.device)
+
+    def make_agent(self, config: R2D2LearnerConfig, env: gym.Env) -> R2D2:
+        return make_agent(config, env)
+
+    def make_sampler(self, config: R2D2LearnerConfig, table: Table) -> rg.Sampler:
+        # the table is the config's: its state field is the network's
+        return sequence_sampler(config, table, start_field=STATE_STORED)
+
+    def policy(self, agent: R2D2) -> Any:
+        return lambda: agent.q.weights  # the order `policies.numpy_lstm_step` reads
+
+    def actor_settings(self, config: R2D2LearnerConfig) -> AgentSettings:
+        actor = ActorConfig(
+            env_id=config.env_id,
+            weight_pull_interval=config.weight_pull_interval,
+            num_envs=config.actor_envs,
+            seed=config.seed,
+            num_actors=config.num_actors,
+            sequence_period=config.period,
+            sequence_length=config.sequence_length,
+        )
+        return actor.to_settings("r2d2")
+
+    def evaluate(
+        self, config: R2D2LearnerConfig, agent: R2D2, episodes: int, seed: int
+    ) -> np.ndarray:
+        return evaluate_agent(config, agent, episodes, seed)

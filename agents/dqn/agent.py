@@ -10,7 +10,7 @@ steps the loop hands the chunk of new transitions to one training job: append it
 XLA-compiled graph execution), sync the target network and read the new weights. The jobs run
 on a background thread while the next chunk is acted (``overlap_training``), one after the
 other with nothing in between, so acting (Python, one core) and training (the graph, without
-the GIL) overlap (`training_jobs.TrainingJobs`). Every ``eval_every`` env steps the acting
+the GIL) overlap (`runs.TrainingJobs`). Every ``eval_every`` env steps the acting
 thread plays greedy episodes with the acting weights (the trainer meanwhile runs its call) and
 keeps the best weights (``keep_best``, `BestPolicy`).
 """
@@ -27,14 +27,20 @@ import numpy as np
 import tensorflow as tf
 
 import replaygpu as rg
-from replaygpu.agents import runs
-from replaygpu.agents.config_parts import discrete_actions_env as check_env
-from replaygpu.agents.config_parts import next_chunk
-from replaygpu.agents.dqn_config import DQNConfig as DQNConfig
-from replaygpu.agents.envs import ChunkCollector, evaluate, make_vector_env
-from replaygpu.agents.networks import MLP, Adam, Schedule, copy_weights
-from replaygpu.agents.policies import epsilon_greedy_actions, greedy_q_policy
-from replaygpu.agents.progress import (
+from replaygpu.keys import DISCOUNT, IMPORTANCE_WEIGHTS, PRIORITIES
+from replaygpu.nest import flatten as flatten_nest
+from replaygpu.service.config import AgentSettings
+from replaygpu.specs import host_spec, specs_from_env
+
+from .. import runs
+from ..configs import next_chunk
+from ..distributed.actor import STREAM_FIELD
+from ..distributed.learner import Table, VectorBuilder
+from ..envs import discrete_actions_env as check_env
+from ..envs import make_vector_env
+from ..networks import MLP, Adam, Schedule, copy_weights
+from ..policies import epsilon_greedy_actions, greedy_q_policy
+from ..progress import (
     FINAL_WEIGHTS,
     PERIODIC_EVAL,
     NullRecorder,
@@ -42,11 +48,10 @@ from replaygpu.agents.progress import (
     TrainResult,
     TrainTimer,
 )
-from replaygpu.agents.runs import RunControl
-from replaygpu.agents.training_jobs import TrainingJobs
-from replaygpu.keys import DISCOUNT, IMPORTANCE_WEIGHTS, PRIORITIES
-from replaygpu.nest import flatten as flatten_nest
-from replaygpu.specs import host_spec, specs_from_env
+from ..rollouts import ChunkCollector, evaluate
+from ..runs import RunControl, TrainingJobs
+from .config import ApexConfig
+from .config import DQNConfig as DQNConfig
 
 
 class QAgent(tf.Module):
@@ -428,3 +433,45 @@ class BestPolicy(tf.Module):
             f"the weights of env step {step}, the best of {count} greedy evaluations during "
             f"training (mean return {mean:.1f} there)"
         )
+
+
+def make_apex_agent(config: ApexConfig, env: gym.Env) -> DQN:
+    """The agent's networks for ``env`` (what ``replaygpu eval`` restores)."""
+    obs_dim = obs_size(env.observation_space)
+    return DQN(obs_dim, int(env.action_space.n), config, config.learning_rate_schedule)
+
+
+class VectorDQN(VectorBuilder):
+    """Ape-X DQN on vector observations, served (`ApexConfig`; ``demo apex-cartpole``,
+    ``replaygpu learner --agent dqn``): the double-DQN update of `DQN` on 3-step returns of
+    each actor env. As in the paper prioritized replay takes |TD error| priorities (alpha 0.6,
+    beta 0.4), but new rows get the max priority seen so far, not ones the actors compute: they
+    would need the target network too."""
+
+    syncs_target = True
+    stream_field = STREAM_FIELD
+
+    def check_env(self, env_id: str) -> gym.Env:
+        return check_env(env_id)
+
+    def make_agent(self, config: ApexConfig, env: gym.Env) -> DQN:
+        return make_apex_agent(config, env)
+
+    def make_sampler(self, config: ApexConfig, table: Table) -> rg.Sampler:
+        distribution = (
+            rg.Prioritized(config.priority_alpha, config.priority_beta)
+            if config.prioritized
+            else rg.Uniform()
+        )
+        # Actors' batches interleave in the table; the stream field keeps a return in one env.
+        view = rg.NStep(config.n_step, config.gamma, stream_field=STREAM_FIELD)
+        return rg.Sampler(table, distribution, view, seed=config.seed)
+
+    def policy(self, agent: DQN) -> Any:
+        return agent.q
+
+    def actor_settings(self, config: ApexConfig) -> AgentSettings:
+        return self.settings(config, "dqn")
+
+    def greedy_policy(self, agent: DQN) -> Any:
+        return greedy_policy(agent)

@@ -35,8 +35,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from replaygpu.agents.actor_config import ActorConfig
     from replaygpu.service.config import AgentSettings
+
+    from .actor_config import ActorConfig
+
 
 logger = logging.getLogger(__name__)
 
@@ -68,9 +70,10 @@ def _wait_seconds(text: str) -> float:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``actor`` subcommand."""
-    from replaygpu.agents.actor_config import SETTINGS_FIELDS, ActorConfig
-    from replaygpu.agents.flags import add_config_flags
     from replaygpu.service.ops.commands import add_client_flags, positive_int
+
+    from ..configs import add_config_flags
+    from .actor_config import SETTINGS_FIELDS, ActorConfig
 
     parser = subparsers.add_parser(
         "actor",
@@ -145,8 +148,9 @@ def _config(args: argparse.Namespace) -> ActorConfig:
         ServiceError: the server cannot be asked (unreachable, wrong token, TLS).
     """
     import replaygpu as rg
-    from replaygpu.agents.actor_config import ActorConfig
-    from replaygpu.agents.flags import flag_message
+
+    from ..configs import flag_message
+    from .actor_config import ActorConfig
 
     given = {
         f.name: getattr(args, f.name)
@@ -205,9 +209,10 @@ def _learner_settings(args: argparse.Namespace) -> AgentSettings | None:
 def _ask_settings(args: argparse.Namespace, wait_s: float | None) -> AgentSettings | None:
     """Ask the server for its actor settings, retrying for ``wait_s`` (None: forever)."""
     import replaygpu as rg
-    from replaygpu.agents.actor import default_prefix
     from replaygpu.service.config import ClientConfig
     from replaygpu.service.ops.commands import client_tls
+
+    from .actor import default_prefix
 
     client = rg.ReplayClient(
         args.address,
@@ -226,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
     import replaygpu as rg
 
     if args.ray:
-        from replaygpu.agents.ray_actors import check_ray_options, import_ray
+        from .ray_actors import check_ray_options, import_ray
 
         check_ray_options(args.ray_num_cpus, args.max_restarts)
         import_ray()  # a missing extra is said before the server is asked anything
@@ -275,9 +280,10 @@ def _run_processes(configs: list[ActorConfig], address: str) -> int:
     Raises:
         ReplayError: an actor process failed (each logged why, in one line).
     """
-    from replaygpu.agents.actor import run_actor_process
-    from replaygpu.agents.actor_threads import actor_threads
     from replaygpu.errors import ReplayError
+
+    from .actor import run_actor_process
+    from .fleet import actor_threads
 
     ctx = mp.get_context("spawn")
     stop, reports = ctx.Event(), ctx.Queue(maxsize=_QUEUE_SIZE)
@@ -354,7 +360,7 @@ def _log_end(
 ) -> None:
     """One line on how the actors ended: after a signal always, else when anything was left
     unacknowledged."""
-    from replaygpu.agents.actor import STOP_FLUSH_S
+    from .actor import STOP_FLUSH_S
 
     total = {
         key: int(sum(r.get(key, 0) for r in results.values()))
@@ -389,7 +395,7 @@ def _log_end(
 def _run_ray(args: argparse.Namespace, config: ActorConfig) -> int:
     """Run actors ``config.actor_index .. num_actors - 1`` as Ray actors until they are done
     (``--steps``), one fails, or SIGTERM / Ctrl-C; then flush, stop them and shut Ray down."""
-    from replaygpu.agents.ray_actors import start_ray_actors
+    from .ray_actors import start_ray_actors
 
     fleet = start_ray_actors(
         args.address,

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from replaygpu.agents.progress import EventsRecorder
+from ..progress import EventsRecorder
 
 logger = logging.getLogger(__name__)
 

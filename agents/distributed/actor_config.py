@@ -1,5 +1,5 @@
 """How one actor collects experience: `ActorConfig`, what the actor loop (`actor.run_actor`),
-its experience kinds (`actor.VectorExperience`, `frame_actor.FrameExperience`) and the drivers
+its experience kinds (`actor.VectorExperience`, `experience.FrameExperience`) and the drivers
 that start actors all read, so none of them imports another for it.
 
 A learner decides the `SETTINGS_FIELDS` (the env, the policy, the exploration, the frame
@@ -21,10 +21,10 @@ from types import SimpleNamespace
 from typing import Any, Literal
 
 import replaygpu as rg
-from replaygpu.agents.config_parts import require_positive_ints, require_unit_interval
-from replaygpu.agents.flags import helptext
 from replaygpu.service.config import AgentSettings
 from replaygpu.service.ops.auth import TLSConfig
+
+from ..configs import helptext, require_positive_ints, require_unit_interval
 
 #: the fields a learner decides for its actors and announces in its settings document
 SETTINGS_FIELDS = (
@@ -121,7 +121,7 @@ class ActorConfig:
         metadata=helptext(
             "p > 0: act with an R2D2 learner's LSTM Q-network and send a sequence of "
             "sequence_length steps, with the LSTM state before its first step, every p steps "
-            "(agents/recurrent_actor.py); 0: not recurrent"
+            "(agents/distributed/experience.py); 0: not recurrent"
         ),
     )
     sequence_length: int = field(

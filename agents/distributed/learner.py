@@ -1,40 +1,49 @@
-"""The standalone learner, one for every agent: a served replay table, an agent's update under
-a rate limiter, weights for the actors, checkpoints. ``replaygpu learner`` runs it;
+"""The standalone learner, one for every algorithm: a served replay table, an agent's update
+under a rate limiter, weights for the actors, checkpoints. ``replaygpu learner`` runs it;
 ``demo apex-cartpole`` and ``demo apex-breakout`` run it with actor processes beside it
-(`train_with_actors`).
+(`train`).
 
-Reads top to bottom: `LearnerService`: its config's builder (`builders`: DQN on vectors or on Atari
-frames, SAC) makes the table, the agent and the sampler; build the `rg.Learner`; restore the newest
-checkpoint; serve with the actor settings that tell ``replaygpu actor ADDRESS`` what to run
-(`ActorConfig.to_settings`); then `LearnerService.step` commits the actors' appends and trains,
-until `LearnerService.done` (the run's ``steps`` transitions arrived and the replay budget is spent)
-or a stop signal. `LearnerService.train_to_end` is ``replaygpu learner``'s loop: it ends the whole
-fleet at the budget (`ReplayServer.finish_run`), evaluates, and reports what it learns
-(`learner_report`). Then `train_with_actors`, the demos' driver.
+Reads top to bottom: `LearnerService`: its config's `Builder` (named in `registry.ALGORITHMS`
+and kept in the algorithm's package: `dqn.agent.VectorDQN`, `dqn.atari.FrameDQN`,
+`sac.agent.ServedSAC`, `r2d2.agent.ServedR2D2`) makes the table, the agent and the sampler;
+build the `rg.Learner`; restore the newest checkpoint; serve with the actor settings that tell
+``replaygpu actor ADDRESS`` what to run (`ActorConfig.to_settings`); then `LearnerService.step`
+commits the actors' appends and trains, until `LearnerService.done` (the run's ``steps``
+transitions arrived and the replay budget is spent) or a stop signal.
+`LearnerService.train_to_end` is ``replaygpu learner``'s loop: it ends the whole fleet at the
+budget (`ReplayServer.finish_run`), evaluates, and reports what it learns (`report`). Then
+`train`, the served demos' driver, and the builders' base classes.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar, Literal
 
+import gymnasium as gym
 import numpy as np
+import tensorflow as tf
 
 import replaygpu as rg
-from replaygpu.agents.actor_config import ActorConfig
-from replaygpu.agents.apex_config import total_sgd_steps
-from replaygpu.agents.builders import make_parts
-from replaygpu.agents.fleet import ActorFleet, split_steps
-from replaygpu.agents.learner_report import LearnerReport
-from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult
-from replaygpu.agents.registry import builder_for
-from replaygpu.agents.runs import JsonState, LoopState, RunControl
 from replaygpu.service.config import AgentSettings, ServerConfig
 from replaygpu.service.learner.ledger import SequenceLedger
 from replaygpu.service.learner.loop import step as learner_step
 from replaygpu.service.ops.auth import TLSConfig
+from replaygpu.sharded import mirrored_strategy
+from replaygpu.specs import specs_from_env
+
+from ..configs import total_sgd_steps
+from ..progress import NullRecorder, Recorder, TrainResult
+from ..registry import builder_for, name_of
+from ..rollouts import evaluate
+from ..runs import JsonState, LoopState, RunControl
+from .actor_config import ActorConfig
+from .fleet import ActorFleet, split_steps
+from .report import LearnerReport
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +63,7 @@ def evaluate_agent(config: Any, agent: Any, episodes: int, seed: int) -> np.ndar
 
 
 class LearnerService:
-    """A served learner of any algorithm: its config's builder (`builders`) makes the parts.
+    """A served learner of any algorithm: its config's `Builder` makes the parts.
 
     Args:
         config: an `ApexConfig` (DQN on vector observations), `ApexAtariConfig` (DQN on Atari
@@ -277,39 +286,49 @@ class LearnerService:
         self.saved_stats.capture(self.server.run_stats.state())
 
 
-def train_with_actors(
-    service: LearnerService,
-    actor_config: Callable[[int, int, int], ActorConfig],
-    recorder: Recorder,
-    name: str,
-) -> TrainResult:
-    """Run ``config.num_actors`` actor processes beside ``service`` until they delivered the
-    run's ``steps`` and the replay budget is spent (or a stop signal), then evaluate: the one
-    driver of ``demo apex-cartpole`` and ``demo apex-breakout``.
-
-    A resumed run's actors collect what is left of ``steps``, with new env seeds; ``steps`` 0
-    runs until stopped.
-
-    Args:
-        service: the learner service (restored from its run's checkpoint, if any).
-        actor_config: ``(index, steps, seed) -> ActorConfig`` of actor process ``index``.
-        recorder: progress bar, TensorBoard and plot.
-        name: the actor processes' name prefix.
-
-    Raises:
-        RuntimeError: when an actor process fails.
-    """
-    config = service.config
-    service.recorder = recorder
-    base = int(service.loop.env_steps.numpy())  # 0, or what the restored run had collected
-    left = max(0, config.steps - base)
-    shares = split_steps(left, config.num_actors) if config.steps else [0] * config.num_actors
-    configs = [
-        actor_config(i, share, config.seed + base)
+def actor_configs(
+    config: Any, settings: AgentSettings, steps: int, seed_offset: int = 0
+) -> list[ActorConfig]:
+    """The configs of a served run's ``config.num_actors`` actor processes: the ``settings``
+    that ``replaygpu actor ADDRESS`` takes over from the learner, plus what is each process's
+    own (index, id prefix, its share of ``steps`` env steps, seeds from ``config.seed +
+    seed_offset``). With ``config.steps`` 0 every actor runs until stopped."""
+    shares = split_steps(steps, config.num_actors) if config.steps else [0] * config.num_actors
+    return [
+        ActorConfig.from_settings(
+            settings,
+            actor_index=i,
+            actor_id_prefix=name_of(config),
+            steps=share,
+            seed=config.seed + seed_offset,
+        )
         for i, share in enumerate(shares)
         if share or not config.steps
     ]
-    fleet = ActorFleet(configs, service.address, recorder, base, name=name)
+
+
+def train(
+    config: Any, recorder: Recorder | None = None, run: RunControl | None = None
+) -> TrainResult:
+    """Serve ``config``'s learner (`LearnerService`, what ``replaygpu learner`` runs) with
+    ``config.num_actors`` actor processes beside it (what ``replaygpu actor ADDRESS`` runs,
+    from the settings the learner serves) until they delivered the run's ``steps`` and the
+    replay budget is spent (or a stop signal), then evaluate: the one driver of the served
+    demos (``apex-cartpole``, ``apex-breakout``).
+
+    With ``run``: resume from its newest checkpoint (the actors collect what is left of
+    ``steps``, with new env seeds), save periodically, stop early with a checkpoint on SIGTERM
+    or Ctrl-C. ``steps`` 0 runs until stopped.
+
+    Raises:
+        ConfigError: a config no builder takes, or an env its algorithm cannot run.
+        RuntimeError: when an actor process fails.
+    """
+    service = LearnerService(config, run)
+    service.recorder = recorder = recorder or NullRecorder()
+    base = int(service.loop.env_steps.numpy())  # 0, or what the restored run had collected
+    configs = actor_configs(config, service.actor_settings, max(0, config.steps - base), base)
+    fleet = ActorFleet(configs, service.address, recorder, base, name=f"{name_of(config)}-actor")
     service.env_steps = lambda: fleet.env_steps
     first_steps, sgd_seconds, compile_seconds = 0, 0.0, 0.0
     start = time.perf_counter()
@@ -360,3 +379,121 @@ def train_with_actors(
         episodes=len(fleet.returns),
         stopped=stopped,
     )
+
+
+Table = Any  # rg.ReplayTable or rg.ShardedReplayTable
+
+
+class Builder:
+    """The parts of a served run of one algorithm (see the module doc). Subclasses override
+    what differs; every method takes the run's config."""
+
+    #: whether the service copies the online network into a target every
+    #: ``config.target_update_interval`` SGD steps
+    syncs_target: ClassVar[bool] = False
+    #: the update's metric that Info, /metrics and the progress line show as the loss
+    loss_key: ClassVar[str] = "losses/td_loss"
+
+    def check_env(self, env_id: str) -> gym.Env:
+        """The env the algorithm runs (made to read its spaces; close it)."""
+        raise NotImplementedError
+
+    def make_table(
+        self, config: Any, env: gym.Env
+    ) -> tuple[Table, contextlib.AbstractContextManager[Any]]:
+        """The replay table, and the scope the networks are made in (a strategy's, or the
+        table's device)."""
+        raise NotImplementedError
+
+    def make_agent(self, config: Any, env: gym.Env) -> Any:
+        """The networks, optimizer and in-graph update (``agent.update``)."""
+        raise NotImplementedError
+
+    def make_sampler(self, config: Any, table: Table) -> rg.Sampler:
+        raise NotImplementedError
+
+    def policy(self, agent: Any) -> Any:
+        """What ``publish_weights`` snapshots for the actors."""
+        raise NotImplementedError
+
+    def actor_settings(self, config: Any) -> AgentSettings:
+        """The settings document its actors run (`ActorConfig.to_settings`)."""
+        raise NotImplementedError
+
+    def jit_compile(self, config: Any, table: Table) -> bool:
+        return bool(config.jit_compile)
+
+    def server_config(self, config: Any, given: ServerConfig | None) -> ServerConfig | None:
+        """The server's config: ``given`` (None: the defaults), raised where the algorithm's
+        requests need it."""
+        return given
+
+    def greedy_policy(self, agent: Any) -> Any:
+        """The greedy numpy policy ``obs [B, ...] -> actions [B, ...]``."""
+        raise NotImplementedError
+
+    def evaluate(self, config: Any, agent: Any, episodes: int, seed: int) -> np.ndarray:
+        """Returns of ``episodes`` greedy episodes (seeds ``seed + i``)."""
+        return evaluate(self.greedy_policy(agent), config.env_id, episodes, seed)
+
+
+class VectorBuilder(Builder):
+    """Transitions of vector observations, on one device or one shard per device."""
+
+    #: an integer field naming each row's actor env (n-step returns stay in one env)
+    stream_field: ClassVar[str] = ""
+
+    def make_table(
+        self, config: Any, env: gym.Env
+    ) -> tuple[Table, contextlib.AbstractContextManager[Any]]:
+        spec = dict(specs_from_env(env))
+        if self.stream_field:
+            spec[self.stream_field] = tf.TensorSpec([], tf.int64, name=self.stream_field)
+        if config.devices and config.device:
+            raise rg.ConfigError(
+                f"device {config.device!r} and devices {config.devices!r}: give one of them"
+            )
+        if config.devices:  # one replay shard per device; n-step streams stay in their shard
+            strategy = mirrored_strategy(config.devices)
+            shard_by = self.stream_field or None
+            table = rg.ShardedReplayTable(spec, config.buffer_size, strategy, shard_by)
+            return table, strategy.scope()
+        table = rg.ReplayTable(spec, config.buffer_size, device=config.device or None)
+        return table, tf.device(table.device)
+
+    def settings(self, config: Any, agent: Literal["dqn", "sac"]) -> AgentSettings:
+        actor = ActorConfig(
+            env_id=config.env_id,
+            agent=agent,
+            weight_pull_interval=config.weight_pull_interval,
+            num_envs=config.actor_envs,
+            seed=config.seed,
+            num_actors=config.num_actors,
+        )
+        return actor.to_settings(agent)
+
+
+@dataclasses.dataclass(frozen=True)
+class Parts:
+    """What a served run of one config trains: its builder, table, agent and sampler."""
+
+    builder: Builder
+    table: Table
+    agent: Any
+    sampler: rg.Sampler
+
+
+def make_parts(config: Any) -> Parts:
+    """The builder of ``config``'s algorithm and the table, agent and sampler it makes (the
+    agent in the table's scope: its device, or its strategy).
+
+    Raises:
+        ConfigError: for a config no builder takes, or an env the algorithm cannot run.
+    """
+    builder = builder_for(config)
+    probe = builder.check_env(config.env_id)
+    table, scope = builder.make_table(config, probe)
+    with scope:
+        agent = builder.make_agent(config, probe)
+    probe.close()
+    return Parts(builder, table, agent, builder.make_sampler(config, table))

@@ -10,22 +10,28 @@ Acting uses a numpy copy of the actor (refreshed after each training call); ever
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 
 import replaygpu as rg
-from replaygpu.agents import runs
-from replaygpu.agents.config_parts import box_actions_env as check_env
-from replaygpu.agents.config_parts import next_chunk
-from replaygpu.agents.envs import ChunkCollector, evaluate, make_vector_env
-from replaygpu.agents.networks import MLP, Adam, polyak_update
-from replaygpu.agents.policies import LOG_STD_MAX, LOG_STD_MIN, squashed_gaussian_policy
-from replaygpu.agents.progress import NullRecorder, Recorder, TrainResult, TrainTimer
-from replaygpu.agents.runs import RunControl
-from replaygpu.agents.sac_config import SACConfig as SACConfig
+from replaygpu.service.config import AgentSettings
 from replaygpu.specs import host_spec, specs_from_env
+
+from .. import runs
+from ..configs import next_chunk
+from ..distributed.learner import Table, VectorBuilder
+from ..envs import box_actions_env as check_env
+from ..envs import make_vector_env
+from ..networks import MLP, Adam, polyak_update
+from ..policies import LOG_STD_MAX, LOG_STD_MIN, squashed_gaussian_policy
+from ..progress import NullRecorder, Recorder, TrainResult, TrainTimer
+from ..rollouts import ChunkCollector, evaluate
+from ..runs import RunControl
+from .config import SACConfig as SACConfig
+from .config import SACLearnerConfig
 
 
 class SAC(tf.Module):
@@ -199,3 +205,27 @@ def train(
         int(learner.steps.numpy()),
         recorder,
     )
+
+
+class ServedSAC(VectorBuilder):
+    """SAC served to remote actors: `SACLearnerConfig`."""
+
+    loss_key = "losses/critic_loss"
+
+    def check_env(self, env_id: str) -> gym.Env:
+        return check_env(env_id)
+
+    def make_agent(self, config: SACLearnerConfig, env: gym.Env) -> SAC:
+        return make_agent(config, env)
+
+    def make_sampler(self, config: SACLearnerConfig, table: Table) -> rg.Sampler:
+        return rg.Sampler(table, seed=config.seed)
+
+    def policy(self, agent: SAC) -> Any:
+        return agent.actor
+
+    def actor_settings(self, config: SACLearnerConfig) -> AgentSettings:
+        return self.settings(config, "sac")
+
+    def greedy_policy(self, agent: SAC) -> Any:
+        return greedy_policy(agent)

@@ -11,16 +11,17 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import replaygpu as rg
-from replaygpu.agents.apex_config import DEVICES_HELP
-from replaygpu.agents.config_parts import (
+
+from ..configs import (
     STEPS_HELP,
-    box_actions_env,
+    helptext,
     require_positive,
     require_positive_ints,
     require_unit_interval,
     require_vector_loop,
 )
-from replaygpu.agents.flags import helptext
+from ..dqn.config import DEVICES_HELP
+from ..envs import box_actions_env
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class SACConfig:
 
     @property
     def steps_to_train(self) -> int:
-        """The least ``steps`` that trains (`config_parts.require_trains`): `sac.train` trains after
+        """The least ``steps`` that trains (`configs.require_trains`): `sac.train` trains after
         each chunk that ends at or past ``learning_starts``; a served learner's rate limiter
         samples once the table holds ``learning_starts`` rows."""
         return max(1, self.learning_starts)

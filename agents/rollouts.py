@@ -1,0 +1,269 @@
+"""What an agent's envs yield: transitions in chunks, episode statistics, greedy evaluation.
+
+Transitions go to the replay table in chunks (one `ReplayTable.append` per chunk), never one
+append per step: `ChunkCollector` steps a vector env (`envs.make_vector_env`) with its policy and
+yields `TransitionChunk`s, the true last observation of each ended episode included.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from replaygpu.fields import TRANSITION_FIELDS, HostSpec
+from replaygpu.nest import flatten_batch
+
+#: the most episodes `evaluate` plays side by side (the envs it holds at once)
+EVAL_GROUP = 64
+
+#: policy for evaluation and acting: ``[B, *obs_shape] observations -> [B, ...] actions``.
+Policy = Callable[[np.ndarray], np.ndarray]
+
+
+def true_next_obs(obs: Any, done: np.ndarray, info: Mapping) -> Any:
+    """The next observation of each env's transition: ``info["final_obs"]`` where it ended.
+
+    ``obs`` is ``[N, ...]``, or a nest of them for a Dict or Tuple observation space (then
+    each ``info["final_obs"][i]`` is one env's nested observation).
+    """
+    if not done.any() or "final_obs" not in info:
+        return obs
+    ended = np.flatnonzero(info["_final_obs"])
+    return _with_rows(obs, ended, [info["final_obs"][i] for i in ended])
+
+
+def _with_rows(obs: Any, rows: np.ndarray, values: list[Any]) -> Any:
+    """A copy of ``obs`` (``[N, ...]`` or a nest of them) with row ``rows[j]`` set to
+    ``values[j]`` (one env's observation, nested alike)."""
+    if isinstance(obs, Mapping):
+        return {k: _with_rows(v, rows, [x[k] for x in values]) for k, v in obs.items()}
+    if isinstance(obs, tuple):
+        return tuple(_with_rows(v, rows, [x[j] for x in values]) for j, v in enumerate(obs))
+    out = obs.copy()
+    for i, value in zip(rows, values, strict=True):
+        out[i] = value
+    return out
+
+
+class EpisodeStats:
+    """Running return and length per env; remembers the last ``window`` finished episodes."""
+
+    def __init__(self, num_envs: int, window: int = 20) -> None:
+        self.returns = np.zeros(num_envs, np.float64)
+        self.lengths = np.zeros(num_envs, np.int64)
+        self.recent: deque[float] = deque(maxlen=window)
+
+    def step(self, reward: np.ndarray, done: np.ndarray) -> list[tuple[float, int]]:
+        """Add one vector step; returns ``(return, length)`` of each episode that just ended."""
+        self.returns += reward
+        self.lengths += 1
+        if not done.any():
+            return []
+        finished = []
+        for i in np.flatnonzero(done):
+            finished.append((float(self.returns[i]), int(self.lengths[i])))
+            self.recent.append(float(self.returns[i]))
+            self.returns[i] = 0.0
+            self.lengths[i] = 0
+        return finished
+
+    @property
+    def recent_mean(self) -> float:
+        """Mean return of the recent finished episodes (NaN before the first one)."""
+        return float(np.mean(self.recent)) if self.recent else float("nan")
+
+
+class TransitionChunk:
+    """Preallocated numpy columns for up to ``size`` transitions of one spec.
+
+    Args:
+        spec: ``{field: FieldSpec}`` of one transition (``host_spec(table.spec)``, or a
+            client's ``spec``).
+        size: rows held before `take` must be called.
+    """
+
+    def __init__(self, spec: HostSpec, size: int) -> None:
+        self.columns = {k: np.zeros((size, *f.shape), f.numpy_dtype) for k, f in spec.items()}
+        self.size = size
+        self.count = 0
+        # one column per transition field (no nested observation): add_step writes straight in
+        self._flat = set(self.columns) == set(TRANSITION_FIELDS)
+
+    def add(self, **fields: Any) -> None:
+        """Add ``n`` transitions given as ``field=[n, ...]`` arrays (one vector step); a field
+        may be a nest of them (a Dict observation) when the spec's leaves are its paths."""
+        fields = flatten_batch(self.columns, fields)
+        n = len(next(iter(fields.values())))
+        if self.count + n > self.size:
+            raise ValueError(f"chunk overflow: holds {self.count} of {self.size}, adding {n}")
+        for k, v in fields.items():
+            self.columns[k][self.count : self.count + n] = v
+        self.count += n
+
+    def add_step(
+        self,
+        obs: Any,
+        actions: np.ndarray,
+        reward: np.ndarray,
+        next_obs: Any,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        info: dict,
+    ) -> None:
+        """Add one vector-env step: ``next_obs`` is the true last observation where an episode
+        ended (the vector env already holds the next episode's reset observation there)."""
+        done = terminated | truncated
+        if self._flat:  # the acting loops' per-step path: assignment casts as astype does
+            n, i = len(actions), self.count
+            if i + n > self.size:
+                raise ValueError(f"chunk overflow: holds {i} of {self.size}, adding {n}")
+            rows = slice(i, i + n)
+            columns = self.columns
+            columns["obs"][rows] = obs
+            columns["action"][rows] = actions
+            columns["reward"][rows] = reward
+            columns["next_obs"][rows] = true_next_obs(next_obs, done, info)
+            columns["terminated"][rows] = terminated
+            columns["truncated"][rows] = truncated
+            self.count = i + n
+            return
+        self.add(
+            obs=obs,
+            action=actions.astype(self.columns["action"].dtype, copy=False),
+            reward=reward.astype(np.float32, copy=False),
+            next_obs=true_next_obs(next_obs, done, info),
+            terminated=terminated,
+            truncated=truncated,
+        )
+
+    def take(self) -> dict[str, np.ndarray]:
+        """The filled rows as a batch (copies), and empty the chunk."""
+        batch = {k: v[: self.count].copy() for k, v in self.columns.items()}
+        self.count = 0
+        return batch
+
+
+#: acting policy of a training loop: ``(obs [N, ...], env steps taken so far) -> [N, ...]``
+StepPolicy = Callable[[Any, int], np.ndarray]
+
+
+class ChunkCollector:
+    """Steps a vector env with a policy, a chunk of transitions at a time: the acting half of
+    a single-process training loop (DQN's, SAC's), which trains on each chunk it collects.
+
+    Starts new episodes (env state is not checkpointed): the env is reset with seeds
+    ``seed + env_steps``, so a resumed run does not replay its first episodes.
+
+    Args:
+        env: the vector env (`make_vector_env`); closed by `close`.
+        spec: ``{field: FieldSpec}`` of one transition (``host_spec(table.spec)``).
+        size: most env steps in one chunk (a multiple of ``env.num_envs``).
+        on_episode: called ``(env_steps, episodic_return, length)`` as each episode ends.
+        seed: the run's seed.
+        env_steps: env steps the run took before (a resumed run's).
+    """
+
+    def __init__(
+        self,
+        env: gym.vector.VectorEnv,
+        spec: HostSpec,
+        size: int,
+        on_episode: Callable[[int, float, int], None],
+        seed: int,
+        env_steps: int = 0,
+    ) -> None:
+        self.env = env
+        self.chunk = TransitionChunk(spec, size)
+        self.stats = EpisodeStats(env.num_envs)
+        self.on_episode = on_episode
+        self.env_steps = env_steps
+        self.obs, _ = env.reset(seed=seed + env_steps)
+
+    def collect(self, policy: StepPolicy, env_steps: int) -> dict[str, np.ndarray]:
+        """Step the env ``env_steps`` times (whole vector steps) with ``policy``; returns the
+        chunk of transitions (``{field: [env_steps, ...]}``)."""
+        env, chunk, stats, on_episode = self.env, self.chunk, self.stats, self.on_episode
+        n, step, obs = env.num_envs, self.env_steps, self.obs
+        for _ in range(env_steps // n):
+            actions = policy(obs, step)
+            next_obs, reward, terminated, truncated, info = env.step(actions)
+            chunk.add_step(obs, actions, reward, next_obs, terminated, truncated, info)
+            step += n
+            for episodic_return, length in stats.step(reward, terminated | truncated):
+                on_episode(step, episodic_return, length)
+            obs = next_obs
+        self.env_steps, self.obs = step, obs
+        return chunk.take()
+
+    @property
+    def recent_return(self) -> float:
+        """Mean return of the recent finished episodes (NaN before the first one)."""
+        return self.stats.recent_mean
+
+    def close(self) -> None:
+        """Close the env."""
+        self.env.close()
+
+
+def evaluate(
+    policy: Policy,
+    env_id: str,
+    episodes: int,
+    seed: int,
+    on_reset: Callable[[], None] | None = None,
+) -> np.ndarray:
+    """Returns of ``episodes`` full episodes of ``policy``, seeded ``seed + i``.
+
+    The episodes run side by side (up to `EVAL_GROUP` at once), one env each, with one policy
+    call per step for the episodes still running (20 CartPole episodes: 500 calls, not
+    10,000). With ``on_reset`` (a recurrent policy, whose state is one episode's) they run one
+    after the other and ``on_reset`` is called as each starts.
+
+    Returns:
+        ``[episodes]`` float64 undiscounted returns.
+    """
+    if on_reset is None:
+        seeds = [seed + ep for ep in range(episodes)]
+        groups = [seeds[i : i + EVAL_GROUP] for i in range(0, episodes, EVAL_GROUP)]
+        return np.concatenate([_play(policy, env_id, g) for g in groups] or [np.zeros(0)])
+    returns = []
+    for ep in range(episodes):
+        on_reset()
+        returns.append(_play(policy, env_id, [seed + ep]))
+    return np.concatenate(returns) if returns else np.zeros(0, np.float64)
+
+
+def _play(policy: Policy, env_id: str, seeds: list[int]) -> np.ndarray:
+    """One episode per seed, in lock-step: the returns (``[len(seeds)]`` float64)."""
+    envs = [gym.make(env_id) for _ in seeds]
+    returns = np.zeros(len(seeds), np.float64)
+    try:
+        obs = [env.reset(seed=s)[0] for env, s in zip(envs, seeds, strict=True)]
+        running = list(range(len(envs)))
+        while running:
+            actions = policy(_stack([obs[i] for i in running]))
+            still = []
+            for i, action in zip(running, actions, strict=True):
+                obs[i], reward, terminated, truncated, _ = envs[i].step(action)
+                returns[i] += float(reward)
+                if not (terminated or truncated):
+                    still.append(i)
+            running = still
+    finally:
+        for env in envs:
+            env.close()
+    return returns
+
+
+def _stack(rows: list[Any]) -> Any:
+    """Observations as one batch (``[B, ...]``; nests leaf by leaf)."""
+    first = rows[0]
+    if isinstance(first, Mapping):
+        return {k: _stack([r[k] for r in rows]) for k in first}
+    if isinstance(first, tuple):
+        return tuple(_stack([r[i] for r in rows]) for i in range(len(first)))
+    return np.stack([np.asarray(r) for r in rows])

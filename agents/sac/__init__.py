@@ -1,0 +1,2 @@
+"""SAC: `config` (``SACConfig``, ``SACLearnerConfig``; no TensorFlow) and `agent` (the agent,
+``demo pendulum``, and its served builder)."""
