@@ -1,12 +1,10 @@
 """Checkpoints of a whole learner: table contents, sampler RNG, counters, networks, optimizer.
 
-Built on `tf.train.Checkpoint`; the folder (numbering, sealing, pruning, leftovers of
-interrupted saves) is kept by `checkpoint_files`. A restore is all or nothing: before anything
-is read, every live variable is matched to its saved value through the saved object graph and
-their shapes and dtypes are compared (the table's fields and capacity get a message of their
-own); and every variable but the large table storage is snapshotted and put back should the
-read still fail part way. Only the objects named ``optional`` may be missing from a checkpoint
-(one written before they were added to it): they keep their state.
+Built on `tf.train.Checkpoint`; `checkpoint_files` keeps the folder. A restore is all or
+nothing: before anything is read, every live variable is matched to its saved value through the
+saved object graph and their shapes and dtypes are compared; and every variable but the large
+table storage is snapshotted and put back should the read still fail part way. Only the objects
+named ``optional`` may be missing from a checkpoint (written before they existed).
 
 Crashes and storage faults: a checkpoint counts once it is sealed (fsynced, then a checksum
 manifest renamed into place), so a kill at any instant of a save leaves the sealed ones intact
@@ -51,11 +49,8 @@ _DAMAGED = (tf.errors.DataLossError, tf.errors.OutOfRangeError, IndexError)
 
 
 def check_writable(directory: str) -> None:
-    """Make ``directory`` if missing and check that this process can write into it.
-
-    Raises:
-        ConfigError: one line naming the folder, the user and group ids, and the fixes.
-    """
+    """Make ``directory`` if missing; `ConfigError` (naming the fixes) if this process cannot
+    write into it."""
     who = f"uid {os.getuid()} gid {os.getgid()}"
     try:
         os.makedirs(directory, exist_ok=True)
@@ -92,23 +87,19 @@ class CheckpointSchedule:
     Args:
         every_s: seconds between checkpoints (None: never due).
         retry_s: seconds before a failed one is tried again.
-
-    Attributes:
-        failures: saves that failed so far.
     """
 
     def __init__(self, every_s: float | None, retry_s: float = 30.0) -> None:
         self.every_s = every_s
         self.retry_s = retry_s
         self.failures = 0
-        self._next = time.monotonic() + (every_s if every_s is not None else math.inf)
+        self.restart()
 
     def wait_s(self) -> float:
         """Seconds until the next checkpoint is due (0 when it is; inf: never)."""
         return max(0.0, self._next - time.monotonic())
 
     def due(self) -> bool:
-        """Whether a checkpoint is due now."""
         return self.wait_s() == 0.0
 
     def restart(self) -> None:
@@ -143,8 +134,8 @@ class Checkpointer:
             leaves these as they are (logged). Every other object must be in the checkpoint.
         **extra: more trackables: networks, optimizers, the service's sequence ledger, ...
 
-    One `Checkpointer` writes a folder at a time: it takes any checkpoint there without a
-    manifest for the leftover of an interrupted save, and removes it.
+    One `Checkpointer` writes a folder at a time: a checkpoint there without a manifest is the
+    leftover of an interrupted save, and removed.
 
     Raises:
         ConfigError: nothing to save, an ``optional`` name that is not one of the objects, or
@@ -209,17 +200,14 @@ class Checkpointer:
 
     def save(self, step: int | None = None, *, seal: bool = True) -> str:
         """Write a checkpoint, fsynced and sealed with its checksum manifest; returns its path
-        prefix. What interrupted saves left in the folder is removed first (`checkpoint_files`),
-        and once it is sealed all but the newest ``max_to_keep`` are deleted.
+        prefix. Leftovers are removed first, and all but the newest ``max_to_keep`` after.
 
         Args:
             step: its number (default: one above every number the folder held since this
                 `Checkpointer` started, leftovers of killed saves included: never reused).
             seal: False leaves the fsync, the manifest and the pruning to a `seal` call, e.g.
-                made once a lock held for the write is released (a server's commits wait only
-                for TensorFlow's write, not for reading the files back). Until then the
-                checkpoint is unfinished: a restart skips it, and the next save after a crash
-                removes it.
+                once a lock held for the write is released (a server's commits wait only for
+                TensorFlow's write). Until then a restart skips it.
 
         Raises:
             CheckpointSaveError: it could not be written (the message names the folder, the
@@ -247,13 +235,8 @@ class Checkpointer:
         return path
 
     def seal(self, path: str) -> None:
-        """Fsync the checkpoint `save` just wrote with ``seal=False``, write its manifest, name
-        it in TensorFlow's ``checkpoint`` state file, and delete all but the newest
-        ``max_to_keep`` checkpoints.
-
-        Raises:
-            CheckpointSaveError: as `save`.
-        """
+        """Seal the checkpoint `save` wrote with ``seal=False`` (`CheckpointSaveError` as
+        `save`), record it in TensorFlow's state file, and prune."""
         try:
             checkpoint_files.seal(path)
         except OSError as err:
@@ -272,7 +255,6 @@ class Checkpointer:
             )
 
     def _remove_leftovers(self) -> None:
-        """Remove what interrupted saves left in the folder, in one log line."""
         removed, nbytes = checkpoint_files.remove_leftovers(
             self.directory, self.max_to_keep, keep=self._pending
         )
@@ -287,7 +269,6 @@ class Checkpointer:
 
     def _failed(self, err: BaseException) -> CheckpointSaveError:
         """Undo the save in progress (its files); the error to raise."""
-        assert self._pending is not None
         prefix, self._pending = self._pending, None
         checkpoint_files.discard(prefix)
         self._next_number = int(prefix.rsplit("-", 1)[1])  # nothing of it is left
@@ -298,8 +279,8 @@ class Checkpointer:
         )
 
     def restore(self, path: str | None = None) -> str | None:
-        """Restore ``path``, or by default the newest intact sealed checkpoint in the folder: each
-        is checked against its manifest first, and a corrupt one is skipped with a warning.
+        """Restore ``path``, or by default the newest intact sealed checkpoint in the folder (a
+        corrupt one is skipped with a warning).
 
         Returns:
             the path restored, or None when there is no checkpoint to restore.
@@ -315,9 +296,8 @@ class Checkpointer:
         )
         problems: list[str] = []
         for candidate in candidates:
-            problem = None  # without a manifest: TensorFlow's checks only
-            if checkpoint_files.has_manifest(candidate):
-                problem = checkpoint_files.verify(candidate)
+            sealed = checkpoint_files.has_manifest(candidate)  # else TensorFlow's checks only
+            problem = checkpoint_files.verify(candidate) if sealed else None
             if problem is None:
                 try:
                     self._restore(candidate)
@@ -346,7 +326,7 @@ class Checkpointer:
             reader = tf.train.load_checkpoint(path)
             absent = sorted(self.optional - checkpoint_graph.saved_objects(reader))
             if self.table is not None and self._table_prefix.split("/")[0] not in absent:
-                self._check_shards(self.table, path, reader)
+                self._check_table(path, reader)
             mismatches = checkpoint_graph.mismatched_variables(self._checkpoint, reader)
         except _DAMAGED as err:
             raise CheckpointCorruptError(f"{path}: unreadable ({_reason(err)})") from err
@@ -358,15 +338,9 @@ class Checkpointer:
                 "Nothing was restored; build the networks and table as in the saved run."
             )
         shards = self.table.shards if self.table is not None else []
-        table_vars = {id(v) for shard in shards for v in shard.storage.values()}
-        others = list(
-            {
-                id(v): v
-                for obj in self.objects.values()
-                for v in checkpoint_graph.variables_of(obj)
-                if id(v) not in table_vars
-            }.values()
-        )
+        skip = {id(v) for shard in shards for v in shard.storage.values()}
+        found = [v for obj in self.objects.values() for v in checkpoint_graph.variables_of(obj)]
+        others = list({id(v): v for v in found if id(v) not in skip}.values())
         snapshot = [tf.identity(v) for v in others]
         # optional objects the checkpoint lacks are left out of the read: it checks the others
         read = self._checkpoint
@@ -391,33 +365,31 @@ class Checkpointer:
             )
         logger.info("restored checkpoint %s", path)
 
-    def _check_shards(self, table: Table, path: str, reader: Any) -> None:
+    def _check_table(self, path: str, reader: Any) -> None:
         """Each shard's fields against the checkpoint; a table restores only onto as many
         shards as it was saved from (a plain table is one)."""
-        prefix = self._table_prefix
-        paths = checkpoint_graph.object_paths(self._checkpoint, table.shards)
-        pattern = re.compile(f"^{re.escape(prefix)}((?:[^/]+/)*?)storage/")
-        keys = reader.get_variable_to_shape_map()
-        saved = {m.group(1) for k in keys if (m := pattern.match(k))}
-        if len(saved) != table.num_shards:
-            held = f"{len(saved)} shards" if saved else "no table"
-            raise CheckpointMismatchError(
-                f"checkpoint {path} holds {held} under '{prefix}', but table "
-                f"'{table.name}' has {table.num_shards} (one per replica); nothing was restored. "
-                f"Restore onto a strategy with {len(saved) or 'the saved number of'} replicas: "
-                "shards are not re-split"
-            )
-        for shard in table.shards:
-            self._check_table(shard, path, reader, paths[id(shard)])
-
-    def _check_table(
-        self, table: ReplayTable, path: str, reader: Any, table_prefix: str | None = None
-    ) -> None:
+        table, prefix = self.table, self._table_prefix
         shapes = reader.get_variable_to_shape_map()
         dtypes = reader.get_variable_to_dtype_map()
-        prefix = re.escape(table_prefix or self._table_prefix)
-        pattern = re.compile(f"^{prefix}storage/([^/]+){re.escape(_VALUE)}$")
-        saved = {_unescape(m.group(1)): k for k in shapes if (m := pattern.match(k))}
+        pattern = re.compile(f"^{re.escape(prefix)}((?:[^/]+/)*?)storage/")
+        held = {m.group(1) for k in shapes if (m := pattern.match(k))}
+        if len(held) != table.num_shards:
+            raise CheckpointMismatchError(
+                f"checkpoint {path} holds {f'{len(held)} shards' if held else 'no table'} under "
+                f"'{prefix}', but table '{table.name}' has {table.num_shards} (one per replica); "
+                f"nothing was restored. Restore onto a strategy with "
+                f"{len(held) or 'the saved number of'} replicas: shards are not re-split"
+            )
+        paths = checkpoint_graph.object_paths(self._checkpoint, table.shards)
+        for shard in table.shards:
+            key = re.escape(paths[id(shard)])
+            field = re.compile(f"^{key}storage/([^/]+){re.escape(_VALUE)}$")
+            saved = {_unescape(m.group(1)): k for k in shapes if (m := field.match(k))}
+            self._check_fields(shard, path, saved, shapes, dtypes)
+
+    def _check_fields(
+        self, table: ReplayTable, path: str, saved: dict[str, str], shapes: Any, dtypes: Any
+    ) -> None:
         # the stored dtype: a field kept as float16/bfloat16 is saved so (storage_dtypes)
         want = {
             name: ([table.capacity, *leaf.shape.as_list()], table.storage_dtypes[name].name)
