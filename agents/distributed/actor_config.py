@@ -23,6 +23,7 @@ from typing import Any, Literal
 import replaygpu as rg
 from replaygpu.service.config import AgentSettings
 from replaygpu.service.ops.auth import TLSConfig
+from replaygpu.service.ops.commands import client_tls
 
 from ..configs import helptext, require_positive_ints, require_unit_interval
 
@@ -220,7 +221,7 @@ class ActorConfig:
         Raises:
             ConfigError: a file is missing or unreadable, or certificate and key do not match.
         """
-        return _tls(self)
+        return client_tls(self)
 
     @property
     def epsilon(self) -> float:
@@ -294,16 +295,4 @@ def _check(config: Any, known: Collection[str] | None = None) -> None:
             "epsilon-greedily with an LSTM Q-network on vectors)"
         )
     require_unit_interval(config, *filter(reads, ("epsilon_base", "repeat_action_probability")))
-    _tls(config)  # checks the TLS files now: missing, unreadable, a key of another cert
-
-
-def _tls(config: Any) -> TLSConfig | None:
-    """`ActorConfig.tls` of ``config``."""
-    if not any((config.tls_ca, config.tls_cert, config.tls_key, config.server_name)):
-        return None
-    return TLSConfig(
-        cert_file=config.tls_cert,
-        key_file=config.tls_key,
-        ca_file=config.tls_ca,
-        server_name=config.server_name,
-    )
+    client_tls(config)  # checks the TLS files now: missing, unreadable, a key of another cert

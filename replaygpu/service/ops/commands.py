@@ -118,8 +118,7 @@ def add_server_security_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def add_server_flags(parser: argparse.ArgumentParser) -> None:
-    """The `ServerConfig` flags of a server command (``serve``, ``learner``): ``--inflight-mb``,
-    ``--max-actors`` and ``--journal-dir`` (`server_config` reads them)."""
+    """The `ServerConfig` flags of a server command (``serve``, ``learner``; `server_config`)."""
     parser.add_argument(
         "--inflight-mb",
         type=positive_int,
@@ -190,30 +189,27 @@ def server_tls(args: argparse.Namespace) -> TLSConfig | None:
 
 def positive_int(text: str) -> int:
     """An argparse type: an integer >= 1 (checked as the flags are parsed, before any import)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected an integer >= 1")
-    return value
+    return _int_in(text, 1, math.inf, "an integer >= 1")
 
 
 def port_number(text: str) -> int:
     """An argparse type: a TCP port, 0 to 65535."""
+    return _int_in(text, 0, 65535, "a port number in 0..65535")
+
+
+def _int_in(text: str, low: int, high: float, expected: str) -> int:
     try:
-        port = int(text)
+        value = int(text)
     except ValueError:
-        port = -1
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected a port number in 0..65535")
-    return port
+        value = low - 1
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected {expected}")
+    return value
 
 
 def add_client_flags(parser: argparse.ArgumentParser) -> None:
-    """The token and TLS flags of a client command (``info``, ``health``; ``actor`` has the
-    same ones, from `replaygpu.agents.distributed.actor_config.ActorConfig`). Any ``--tls-*`` or
-    ``--server-name`` flag enables TLS."""
+    """The token and TLS flags of a client command (``info``, ``health``, ``actor``); any
+    ``--tls-*`` or ``--server-name`` flag enables TLS."""
     parser.add_argument(
         "--token",
         default=os.environ.get("REPLAYGPU_TOKEN"),
@@ -231,17 +227,16 @@ def add_client_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def client_tls(args: argparse.Namespace) -> TLSConfig | None:
-    """The client's `TLSConfig` from ``--tls-ca/--tls-cert/--tls-key/--server-name``, or None
-    (plaintext) when none is given.
+def client_tls(args: Any) -> TLSConfig | None:
+    """The client's `TLSConfig` from ``--tls-ca/--tls-cert/--tls-key/--server-name`` (or an
+    `ActorConfig`'s fields of those names), or None (plaintext) when none is given.
 
     Raises:
         ConfigError: a file is missing or unreadable, or certificate and key do not match.
     """
     from replaygpu.service.ops.auth import TLSConfig
 
-    files = (args.tls_ca, args.tls_cert, args.tls_key, args.server_name)
-    if not any(files):
+    if not any((args.tls_ca, args.tls_cert, args.tls_key, args.server_name)):
         return None
     return TLSConfig(
         cert_file=args.tls_cert,
@@ -249,16 +244,6 @@ def client_tls(args: argparse.Namespace) -> TLSConfig | None:
         ca_file=args.tls_ca,
         server_name=args.server_name,
     )
-
-
-def _spec_env(args: argparse.Namespace) -> Any:
-    """The env of ``--env`` (None without it), made before TensorFlow is imported, so an unknown
-    id is refused in one line at once (gymnasium's error)."""
-    if not args.env:
-        return None
-    import gymnasium as gym
-
-    return gym.make(args.env)
 
 
 def _load_spec(args: argparse.Namespace, env: Any) -> Any:
@@ -297,7 +282,11 @@ def run_serve(args: argparse.Namespace) -> int:
     tls = server_tls(args)
     config = server_config(args, max_message_bytes=args.max_message_mb * 2**20)
     require_free_ports(args.address, args.metrics_port)  # before TensorFlow: one line at once
-    env = _spec_env(args)
+    env = None
+    if args.env:  # made before TensorFlow is imported: an unknown id is refused at once
+        import gymnasium as gym
+
+        env = gym.make(args.env)
     import replaygpu as rg
     from replaygpu.checkpoint import CheckpointSchedule
     from replaygpu.service.learner.ledger import SequenceLedger
@@ -308,8 +297,7 @@ def run_serve(args: argparse.Namespace) -> int:
     ckpt = None
     if args.checkpoint_dir:
         ckpt = rg.Checkpointer(args.checkpoint_dir, table=table, ledger=ledger)
-        restored = ckpt.restore()
-        if restored:
+        if restored := ckpt.restore():
             logger.info("restored %s: %d transitions", restored, table.size)
     server = rg.serve(table, args.address, args.token, tls, config=config, ledger=ledger)
     metrics, signalled = None, False
@@ -344,10 +332,9 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def message_json(message: Any) -> str:
-    """``message`` as indented JSON, every field included, with its 64-bit integers as JSON
-    numbers. Protobuf's JSON mapping writes int64 fields as strings (for JavaScript's 53-bit
-    numbers), so ``jq '.tables[0].size > 0'`` and ``json.load`` readers would compare strings;
-    the counters here stay far below 2**53."""
+    """``message`` as indented JSON, every field included, its 64-bit integers as numbers:
+    protobuf's JSON writes them as strings (JavaScript's 53-bit numbers), which ``jq`` and
+    ``json.load`` readers would compare as strings; the counters here stay far below 2**53."""
     from google.protobuf import json_format
 
     value = json_format.MessageToDict(message, always_print_fields_with_no_presence=True)
@@ -355,45 +342,48 @@ def message_json(message: Any) -> str:
 
 
 def _int64_as_numbers(descriptor: Any, value: dict[str, Any]) -> dict[str, Any]:
-    """``value`` (`MessageToDict` of a message of ``descriptor``) with the strings of its
-    int64 fields, nested messages' included, turned back into ints."""
+    """``value`` (`MessageToDict` of a ``descriptor`` message) with its int64 strings as ints."""
     from google.protobuf.descriptor import FieldDescriptor
 
-    wide = {FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT64}
-    wide |= {FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64}
     for field in descriptor.fields:
-        if field.json_name not in value:
+        if (item := value.get(field.json_name)) is None:
             continue
-        if field.type in wide:
-            convert = int
+        if field.cpp_type in (FieldDescriptor.CPPTYPE_INT64, FieldDescriptor.CPPTYPE_UINT64):
+            convert: Any = int
         elif field.message_type is not None:
             convert = functools.partial(_int64_as_numbers, field.message_type)
         else:
             continue
-        item = value[field.json_name]
-        value[field.json_name] = (
-            [convert(v) for v in item] if isinstance(item, list) else convert(item)
-        )
+        value[field.json_name] = [*map(convert, item)] if isinstance(item, list) else convert(item)
     return value
 
 
-def run_info(args: argparse.Namespace) -> int:
-    """Print the tables and counters of the server at ``args.address``."""
+def _call(args: argparse.Namespace, stub: Any, method: str, request: Any, timeout: float) -> Any:
+    """The answer of ``stub``'s ``method`` at ``args.address`` to ``request``.
+
+    Raises:
+        ServiceError: the call failed (`connect_error` names TLS problems).
+    """
     import grpc
 
     from replaygpu.service.ops.auth import connect_error, make_channel, token_metadata
-    from replaygpu.v1 import replay_pb2, replay_pb2_grpc
 
     tls = client_tls(args)
     channel = make_channel(args.address, tls, 2**20)
     try:
-        reply = replay_pb2_grpc.ReplayServiceStub(channel).Info(
-            replay_pb2.InfoRequest(), metadata=token_metadata(args.token), timeout=10
-        )
+        call = getattr(stub(channel), method)
+        return call(request, metadata=token_metadata(args.token), timeout=timeout)
     except grpc.RpcError as err:
         raise connect_error(err, args.address, tls) from None
     finally:
         channel.close()
+
+
+def run_info(args: argparse.Namespace) -> int:
+    """Print the tables and counters of the server at ``args.address``."""
+    from replaygpu.v1 import replay_pb2, replay_pb2_grpc
+
+    reply = _call(args, replay_pb2_grpc.ReplayServiceStub, "Info", replay_pb2.InfoRequest(), 10)
     if args.json:
         print(message_json(reply))
         return 0
@@ -422,19 +412,16 @@ def run_info(args: argparse.Namespace) -> int:
 
 
 def learner_line(reply: Any) -> str:
-    """``replaygpu info``'s line of an ``InfoResponse``'s ``learner_stats`` (nan: not known
-    yet)."""
+    """``replaygpu info``'s line of an ``InfoResponse``'s ``learner_stats`` (nan: not known)."""
     stats = reply.learner_stats
-    evaluated = (
-        f"eval return {stats.eval_return:.1f} at SGD step {stats.eval_step}"
-        if not math.isnan(stats.eval_return)
-        else "no eval yet"
-    )
+    evaluated = "no eval yet"
+    if not math.isnan(stats.eval_return):
+        evaluated = f"eval return {stats.eval_return:.1f} at SGD step {stats.eval_step}"
     budget = f"of {stats.target_steps}" if stats.target_steps else "(no end)"
     return (
         f"learner: {'run finished, ' if reply.run_finished else ''}SGD step "
-        f"{reply.learner_steps} {budget}, loss "
-        f"{stats.loss:.4g}, return {stats.mean_return:.1f} and length {stats.mean_length:.0f} "
+        f"{reply.learner_steps} {budget}, loss {stats.loss:.4g}, return {stats.mean_return:.1f} "
+        f"and length {stats.mean_length:.0f} "
         f"(mean of the last {stats.recent_episodes} of {stats.episodes} episodes), {evaluated}"
     )
 
@@ -443,31 +430,17 @@ def run_health(args: argparse.Namespace) -> int:
     """Print the health status of ``args.service`` at ``args.address``; 0 when SERVING, else
     1 with one line on stderr naming the address and the reason (never 2: Docker reserves it).
     Imports no TensorFlow."""
-    import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     from replaygpu.errors import ReplayError
-    from replaygpu.service.ops.auth import connect_error, make_channel, token_metadata
 
     where = f"replaygpu health: {args.address} (service {args.service!r})"
+    request = health_pb2.HealthCheckRequest(service=args.service)
     try:
-        tls = client_tls(args)
-        channel = make_channel(args.address, tls, 2**20)
+        reply = _call(args, health_pb2_grpc.HealthStub, "Check", request, args.timeout)
     except ReplayError as err:
         print(f"{where}: {type(err).__name__}: {' '.join(str(err).split())}", file=sys.stderr)
         return 1
-    try:
-        reply = health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(service=args.service),
-            metadata=token_metadata(args.token),
-            timeout=args.timeout,
-        )
-    except grpc.RpcError as err:
-        error = connect_error(err, args.address, tls)
-        print(f"{where}: {type(error).__name__}: {' '.join(str(error).split())}", file=sys.stderr)
-        return 1
-    finally:
-        channel.close()
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
     print(status)
     if reply.status != health_pb2.HealthCheckResponse.SERVING:
