@@ -19,9 +19,6 @@ for a free worker. An ``Append`` stream reads top to bottom here:
 6. **ack**: the committer (`ingest`) writes the batch and posts the ack back to the stream's
    coroutine, which streams the acks out; an error ends the stream with its status code and
    the failing seq in the trailing metadata.
-
-At most ``max_actors`` Append streams are open at once; one more is refused at once with
-RESOURCE_EXHAUSTED naming the limit.
 """
 
 from __future__ import annotations
@@ -51,13 +48,13 @@ from replaygpu.service.learner.admission import (
 from replaygpu.service.learner.info import table_info, weights_message
 from replaygpu.service.learner.ingest import Ingest
 from replaygpu.service.learner.run_stats import RunStats
-from replaygpu.service.learner.staging import StagedBatch, StagingQueue
+from replaygpu.service.learner.staging import StagedBatch
 from replaygpu.service.wire.status import (
     ResourceExhaustedError,
     ServiceError,
     ServiceUnavailableError,
+    abort,
     code_of,
-    trailing_metadata_of,
 )
 from replaygpu.v1 import replay_pb2, replay_pb2_grpc
 
@@ -86,21 +83,11 @@ class StreamEnd:
         self.count = count
 
 
-async def abort(context: grpc.aio.ServicerContext, err: BaseException) -> None:
-    """End the RPC with ``err``'s status code, message and trailing metadata (seq, retryable).
-
-    Raises:
-        the exception gRPC uses to end the handler (``context.abort`` never returns).
-    """
-    await context.abort(code_of(err), str(err), trailing_metadata_of(err))
-
-
 class Servicer(replay_pb2_grpc.ReplayServiceServicer):
     """The RPC methods over one table, its ingest and (when serving a learner) the learner.
 
     Args:
-        ingest: commits what this servicer stages, into its table (the served one), from its
-            pool of aligned buffers (which staged arrays are copied into).
+        ingest: commits what this servicer stages into its table, from its buffer pool.
         spec: the table's host spec (what each request is validated against).
         learner: the learner that owns the table, or None for a bare table.
         weights: the published weights handed to ``GetWeights``.
@@ -129,8 +116,7 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
     ) -> None:
         self.ingest = ingest
         self.table = ingest.table
-        #: the pool staged arrays are copied into; the ingest gives them back to it
-        self.buffers = ingest.buffers
+        self.buffers = ingest.buffers  # staged arrays are copied into these; ingest frees them
         self.spec = spec
         self.learner = learner
         self.weights = weights
@@ -150,9 +136,8 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         self._outboxes: set[asyncio.Queue[Any]] = set()  # of the open Append streams
         #: bytes of the requests read and not answered yet, over all streams (on the loop)
         self.budget = RequestBudget(config.inflight_max_bytes)
-        #: actor -> highest seq staged (accepted, maybe not yet committed), least recent first;
-        #: Info reports it, so a client restarted under the same id starts past batches of its
-        #: previous incarnation that are still on their way into the table
+        #: actor -> highest seq staged (maybe not committed yet), least recent first, for Info:
+        #: a client restarted under the same id starts past its batches still on their way
         self._staged_seqs: collections.OrderedDict[str, int] = collections.OrderedDict()
         self._admit_pool = ThreadPoolExecutor(config.admit_threads, "replaygpu-admit")
         #: Info reads TensorFlow variables and the ledger, which can wait on a commit or a
@@ -164,17 +149,11 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         self._admitter: asyncio.Task[None] | None = None  # runs while any wait
         self._weights_cache: tuple[WeightSnapshot | None, Any] = (None, None)
 
-    @property
-    def _queue(self) -> StagingQueue:
-        return self.ingest.queue
-
     def tell_streams(self) -> None:
         """Send every open Append stream the notice that the run is finished, an ack of seq 0
-        (no request has it) with ``run_finished`` (call on the loop, after the last commit):
-        its client stops instead of waiting for a next server, and closes the stream, which
-        then ends here (`Append`). The server waits for that (`ReplayServer.stop`), so that
-        every client has the notice before the port closes: a call that finds it closed is
-        then no outage to the client."""
+        with ``run_finished`` (call on the loop, after the last commit): its client stops and
+        closes the stream. `ReplayServer.stop` waits for that, so that every client has the
+        notice before the port closes, and a closed port is then no outage to it."""
         for outbox in self._outboxes:
             outbox.put_nowait(replay_pb2.AppendAck(seq=0, run_finished=True))
 
@@ -244,7 +223,6 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
             self.streams -= 1
 
     def _answer(self, code: grpc.StatusCode) -> None:
-        """Count one Append answer (a plain int, read by the metrics endpoint)."""
         self.answered[code.name] = self.answered.get(code.name, 0) + 1
 
     async def _read_stream(
@@ -311,12 +289,13 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
                 item = await prepared
             if item is None:  # a replay, acknowledged already
                 return
-            deadline = loop.time() + self._queue.put_timeout_s
+            queue = self.ingest.queue
+            deadline = loop.time() + queue.put_timeout_s
             delay = 0.001
-            while not self._queue.try_put(item):
+            while not queue.try_put(item):
                 if loop.time() > deadline:
                     self.buffers.release(item.columns)
-                    raise self._queue.full_error(item.seq)
+                    raise queue.full_error(item.seq)
                 await asyncio.sleep(delay)
                 delay = min(2 * delay, 0.02)
         except BaseException:
@@ -342,7 +321,7 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
             self._admitter = None
 
     def _note_staged(self, actor: str, seq: int) -> None:
-        """Remember ``actor``'s highest staged seq (on the event loop; bounded like the ledger)."""
+        """Remember ``actor``'s highest staged seq (on the loop; bounded like the ledger)."""
         staged = self._staged_seqs
         staged[actor] = max(seq, staged.pop(actor, 0))
         while len(staged) > self.ingest.ledger.max_actors:
@@ -353,8 +332,7 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
     ) -> StagedBatch | None:
         """Parse and validate one request (`admission`) and copy its arrays into pooled
         buffers; a replay of a committed seq is acknowledged (``post``) and gives None.
-        ``replay``: a request read back from the journal (accepted under the limits of its
-        time)."""
+        ``replay``: read back from the journal (accepted under the limits of its time)."""
         request = parse_request(data)
         seq = request.seq
         finished = self.ingest.run_finished  # acknowledged below, not inserted
@@ -377,15 +355,10 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
             post(replay_pb2.AppendAck(**ack, run_finished=self.ingest.run_finished))
 
         last = self.ingest.ledger.last(actor, sync=False)  # a hint; the committer decides
-        if seq <= last or finished:  # committed, or the run is over: ack,
-            done(  # insert nothing
-                {
-                    "seq": seq,
-                    "committed_seq": last,
-                    "duplicate": seq <= last,
-                    "transitions": 0,
-                    **self.ingest.counters(),
-                }
+        if seq <= last or finished:  # committed, or the run is over: ack, insert nothing
+            counters = self.ingest.counters()
+            done(
+                dict(seq=seq, committed_seq=last, duplicate=seq <= last, transitions=0, **counters)
             )
             return None
         columns = {name: self.buffers.copy(array) for name, array in columns.items()}
@@ -431,8 +404,8 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
             actor_last_seq=max(ledger.last(request.actor_id), staged_seq)
             if request.actor_id
             else 0,
-            staged_batches=len(self._queue),
-            staged_bytes=self._queue.nbytes,
+            staged_batches=len(self.ingest.queue),
+            staged_bytes=self.ingest.queue.nbytes,
             actors=ledger.actors(),
             run_finished=self.ingest.run_finished,
         )
@@ -449,7 +422,7 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
 
 def handlers(servicer: Servicer) -> grpc.GenericRpcHandler:
     """The generated service's handlers, but Append's requests arrive as their bytes (parsed
-    by `parse_append_request`, zero-copy)."""
+    by `parse_request`, zero-copy)."""
     return grpc.method_handlers_generic_handler(
         SERVICE_NAME,
         {

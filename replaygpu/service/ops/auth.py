@@ -4,11 +4,7 @@ The token travels in the ``authorization`` metadata as ``Bearer <token>`` on eve
 server checks it on every ``replaygpu.v1.ReplayService`` RPC (Append, GetWeights, Info).
 Health checking and reflection stay open so that load balancers and orchestrator probes
 (which cannot send tokens) work; they reveal only service names and a serving status.
-When a connection fails, `connect_error` says why in the user's terms: gRPC reports a TLS
-handshake that can never succeed as UNAVAILABLE, like a server that is down, and for a plaintext
-client at a TLS server or a client without an accepted certificate at an mTLS server it says
-only "Socket closed"; a short handshake probe (`probe_handshake`) tells those apart.
-Imports no TensorFlow.
+When a connection fails, `connect_error` says why in the user's terms. Imports no TensorFlow.
 """
 
 from __future__ import annotations
@@ -31,7 +27,7 @@ from replaygpu.service.wire.status import (
     AuthenticationError,
     ServiceError,
     TLSError,
-    code_of,
+    abort,
     error_from_rpc,
     tls_failure,
 )
@@ -347,11 +343,11 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):
     """Rejects calls without ``authorization: Bearer <token>`` with UNAUTHENTICATED (for the
     server's asyncio gRPC server); `OPEN_SERVICES` stay open (probes cannot send tokens)."""
 
-    def __init__(self, token: str, open_services: tuple[str, ...] = OPEN_SERVICES) -> None:
+    def __init__(self, token: str) -> None:
         if not token:
             raise ConfigError("token: got an empty string; pass None to disable tokens")
         self._expected = f"Bearer {token}".encode()
-        self._open = tuple(f"/{s}/" for s in open_services)
+        self._open = tuple(f"/{s}/" for s in OPEN_SERVICES)
 
     async def intercept_service(
         self,
@@ -366,10 +362,7 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):
         if got is not None and hmac.compare_digest(str(got).encode(), self._expected):
             return handler
         reason = "no 'authorization' metadata" if got is None else "a wrong token"
-        return _deny(
-            handler,
-            f"{method}: the call carried {reason}; pass the server's `token`",
-        )
+        return _deny(handler, f"{method}: the call carried {reason}; pass the server's `token`")
 
 
 def _deny(handler: grpc.RpcMethodHandler | None, message: str) -> grpc.RpcMethodHandler:
@@ -377,7 +370,7 @@ def _deny(handler: grpc.RpcMethodHandler | None, message: str) -> grpc.RpcMethod
     error = AuthenticationError(message)
 
     async def refuse(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await context.abort(code_of(error), str(error))
+        await abort(context, error)
 
     if handler is None:
         return grpc.unary_unary_rpc_method_handler(refuse)

@@ -93,9 +93,6 @@ class InvalidBatchError(ServiceError, BatchError):
         self.field = None
 
 
-#: Codes after which a client reconnects with backoff and resends unacknowledged batches.
-RETRYABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
-
 #: Trailing metadata key naming the seq of the AppendRequest an error is about.
 SEQ_METADATA_KEY = "replaygpu-seq"
 
@@ -198,14 +195,10 @@ def trailing_metadata_of(err: BaseException) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def abort(context: grpc.ServicerContext, err: BaseException) -> None:
-    """End the RPC served with ``context`` with ``err``'s status code, message and metadata.
-
-    Raises:
-        the exception gRPC uses to end the handler (``context.abort`` never returns).
-    """
-    context.set_trailing_metadata(trailing_metadata_of(err))
-    context.abort(code_of(err), str(err))
+async def abort(context: grpc.aio.ServicerContext, err: BaseException) -> None:
+    """End the RPC with ``err``'s status code, message and trailing metadata (seq, retryable);
+    never returns."""
+    await context.abort(code_of(err), str(err), trailing_metadata_of(err))
 
 
 def error_from_rpc(err: grpc.RpcError, address: str = "") -> ServiceError:
