@@ -138,15 +138,8 @@ class ServerConfig:
     freeze_gc: bool = True
 
     def __post_init__(self) -> None:
-        for name in (
-            "max_message_bytes",
-            "staging_max_batches",
-            "staging_max_bytes",
-            "inflight_max_bytes",
-        ):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"ServerConfig.{name}: got {getattr(self, name)}, expected >= 1")
-        for name in ("max_actors", "admit_threads"):
+        sizes = ("max_message_bytes", "staging_max_batches", "staging_max_bytes")
+        for name in (*sizes, "inflight_max_bytes", "max_actors", "admit_threads"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"ServerConfig.{name}: got {getattr(self, name)}, expected >= 1")
         if self.staging_timeout_s <= 0 or self.shutdown_grace_s < 0:

@@ -135,7 +135,7 @@ class Ingest:
     def commit_pending(self) -> int:
         """Commit every staged batch now, in order; returns the transitions inserted."""
         with self.lock:
-            return self._commit(self.queue.take_all(timeout=0.0))
+            return self._commit(self.queue.take_all())
 
     def replay(self, items: list[StagedBatch]) -> int:
         """Commit batches read back from the journal (not journalled again); returns the
@@ -184,9 +184,10 @@ class Ingest:
         except Exception:
             logger.exception("reading the learner's sampled count for the acks failed")
             sampled = 0
+        table = self.table
         return {
-            "table_size": self.table.size,
-            "table_inserted": self.table.total_inserted,
+            "table_size": table.size,
+            "table_inserted": table.total_inserted,
             "sampled": sampled,
         }
 
@@ -200,16 +201,10 @@ class Ingest:
             return self._commit_round(items, journaled)
         except BaseException as err:  # a bug: answer everything still waiting, then raise
             answered = {id(item) for item, _ in self._failures}
+            message = f"commit failed ({type(err).__name__}); resend"
             for item in items:
                 if id(item) not in answered:
-                    self._failures.append(
-                        (
-                            item,
-                            ServiceUnavailableError(
-                                f"commit failed ({type(err).__name__}); resend", seq=item.seq
-                            ),
-                        )
-                    )
+                    self._fail(item, ServiceUnavailableError(message, seq=item.seq))
             raise
         finally:
             failures, self._failures = self._failures, []
@@ -278,15 +273,12 @@ class Ingest:
         for item in later:  # acked as duplicates once the first copy is committed
             if item.seq <= self.ledger.last(item.actor_id, sync=False):
                 done.append((item, True))
-            else:
-                self._fail(
-                    item,
-                    ServiceUnavailableError(
-                        f"seq {item.seq} of actor '{item.actor_id}' was staged twice and the "
-                        "first copy failed; resend it",
-                        seq=item.seq,
-                    ),
-                )
+                continue
+            message = (
+                f"seq {item.seq} of actor '{item.actor_id}' was staged twice and the first copy "
+                "failed; resend it"
+            )
+            self._fail(item, ServiceUnavailableError(message, seq=item.seq))
         if done:
             try:
                 self.ledger.write()
@@ -366,22 +358,17 @@ class Ingest:
         except BatchError as err:  # the batch itself is refused: the client drops it
             logger.warning("seq %d from %s refused: %s", item.seq, item.actor_id, err)
             self._blocked.pop(item.actor_id, None)
-            self._fail(
-                item,
-                InvalidBatchError(f"table '{self.table.name}', seq {item.seq}: {err}", item.seq),
-            )
+            message = f"table '{self.table.name}', seq {item.seq}: {err}"
+            self._fail(item, InvalidBatchError(message, item.seq))
             return 0
         except Exception as err:  # e.g. a failed device write: the client resends it
             logger.exception("commit of seq %d from %s failed", item.seq, item.actor_id)
             self._blocked[item.actor_id] = item.seq
-            self._fail(
-                item,
-                ServiceUnavailableError(
-                    f"commit of seq {item.seq} of actor '{item.actor_id}' failed "
-                    f"({type(err).__name__}: {err}); resend it",
-                    seq=item.seq,
-                ),
+            message = (
+                f"commit of seq {item.seq} of actor '{item.actor_id}' failed "
+                f"({type(err).__name__}: {err}); resend it"
             )
+            self._fail(item, ServiceUnavailableError(message, seq=item.seq))
             return 0
         self._blocked.pop(item.actor_id, None)
         self.ledger.advance(item.actor_id, item.seq)

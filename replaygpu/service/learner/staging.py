@@ -13,7 +13,6 @@ import collections
 import math
 import sys
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -87,24 +86,9 @@ class StagingQueue:
             self._cond.notify_all()
             return True
 
-    def put(self, item: StagedBatch) -> None:
-        """Stage a batch, waiting up to ``put_timeout_s`` for room.
-
-        Raises:
-            StagingFullError: the queue stayed full for the whole deadline (a
-                RESOURCE_EXHAUSTED that clients retry).
-            ServiceUnavailableError: the queue was closed (server shutting down).
-        """
-        deadline = time.monotonic() + self.put_timeout_s
-        with self._cond:
-            while not self.try_put(item):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise self.full_error(item.seq)
-                self._cond.wait(left)
-
     def full_error(self, seq: int) -> StagingFullError:
-        """The error for a batch that found the queue full for ``put_timeout_s``."""
+        """The error for a batch that found the queue full for ``put_timeout_s`` (a
+        RESOURCE_EXHAUSTED that clients retry)."""
         return StagingFullError(
             f"staging queue full for staging_timeout_s={self.put_timeout_s:g}: "
             f"{len(self._items)} batches / {self._bytes} bytes staged, limits "
@@ -114,11 +98,9 @@ class StagingQueue:
             seq=seq,
         )
 
-    def take_all(self, timeout: float | None = 0.0) -> list[StagedBatch]:
-        """Remove and return every staged batch, waiting up to ``timeout`` for the first."""
+    def take_all(self) -> list[StagedBatch]:
+        """Remove and return every staged batch."""
         with self._cond:
-            if not self._items and timeout:
-                self._cond.wait_for(lambda: self._items or self._closed, timeout)
             items = list(self._items)
             self._items.clear()
             self._bytes = 0
@@ -144,11 +126,7 @@ class StagingQueue:
         """Refuse further puts; returns what was still staged (to be failed or committed)."""
         with self._cond:
             self._closed = True
-            items = list(self._items)
-            self._items.clear()
-            self._bytes = 0
-            self._cond.notify_all()
-            return items
+            return self.take_all()
 
 
 class BufferPool:
