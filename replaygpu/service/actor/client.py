@@ -110,9 +110,8 @@ class ReplayClient:
         self.spec: HostSpec = reply.spec
         #: the rule of the learner's rate limiter (None without one), see `wait_for_insert_room`
         self.rate_limit: SampleToInsertRule | None = reply.rate_limit
-        #: what the learner asks its actors to run, as announced when the client connected: a
-        #: document of the learner's agent, which the caller reads; None from a server that
-        #: sets none (``replaygpu serve``)
+        #: what the learner asks its actors to run (a document of its agent, which the caller
+        #: reads), as announced at connect; None from a server that sets none (``replaygpu serve``)
         self.actor_settings: AgentSettings | None = reply.actor_settings
         self._next_seq = reply.last_seq + 1
         row = row_nbytes(self.spec)
@@ -411,18 +410,13 @@ class ReplayClient:
             arrays), or None when nothing newer was published.
         """
         reply = self._connection.get_weights(newer_than)
-        if reply.version < newer_than and not reply.tensors:
-            # the server numbers from an earlier point than our version (a restarted learner)
-            # but did not send its weights (an older server): ask for whatever it has
-            reply = self._connection.get_weights(0)
         if not reply.tensors or reply.version == newer_than:
             return None
         arrays = codec.decode_named(reply.tensors)
         return reply.version, arrays if reply.named else list(arrays.values())
 
     def info(self) -> Any:
-        """The server's ``InfoResponse`` (tables, counters, weights version, whether the run
-        is finished)."""
+        """The server's ``InfoResponse`` (tables, counters, weights version, run finished)."""
         return self._connection.info()
 
     # -- closing --------------------------------------------------------------------------------

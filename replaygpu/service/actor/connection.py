@@ -142,14 +142,12 @@ class ConnectReply:
         rate_limit: the rule of the learner's rate limiter, or None without one.
         actor_settings: what the learner asks its actors to run (a document of its agent's,
             read by the caller), or None when it sets none.
-        run_finished: the learner has finished its run (its budget of steps).
     """
 
     spec: HostSpec
     last_seq: int
     rate_limit: SampleToInsertRule | None
     actor_settings: AgentSettings | None
-    run_finished: bool = False
 
 
 class Connection:
@@ -257,7 +255,6 @@ class Connection:
             last_seq=int(info.actor_last_seq),
             rate_limit=_rate_limit(found),
             actor_settings=_agent_settings(info),
-            run_finished=bool(info.run_finished),
         )
 
     def get_weights(self, newer_than: int) -> Any:
@@ -266,13 +263,11 @@ class Connection:
         Raises:
             ServiceError: the call failed.
         """
-        return self._call(
-            self._stub.GetWeights, replay_pb2.GetWeightsRequest(newer_than=newer_than)
-        )
+        request = replay_pb2.GetWeightsRequest(newer_than=newer_than)
+        return self._call(self._stub.GetWeights, request)
 
     def info(self) -> Any:
-        """The server's ``InfoResponse`` (tables, counters, weights version); notes its
-        ``run_finished``.
+        """The server's ``InfoResponse``; notes its ``run_finished``.
 
         Raises:
             ServiceError: the call failed.

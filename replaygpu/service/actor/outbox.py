@@ -57,10 +57,9 @@ class Outbox:
         open_stream: opens one ``Append`` stream over an iterator of serialized requests.
         address: the server, for messages.
         config: buffer limit and retry timing (`ClientConfig`).
-        classify: the library error of a failed stream (default `status.error_from_rpc`); the
-            client passes `auth.connect_error`, which tells a TLS mismatch (never retried)
-            from a server that is down.
-        outage: the `Outage` the stream reports its failures and acks to (default: its own).
+        classify: the library error of a failed stream (`auth.connect_error` tells a TLS
+            mismatch, never retried, from a server that is down).
+        outage: the `Outage` the stream reports its failures and acks to.
 
     Attributes:
         run_finished: an ack said the learner has finished its run.
@@ -71,8 +70,8 @@ class Outbox:
         open_stream: OpenStream,
         address: str,
         config: ClientConfig,
-        classify: Callable[[grpc.RpcError], ServiceError] | None = None,
-        outage: Outage | None = None,
+        classify: Callable[[grpc.RpcError], ServiceError],
+        outage: Outage,
     ) -> None:
         self.cond = threading.Condition()
         self.run_finished = False
@@ -82,10 +81,10 @@ class Outbox:
         self.counters = (0, 0)
         self.closing = False
         self._open_stream = open_stream
-        self._classify = classify or (lambda err: error_from_rpc(err, address))
+        self._classify = classify
         self._address = address
         self._config = config
-        self._outage = outage or Outage(address, config.retry_deadline_s)
+        self._outage = outage
         self._unacked: collections.OrderedDict[int, bytes] = collections.OrderedDict()
         self._unacked_bytes = 0
         self._transitions: dict[int, int] = {}  # seq -> transitions in it

@@ -1,9 +1,6 @@
 """The replay service's lifecycle: `serve(learner or table)` -> `ReplayServer`; start, health,
-checkpoints and stop.
-
-The RPCs themselves (Append's parse -> validate -> stage -> ack, GetWeights, Info) are in
-`servicer`; committing staged batches to the table in `ingest`; the training loop of a served
-learner in `loop` (all beside this module, in `replaygpu.service.learner`).
+checkpoints and stop. The RPCs are in `servicer`, committing staged batches in `ingest`, the
+training loop of a served learner in `loop`.
 
 Who writes the table:
 
@@ -175,10 +172,10 @@ class ReplayServer:
                 # actors' keepalive pings (every 20 s) are welcome, even on idle streams
                 ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
                 ("grpc.keepalive_permit_without_calls", 1),
-                # ping idle connections so that a vanished actor frees its max_actors slot
                 # gRPC sets SO_REUSEPORT by default: a second server on a bound port would start
                 # and split the actors between two learners; binding must fail instead
                 ("grpc.so_reuseport", 0),
+                # ping idle connections so that a vanished actor frees its max_actors slot
                 ("grpc.keepalive_time_ms", 60_000),
                 ("grpc.keepalive_timeout_ms", 20_000),
             ],
@@ -257,10 +254,7 @@ class ReplayServer:
 
     def commit_pending(self) -> int:
         """Commit every staged batch now, on the calling thread; returns transitions inserted.
-
-        A served learner's training loop calls this between train calls (`loop.step`
-        does); for a bare table the background committer does.
-        """
+        A served learner's training loop calls this between train calls (`loop.step`)."""
         return self._ingest.commit_pending()
 
     def wait_for_data(self, timeout: float) -> bool:
@@ -314,16 +308,8 @@ class ReplayServer:
     # -- metrics --------------------------------------------------------------------------------
 
     def stats(self) -> dict[str, float]:
-        """The service's counters and gauges now, read where they are kept (for
-        `replaygpu.service.ops.metrics`): ``ingested_transitions`` and ``ingested_bytes`` (of Append
-        requests this process committed), ``staged_batches``, ``staged_bytes``, ``table_size``,
-        ``table_capacity``, ``table_inserted``, ``sampled`` (by the learner), ``weights_version``,
-        ``open_streams``, ``refused_streams``, ``actors`` (in the ledger), ``checkpoints``,
-        ``checkpoint_seconds`` (the last one's), ``checkpoint_failures``, ``storage_full``
-        (1 while the journal's disk is full and appends are refused), ``inflight_bytes`` (of
-        Append requests read and not answered yet), ``inflight_peak_bytes`` (the most it was) and
-        ``inflight_waiting_streams`` (streams waiting for room to read; see
-        `ServerConfig.inflight_max_bytes`) and the `run_stats` values."""
+        """The service's counters and gauges now, read where they are kept (described in
+        `replaygpu.service.ops.metrics.METRICS`)."""
         servicer, queue = self._servicer, self._ingest.queue
         ingested = servicer.ingested
         return {
