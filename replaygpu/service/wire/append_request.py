@@ -268,14 +268,11 @@ def parse_append_request(data: bytes) -> AppendView:
 
 def _encode_varint(value: int) -> bytes:
     out = bytearray()
-    while True:
-        byte = value & 0x7F
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
         value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
+    out.append(value)
+    return bytes(out)
 
 
 def _len_field(number: int, size: int) -> bytes:
@@ -310,13 +307,8 @@ def encode_append_request(
         named_head = _len_field(1, len(name_bytes)) + name_bytes + _len_field(2, tensor_size)
         named_size = len(named_head) + tensor_size
         field_head = _len_field(1, named_size)
-        parts += [
-            field_head,
-            named_head,
-            meta,
-            data_head,
-            memoryview(arr.reshape(-1).view(np.uint8)),
-        ]
+        data = memoryview(arr.reshape(-1).view(np.uint8))
+        parts += [field_head, named_head, meta, data_head, data]
         batch_size += len(field_head) + named_size
     head = replay_pb2.AppendRequest(table=table, actor_id=actor_id, seq=seq).SerializeToString()
     tail = replay_pb2.AppendRequest(
