@@ -2,9 +2,8 @@
 (the CLI builds and checks a config before TensorFlow is imported).
 
 - Checks they share: `require` and its kin, each raising `ConfigError` with the field's name.
-- What changes over a run, which they mix in: the exploration rate (`LinearEpsilon`), Adam's
-  step size (`DecayedLearningRate`), and the chunks of a vector training loop (`next_chunk`,
-  `training_calls`).
+- The chunks of a vector training loop (`next_chunk`, `training_calls`); the groups of fields
+  the configs compose, with the exploration rate and Adam's step size, are in `config_fields`.
 - Flags (`add_config_flags`, `config_from_args`): each field becomes ``--field-name`` with its
   type, default and ``helptext``. Supported types: ``bool`` (``--flag`` / ``--no-flag``),
   ``int``, ``float``, ``str``, ``tuple[int, ...]`` (written ``256,256``), ``Literal[...]`` of
@@ -14,19 +13,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
-from typing import TYPE_CHECKING, Any
-
-import replaygpu as rg
-
-if TYPE_CHECKING:
-    from replaygpu.samplers import LinearSchedule
 import argparse
 import dataclasses
 import types
 import typing
-from typing import Literal, TypeVar
+from collections.abc import Callable, Collection, Iterable
+from typing import Any, Literal, TypeVar
 
+import replaygpu as rg
 from replaygpu.errors import ConfigError
 
 
@@ -71,25 +65,12 @@ def require_env_actions(config: Any) -> None:
         check(config.env_id).close()
 
 
-#: the help of the ``steps`` field of a config that `require_vector_loop` checks
-STEPS_HELP = (
-    "env steps to train for, exactly (the last chunk is shorter, with SGD steps in proportion); "
-    "rerun a finished run with a larger value to continue it (its schedules follow the new "
-    "length)"
-)
-
-
 def require_vector_loop(config: Any, *positive: str) -> None:
-    """The fields of a single-process training loop over a vector env (DQN's, SAC's): the run
-    length and sizes (and each of ``positive``) >= 1, ``learning_starts`` >= 0, ``gamma`` in
-    [0, 1], ``learning_rate`` > 0, ``hidden_sizes``, and ``train_freq`` and ``steps``
-    multiples of ``num_envs`` (chunks, the last one too, hold whole vector steps)."""
-    sizes = ("batch_size", "buffer_size", "train_freq", "gradient_steps", "num_envs")
-    require_positive_ints(config, "steps", *sizes, "eval_episodes", *positive)
-    require(config, ["learning_starts"], lambda v: v >= 0, ">= 0")
-    require_unit_interval(config, "gamma")
-    require_positive(config, "learning_rate")
-    require_widths(config)
+    """What a single-process training loop over a vector env (DQN's, SAC's) asks beyond its
+    groups' checks (`config_fields`): ``steps``, ``eval_episodes`` and each of ``positive``
+    >= 1, and ``train_freq`` and ``steps`` multiples of ``num_envs`` (chunks, the last one
+    too, hold whole vector steps)."""
+    require_positive_ints(config, "steps", "eval_episodes", *positive)
     n = config.num_envs
     whole = f"a multiple of num_envs ({n}), as each vector step takes {n} env steps"
     require(config, ["train_freq", "steps"], lambda v: v % n == 0, whole)
@@ -146,63 +127,6 @@ def require_trains(config: Any) -> None:
         raise NoTrainingError(config.steps, first, config.learning_starts)
 
 
-class LinearEpsilon:
-    """The linear exploration schedule of a DQN config with ``steps``, ``exploration_fraction``
-    and ``exploration_initial_eps`` / ``exploration_final_eps`` fields (mixed into the configs)."""
-
-    steps: int
-    exploration_fraction: float
-    exploration_initial_eps: float
-    exploration_final_eps: float
-
-    def epsilon(self, env_steps: int) -> float:
-        """Linearly decayed exploration rate after ``env_steps`` env steps."""
-        progress = min(1.0, env_steps / (self.exploration_fraction * self.steps))
-        start, end = self.exploration_initial_eps, self.exploration_final_eps
-        return start + progress * (end - start)
-
-
-class DecayedLearningRate:
-    """Adam's step size of a config with ``steps``, ``learning_rate`` and ``final_learning_rate``
-    fields and a ``total_sgd_steps`` property (mixed into the configs): linear from
-    ``learning_rate`` to ``final_learning_rate`` over the run's SGD steps, then constant.
-
-    The floor is > 0, so SGD steps past the end (a last call, a resumed run) still learn and no
-    run trains at rate 0. ``final_learning_rate`` None, or ``steps`` 0 (a run without an end):
-    the constant ``learning_rate``.
-    """
-
-    steps: int
-    learning_rate: float
-    final_learning_rate: float | None
-
-    @property
-    def total_sgd_steps(self) -> int:
-        """The SGD steps of the whole run, over which the rate decays."""
-        raise NotImplementedError
-
-    def check_learning_rates(self) -> None:
-        """Raise `ConfigError` unless ``0 < final_learning_rate <= learning_rate`` (or None)."""
-        if self.final_learning_rate is None:
-            return
-        if not 0.0 < self.final_learning_rate <= self.learning_rate:
-            raise rg.ConfigError(
-                f"final_learning_rate: got {self.final_learning_rate}, expected in "
-                f"(0, learning_rate={self.learning_rate}]: a learner never trains at rate 0; "
-                "pass --final-learning-rate, e.g. learning_rate / 100"
-            )
-
-    @property
-    def learning_rate_schedule(self) -> LinearSchedule | float:
-        """The step size (evaluated in the graph at every SGD step) or a constant one for a run
-        without an end."""
-        if not self.steps or self.final_learning_rate is None:
-            return self.learning_rate
-        from replaygpu.samplers import LinearSchedule  # TensorFlow: only learners ask
-
-        return LinearSchedule(self.learning_rate, self.final_learning_rate, self.total_sgd_steps)
-
-
 def next_chunk(config: Any, env_steps: int) -> tuple[int, int]:
     """``(env steps, SGD steps)`` of a training loop's next chunk, after ``env_steps``:
     ``train_freq`` and ``gradient_steps`` of a config; the run's last chunk is what is left of
@@ -212,13 +136,6 @@ def next_chunk(config: Any, env_steps: int) -> tuple[int, int]:
     if left >= config.train_freq:
         return config.train_freq, config.gradient_steps
     return left, max(1, config.gradient_steps * left // config.train_freq)
-
-
-def steps_to_train(config: Any) -> int:
-    """The least ``steps`` of a vector loop (`next_chunk`) that makes a training call: its last
-    chunk ends at ``steps``, and a call follows each chunk that ends past ``learning_starts``
-    (`training_calls`)."""
-    return config.learning_starts + 1
 
 
 def training_calls(config: Any) -> list[int]:
