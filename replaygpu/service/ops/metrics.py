@@ -94,12 +94,7 @@ METRICS: tuple[tuple[str, str, str, str], ...] = (
         "Append streams refused at once because max_actors streams were open.",
     ),
     ("actors", "replaygpu_known_actors", GAUGE, "Actors whose last committed seq is kept."),
-    (
-        "checkpoints",
-        "replaygpu_checkpoints",
-        COUNTER,
-        "Checkpoints taken by this process.",
-    ),
+    ("checkpoints", "replaygpu_checkpoints", COUNTER, "Checkpoints taken by this process."),
     (
         "checkpoint_seconds",
         "replaygpu_last_checkpoint_duration_seconds",
@@ -215,7 +210,6 @@ class MetricsServer:
     """A running ``/metrics`` endpoint; made by `start_metrics_server`.
 
     Attributes:
-        registry: the registry it serves (only `ReplayCollector`).
         host: the host it is bound to.
         port: the port it listens on (the real one when 0 was asked for).
     """
@@ -224,12 +218,10 @@ class MetricsServer:
         self,
         httpd: WSGIServer,
         thread: threading.Thread,
-        registry: CollectorRegistry,
         collector: ReplayCollector,
     ) -> None:
         self._httpd = httpd
         self._thread = thread
-        self.registry = registry
         self._collector = collector
         self.host = str(httpd.server_address[0])
         self.port = int(httpd.server_address[1])
@@ -302,6 +294,6 @@ def start_metrics_server(
             f"metrics: cannot bind {host}:{port} ({err}); pick another `metrics_port`, or 0 for "
             "a free one"
         ) from err
-    metrics = MetricsServer(httpd, thread, registry, collector)
+    metrics = MetricsServer(httpd, thread, collector)
     logger.info("metrics at %s", metrics.url)
     return metrics
