@@ -134,6 +134,15 @@ def _fsync(path: str) -> None:
         os.close(fd)
 
 
+def _write_durably(path: str, text: str) -> None:
+    """Write ``text`` to ``path.tmp``, fsync it and rename it to ``path``."""
+    with open(path + ".tmp", "w") as file:
+        file.write(text)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(path + ".tmp", path)
+
+
 def _digest(path: str) -> str:
     sha = hashlib.sha256()
     with open(path, "rb", buffering=0) as file:
@@ -159,12 +168,7 @@ def seal(prefix: str) -> None:
     if not any(name.endswith(".index") for name in files):
         raise FileNotFoundError(2, "no index file was written", prefix + ".index")
     _fsync(folder)  # the files' names are durable before the manifest that names them
-    temporary = manifest_path(prefix) + ".tmp"
-    with open(temporary, "w") as file:
-        json.dump({"format": _FORMAT, "files": files}, file, indent=1)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, manifest_path(prefix))
+    _write_durably(manifest_path(prefix), json.dumps({"format": _FORMAT, "files": files}, indent=1))
     _fsync(folder)
 
 
@@ -196,12 +200,7 @@ def record_state(folder: str) -> None:
     names = [os.path.basename(p) for p in reversed(sealed(folder))]
     lines = [f'model_checkpoint_path: "{names[-1]}"' if names else ""]
     lines += [f'all_model_checkpoint_paths: "{name}"' for name in names]
-    temporary = os.path.join(folder, STATE_FILE + ".tmp")
-    with open(temporary, "w") as file:
-        file.write("\n".join(lines) + "\n")
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, os.path.join(folder, STATE_FILE))
+    _write_durably(os.path.join(folder, STATE_FILE), "\n".join(lines) + "\n")
 
 
 def has_manifest(prefix: str) -> bool:

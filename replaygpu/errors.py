@@ -12,6 +12,9 @@ and `DiskFullError`, `AuthenticationError`, `ServiceUnavailableError`, `TLSError
 
 from __future__ import annotations
 
+import numbers
+from typing import Any
+
 
 class ReplayError(Exception):
     """Base class of every error replaygpu raises on purpose."""
@@ -58,6 +61,13 @@ class ConfigError(ReplayError, ValueError, TypeError):
 
     Both a `ValueError` and a `TypeError`, so callers that catch either keep working.
     """
+
+
+def check_int(name: str, value: Any, least: int) -> int:
+    """``value`` as an int; a `ConfigError` naming ``name`` unless it is an integer >= ``least``."""
+    if not isinstance(value, numbers.Integral) or value < least:
+        raise ConfigError(f"{name}: got {value!r}, expected an integer >= {least}")
+    return int(value)
 
 
 class OutOfDeviceMemoryError(ConfigError):

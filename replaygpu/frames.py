@@ -10,8 +10,6 @@ import numpy as np
 
 from replaygpu.errors import BatchError
 
-__all__ = ["frame_rows"]
-
 
 def frame_rows(
     frames: np.ndarray,

@@ -163,9 +163,7 @@ def pack_batch(structure: Any, flat: Mapping[str, Any]) -> Any:
                 f"the table's spec has top-level key(s) {clash}, key(s) its sampler adds to "
                 "each batch; rename them"
             )
-        out = dict(packed)
-        out.update(extras)
-        return out
+        return {**packed, **extras}
     return {DATA: packed, **extras} if extras else packed
 
 

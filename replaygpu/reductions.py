@@ -11,13 +11,13 @@ from __future__ import annotations
 import tensorflow as tf
 
 
-def reduce_min_int(values: tf.Tensor, axis: int | None = None) -> tf.Tensor:
-    """``tf.reduce_min(values, axis)`` for signed integers, as ``-reduce_max(-values)``.
+def reduce_min_int(values: tf.Tensor) -> tf.Tensor:
+    """``tf.reduce_min(values)`` for signed integers, as ``-reduce_max(-values)``.
 
     Exact for every value but the dtype's minimum (whose negation overflows); the callers
     reduce sizes, rows and step counts, which are never negative.
     """
-    return -tf.reduce_max(-values, axis=axis)
+    return -tf.reduce_max(-values)
 
 
 def first_true(mask: tf.Tensor) -> tf.Tensor:

@@ -159,20 +159,11 @@ class ShardedReplayTable(TableBase, tf.Module):
         """
         return replica_index(self.strategy)
 
-    def local_shard(self) -> ReplayTable:
-        """The shard of the replica calling (inside ``strategy.run``).
-
-        Raises:
-            ConfigError: outside a replica context of this table's strategy.
-        """
-        return self.shards[self.local_index()]
-
     def gather(self, indices: tf.Tensor) -> dict[str, tf.Tensor]:
         """Rows ``indices`` of the calling replica's shard (inside ``strategy.run``)."""
-        return self.local_shard().gather(indices)
+        return self.shards[self.local_index()].gather(indices)
 
     def _append_signature(self) -> Any:
-        """One batch per shard."""
         return [batch_signature(self.spec) for _ in self.shards]
 
     def _route(self, batch: dict[str, Any]) -> list[dict[str, np.ndarray]]:

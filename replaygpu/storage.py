@@ -19,12 +19,11 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import tensorflow as tf
 
 from replaygpu.device import resolve_device
-from replaygpu.errors import ConfigError
-from replaygpu.memory import check_table_fits, describe, resolve_storage_dtypes
+from replaygpu.errors import check_int
+from replaygpu.memory import check_table_fits, describe, resolve_storage_dtypes, row_bytes
 from replaygpu.specs import NestedSpec
 from replaygpu.table import TableBase
 
@@ -78,10 +77,8 @@ class ReplayTable(TableBase, tf.Module):
         check_memory: bool = True,
     ) -> None:
         super().__init__(name=name)
-        if not isinstance(capacity, (int, np.integer)) or capacity < 1:
-            raise ConfigError(f"capacity: got {capacity!r}, expected an integer >= 1")
+        self.capacity = check_int("capacity", capacity, 1)
         self._init_spec(spec)
-        self.capacity = int(capacity)
         self.device = resolve_device(device)
         #: ``{field: dtype}`` as stored on the device (the spec dtype unless narrowed)
         self.storage_dtypes: dict[str, tf.DType] = resolve_storage_dtypes(self.spec, storage_dtypes)
@@ -113,43 +110,34 @@ class ReplayTable(TableBase, tf.Module):
     @property
     def nbytes(self) -> int:
         """Bytes held by the field variables, as stored (narrowed fields count 2 per element)."""
-        return sum(
-            self.capacity * v.shape.num_elements() * self.storage_dtypes[k].size
-            for k, v in self.spec.items()
-        )
+        return self.capacity * row_bytes(self.spec, self.storage_dtypes)
 
-    # The table protocol (`replaygpu.table.Table`): a plain table is a table of one shard.
+    # The table protocol (`replaygpu.table.Table`): a plain table is a table of one shard, its
+    # own, with no strategy and no shard_by; its rows stay in append order.
     @property
     def shards(self) -> list[ReplayTable]:
-        """``[self]``: a plain table is its only shard."""
         return [self]
 
     @property
     def num_shards(self) -> int:
-        """1: a plain table is its only shard."""
         return 1
 
     @property
     def strategy(self) -> None:
-        """None: no replicas; the learner samples this table directly."""
         return None
 
     @property
     def shard_by(self) -> None:
-        """None: every row is in the one shard."""
         return None
 
     @property
     def stream_contiguous(self) -> bool:
-        """True: rows stay in append order, so every stream's rows keep their order."""
         return True
 
     def local_index(self) -> int:
-        """0: the one shard."""
         return 0
 
     def min_shard_size(self) -> tf.Tensor:
-        """The filled rows (int64 scalar, usable inside graphs)."""
         return self.size_var.read_value()
 
     def _append_graph(self, batch: dict[str, tf.Tensor]) -> None:

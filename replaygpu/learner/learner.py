@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from replaygpu.errors import ConfigError
+from replaygpu.errors import ConfigError, check_int
 from replaygpu.keys import PRIORITIES
 from replaygpu.learner.rate_limiter import SampleToInsertRatio
 from replaygpu.learner.weights import WeightStore
@@ -81,8 +81,7 @@ class Learner(tf.Module):
         autograph: bool = True,
     ) -> None:
         super().__init__(name="learner")
-        if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise ConfigError(f"batch_size: got {batch_size!r}, expected an integer >= 1")
+        batch_size = check_int("batch_size", batch_size, 1)
         if not isinstance(sampler, Sampler):
             raise ConfigError(
                 f"sampler: got {type(sampler).__name__}, expected an rg.Sampler, e.g. "
@@ -104,7 +103,7 @@ class Learner(tf.Module):
         self.table = table
         self.sampler = sampler
         self.rate_limiter = rate_limiter
-        self.batch_size = int(batch_size)
+        self.batch_size = batch_size
         #: rows each replica draws per step (batch_size on one device)
         self.replica_batch_size = self.batch_size // replicas
         self.jit_compile = bool(jit_compile)
@@ -183,10 +182,8 @@ class Learner(tf.Module):
             )
         if self.rate_limiter is None:
             check_not_empty(self.table)
-        if self._metric_names is None:
-            self._metric_names = self._check_update_fn()
         with tf.device(self.table.device):
-            values = self._train_fn(tf.constant(num_steps, tf.int64)).numpy()
+            values = self.train_function(tf.constant(num_steps, tf.int64)).numpy()
         names = ["steps", *self.metric_names]
         return {k: float(v) for k, v in zip(names, values, strict=True)}
 
@@ -260,10 +257,6 @@ class Learner(tf.Module):
             return tf.zeros([0], tf.float64)
         return tf.stack([tf.cast(metrics[k], tf.float64) for k in names])
 
-    def _run_replica_step(self) -> tf.Tensor:
-        """The calling replica's step function (inside ``strategy.run``)."""
-        return self._replica_steps[self.table.local_index()]()
-
     def _train_graph(self, num_steps: tf.Tensor) -> tf.Tensor:
         table = self.table
         allowed = num_steps
@@ -286,7 +279,7 @@ class Learner(tf.Module):
             if self.strategy is None:
                 values = self._replica_step()
             else:
-                per_replica = self.strategy.run(self._run_replica_step)
+                per_replica = self.strategy.run(lambda: self._replica_steps[table.local_index()]())
                 values = self.strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica, axis=None)
             return i + 1, sums + values
 

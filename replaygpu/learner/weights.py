@@ -4,8 +4,7 @@
 when it runs, copies them to numpy on the learner thread and bumps the version; gRPC threads
 read the latest snapshot without touching TensorFlow. The version counter can live in a
 checkpointed variable (``Learner.weights_version``), so a restarted learner continues numbering
-where its checkpoint left off instead of starting again at 1. This module imports no
-TensorFlow; the counter is any object with ``numpy()`` and ``assign(int)``.
+where its checkpoint left off instead of starting again at 1. No TensorFlow here.
 """
 
 from __future__ import annotations
@@ -34,12 +33,6 @@ class WeightSnapshot:
     names: tuple[str, ...] | None
     arrays: tuple[np.ndarray, ...]
 
-    def value(self) -> dict[str, np.ndarray] | list[np.ndarray]:
-        """The weights in the structure they were published in."""
-        if self.names is None:
-            return list(self.arrays)
-        return dict(zip(self.names, self.arrays, strict=True))
-
 
 def _read(source: Any) -> tuple[tuple[str, ...] | None, list[Any]]:
     """``(names or None, values)`` of a publication source, read now."""
@@ -59,20 +52,12 @@ def _read(source: Any) -> tuple[tuple[str, ...] | None, list[Any]]:
     )
 
 
-def _as_array(value: Any) -> np.ndarray:
-    numpy = getattr(value, "numpy", None)
-    array = numpy() if callable(numpy) else np.asarray(value)
-    return np.array(array, copy=True, order="C")
-
-
 class VersionCounter(Protocol):
     """Where the version is kept across restarts (e.g. an int64 ``tf.Variable``)."""
 
-    def numpy(self) -> Any:
-        """The stored version."""
+    def numpy(self) -> Any: ...
 
-    def assign(self, value: int) -> Any:
-        """Store ``value``."""
+    def assign(self, value: int) -> Any: ...
 
 
 class WeightStore:
@@ -124,7 +109,10 @@ class WeightStore:
                 "would get nothing; a Keras model has none before it is first called (call it "
                 "once, or model.build(input_shape)), then publish the model itself"
             )
-        arrays = tuple(_as_array(v) for v in values)
+        arrays = tuple(
+            np.array(v.numpy() if callable(getattr(v, "numpy", None)) else v, copy=True, order="C")
+            for v in values
+        )
         with self._lock:
             self.sync()
             version = self._version + 1

@@ -17,10 +17,9 @@ frame repeated in the positions before it. Frames overwritten by the ring are ne
 whose stack would reach past the oldest row is not drawn, nor is the newest row while its next
 frame is not written yet.
 
-The `FrameStack` view reads them back; with any distribution (``rg.Sampler(table,
-rg.Prioritized(), rg.FrameStack(4, n_step=3))`` is the replay of Ape-X on Atari), a sample
-belongs to its transition row: the row of ``obs``'s newest frame. Final rows, which hold no
-transition, are never drawn (a prioritized index gives them priority 0).
+The `FrameStack` view reads them back with any distribution (``rg.Sampler(table,
+rg.Prioritized(), rg.FrameStack(4, n_step=3))`` is the replay of Ape-X on Atari); a sample
+belongs to the row of ``obs``'s newest frame, and final rows get priority 0.
 
 Writers use `frame_rows` (`replaygpu.frames`, no TensorFlow) to turn an actor's steps into rows.
 
@@ -37,10 +36,9 @@ import dataclasses
 from collections.abc import Sequence
 from typing import ClassVar
 
-import numpy as np
 import tensorflow as tf
 
-from replaygpu.errors import ConfigError
+from replaygpu.errors import ConfigError, check_int
 from replaygpu.keys import DISCOUNT, NSTEP
 from replaygpu.reductions import first_true
 from replaygpu.samplers.nstep import check_n_step, n_step_window
@@ -103,8 +101,6 @@ class FrameStack(View):
 
     The batch holds ``obs`` and ``next_obs`` ``[B, k, H, W]`` plus ``action``, ``reward``,
     ``terminated`` and ``truncated`` of the drawn rows (and ``discount``, ``nstep`` with n > 1).
-    A row cannot be drawn when it is a final row, the newest row (its next frame is not written
-    yet), or its stack would reach past the oldest row.
     """
 
     stack: int = 4
@@ -114,10 +110,8 @@ class FrameStack(View):
     needs_stream_rows: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        if not isinstance(self.stack, (int, np.integer)) or self.stack < 1:
-            raise ConfigError(f"stack: got {self.stack!r}, expected an integer >= 1")
+        object.__setattr__(self, "stack", check_int("stack", self.stack, 1))
         check_n_step(self.n_step, self.gamma, "n_step")
-        object.__setattr__(self, "stack", int(self.stack))
         object.__setattr__(self, "n_step", int(self.n_step))
         object.__setattr__(self, "gamma", float(self.gamma))
 
@@ -192,10 +186,7 @@ class FrameStack(View):
         offsets = tf.range(k - 1, -2, -1, dtype=tf.int64)
         source = tf.minimum(offsets[None, :], dist[:, None])
         frames = table.read("frame", (rows[:, None] - source) % capacity)  # [B, k+1, ...]
-        batch = {
-            "obs": frames[:, :k],
-            "next_obs": frames[:, 1:],
-        }
+        batch = {"obs": frames[:, :k], "next_obs": frames[:, 1:]}
         for name in ("action", "reward", "terminated", "truncated"):
             batch[name] = table.read(name, rows)  # spec dtype if stored narrower
         return batch
@@ -206,13 +197,10 @@ class FrameStack(View):
         """The n-step transitions of drawable ``rows`` (distance ``dist`` to episode start)."""
         k, capacity = self.stack, table.capacity
 
-        def next_frame_starts_episode(step_rows: tf.Tensor) -> tf.Tensor:
-            # Step j + 1 is not taken when the frame after it starts another episode.
+        def cut(step_rows: tf.Tensor) -> tf.Tensor:  # step j + 1's next frame is a reset
             return table.read("first", (step_rows + 2) % capacity)
 
-        fields, _, last = n_step_window(
-            table, rows, self.n_step, self.gamma, next_written=2, cut=next_frame_starts_episode
-        )
+        fields, _, last = n_step_window(table, rows, self.n_step, self.gamma, 2, cut)
         m = last + 1
         # Both stacks in one read: k frames back from the row, then k back from row + m (the
         # episode start is m rows further back from there).

@@ -10,12 +10,8 @@ Importance weights are ``w_i = (N * P(i))**-beta / max_j (N * P(j))**-beta`` wit
 ``(p_i / p_min)**-beta``; ``p_min`` is the root of the min tree kept beside the sum tree, so
 weights lie in ``(0, 1]``.
 
-**Views.** Priorities belong to the row a sample starts from: a frame stack or a sequence is
-drawn, weighted and updated through its first row. Rows a view can never draw (a frame table's
-``final`` rows, a sequence start whose window crosses an episode or a stream) get priority 0 when
-they are taken in, so they cost nothing; rows a view cannot draw *yet* (the newest rows, whose
-next rows are not written) are redrawn, independently of the strata, so the marginal stays
-exactly proportional to priority over the rows the view accepts.
+**Views.** Rows a view can never draw (``view.settled_invalid``) get priority 0 when they are
+taken in, so they cost nothing; rows it cannot draw *yet* are redrawn by the sampler.
 
 New rows are found without any hook in the table: the index keeps ``synced``, the table's
 ``inserted`` counter when it last looked, and gives the rows appended since (the last
@@ -38,7 +34,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import tensorflow as tf
 
-from replaygpu.errors import ConfigError
+from replaygpu.errors import ConfigError, check_int
 from replaygpu.samplers.distribution import Distribution, Index, make_generator
 from replaygpu.samplers.sum_tree import SumTree
 from replaygpu.storage import ReplayTable
@@ -121,8 +117,7 @@ class Prioritized(Distribution):
             raise ConfigError(f"beta: got {beta!r}, expected a float or a schedule f(step)")
         if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
             raise ConfigError(f"epsilon: got {epsilon}, expected > 0")
-        if not isinstance(self.sync_chunk, (int, np.integer)) or self.sync_chunk < 1:
-            raise ConfigError(f"sync_chunk: got {self.sync_chunk!r}, expected an integer >= 1")
+        check_int("sync_chunk", self.sync_chunk, 1)
         object.__setattr__(self, "alpha", float(alpha))
         object.__setattr__(self, "epsilon", float(epsilon))
         object.__setattr__(self, "xla", bool(self.xla))

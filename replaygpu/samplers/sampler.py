@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from replaygpu.errors import BatchError, ConfigError, EmptyTableError
+from replaygpu.errors import BatchError, ConfigError, EmptyTableError, check_int
 from replaygpu.keys import IMPORTANCE_WEIGHTS
 from replaygpu.samplers.dataset import make_dataset
 from replaygpu.samplers.distribution import Distribution, Index
@@ -42,12 +42,10 @@ class Sampler(tf.Module):
             `FrameStack(...)` or `Sequence(...)`.
         seed: seed of the random stream; None for a nondeterministic one. A sharded table's
             shards get distinct seeds derived from it.
-        spare_draws: spare rows drawn with each minibatch, per row (``spare_draws * B`` in
-            all), independently and checked by the view at once; the rows it refuses (final
-            frame rows, windows crossing an episode, ...) take the accepted spares in turn. A
-            refused row left without one is counted in ``invalid_draws``. 4 covers a view
-            that refuses up to about 3 rows in 4 (more with larger batches); raise it for
-            sparser tables.
+        spare_draws: spare rows drawn with each minibatch, per row: the rows the view refuses
+            (final frame rows, windows crossing an episode, ...) take accepted spares in turn,
+            and one left without is counted in ``invalid_draws``. 4 covers a view that refuses
+            up to about 3 rows in 4 (more with larger batches); raise it for sparser tables.
         indexes: existing indexes (one per shard) to draw with instead of building new ones:
             samplers sharing them share their random stream and priorities (`with_view`).
 
@@ -57,7 +55,6 @@ class Sampler(tf.Module):
 
     Attributes:
         indexes: the `Index` of each shard (``indexes[0]`` is ``index`` on a plain table).
-        keeps_priorities: whether ``update_priorities`` stores anything.
 
     Raises:
         ConfigError: for a table that lacks what the view reads, a view that needs each
@@ -89,8 +86,7 @@ class Sampler(tf.Module):
                 f"view: got {type(view).__name__}, expected rg.Transition(), rg.NStep(...), "
                 "rg.FrameStack(...) or rg.Sequence(...)"
             )
-        if not isinstance(spare_draws, (int, np.integer)) or spare_draws < 1:
-            raise ConfigError(f"spare_draws: got {spare_draws!r}, expected an integer >= 1")
+        spare_draws = check_int("spare_draws", spare_draws, 1)
         if tf.distribute.has_strategy():
             raise ConfigError(
                 "Sampler: made inside strategy.scope(), where its variables would be mirrored "
@@ -113,7 +109,7 @@ class Sampler(tf.Module):
         self.table = table
         self.distribution = distribution
         self.view = view
-        self.spare_draws = int(spare_draws)
+        self.spare_draws = spare_draws
         if indexes is None:
             seeds = shard_seeds(seed, table.num_shards)
             indexes = [
@@ -142,8 +138,6 @@ class Sampler(tf.Module):
         )
         self._update_fn = tf.function(self._guarded_update, reduce_retracing=True, autograph=False)
         self._sync_fn = tf.function(self._sync_all, autograph=False)
-
-    # -- what the learner asks ------------------------------------------------------------------
 
     @property
     def keeps_priorities(self) -> bool:
@@ -254,8 +248,7 @@ class Sampler(tf.Module):
         return leaves / total if total > 0 else leaves
 
     def sync(self) -> None:
-        """Take in the rows appended since the last sample (eager; the learner's loop and
-        ``sample`` do it themselves)."""
+        """Take in the rows appended since the last sample (eagerly; ``sample`` does it too)."""
         with tf.device(self.table.device):
             self._sync_fn()
 
@@ -277,8 +270,6 @@ class Sampler(tf.Module):
             ConfigError: for a batch size below 1, or a sampler of a sharded table.
         """
         return make_dataset(self.sample, self.table, batch_size, type(self).__name__)
-
-    # -- the graph pieces -------------------------------------------------------------------------
 
     def _draw(self, shard_index: int, batch_size: int) -> tuple[tf.Tensor, tf.Tensor | None]:
         """Rows of shard ``shard_index`` that the view accepts, and their importance weights.
@@ -325,13 +316,9 @@ class Sampler(tf.Module):
         self.indexes[shard_index].write(indices, priorities)
 
     def _guarded_update(self, rows: tf.Tensor, values: tf.Tensor) -> tuple[tf.Tensor, ...]:
-        """Sync, check and (only when every row and value is good) write an eager update.
-
-        One graph call, as the write alone was: new rows are taken in first, so they do not
-        overwrite this update at the next sample. Plain ops: eager calls come in every size (an
-        XLA cluster would compile once per size). Returns ``(ok, good rows [B], good values
-        [B])``.
-        """
+        """Sync, check and (only when every row and value is good) write an eager update, in one
+        graph call: new rows are taken in first, so they do not overwrite it at the next sample.
+        Plain ops: eager calls come in every size. Returns ``(ok, good rows, good values)``."""
         index = self.index
         index.sync(self.view)
         in_range = (rows >= 0) & (rows < self.table.size_var.read_value())

@@ -44,10 +44,9 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-import numpy as np
 import tensorflow as tf
 
-from replaygpu.errors import ConfigError
+from replaygpu.errors import ConfigError, check_int
 from replaygpu.keys import DISCOUNT, MASK, NSTEP
 from replaygpu.nest import leaves_under
 from replaygpu.reductions import first_true
@@ -93,13 +92,10 @@ class Sequence(View):
     needs_stream_rows: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        if not isinstance(self.length, (int, np.integer)) or self.length < 1:
-            raise ConfigError(f"length: got {self.length!r}, expected an integer >= 1")
-        if not isinstance(self.burn_in, (int, np.integer)) or self.burn_in < 0:
-            raise ConfigError(f"burn_in: got {self.burn_in!r}, expected an integer >= 0")
+        object.__setattr__(self, "length", check_int("length", self.length, 1))
+        object.__setattr__(self, "burn_in", check_int("burn_in", self.burn_in, 0))
         check_n_step(self.n_step, self.gamma, "n_step")
-        for name in ("length", "burn_in", "n_step"):
-            object.__setattr__(self, name, int(getattr(self, name)))
+        object.__setattr__(self, "n_step", int(self.n_step))
         object.__setattr__(self, "pad", bool(self.pad))
         object.__setattr__(self, "gamma", float(self.gamma))
         if self.state_start_field is not None and self.state_field is None:
@@ -148,13 +144,7 @@ class Sequence(View):
             )
         if self.n_step > 1:
             check_transition_fields(table, self.stream_field, "Sequence(n_step > 1)")
-        self._check_state_fields(table)
-        super().check(table)
-
-    def _check_state_fields(self, table: Table) -> None:
-        if self.state_field is None:
-            return
-        if not leaves_under(table.spec, self.state_field):
+        if self.state_field is not None and not leaves_under(table.spec, self.state_field):
             raise ConfigError(
                 f"state_field: table '{table.name}' has no field '{self.state_field}' for the "
                 f"recurrent state; it has {sorted(table.spec)}. Store the state the actor had "
@@ -167,6 +157,7 @@ class Sequence(View):
                 f"state_start_field '{marks}': got {got} in table '{table.name}', expected a "
                 "bool field set on the rows where the actor stored its state"
             )
+        super().check(table)
 
     def _starts_episode(self, table: ReplayTable, rows: tf.Tensor) -> tf.Tensor:
         """Whether each of ``rows`` (any shape) is the first row of an episode."""
@@ -201,8 +192,7 @@ class Sequence(View):
         offsets = tf.range(self.length, dtype=tf.int64)
         boundary, ahead = self._boundaries(table, starts)
         cut = boundary | (offsets[None, :] > ahead[:, None])
-        first_cut = first_true(cut)
-        return offsets[None, :] < first_cut[:, None]
+        return offsets[None, :] < first_true(cut)[:, None]
 
     def valid(self, table: ReplayTable, rows: tf.Tensor) -> tf.Tensor:
         ok = self._holds_state(table, rows)

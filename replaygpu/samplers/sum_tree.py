@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from replaygpu.errors import ConfigError
+from replaygpu.errors import check_int
 
 
 class SumTree(tf.Module):
@@ -64,14 +64,9 @@ class SumTree(tf.Module):
         name: str = "sum_tree",
     ) -> None:
         super().__init__(name=name)
-        if not isinstance(capacity, (int, np.integer)) or capacity < 1:
-            raise ConfigError(f"capacity: got {capacity!r}, expected an integer >= 1")
-        if not isinstance(fanout, (int, np.integer)) or fanout < 2:
-            raise ConfigError(f"fanout: got {fanout!r}, expected an integer >= 2")
-        if not isinstance(dense_children, (int, np.integer)) or dense_children < 0:
-            raise ConfigError(f"dense_children: got {dense_children!r}, expected an integer >= 0")
-        self.capacity = int(capacity)
-        self.fanout = k = int(fanout)
+        self.capacity = check_int("capacity", capacity, 1)
+        self.fanout = k = check_int("fanout", fanout, 2)
+        dense_children = check_int("dense_children", dense_children, 0)
         depth = 1
         while k**depth < self.capacity:
             depth += 1

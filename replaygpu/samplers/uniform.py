@@ -9,8 +9,6 @@ import tensorflow as tf
 from replaygpu.samplers.distribution import Distribution, Index, make_generator
 from replaygpu.storage import ReplayTable
 
-__all__ = ["Uniform", "UniformIndex", "make_generator"]
-
 
 class UniformIndex(Index):
     """Draws rows uniformly from ``[0, table.size)``.
