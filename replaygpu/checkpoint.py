@@ -100,6 +100,7 @@ class CheckpointSchedule:
         return max(0.0, self._next - time.monotonic())
 
     def due(self) -> bool:
+        """Whether a checkpoint is due now."""
         return self.wait_s() == 0.0
 
     def restart(self) -> None:

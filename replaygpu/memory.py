@@ -125,11 +125,8 @@ def resolve_storage_dtypes(
 def row_bytes(
     spec: Mapping[str, tf.TensorSpec], storage_dtypes: Mapping[str, Any] | None = None
 ) -> int:
-    """Bytes of one row (one transition) as stored on the device.
-
-    Raises:
-        ConfigError: as `resolve_storage_dtypes`.
-    """
+    """Bytes of one row (one transition) as stored on the device (`ConfigError` as
+    `resolve_storage_dtypes`)."""
     stored = resolve_storage_dtypes(spec, storage_dtypes)
     shapes = normalize_spec(spec)
     return sum(
@@ -138,13 +135,8 @@ def row_bytes(
 
 
 def available_bytes(device: str | None = None) -> int | None:
-    """Bytes a new table could still take on ``device``, or None where that is unknown.
-
-    Args:
-        device: a TensorFlow device name; None picks the first GPU, else the CPU.
-
-    See the module docstring for where the figure comes from on each kind of device.
-    """
+    """Bytes a new table could still take on ``device`` (None: the first GPU, else the CPU),
+    or None where that is unknown; the module docstring says where the figure comes from."""
     spec = tf.DeviceSpec.from_string(resolve_device(device))
     kind, index = spec.device_type, spec.device_index or 0
     if kind == "CPU":
@@ -270,11 +262,7 @@ def human_bytes(n: int) -> str:
 
 
 def host_available_bytes(cgroup_root: str = CGROUP_ROOT) -> int | None:
-    """Available host RAM, capped by the cgroup's room where a cgroup limit is set.
-
-    Args:
-        cgroup_root: where the cgroup file system is mounted.
-    """
+    """Available host RAM, capped by the room in the cgroup (mounted at ``cgroup_root``)."""
     figures = [b for b in (_ram_available(), cgroup_available_bytes(cgroup_root)) if b is not None]
     return min(figures) if figures else None
 
@@ -361,11 +349,7 @@ def _gpu_limit(index: int) -> int | None:
 
 
 class _NvmlMemory(ctypes.Structure):
-    _fields_ = [
-        ("total", ctypes.c_ulonglong),
-        ("free", ctypes.c_ulonglong),
-        ("used", ctypes.c_ulonglong),
-    ]
+    _fields_ = [(name, ctypes.c_ulonglong) for name in ("total", "free", "used")]
 
 
 def _nvml_total(ordinal: int) -> int | None:

@@ -87,19 +87,15 @@ def specs_from_env(env: gym.Env | Any) -> dict[str, Any]:
 
 
 def normalize_spec(spec: NestedSpec) -> Spec:
-    """Check a user spec and return its flat form ``{leaf path: tf.TensorSpec}``.
-
-    ``spec`` is a non-empty nest (dict, tuple, namedtuple, list) of `tf.TensorSpec` with
-    fully known shapes and string dict keys; each leaf comes back named by its path.
-    """
+    """The flat form ``{leaf path: tf.TensorSpec}`` of a user spec (see `normalize_structure`)."""
     return normalize_structure(spec)[0]
 
 
 def normalize_structure(spec: NestedSpec) -> tuple[Spec, NestedSpec]:
-    """``(flat spec, structure)`` of a user spec (see `normalize_spec`).
-
-    The structure is the nest batches come back in: the flat spec itself when ``spec`` is a
-    flat dict, else ``spec``'s nest with the checked leaves.
+    """``(flat spec, structure)`` of a user spec: a non-empty nest (dict, tuple, namedtuple,
+    list) of `tf.TensorSpec` with fully known shapes and string dict keys. Each leaf comes back
+    named by its path; the structure is the nest batches come back in (the flat spec itself for
+    a flat dict).
 
     Raises:
         ConfigError: naming the leaf path for a leaf that is not a fully known `tf.TensorSpec`,

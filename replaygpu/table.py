@@ -4,9 +4,6 @@ Two classes implement it: `ReplayTable` (one ring on one device) and `ShardedRep
 `ReplayTable` per replica of a `tf.distribute.Strategy`). Code that works on "a table" uses
 only these members, so it needs no branch on the kind: a plain table is a table of one shard,
 ``shards == [table]``, with no strategy, sampled by replica 0.
-
-`TableBase` holds what the two classes do alike (the nest, the counters, the checked append);
-each class adds only where it differs (storage, shards, the append graph).
 """
 
 from __future__ import annotations
@@ -95,7 +92,8 @@ class Table(Protocol):
 
 
 class TableBase:
-    """The members of the protocol that `ReplayTable` and `ShardedReplayTable` share.
+    """What `ReplayTable` and `ShardedReplayTable` do alike (the nest, the counters, the checked
+    append); each adds only where it differs (storage, shards, the append graph).
 
     A subclass calls `_init_spec` first in its constructor, makes ``size_var`` and
     ``inserted_var``, then `_init_append` once the state its ``_append_graph`` writes exists.

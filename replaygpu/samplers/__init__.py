@@ -1,12 +1,7 @@
 """Samplers: an index distribution (which rows) times a view (what a row becomes), in the graph.
 
-- distributions: `Uniform`, `Prioritized` (`uniform.py`, `prioritized.py`, `sum_tree.py`);
-- views: `Transition`, `NStep`, `FrameStack`, `Sequence` (`view.py`, `nstep.py`,
-  `frame_stack.py`, `sequence.py`);
-- `Sampler` puts one of each together over a plain or a sharded table (`sampler.py`):
-  ``Sampler(table, Prioritized(), NStep(3))``;
-- `LinearSchedule` (a beta schedule), and the frame tables `FrameStack` reads
-  (`make_frame_spec`, `make_frame_table`, `frame_rows`).
+`Sampler` puts one of each together over a plain or a sharded table:
+``Sampler(table, Prioritized(), NStep(3))``.
 """
 
 from replaygpu.frames import frame_rows

@@ -19,27 +19,19 @@ from replaygpu.table import Table
 def make_dataset(
     sample: Callable[[int], Any], table: Table, batch_size: int, owner: str
 ) -> tf.data.Dataset:
-    """An endless `tf.data.Dataset` of minibatches drawn in-graph from the live table.
+    """An endless `tf.data.Dataset` of ``sample(batch_size)``, drawn in-graph from the live table.
 
-    A bridge for training loops built around ``tf.data`` (TF-Agents and Reverb style
-    ``for indices, batch in dataset``). Each element is exactly what
-    ``sample(batch_size)`` returns. The pipeline is
-    ``from_tensors(0).repeat().map(sample)``: every element runs the sampler's graph on
-    the table's variables (captured, not copied) when it is produced, so it sees rows
-    appended after the dataset was made and priorities set by ``update_priorities(indices,
-    priorities)`` with indices the dataset yielded. Draws advance the sampler's own random
-    stream, the one `rg.Learner` and ``sample`` use.
+    For training loops built around ``tf.data`` (TF-Agents and Reverb style ``for indices,
+    batch in dataset``). Every element runs the sampler's graph on the table's variables
+    (captured, not copied) when it is produced, so it sees rows appended after the dataset was
+    made and priorities set since; draws advance the sampler's own random stream. Elements
+    arrive on the host. No prefetch is added (tf.data's automatic injection is off), so an
+    element is drawn when asked for; ``.prefetch(n)`` overlaps sampling with training, at the
+    cost of batches up to ``n`` steps older than the latest appends and priorities.
 
-    The table may be on any device: the map function runs the sampler on the table's device
-    and the elements arrive on the host, as every ``tf.data`` element does. No prefetch is
-    added (tf.data's automatic prefetch injection is turned off), so an element is drawn
-    when it is asked for; add ``.prefetch(n)`` to overlap sampling with training, at the
-    cost of batches drawn up to ``n`` steps before the latest appends and priorities.
-
-    This is the slow path: one dataset element and one training-step call per SGD step.
-    `rg.Learner` runs many SGD steps per ``tf.function`` call inside one ``tf.while_loop``
-    (optionally one XLA program) with no host traffic per step; use it where speed matters
-    (`benchmarks/dataset_bridge.py` measures the two side by side).
+    This is the slow path: one element and one training-step call per SGD step; `rg.Learner`
+    runs many steps per call with no host traffic per step (`benchmarks/dataset_bridge.py`
+    measures the two side by side).
 
     Args:
         sample: the sampler's ``sample``, ``sample(B) -> (indices [B] int64, batch)``.

@@ -13,9 +13,8 @@ belongs to another stream or episode). The window gives:
   short) does;
 - ``nstep`` ([B] int64): ``k + 1``, the number of rewards summed.
 
-Layout: each stream's transitions are in consecutive rows, in time order (one table per actor,
-or a table of several streams with an integer stream field, which the `NStep` view takes as
-``stream_field`` and cuts at; a sharded table's ``shard_by`` field is used so by default).
+Layout: each stream's transitions are in consecutive rows, in time order: one table per actor,
+or an integer stream field that the window cuts at (``stream_field``).
 """
 
 from __future__ import annotations
