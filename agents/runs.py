@@ -114,25 +114,22 @@ class JsonState(tf.Module):
 
 
 def resume(
-    run: RunControl | None,
-    loop: LoopState,
-    rng: np.random.Generator,
-    learner: Any,
-    **objects: Any,
-) -> tuple[int, int]:
-    """Track ``learner``, ``loop`` and ``objects`` (table=, sampler=, agent=) in ``run`` and
-    restore its newest checkpoint into them, the exploration ``rng`` included.
+    run: RunControl | None, seed: int, learner: Any, **objects: Any
+) -> tuple[np.random.Generator, LoopState, int, int]:
+    """A loop's exploration rng (from ``seed``) and `LoopState`; track ``learner``, the loop and
+    ``objects`` (table=, sampler=, agent=) in ``run`` and restore its newest checkpoint into
+    them, the rng included.
 
     Returns:
-        ``(env_steps, last_sync)`` of the restored loop; ``(0, 0)`` without a run or a
-        checkpoint.
+        ``(rng, loop, env_steps, last_sync)``; the steps ``(0, 0)`` without a run or a checkpoint.
     """
+    rng, loop = np.random.default_rng(seed), LoopState()
     if run is None or not run.attach(learner=learner, loop=loop, **objects):
-        return 0, 0
+        return rng, loop, 0, 0
     env_steps, last_sync = int(loop.env_steps.numpy()), int(loop.last_sync.numpy())
     loop.restore_rng(rng)
     logger.info("resumed at env step %d, SGD step %d", env_steps, int(learner.steps.numpy()))
-    return env_steps, last_sync
+    return rng, loop, env_steps, last_sync
 
 
 def checkpoint_when_due(

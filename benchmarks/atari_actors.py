@@ -93,8 +93,7 @@ def cli_actors(address: str, seconds: float, log: Path) -> list[float]:
 def demo_actors(address: str, seconds: float, thread_settings: bool) -> list[float]:
     """The demo's actor processes (`ActorFleet`) for ``seconds``; each one's env steps/s.
     ``thread_settings=False`` starts them without `actor_threads`."""
-    from replaygpu.agents.distributed.fleet import ActorFleet
-    from replaygpu.agents.distributed.learner import actor_configs
+    from replaygpu.agents.distributed.fleet import ActorFleet, actor_configs
     from replaygpu.agents.dqn.config import ApexAtariConfig
     from replaygpu.agents.progress import NullRecorder
 

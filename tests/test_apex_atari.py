@@ -188,10 +188,11 @@ def test_the_demo_actors_run_the_settings_the_actor_command_gets_from_the_learne
     actor config (send interval and insert slack included): only the id prefix, which no
     setting carries, differs."""
     from replaygpu.agents.distributed.actor_config import ActorConfig
+    from replaygpu.agents.distributed.fleet import actor_configs
 
     config = ApexAtariConfig(num_actors=2, insert_slack=512)
     settings = config.actor_settings  # the document Info carries
-    demos = learner.actor_configs(config, settings, steps=config.steps)
+    demos = actor_configs(config, settings, steps=config.steps)
     assert [d.steps for d in demos] == [config.steps // 2] * 2
     for index, demo in enumerate(demos):
         command = ActorConfig.from_settings(settings, actor_index=index, steps=demo.steps)

@@ -14,6 +14,7 @@ from run_files import save_run_lacking
 
 import replaygpu as rg
 from replaygpu.agents import demos
+from replaygpu.agents.distributed.experience import SegmentWriter
 from replaygpu.agents.dqn import atari
 from replaygpu.agents.envs import FireToLaunch, make_atari_env
 from replaygpu.agents.networks import NatureCNN
@@ -76,7 +77,7 @@ def test_nature_cnn_maps_uint8_stacks_to_action_values():
 
 
 def test_frame_writer_ends_a_table_episode_on_a_lost_life_and_keeps_the_stack_padded():
-    writer = atari.FrameWriter(stack=4)
+    writer = SegmentWriter(stack=4)
     frames = [np.full((84, 84), i, np.uint8) for i in range(6)]
     writer.start(frames[0])
     writer.step(1, 1.0, False, False, frames[1])
@@ -84,14 +85,14 @@ def test_frame_writer_ends_a_table_episode_on_a_lost_life_and_keeps_the_stack_pa
     writer.start(frames[2])
     assert [int(f[0, 0]) for f in writer.stack] == [2, 2, 2, 2]
     writer.step(3, -1.0, False, False, frames[3])
-    rows = writer.take()
+    rows = writer.take_rows()
     # 2 steps + final row, then 1 step of the next table episode (its next frame comes later)
     assert rows["frame"][:, 0, 0].tolist() == [0, 1, 2, 2]
     assert rows["first"].tolist() == [True, False, False, True]
     assert rows["final"].tolist() == [False, False, True, False]
     assert rows["terminated"].tolist() == [False, True, False, False]
     writer.step(0, 0.0, False, False, frames[4])
-    assert writer.take()["frame"][:, 0, 0].tolist() == [3]
+    assert writer.take_rows()["frame"][:, 0, 0].tolist() == [3]
 
 
 class StopAt(NullRecorder):
@@ -142,7 +143,7 @@ def test_frame_stack_sampler_feeds_uint8_stacks_of_real_frames():
     config = small_config(buffer_size=500)
     env = make_atari_env(config.env_id, seed=0)
     table = make_frame_table(config.buffer_size)
-    writer = atari.FrameWriter(config.frame_stack)
+    writer = SegmentWriter(config.frame_stack)
     frame, _ = env.reset(seed=0)
     writer.start(frame)
     for _ in range(64):
@@ -152,7 +153,7 @@ def test_frame_stack_sampler_feeds_uint8_stacks_of_real_frames():
             frame, _ = env.reset()
             writer.start(frame)
     env.close()
-    table.append(writer.take())
+    table.append(writer.take_rows())
     _, batch = rg.Sampler(table, rg.Uniform(), rg.FrameStack(4), seed=0).sample(32)
     assert batch["obs"].shape == (32, 4, 84, 84) and batch["obs"].dtype == tf.uint8
     assert batch["next_obs"].shape == (32, 4, 84, 84)

@@ -7,18 +7,8 @@ produced with ``add_batch``, pulls new weights with ``get_weights(newer_than=ver
 with ``eps_i = epsilon_base ** (1 + epsilon_alpha * i / (N - 1))`` (Ape-X).
 
 What differs between kinds of actor is one small piece the loop takes, an `Experience`: the
-envs, the network the actor acts with, and how env steps become table rows.
-
-- `VectorExperience` (``frame_stack`` 0): a gymnasium vector env, a dqn learner's
-  epsilon-greedy Q-network MLP or a sac learner's sampled squashed Gaussian, transitions sent
-  every ``send_interval`` vector steps. When the table has a ``stream`` field (`STREAM_FIELD`),
-  it holds a global env id (``actor_index * num_envs + env``) and each batch goes env-major, so
-  each env's steps lie in consecutive rows: ``rg.NStep(..., stream_field="stream")`` then
-  computes n-step returns across interleaved actors.
-- `experience.FrameExperience` (``frame_stack`` k > 0): ALE games for a frame-table learner,
-  the Nature CNN on k-frame stacks, whole episode segments of `frame_rows`.
-- `experience.RecurrentExperience` (``sequence_period`` p > 0): an R2D2 learner's LSTM
-  Q-network with its state carried, overlapping sequences with the state at their start.
+envs, the network the actor acts with, and how env steps become table rows (`make_experience`:
+`VectorExperience`, `experience.FrameExperience`, `experience.RecurrentExperience`).
 
 `ActorConfig.from_settings` builds an actor's config from the settings document that a learner
 announces in ``Info``, so ``replaygpu actor ADDRESS`` needs no other flags. The actor reports
@@ -103,7 +93,7 @@ class Experience(Protocol):
         """The greedy policy of a Q-network's pulled ``weights`` (dqn)."""
 
     def start(self, seed: int, spec: HostSpec) -> None:
-        """Reset the envs with ``seed`` and make rows of the table's ``spec`` from now on."""
+        """Reset the envs with ``seed``; rows of the table's ``spec`` from now on."""
 
     def observation(self) -> Any:
         """``[num_envs, ...]``: what the policy acts on now."""
@@ -116,13 +106,17 @@ class Experience(Protocol):
         """Send the rows that are ready (``final``: all, the run is over); returns the env
         steps sent, 0 when nothing was ready."""
 
-    def close(self) -> None:
-        """Close the envs."""
+    def close(self) -> None: ...
 
 
 class VectorExperience:
     """Vector transitions: ``num_envs`` gymnasium envs stepped together (`make_vector_env`),
-    the Q-network MLP as the greedy policy, ``send_interval`` vector steps per ``add_batch``."""
+    the Q-network MLP as the greedy policy, ``send_interval`` vector steps per ``add_batch``.
+
+    When the table has a `STREAM_FIELD`, it holds a global env id (``actor_index * num_envs +
+    env``) and each batch goes env-major, so each env's steps lie in consecutive rows:
+    ``rg.NStep(..., stream_field="stream")`` then computes n-step returns across interleaved
+    actors."""
 
     def __init__(self, config: ActorConfig) -> None:
         self.config, self.num_envs = config, config.num_envs
@@ -154,11 +148,8 @@ class VectorExperience:
         return rows
 
     def _streams(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """With a `STREAM_FIELD` in the table: fill it and reorder the rows env-major.
-
-        The chunk holds whole vector steps (row ``r`` is env ``r % num_envs``); env-major order
-        puts each env's steps in consecutive rows, in time order.
-        """
+        """Fill a `STREAM_FIELD` and reorder the rows env-major (the chunk holds whole vector
+        steps: row ``r`` is env ``r % num_envs``)."""
         if STREAM_FIELD not in batch:
             return batch
         n = self.num_envs
@@ -216,7 +207,7 @@ def run_actor(
         raise
     n, index = experience.num_envs, config.actor_index
 
-    def stopped() -> bool:
+    def stopped() -> bool:  # by the caller, or the learner's run is finished
         return (stop is not None and stop.is_set()) or client.run_finished
 
     stats = EpisodeStats(n)
@@ -233,9 +224,7 @@ def run_actor(
     start = time.perf_counter()
     try:
         experience.start(config.env_seed, client.spec)
-        while not (stop is not None and stop.is_set()) and not client.run_finished:
-            if config.steps and env_steps >= config.steps:
-                break
+        while not stopped() and not (config.steps and env_steps >= config.steps):
             if since_pull >= config.weight_pull_interval:
                 since_pull = 0
                 pull = functools.partial(client.get_weights, newer_than=version)
@@ -273,8 +262,7 @@ def run_actor(
         raise
     finally:
         experience.close()
-    seconds = time.perf_counter() - start
-    unacked = client.unacked
+    seconds, unacked = time.perf_counter() - start, client.unacked
     result = {
         "env_steps": float(env_steps),
         "episodes": float(episodes),
@@ -428,16 +416,9 @@ def _retrying(call: Callable[[], T], config: ActorConfig, stopped: Callable[[], 
 
 
 def run_actor_process(config: ActorConfig, address: str, stop=None, reports=None) -> None:
-    """Entry point of a spawned actor process.
-
-    Args:
-        config: the actor's config.
-        address: the replay server's ``host:port``.
-        stop: a multiprocessing Event that ends the actor.
-        reports: a bounded multiprocessing Queue for the actor's reports (`Report`; all but the
-            final one are dropped when it is full, so a slow reader never blocks the actor), or
-            None.
-    """
+    """Entry point of a spawned actor process: `run_actor` until the multiprocessing Event
+    ``stop``, with its reports put on ``reports``, a bounded multiprocessing Queue (all but the
+    final one are dropped when it is full, so a slow reader never blocks the actor), or None."""
     import queue
     import signal
 

@@ -27,12 +27,10 @@ import argparse
 import dataclasses
 import logging
 import math
-import multiprocessing as mp
-import queue
 import signal
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from replaygpu.service.config import AgentSettings
@@ -50,8 +48,6 @@ CONNECT_TIMEOUT_S = 1.0
 #: seconds after SIGTERM / Ctrl-C before an actor process still running is killed (each
 #: flushes for `actor.STOP_FLUSH_S` at most), so the command exits within 5 s
 STOP_S = 4.5
-#: reports an actor process queues before the rest are dropped (all but its final one)
-_QUEUE_SIZE = 1000
 
 
 def _wait_seconds(text: str) -> float:
@@ -271,88 +267,49 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_processes(configs: list[ActorConfig], address: str) -> int:
-    """Run one spawned actor process per config (`actor.run_actor_process`, with the thread
-    settings of every actor process) until each ends: its steps collected, the learner's run
-    finished, or SIGTERM / Ctrl-C here. A signal stops them all: each flushes for
-    `actor.STOP_FLUSH_S` at most, and one still running `STOP_S` after the signal (blocked on a
-    learner that does not answer) is killed. One line then says what was left unacknowledged.
+    """Run one spawned actor process per config (`fleet.ActorFleet`) until each ends: its
+    steps collected, the learner's run finished, or SIGTERM / Ctrl-C here. A signal stops them
+    all: each flushes for `actor.STOP_FLUSH_S` at most, and one still running `STOP_S` after
+    the signal (blocked on a learner that does not answer) is killed. One line then says what
+    was left unacknowledged.
 
     Raises:
         ReplayError: an actor process failed (each logged why, in one line).
     """
     from replaygpu.errors import ReplayError
 
-    from .actor import run_actor_process
-    from .fleet import actor_threads
+    from .fleet import ActorFleet
 
-    ctx = mp.get_context("spawn")
-    stop, reports = ctx.Event(), ctx.Queue(maxsize=_QUEUE_SIZE)
-    procs = [
-        ctx.Process(
-            target=run_actor_process,
-            args=(config, address, stop, reports),
-            name=f"replaygpu-actor-{config.actor_index}",
-        )
-        for config in configs
-    ]
-    results: dict[int, dict[str, float]] = {}
+    fleet = ActorFleet(configs, address, name="replaygpu-actor", quiet=False)
     signals: list[str] = []  # the handler only notes the signal: it may interrupt any lock
 
     def on_signal(signum: int, frame: object) -> None:
         signals.append(signal.Signals(signum).name)
 
     previous = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
-    killed: list[str] = []
     try:
         # started ignoring SIGINT (kept across exec, and Python then installs no handler of its
         # own): a Ctrl-C reaches the whole process group, and only this process handles it
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        with actor_threads():
-            for p in procs:
-                p.start()
+        fleet.start()
         for sig in _STOP_SIGNALS:
             signal.signal(sig, on_signal)
-        while any(p.is_alive() for p in procs) and not signals:
-            _drain(reports, results, 0.2)
+        while fleet.running and not signals:
+            fleet.drain()
+            time.sleep(0.2)
     finally:
-        stop.set()
-        deadline = time.monotonic() + STOP_S
-        while any(p.is_alive() for p in procs) and time.monotonic() < deadline:
-            _drain(reports, results, 0.1)
-        for p in procs:
-            if p.is_alive():
-                killed.append(p.name)
-                p.kill()  # blocked on a learner that does not answer
-            if p.pid is not None:
-                p.join()
-        _drain(reports, results, 0.0)
-        reports.close()
+        killed = fleet.stop(timeout_s=STOP_S)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    _log_end(results, address, signals[0] if signals else None, killed)
+    _log_end(fleet.stats, address, signals[0] if signals else None, killed)
     failed = [
         f"{p.name} (exit {p.exitcode})"
-        for p in procs
+        for p in fleet.processes
         if p.exitcode not in (0, None) and p.name not in killed
     ]
     if failed:
         raise ReplayError(f"actor processes failed: {', '.join(failed)}; see their log above")
     return 0
-
-
-def _drain(reports: Any, results: dict[int, dict[str, float]], wait_s: float) -> None:
-    """Keep the actors' final stats (their "done" reports) from ``reports``, waiting up to
-    ``wait_s`` for the first report; the others are read and dropped, so the queue never
-    fills."""
-    try:
-        item = reports.get(timeout=wait_s) if wait_s else reports.get_nowait()
-        while True:
-            kind, index, payload = item
-            if kind == "done":
-                results[index] = payload
-            item = reports.get_nowait()
-    except queue.Empty:
-        return
 
 
 def _log_end(

@@ -64,21 +64,24 @@ def segment_client_config(segment_steps: int, retry_deadline_s: float = 60.0) ->
 
 
 class SegmentWriter:
-    """Collects one env's steps into whole table episodes of at most ``segment_steps`` steps.
+    """Collects one env's steps into whole table episodes of at most ``segment_steps`` steps
+    (0: no cap).
 
     ``stack`` is the current ``[k, 84, 84]`` observation, padded with the segment's first frame
     as the `FrameStack` view rebuilds it. Finished segments (rows of `frame_rows`, each
-    starting with ``first=True`` and ending with its ``final`` row) collect in ``segments``.
+    starting with ``first=True`` and ending with its ``final`` row) collect in ``segments``;
+    `take_rows` also flushes the unfinished one, which goes on in the next rows (a writer of
+    one table, in order).
     """
 
-    def __init__(self, stack: int, segment_steps: int) -> None:
+    def __init__(self, stack: int, segment_steps: int = 0) -> None:
         self.k, self.cap = stack, segment_steps
         self.segments: list[dict[str, np.ndarray]] = []
         self.steps_ready = 0  # env steps in ``segments``
 
     def start(self, frame: np.ndarray) -> None:
         """Begin a table episode at ``frame``."""
-        self.frames = [frame]
+        self.frames, self.first = [frame], True
         self.steps: list[tuple[int, float, bool, bool]] = []
         self.stack = np.repeat(frame[None], self.k, axis=0)
 
@@ -87,7 +90,7 @@ class SegmentWriter:
     ) -> None:
         """Record one step ending at ``frame``. An episode end finishes the segment (call
         `start` for the next one); so does the cap, which starts the next one itself."""
-        capped = len(self.steps) + 1 >= self.cap and not (terminated or truncated)
+        capped = 0 < self.cap <= len(self.steps) + 1 and not (terminated or truncated)
         self.steps.append((action, reward, terminated, truncated or capped))
         self.frames.append(frame)
         self.stack = np.concatenate([self.stack[1:], frame[None]])
@@ -103,19 +106,52 @@ class SegmentWriter:
             action, reward, terminated, _ = self.steps[-1]
             self.steps[-1] = (action, reward, terminated, True)
             self._finish()
-            self.steps = []
 
     def _finish(self) -> None:
         actions, rewards, terms, truncs = (np.array(c) for c in zip(*self.steps, strict=True))
         self.segments.append(
-            frame_rows(np.stack(self.frames), actions, rewards, terms, truncs, True)
+            frame_rows(np.stack(self.frames), actions, rewards, terms, truncs, self.first)
         )
         self.steps_ready += len(actions)
+        self.frames, self.steps, self.first = self.frames[-1:], [], False
 
     def take(self) -> list[dict[str, np.ndarray]]:
         """The finished segments, oldest first; empties the list."""
         segments, self.segments, self.steps_ready = self.segments, [], 0
         return segments
+
+    def take_rows(self) -> dict[str, np.ndarray] | None:
+        """The rows of every step so far, in order, for one ``table.append``; None if none."""
+        if self.steps:
+            self._finish()
+        segments = self.take()
+        return (
+            {k: np.concatenate([s[k] for s in segments]) for k in segments[0]} if segments else None
+        )
+
+
+def play(
+    env: gym.Env, writer: SegmentWriter, action: int, lives: int, config: Any
+) -> tuple[float, bool, int]:
+    """One step of an ALE game into ``writer``: its reward clipped to the sign with
+    ``config.clip_rewards``, a lost life a terminal table episode end with
+    ``config.terminal_on_life_loss`` (the game plays on), a new game after the last.
+
+    Returns:
+        ``(reward, done, lives)``: the raw reward, whether the game ended, its lives now.
+    """
+    frame, reward, terminated, truncated, info = env.step(action)
+    life_lost = config.terminal_on_life_loss and info.get("lives", 0) < lives
+    lives = info.get("lives", 0)
+    clipped = float(np.sign(reward)) if config.clip_rewards else float(reward)
+    writer.step(action, clipped, terminated or life_lost, truncated, frame)
+    if terminated or truncated:
+        frame, info = env.reset()
+        lives = info.get("lives", 0)
+        writer.start(frame)
+    elif life_lost:
+        writer.start(frame)  # a new table episode; the game plays on
+    return reward, terminated or truncated, lives
 
 
 def send_segments(client: rg.ReplayClient, segments: Sequence[dict[str, np.ndarray]]) -> None:
@@ -202,19 +238,9 @@ class FrameExperience:
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rewards, ended = np.zeros(self.num_envs), np.zeros(self.num_envs, bool)
         for i, (env, writer) in enumerate(zip(self.envs, self.writers, strict=True)):
-            action = int(actions[i])
-            frame, reward, terminated, truncated, info = env.step(action)
-            lives, self.lives[i] = self.lives[i], info.get("lives", 0)
-            life_lost = self.config.terminal_on_life_loss and self.lives[i] < lives
-            clipped = float(np.sign(reward)) if self.config.clip_rewards else float(reward)
-            writer.step(action, clipped, terminated or life_lost, truncated, frame)
-            rewards[i], ended[i] = reward, terminated or truncated
-            if ended[i]:
-                frame, info = env.reset()
-                self.lives[i] = info.get("lives", 0)
-                writer.start(frame)
-            elif life_lost:
-                writer.start(frame)  # a new table episode; the game plays on
+            rewards[i], ended[i], self.lives[i] = play(
+                env, writer, int(actions[i]), self.lives[i], self.config
+            )
         return rewards, ended
 
     def send(self, client: rg.ReplayClient, final: bool = False) -> int:

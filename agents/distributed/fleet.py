@@ -1,10 +1,11 @@
-"""Actor processes beside an in-process learner: start them, read their reports, stop them.
+"""Actor processes: start them, read their reports, stop them.
 
-``demo apex-cartpole`` (`apex`) and ``demo apex-breakout`` (`apex_atari`) run their actors so:
-spawned processes (no TensorFlow in them, nothing shared with the learner) running
-`actor.run_actor_process`, each reporting finished episodes, sends and its final stats through
-one bounded queue that `ActorFleet.drain` reads without blocking the learner. The recorder shows
-the progress, so the actors log no progress lines of their own. An actor exits 0 when it
+The served demos (`learner.train`, beside an in-process learner) and ``replaygpu actor`` run
+their actors so: spawned processes (no TensorFlow in them, nothing shared with the learner)
+running `actor.run_actor_process`, each reporting finished episodes, sends and its final stats
+through one bounded queue that `ActorFleet.drain` reads without blocking the learner. Beside a
+learner the recorder shows the progress, so the actors log no progress lines of their own
+(``quiet``). An actor exits 0 when it
 collected its steps, when it is stopped, and when the learner's server says the run is finished
 (`ReplayServer.finish_run`).
 """
@@ -18,12 +19,18 @@ import os
 import queue
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..progress import Recorder
+from replaygpu.service.config import AgentSettings
+
+from ..registry import name_of
 from .actor import run_actor_process
 from .actor_config import ActorConfig
+
+if TYPE_CHECKING:  # the fleet's own imports stay TensorFlow-free (`replaygpu actor --ray`)
+    from ..progress import Recorder
 
 #: reports an actor queues before the rest are dropped (all but its final one)
 _QUEUE_SIZE = 10_000
@@ -36,15 +43,37 @@ def split_steps(steps: int, num_actors: int) -> list[int]:
     return [steps // num_actors + (i < steps % num_actors) for i in range(num_actors)]
 
 
+def actor_configs(
+    config: Any, settings: AgentSettings, steps: int, seed_offset: int = 0
+) -> list[ActorConfig]:
+    """The configs of a served run's ``config.num_actors`` actor processes: the ``settings``
+    that ``replaygpu actor ADDRESS`` takes over from the learner, plus what is each process's
+    own (index, id prefix, its share of ``steps`` env steps, seeds from ``config.seed +
+    seed_offset``). With ``config.steps`` 0 every actor runs until stopped."""
+    shares = split_steps(steps, config.num_actors) if config.steps else [0] * config.num_actors
+    return [
+        ActorConfig.from_settings(
+            settings,
+            actor_index=i,
+            actor_id_prefix=name_of(config),
+            steps=share,
+            seed=config.seed + seed_offset,
+        )
+        for i, share in enumerate(shares)
+        if share or not config.steps
+    ]
+
+
 class ActorFleet:
     """Actor processes collecting into the learner at ``address``, one per config.
 
     Args:
         configs: each actor's config.
         address: the learner's ``host:port``.
-        recorder: gets each finished episode, at the fleet's env steps.
+        recorder: gets each finished episode, at the fleet's env steps (None: none does).
         base_steps: env steps collected before these actors (a resumed run's).
         name: process names are ``NAME-INDEX``.
+        quiet: no progress lines of the actors' own (the recorder shows the progress).
 
     Attributes:
         returns: the return of each finished episode, in the order reported.
@@ -55,21 +84,19 @@ class ActorFleet:
         self,
         configs: Sequence[ActorConfig],
         address: str,
-        recorder: Recorder,
+        recorder: Recorder | None = None,
         base_steps: int = 0,
         name: str = "actor",
+        quiet: bool = True,
     ) -> None:
         ctx = mp.get_context("spawn")  # actors import no TensorFlow and share nothing with us
         self._stop, self._reports = ctx.Event(), ctx.Queue(maxsize=_QUEUE_SIZE)
+        if quiet:
+            configs = [dataclasses.replace(c, progress_interval_s=0.0) for c in configs]
         self.processes = [
             ctx.Process(
                 target=run_actor_process,
-                args=(
-                    dataclasses.replace(config, progress_interval_s=0.0),
-                    address,
-                    self._stop,
-                    self._reports,
-                ),
+                args=(config, address, self._stop, self._reports),
                 name=f"{name}-{config.actor_index}",
                 daemon=True,
             )
@@ -91,6 +118,11 @@ class ActorFleet:
     def env_steps(self) -> int:
         """Env steps collected, as far as the reports tell, ``base_steps`` included."""
         return self.base_steps + sum(self._steps.values())
+
+    @property
+    def running(self) -> bool:
+        """Whether any actor process is alive."""
+        return any(proc.is_alive() for proc in self.processes)
 
     @property
     def finished(self) -> bool:
@@ -140,23 +172,31 @@ class ActorFleet:
             if kind == "episode":
                 _, episodic_return, length = payload
                 self.returns.append(episodic_return)
-                self.recorder.episode(self.env_steps, episodic_return, length)
+                if self.recorder is not None:
+                    self.recorder.episode(self.env_steps, episodic_return, length)
 
-    def stop(self, commit: Callable[[], object]) -> None:
+    def stop(
+        self, commit: Callable[[], object] = lambda: None, timeout_s: float = _STOP_S
+    ) -> list[str]:
         """Stop the actors: they flush what they collected while ``commit`` (called every
-        50 ms) commits it, so their acks come and they exit; the ones still running after
-        30 s are killed. Then read the last reports."""
+        50 ms; an in-process learner's) commits it, so their acks come and they exit; the ones
+        still running after ``timeout_s`` are killed. Then read the last reports. Returns the
+        names of the processes killed."""
         self._stop.set()
-        deadline = time.monotonic() + _STOP_S
-        while any(p.is_alive() for p in self.processes) and time.monotonic() < deadline:
+        deadline = time.monotonic() + timeout_s
+        while self.running and time.monotonic() < deadline:
             commit()
+            self.drain()
             time.sleep(0.05)
+        killed = []
         for proc in (p for p in self.processes if p.pid is not None):
             if proc.is_alive():
-                proc.kill()  # SIGTERM only asks it to stop
+                killed.append(proc.name)
+                proc.kill()  # SIGTERM only asks it to stop; one blocked on a silent learner
             proc.join()
         self.drain()
         self._reports.close()
+        return killed
 
 
 #: environment variables of every actor process

@@ -1,18 +1,10 @@
 """The standalone learner, one for every algorithm: a served replay table, an agent's update
-under a rate limiter, weights for the actors, checkpoints. ``replaygpu learner`` runs it;
-``demo apex-cartpole`` and ``demo apex-breakout`` run it with actor processes beside it
-(`train`).
+under a rate limiter, weights for the actors, checkpoints. ``replaygpu learner`` runs it
+(`LearnerService.train_to_end`); the Ape-X demos run it with actor processes beside it (`train`).
 
-Reads top to bottom: `LearnerService`: its config's `Builder` (named in `registry.ALGORITHMS`
-and kept in the algorithm's package: `dqn.agent.VectorDQN`, `dqn.atari.FrameDQN`,
-`sac.agent.ServedSAC`, `r2d2.agent.ServedR2D2`) makes the table, the agent and the sampler;
-build the `rg.Learner`; restore the newest checkpoint; serve with the actor settings that tell
-``replaygpu actor ADDRESS`` what to run (`ActorConfig.to_settings`); then `LearnerService.step`
-commits the actors' appends and trains, until `LearnerService.done` (the run's ``steps``
-transitions arrived and the replay budget is spent) or a stop signal.
-`LearnerService.train_to_end` is ``replaygpu learner``'s loop: it ends the whole fleet at the
-budget (`ReplayServer.finish_run`), evaluates, and reports what it learns (`report`). Then
-`train`, the served demos' driver, and the builders' base classes.
+A config's `Builder` (named in `registry.ALGORITHMS`, kept in the algorithm's package) makes
+the table, the agent and the sampler; the service serves them with the actor settings that tell
+``replaygpu actor ADDRESS`` what to run (`ActorConfig.to_settings`).
 """
 
 from __future__ import annotations
@@ -20,9 +12,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Callable
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -40,9 +33,9 @@ from ..configs import total_sgd_steps
 from ..progress import NullRecorder, Recorder, TrainResult
 from ..registry import builder_for, name_of
 from ..rollouts import evaluate
-from ..runs import JsonState, LoopState, RunControl
+from ..runs import JsonState, LoopState, RunControl, stopped_early
 from .actor_config import ActorConfig
-from .fleet import ActorFleet, split_steps
+from .fleet import ActorFleet, actor_configs
 from .report import LearnerReport
 
 logger = logging.getLogger(__name__)
@@ -66,8 +59,7 @@ class LearnerService:
     """A served learner of any algorithm: its config's `Builder` makes the parts.
 
     Args:
-        config: an `ApexConfig` (DQN on vector observations), `ApexAtariConfig` (DQN on Atari
-            frames) or `SACLearnerConfig`.
+        config: a served algorithm's config (`registry.ALGORITHMS`).
         run: checkpoints and stop signals (restored from at once); None: neither.
         token, tls, server_config: passed to `rg.serve` (the builder may raise the message
             limit: a frame actor sends whole segments).
@@ -94,13 +86,9 @@ class LearnerService:
             min_size_to_sample=config.learning_starts,
             error_buffer=config.batch_size * config.steps_per_call,
         )
+        jit = builder.jit_compile(config, self.table)
         self.learner = rg.Learner(
-            self.table,
-            self.sampler,
-            self.agent.update,
-            batch_size=config.batch_size,
-            rate_limiter=limiter,
-            jit_compile=builder.jit_compile(config, self.table),
+            self.table, self.sampler, self.agent.update, config.batch_size, limiter, jit_compile=jit
         )
         self.ledger = SequenceLedger()
         self.loop = LoopState()
@@ -108,17 +96,9 @@ class LearnerService:
         #: how many env steps the run took: the table's rows, unless a driver that sees the
         #: actors' reports counts them (a frame table holds one more row per episode)
         self.env_steps: Callable[[], int] = lambda: self.table.total_inserted
-        self.restored = None
-        if run is not None:
-            self.restored = run.attach(
-                table=self.table,
-                sampler=self.sampler,
-                learner=self.learner,
-                agent=self.agent,
-                ledger=self.ledger,
-                loop=self.loop,
-                run_stats=self.saved_stats,
-            )
+        state = dict(table=self.table, sampler=self.sampler, learner=self.learner, agent=self.agent)
+        state.update(ledger=self.ledger, loop=self.loop, run_stats=self.saved_stats)
+        self.restored = run.attach(**state) if run is not None else None
         if self.restored:
             logger.info(
                 "resumed from %s: %d transitions inserted, SGD step %d",
@@ -150,7 +130,7 @@ class LearnerService:
 
     @property
     def address(self) -> str:
-        """Where the learner serves (``host:port``, the port resolved)."""
+        """``host:port``, the port resolved."""
         return self.server.address
 
     @property
@@ -205,10 +185,7 @@ class LearnerService:
         learner stops for good, and its actors, told in an ack or as their streams end, exit 0.
         SIGTERM (an orchestrator's restart) tells them nothing, as a crash does: they wait for
         the restarted learner and resend what it had not acknowledged. The final checkpoint is
-        `close`'s.
-
-        Returns:
-            whether the run finished (False: a stop signal came first).
+        `close`'s. Returns whether the run finished (False: a stop signal came first).
         """
         report = report or LearnerReport(self)
         if self.config.steps:
@@ -280,41 +257,17 @@ class LearnerService:
         return path
 
     def _capture(self) -> None:
-        """Copy the loop's counters and the run's episode figures into the checkpoint's
-        variables."""
+        """The loop's counters and the run's episode figures into the checkpoint."""
         self.loop.capture(self.env_steps(), self._last_sync)
         self.saved_stats.capture(self.server.run_stats.state())
-
-
-def actor_configs(
-    config: Any, settings: AgentSettings, steps: int, seed_offset: int = 0
-) -> list[ActorConfig]:
-    """The configs of a served run's ``config.num_actors`` actor processes: the ``settings``
-    that ``replaygpu actor ADDRESS`` takes over from the learner, plus what is each process's
-    own (index, id prefix, its share of ``steps`` env steps, seeds from ``config.seed +
-    seed_offset``). With ``config.steps`` 0 every actor runs until stopped."""
-    shares = split_steps(steps, config.num_actors) if config.steps else [0] * config.num_actors
-    return [
-        ActorConfig.from_settings(
-            settings,
-            actor_index=i,
-            actor_id_prefix=name_of(config),
-            steps=share,
-            seed=config.seed + seed_offset,
-        )
-        for i, share in enumerate(shares)
-        if share or not config.steps
-    ]
 
 
 def train(
     config: Any, recorder: Recorder | None = None, run: RunControl | None = None
 ) -> TrainResult:
-    """Serve ``config``'s learner (`LearnerService`, what ``replaygpu learner`` runs) with
-    ``config.num_actors`` actor processes beside it (what ``replaygpu actor ADDRESS`` runs,
-    from the settings the learner serves) until they delivered the run's ``steps`` and the
-    replay budget is spent (or a stop signal), then evaluate: the one driver of the served
-    demos (``apex-cartpole``, ``apex-breakout``).
+    """Serve ``config``'s learner (`LearnerService`) with ``config.num_actors`` actor processes
+    beside it until they delivered the run's ``steps`` and the replay budget is spent (or a stop
+    signal), then evaluate: the one driver of the served demos.
 
     With ``run``: resume from its newest checkpoint (the actors collect what is left of
     ``steps``, with new env seeds), save periodically, stop early with a checkpoint on SIGTERM
@@ -354,11 +307,7 @@ def train(
         fleet.stop(service.commit)
         service.close()
     elapsed = time.perf_counter() - start
-    stopped = (
-        service.run is not None
-        and service.run.stop.is_set()
-        and (not config.steps or fleet.env_steps < config.steps)
-    )
+    stopped = stopped_early(run, fleet.env_steps, config.steps or math.inf)
     eval_returns = (
         np.zeros(0)
         if stopped or not config.eval_episodes
@@ -393,10 +342,8 @@ class Builder:
     syncs_target: ClassVar[bool] = False
     #: the update's metric that Info, /metrics and the progress line show as the loss
     loss_key: ClassVar[str] = "losses/td_loss"
-
-    def check_env(self, env_id: str) -> gym.Env:
-        """The env the algorithm runs (made to read its spaces; close it)."""
-        raise NotImplementedError
+    #: the agent of the settings document its actors run (`ActorConfig.to_settings`)
+    agent: ClassVar[str] = "dqn"
 
     def make_table(
         self, config: Any, env: gym.Env
@@ -416,9 +363,21 @@ class Builder:
         """What ``publish_weights`` snapshots for the actors."""
         raise NotImplementedError
 
+    def actor_fields(self, config: Any) -> dict[str, Any]:
+        """The `ActorConfig` fields of its actors beyond env, seed and sizes."""
+        return {}
+
     def actor_settings(self, config: Any) -> AgentSettings:
         """The settings document its actors run (`ActorConfig.to_settings`)."""
-        raise NotImplementedError
+        actor = ActorConfig(
+            env_id=config.env_id,
+            weight_pull_interval=config.weight_pull_interval,
+            num_envs=config.actor_envs,
+            seed=config.seed,
+            num_actors=config.num_actors,
+            **self.actor_fields(config),
+        )
+        return actor.to_settings(self.agent)
 
     def jit_compile(self, config: Any, table: Table) -> bool:
         return bool(config.jit_compile)
@@ -461,16 +420,8 @@ class VectorBuilder(Builder):
         table = rg.ReplayTable(spec, config.buffer_size, device=config.device or None)
         return table, tf.device(table.device)
 
-    def settings(self, config: Any, agent: Literal["dqn", "sac"]) -> AgentSettings:
-        actor = ActorConfig(
-            env_id=config.env_id,
-            agent=agent,
-            weight_pull_interval=config.weight_pull_interval,
-            num_envs=config.actor_envs,
-            seed=config.seed,
-            num_actors=config.num_actors,
-        )
-        return actor.to_settings(agent)
+    def actor_fields(self, config: Any) -> dict[str, Any]:
+        return {"agent": self.agent}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -491,7 +442,7 @@ def make_parts(config: Any) -> Parts:
         ConfigError: for a config no builder takes, or an env the algorithm cannot run.
     """
     builder = builder_for(config)
-    probe = builder.check_env(config.env_id)
+    probe = type(config).ENV_CHECK(config.env_id)
     table, scope = builder.make_table(config, probe)
     with scope:
         agent = builder.make_agent(config, probe)

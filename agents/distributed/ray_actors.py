@@ -43,13 +43,7 @@ from typing import Any
 import replaygpu as rg
 from replaygpu.errors import ReplayError
 
-from .actor import (
-    STOP_FLUSH_S,
-    _retrying,
-    connect,
-    default_prefix,
-    run_actor,
-)
+from .actor import STOP_FLUSH_S, _retrying, connect, default_prefix, run_actor
 from .actor_config import ActorConfig
 from .fleet import ACTOR_THREAD_ENV
 
@@ -61,19 +55,13 @@ _MAX_CONCURRENCY = 4
 
 @dataclass(frozen=True)
 class RayActorStatus:
-    """What one Ray actor's current incarnation reports.
+    """What one Ray actor's current incarnation reports (``actor_id`` is the same in every
+    incarnation; ``pid``, ``seed`` and ``env_steps`` are this one's).
 
     Attributes:
-        index: the actor's index in the fleet.
-        actor_id: its id on the server (the same in every incarnation).
-        pid: the worker process of this incarnation.
-        restarted: whether Ray restarted this actor (this is not its first incarnation).
         resumed_after_seq: the server's last committed seq for ``actor_id`` when this
             incarnation started (0 for a new actor); its first batch has the next seq.
-        seed: the base seed of this incarnation's envs.
-        env_steps: env steps of this incarnation, as of its last report (an episode's end, a
-            send) or its end.
-        running: whether its loop still runs.
+        env_steps: as of its last report (an episode's end, a send) or its end.
         result: `run_actor`'s result once the loop ended, else None.
         error: ``Type: message`` of the error that ended the loop, else None.
     """
@@ -159,7 +147,8 @@ class RayActor:
 
 
 class RayActorFleet:
-    """Ray actors running `run_actor` against one server; made by `start_ray_actors`.
+    """Ray actors running `run_actor` against one server; made by `start_ray_actors`; `stop`
+    it, or use it as a context manager.
 
     Attributes:
         actor_ids: the server-side id of each actor, by position.
@@ -267,11 +256,7 @@ class RayActorFleet:
 
 def check_ray_options(num_cpus_per_actor: float, max_restarts: int) -> None:
     """`start_ray_actors`' checks of its Ray options (``replaygpu actor --ray`` makes them
-    before it asks the learner anything).
-
-    Raises:
-        ConfigError: ``num_cpus_per_actor`` <= 0, or ``max_restarts`` not an int >= -1.
-    """
+    before it asks the learner anything)."""
     if not num_cpus_per_actor > 0:
         raise rg.ConfigError(
             f"num_cpus_per_actor (--ray-num-cpus): got {num_cpus_per_actor}, expected > 0"
@@ -308,9 +293,6 @@ def start_ray_actors(
         num_cpus_per_actor: CPUs Ray reserves for each actor (fractions share a CPU).
         max_restarts: times Ray restarts an actor whose process died.
         ray_address: the Ray cluster to join when not connected yet; None: a local instance.
-
-    Returns:
-        the running `RayActorFleet`; call ``stop()`` (or use it as a context manager).
 
     Raises:
         ConfigError: ray is not installed, an argument is out of range, the Ray cluster
@@ -365,11 +347,7 @@ def start_ray_actors(
 
 
 def import_ray() -> Any:
-    """The ray module.
-
-    Raises:
-        ConfigError: ray is not installed; the message says how to install it.
-    """
+    """The ray module; ConfigError, saying how to install it, where it is missing."""
     try:
         import ray
     except ImportError as err:
@@ -418,8 +396,6 @@ def _last_seq(config: ActorConfig, address: str, stop: threading.Event) -> int:
         client.close(flush=False)
 
 
-logger = logging.getLogger(__name__)
-
 #: what Ray's error says when its local node did not register in its fixed 30 s
 NODE_START_TIMEOUT = "timed out during startup"
 #: tries of ``ray.init`` when the local node's start-up times out
@@ -427,17 +403,9 @@ START_ATTEMPTS = 3
 
 
 def init_ray(ray: Any, address: str | None, attempts: int = START_ATTEMPTS, **kwargs: Any) -> int:
-    """``ray.init(address=address, **kwargs)``, started again (after ``ray.shutdown()``) when
-    Ray's node start-up times out, ``attempts`` tries in all.
-
-    Args:
-        ray: the ``ray`` module.
-        address: the cluster to join; None: a local instance (or ``$RAY_ADDRESS``).
-        attempts: tries in all, >= 1.
-        **kwargs: more arguments of ``ray.init``.
-
-    Returns:
-        the try that started Ray (1: the first).
+    """``ray.init(address=address, **kwargs)`` (``address`` None: a local instance, or
+    ``$RAY_ADDRESS``), started again (after ``ray.shutdown()``) when Ray's node start-up times
+    out, ``attempts`` tries in all. Returns the try that started Ray (1: the first).
 
     Raises:
         ConfigError: every try timed out; the message says how to start Ray beforehand.

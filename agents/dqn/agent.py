@@ -1,7 +1,8 @@
 """DQN (double DQN optional) with a Huber loss, a target network, and linear epsilon and
 learning-rate schedules (Discrete actions).
 
-Reads top to bottom: the config, the agent (networks + the in-graph update), the training loop.
+Reads top to bottom: the agent (networks + the in-graph update), the training loop, the kept
+best weights, the served form (`VectorDQN`).
 
 Acting never calls TensorFlow: the agent keeps a numpy copy of the Q-network weights, refreshed
 after each training call, and picks greedy actions with `numpy_mlp`. Every ``train_freq`` env
@@ -29,7 +30,6 @@ import tensorflow as tf
 import replaygpu as rg
 from replaygpu.keys import DISCOUNT, IMPORTANCE_WEIGHTS, PRIORITIES
 from replaygpu.nest import flatten as flatten_nest
-from replaygpu.service.config import AgentSettings
 from replaygpu.specs import host_spec, specs_from_env
 
 from .. import runs
@@ -40,14 +40,7 @@ from ..envs import discrete_actions_env as check_env
 from ..envs import make_vector_env
 from ..networks import MLP, Adam, Schedule, copy_weights
 from ..policies import epsilon_greedy_actions, greedy_q_policy
-from ..progress import (
-    FINAL_WEIGHTS,
-    PERIODIC_EVAL,
-    NullRecorder,
-    Recorder,
-    TrainResult,
-    TrainTimer,
-)
+from ..progress import FINAL_WEIGHTS, PERIODIC_EVAL, NullRecorder, Recorder, TrainResult, TrainTimer
 from ..rollouts import ChunkCollector, evaluate
 from ..runs import RunControl, TrainingJobs
 from .config import ApexConfig
@@ -65,10 +58,8 @@ class QAgent(tf.Module):
     Args:
         q, target: the online and target networks (same architecture; ``target`` gets ``q``'s
             weights); callables ``[B, ...] -> [B, num_actions]`` with a ``weights`` list.
-        num_actions: number of discrete actions.
         config: a config with ``gamma``, ``double_q``, ``max_grad_norm``, ``learning_rate``.
         learning_rate: Adam's step size or schedule; None: ``config.learning_rate``.
-        name: the module's name.
     """
 
     def __init__(
@@ -123,7 +114,6 @@ class QAgent(tf.Module):
         return out
 
     def sync_target(self) -> None:
-        """Copy the online weights into the target network."""
         self._sync()
 
     def sync_and_mirror(self, sync: bool) -> list[np.ndarray]:
@@ -142,15 +132,8 @@ class QAgent(tf.Module):
 
 
 class DQN(QAgent):
-    """`QAgent` with MLP Q-networks over flat (or flattened Dict/Tuple) observations.
-
-    Args:
-        obs_dim: flat observation size (`obs_size`).
-        num_actions: number of discrete actions.
-        config: hyperparameters.
-        learning_rate: Adam's step size or schedule (`networks.Schedule`); None:
-            ``config.learning_rate``.
-    """
+    """`QAgent` with MLP Q-networks over flat (or flattened Dict/Tuple) observations of
+    ``obs_dim`` (`obs_size`) values."""
 
     def __init__(
         self,
@@ -215,6 +198,13 @@ def kept_policy(
     return (greedy_q_policy(best.numpy_weights()), best.describe()) if best.found else None
 
 
+def distribution(config: Any) -> rg.Uniform | rg.Prioritized:
+    """Prioritized (|TD error| priorities) with ``config.prioritized``, else uniform."""
+    if config.prioritized:
+        return rg.Prioritized(config.priority_alpha, config.priority_beta)
+    return rg.Uniform()
+
+
 def fused_learner(table: rg.ReplayTable, sampler: Any, agent: Any, config: Any) -> rg.Learner:
     """The `rg.Learner` of a demo agent (DQN, R2D2): ``agent.update`` on ``config.batch_size``
     rows, compiled with XLA when ``config.jit_compile``; no autograph (the update has no Python
@@ -260,12 +250,10 @@ def train(
         agent = DQN(obs_dim, num_actions, config, config.learning_rate_schedule)
     sampler = rg.Sampler(table, seed=config.seed)
     learner = fused_learner(table, sampler, agent, config)
-    rng = np.random.default_rng(config.seed)
-    loop = runs.LoopState()
     best = BestPolicy(agent.q.numpy_weights()) if config.keep_best else None  # handed back
     kept = {} if best is None else {"best_policy": best}
-    env_steps, last_sync = runs.resume(
-        run, loop, rng, learner, table=table, sampler=sampler, agent=agent, **kept
+    rng, loop, env_steps, last_sync = runs.resume(
+        run, config.seed, learner, table=table, sampler=sampler, agent=agent, **kept
     )
     acting = ChunkCollector(
         env, host_spec(spec), config.train_freq, recorder.episode, config.seed, env_steps
@@ -280,7 +268,6 @@ def train(
     jobs: TrainingJobs[JobResult] = TrainingJobs(config.overlap_training, "dqn-train")
 
     def policy(obs: Any, step: int) -> np.ndarray:
-        """Epsilon-greedy actions with the numpy weight mirror."""
         return epsilon_greedy_actions(act_greedy, obs, config.epsilon(step), num_actions, rng)
 
     def training_job(
@@ -383,11 +370,8 @@ def evaluation_due(every: int, before: int, after: int) -> bool:
 
 
 class BestPolicy(tf.Module):
-    """The weights of the best greedy evaluation so far, with its mean return and env step.
-
-    Args:
-        like: the acting weights (numpy arrays) whose shapes and dtypes the copy has.
-    """
+    """The weights of the best greedy evaluation so far, with its mean return and env step, in
+    the shapes and dtypes of ``like`` (the acting weights)."""
 
     def __init__(self, like: Sequence[np.ndarray]) -> None:
         super().__init__(name="best_policy")
@@ -420,7 +404,6 @@ class BestPolicy(tf.Module):
         return True
 
     def numpy_weights(self) -> list[np.ndarray]:
-        """A numpy copy of the kept weights."""
         return [v.numpy() for v in self.weights]
 
     def describe(self) -> str:
@@ -435,12 +418,6 @@ class BestPolicy(tf.Module):
         )
 
 
-def make_apex_agent(config: ApexConfig, env: gym.Env) -> DQN:
-    """The agent's networks for ``env`` (what ``replaygpu eval`` restores)."""
-    obs_dim = obs_size(env.observation_space)
-    return DQN(obs_dim, int(env.action_space.n), config, config.learning_rate_schedule)
-
-
 class VectorDQN(VectorBuilder):
     """Ape-X DQN on vector observations, served (`ApexConfig`; ``demo apex-cartpole``,
     ``replaygpu learner --agent dqn``): the double-DQN update of `DQN` on 3-step returns of
@@ -450,28 +427,16 @@ class VectorDQN(VectorBuilder):
 
     syncs_target = True
     stream_field = STREAM_FIELD
-
-    def check_env(self, env_id: str) -> gym.Env:
-        return check_env(env_id)
+    greedy_policy = staticmethod(greedy_policy)
 
     def make_agent(self, config: ApexConfig, env: gym.Env) -> DQN:
-        return make_apex_agent(config, env)
+        obs_dim = obs_size(env.observation_space)
+        return DQN(obs_dim, int(env.action_space.n), config, config.learning_rate_schedule)
 
     def make_sampler(self, config: ApexConfig, table: Table) -> rg.Sampler:
-        distribution = (
-            rg.Prioritized(config.priority_alpha, config.priority_beta)
-            if config.prioritized
-            else rg.Uniform()
-        )
         # Actors' batches interleave in the table; the stream field keeps a return in one env.
         view = rg.NStep(config.n_step, config.gamma, stream_field=STREAM_FIELD)
-        return rg.Sampler(table, distribution, view, seed=config.seed)
+        return rg.Sampler(table, distribution(config), view, seed=config.seed)
 
     def policy(self, agent: DQN) -> Any:
         return agent.q
-
-    def actor_settings(self, config: ApexConfig) -> AgentSettings:
-        return self.settings(config, "dqn")
-
-    def greedy_policy(self, agent: DQN) -> Any:
-        return greedy_policy(agent)

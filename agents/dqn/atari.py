@@ -1,12 +1,12 @@
 """DQN on Atari (Mnih et al. 2015, Nature): the Nature CNN over a frame table.
 
-Reads top to bottom: the config, the agent (networks + the in-graph update), the frame writer,
-the training loop.
+Reads top to bottom: the agent (networks + the in-graph update), the training loop, the served
+form (`FrameDQN`).
 
 One env (``envs.make_atari_env``: frame skip 4, 84x84 grey, up to 30 no-ops) writes its
-steps into a `make_frame_table` in order with `frame_rows`, so each 84x84 uint8 frame is
-stored once; the `rg.FrameStack` view rebuilds the ``[B, 4, 84, 84]`` uint8 stacks in the
-graph and the update converts them to float (`NatureCNN`). A capacity of 1e6 rows is 7.07 GB.
+steps into a `make_frame_table` in order (`experience.SegmentWriter`), so each 84x84 uint8
+frame is stored once; the `rg.FrameStack` view rebuilds the ``[B, 4, 84, 84]`` uint8 stacks in
+the graph and the update converts them to float (`NatureCNN`). A capacity of 1e6 rows is 7.07 GB.
 Training marks a lost life terminal (the game plays on, as SB3's ``EpisodicLifeEnv``) and
 clips rewards with ``np.sign``; the learning curve and the evaluation report raw full-game
 returns. The defaults are the Nature / rl-zoo3 Atari DQN hyperparameters, with a replay of 1e5
@@ -25,26 +25,19 @@ import numpy as np
 import tensorflow as tf
 
 import replaygpu as rg
-from replaygpu.frames import frame_rows
 from replaygpu.samplers import make_frame_table
 from replaygpu.service.config import AgentSettings, ServerConfig
 
 from ..configs import next_chunk
-from ..distributed.experience import segment_client_config
+from ..distributed.experience import SegmentWriter, play, segment_client_config
 from ..distributed.learner import Builder, Table
 from ..envs import make_atari_env
 from ..networks import NatureCNN
 from ..policies import epsilon_greedy_actions
 from ..progress import NullRecorder, Recorder, TrainResult, TrainTimer
 from ..rollouts import EpisodeStats
-from ..runs import (
-    LoopState,
-    RunControl,
-    checkpoint_when_due,
-    resume,
-    stopped_early,
-)
-from .agent import QAgent
+from ..runs import RunControl, checkpoint_when_due, resume, stopped_early
+from .agent import QAgent, distribution
 from .config import ApexAtariConfig
 from .config import AtariDQNConfig as AtariDQNConfig
 
@@ -64,13 +57,8 @@ def make_frame_sampler(table: rg.ReplayTable, config: AtariDQNConfig) -> rg.Samp
     A prioritized sample belongs to its transition row (the row of ``obs``'s newest frame); the
     update's |TD error| goes back there, and final rows are never drawn.
     """
-    distribution = (
-        rg.Prioritized(config.priority_alpha, config.priority_beta)
-        if config.prioritized
-        else rg.Uniform()
-    )
     view = rg.FrameStack(config.frame_stack, n_step=config.n_step, gamma=config.gamma)
-    return rg.Sampler(table, distribution, view, seed=config.seed)
+    return rg.Sampler(table, distribution(config), view, seed=config.seed)
 
 
 class AtariDQN(QAgent):
@@ -97,59 +85,10 @@ class AtariDQN(QAgent):
         return obs
 
 
-class FrameWriter:
-    """Turns one env's steps into frame-table rows (`frame_rows`) and keeps its k-stack.
-
-    ``stack`` is the current ``[k, 84, 84]`` observation, padded with the episode's first frame
-    as gymnasium's ``FrameStackObservation`` pads, which is how the sampler rebuilds it.
-    """
-
-    def __init__(self, stack: int) -> None:
-        self.k = stack
-        self.rows: list[dict[str, np.ndarray]] = []
-        self.steps: list[tuple[int, float, bool, bool]] = []
-
-    def start(self, frame: np.ndarray) -> None:
-        """Begin an episode (of the table) at ``frame``."""
-        self.frames = [frame]
-        self.first = True
-        self.stack = np.repeat(frame[None], self.k, axis=0)
-
-    def step(
-        self, action: int, reward: float, terminated: bool, truncated: bool, frame: np.ndarray
-    ) -> None:
-        """Record one step ending at ``frame``; after an episode end call `start` again."""
-        self.steps.append((action, reward, terminated, truncated))
-        self.frames.append(frame)
-        self.stack = np.concatenate([self.stack[1:], frame[None]])
-        if terminated or truncated:
-            self._flush()
-
-    def _flush(self) -> None:
-        if self.steps:
-            actions, rewards, terms, truncs = (np.array(c) for c in zip(*self.steps, strict=True))
-            self.rows.append(
-                frame_rows(np.stack(self.frames), actions, rewards, terms, truncs, self.first)
-            )
-            self.frames, self.steps, self.first = self.frames[-1:], [], False
-
-    def take(self) -> dict[str, np.ndarray] | None:
-        """The rows of every step so far (in order) for one ``table.append``, or None."""
-        self._flush()
-        if not self.rows:
-            return None
-        rows = {k: np.concatenate([r[k] for r in self.rows]) for k in self.rows[0]}
-        self.rows = []
-        return rows
-
-
-def check_env(env_id: str) -> gym.Env:
-    """Make the preprocessed ``env_id``; returns it (close it).
-
-    Raises:
-        ConfigError: ale-py missing or not an ALE game id.
-    """
-    return make_atari_env(env_id, seed=0)
+def xla(config: AtariDQNConfig | ApexAtariConfig, table: Table) -> bool:
+    """Whether the update compiles with XLA: XLA's CPU convolutions ran the Nature CNN update 6x
+    slower, so ``auto`` is on where the table is on a GPU."""
+    return config.jit_compile == "on" or (config.jit_compile == "auto" and "GPU" in table.device)
 
 
 def make_agent(config: AtariDQNConfig, env: gym.Env) -> AtariDQN:
@@ -166,7 +105,7 @@ def evaluate_agent(config: AtariDQNConfig, agent: AtariDQN, episodes: int, seed:
     """Raw returns of ``episodes`` full games, epsilon-greedy with ``config.eval_epsilon``."""
     env = make_atari_env(config.env_id, seed, config.repeat_action_probability)
     act, rng = greedy_policy(agent), np.random.default_rng(seed)
-    writer = FrameWriter(config.frame_stack)
+    writer = SegmentWriter(config.frame_stack)
     returns = np.zeros(episodes, np.float64)
     try:
         for ep in range(episodes):
@@ -205,16 +144,15 @@ def train(
     with tf.device(table.device):
         agent = AtariDQN(num_actions, config)
     sampler = make_frame_sampler(table, config)
-    xla = config.jit_compile == "on" or (config.jit_compile == "auto" and "GPU" in table.device)
     learner = rg.Learner(
-        table, sampler, agent.update, batch_size=config.batch_size, jit_compile=xla
+        table, sampler, agent.update, config.batch_size, jit_compile=xla(config, table)
     )
-    stats, rng, loop = EpisodeStats(1), np.random.default_rng(config.seed), LoopState()
-    env_steps, last_sync = resume(
-        run, loop, rng, learner, table=table, sampler=sampler, agent=agent
+    stats = EpisodeStats(1)
+    rng, loop, env_steps, last_sync = resume(
+        run, config.seed, learner, table=table, sampler=sampler, agent=agent
     )
     act = greedy_policy(agent)
-    writer = FrameWriter(config.frame_stack)
+    writer = SegmentWriter(config.frame_stack)
     frame, info = env.reset(seed=config.seed + env_steps)
     writer.start(frame)
     lives = info.get("lives", 0)
@@ -225,25 +163,13 @@ def train(
         for _ in range(size):
             eps = config.epsilon(env_steps)
             action = epsilon_greedy_actions(act, writer.stack[None], eps, num_actions, rng)[0]
-            frame, reward, terminated, truncated, info = env.step(int(action))
+            reward, done, lives = play(env, writer, int(action), lives, config)
             env_steps += 1
-            life_lost = config.terminal_on_life_loss and info.get("lives", 0) < lives
-            lives = info.get("lives", 0)
-            clipped = float(np.sign(reward)) if config.clip_rewards else float(reward)
-            writer.step(int(action), clipped, terminated or life_lost, truncated, frame)
-            done = terminated or truncated
             for episodic_return, length in stats.step(np.array([reward]), np.array([done])):
                 recorder.episode(env_steps, episodic_return, length)
-            if done:
-                frame, info = env.reset()
-                lives = info.get("lives", 0)
-                writer.start(frame)
-            elif life_lost:
-                writer.start(frame)  # a new table episode; the game plays on
-        rows = writer.take()
+        rows = writer.take_rows()
         if rows is not None:
             table.append(rows)
-
         if env_steps > config.learning_starts:
             metrics = timer.train(learner, sgd_steps)
             if env_steps - last_sync >= config.target_update_interval:
@@ -279,9 +205,6 @@ class FrameDQN(Builder):
 
     syncs_target = True
 
-    def check_env(self, env_id: str) -> gym.Env:
-        return check_env(env_id)
-
     def make_table(
         self, config: ApexAtariConfig, env: gym.Env
     ) -> tuple[Table, contextlib.AbstractContextManager[Any]]:
@@ -302,10 +225,7 @@ class FrameDQN(Builder):
         return config.actor_settings
 
     def jit_compile(self, config: ApexAtariConfig, table: Table) -> bool:
-        # XLA's CPU convolutions ran the Nature CNN update 6x slower: auto is on for GPUs only
-        return config.jit_compile == "on" or (
-            config.jit_compile == "auto" and "GPU" in table.device
-        )
+        return xla(config, table)
 
     def server_config(self, config: ApexAtariConfig, given: ServerConfig | None) -> ServerConfig:
         # an actor sends whole segments of up to segment_steps frames in one request
@@ -314,9 +234,6 @@ class FrameDQN(Builder):
         return dataclasses.replace(
             base, max_message_bytes=max(base.max_message_bytes, request, 64 << 20)
         )
-
-    def greedy_policy(self, agent: AtariDQN) -> Any:
-        return greedy_policy(agent)
 
     def evaluate(
         self, config: ApexAtariConfig, agent: AtariDQN, episodes: int, seed: int

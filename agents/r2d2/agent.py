@@ -31,11 +31,9 @@ import tensorflow as tf
 
 import replaygpu as rg
 from replaygpu.keys import IMPORTANCE_WEIGHTS, MASK, PRIORITIES
-from replaygpu.service.config import AgentSettings
 from replaygpu.specs import host_spec, specs_from_env
 from replaygpu.table import Table
 
-from ..distributed.actor_config import ActorConfig
 from ..distributed.experience import STATE_FIELD as STATE
 from ..distributed.experience import STATE_STORED as STATE_STORED
 from ..distributed.learner import Builder
@@ -45,7 +43,7 @@ from ..networks import Adam, LSTMQNetwork, copy_weights
 from ..policies import RecurrentQPolicy
 from ..progress import NullRecorder, Recorder, TrainResult, TrainTimer
 from ..rollouts import EpisodeStats, evaluate
-from ..runs import LoopState, RunControl, checkpoint_when_due, resume
+from ..runs import RunControl, checkpoint_when_due, resume
 from .config import R2D2Config as R2D2Config
 from .config import R2D2LearnerConfig
 
@@ -302,9 +300,9 @@ def train(
         agent = make_agent(config, env)
     sampler = make_sampler(config, table, agent)
     learner = fused_learner(table, sampler, agent, config)
-    rng = np.random.default_rng(config.seed)
-    loop = LoopState()
-    env_steps, _ = resume(run, loop, rng, learner, table=table, sampler=sampler, agent=agent)
+    rng, loop, env_steps, _ = resume(
+        run, config.seed, learner, table=table, sampler=sampler, agent=agent
+    )
     host = host_spec(spec)
     columns = {k: np.zeros((config.train_freq, *f.shape), f.numpy_dtype) for k, f in host.items()}
     actor = RecurrentQPolicy(agent.acting_weights(), num_actions)
@@ -361,8 +359,8 @@ class ServedR2D2(Builder):
     rows whose first row holds the LSTM state (`STATE_STORED` marks it), so the
     prioritized `rg.Sequence` view starts windows there and never runs past a block."""
 
-    def check_env(self, env_id: str) -> gym.Env:
-        return check_env(env_id)
+    agent = "r2d2"
+    make_agent = staticmethod(make_agent)
 
     def make_table(
         self, config: R2D2LearnerConfig, env: gym.Env
@@ -371,9 +369,6 @@ class ServedR2D2(Builder):
         table = rg.ReplayTable(spec, config.buffer_size, device=config.device or None)
         return table, tf.device(table.device)
 
-    def make_agent(self, config: R2D2LearnerConfig, env: gym.Env) -> R2D2:
-        return make_agent(config, env)
-
     def make_sampler(self, config: R2D2LearnerConfig, table: Table) -> rg.Sampler:
         # the table is the config's: its state field is the network's
         return sequence_sampler(config, table, start_field=STATE_STORED)
@@ -381,17 +376,8 @@ class ServedR2D2(Builder):
     def policy(self, agent: R2D2) -> Any:
         return lambda: agent.q.weights  # the order `policies.numpy_lstm_step` reads
 
-    def actor_settings(self, config: R2D2LearnerConfig) -> AgentSettings:
-        actor = ActorConfig(
-            env_id=config.env_id,
-            weight_pull_interval=config.weight_pull_interval,
-            num_envs=config.actor_envs,
-            seed=config.seed,
-            num_actors=config.num_actors,
-            sequence_period=config.period,
-            sequence_length=config.sequence_length,
-        )
-        return actor.to_settings("r2d2")
+    def actor_fields(self, config: R2D2LearnerConfig) -> dict[str, Any]:
+        return {"sequence_period": config.period, "sequence_length": config.sequence_length}
 
     def evaluate(
         self, config: R2D2LearnerConfig, agent: R2D2, episodes: int, seed: int

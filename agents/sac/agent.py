@@ -17,7 +17,6 @@ import numpy as np
 import tensorflow as tf
 
 import replaygpu as rg
-from replaygpu.service.config import AgentSettings
 from replaygpu.specs import host_spec, specs_from_env
 
 from .. import runs
@@ -165,9 +164,9 @@ def train(
     learner = rg.Learner(
         table, sampler, agent.update, batch_size=config.batch_size, jit_compile=config.jit_compile
     )
-    rng = np.random.default_rng(config.seed)
-    loop = runs.LoopState()
-    env_steps, _ = runs.resume(run, loop, rng, learner, table=table, sampler=sampler, agent=agent)
+    rng, loop, env_steps, _ = runs.resume(
+        run, config.seed, learner, table=table, sampler=sampler, agent=agent
+    )
     acting = ChunkCollector(
         env, host_spec(spec), config.train_freq, recorder.episode, config.seed, env_steps
     )
@@ -211,21 +210,12 @@ class ServedSAC(VectorBuilder):
     """SAC served to remote actors: `SACLearnerConfig`."""
 
     loss_key = "losses/critic_loss"
-
-    def check_env(self, env_id: str) -> gym.Env:
-        return check_env(env_id)
-
-    def make_agent(self, config: SACLearnerConfig, env: gym.Env) -> SAC:
-        return make_agent(config, env)
+    agent = "sac"
+    make_agent = staticmethod(make_agent)
+    greedy_policy = staticmethod(greedy_policy)
 
     def make_sampler(self, config: SACLearnerConfig, table: Table) -> rg.Sampler:
         return rg.Sampler(table, seed=config.seed)
 
     def policy(self, agent: SAC) -> Any:
         return agent.actor
-
-    def actor_settings(self, config: SACLearnerConfig) -> AgentSettings:
-        return self.settings(config, "sac")
-
-    def greedy_policy(self, agent: SAC) -> Any:
-        return greedy_policy(agent)
