@@ -54,9 +54,9 @@ def require_widths(config: Any, name: str = "hidden_sizes") -> None:
 
 def require_env_actions(config: Any) -> None:
     """The config's env id is known and its env has the actions (and observations) its agent
-    takes: the config class's ``ENV_CHECK`` (`discrete_actions_env`, `box_actions_env`) makes
-    and checks it; a class without one (the Atari configs) and ALE ids are left to
-    `atari.check_env`, like `require_env_id`. Needs no TensorFlow, so a CLI says it at once."""
+    takes: the config class's ``ENV_CHECK`` makes and checks it. ALE ids are left to
+    `envs.atari_env` (the demo runs it before it makes any folder), like `require_env_id`.
+    Needs no TensorFlow, so a CLI says it at once."""
     from .envs import require_env_id
 
     require_env_id(config.env_id)

@@ -222,7 +222,7 @@ class FireToLaunch(gym.Wrapper):
 def require_env_id(env_id: str) -> None:
     """``env_id`` is a registered gymnasium id (``envs``' and, when ale-py is installed,
     its ``ALE/...`` games included). Without ale-py an ``ALE/...`` id is left to
-    `atari.check_env`, which says which extra to install. Needs no TensorFlow, so a CLI says it
+    `atari_env`, which says which extra to install. Needs no TensorFlow, so a CLI says it
     before importing it."""
     import difflib
 

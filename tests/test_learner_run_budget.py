@@ -16,7 +16,7 @@ import tensorflow as tf
 import replaygpu as rg
 from replaygpu.agents.distributed.actor import STREAM_FIELD
 from replaygpu.agents.distributed.learner import LearnerService
-from replaygpu.agents.distributed.report import LearnerReport
+from replaygpu.agents.distributed.learner_cli import LearnerReport, train_to_end
 from replaygpu.agents.dqn.config import ApexConfig
 from replaygpu.agents.runs import RunControl
 from replaygpu.service.learner.run_stats import RunStats
@@ -279,7 +279,7 @@ def test_a_learner_with_a_budget_tells_the_actors_evaluates_and_writes_tensorboa
         sender = threading.Thread(target=actor)
         sender.start()
         try:
-            assert service.train_to_end(report, grace_s=30.0)
+            assert train_to_end(service, report, grace_s=30.0)
         finally:
             sender.join()
             report.close()

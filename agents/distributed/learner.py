@@ -36,13 +36,8 @@ from ..rollouts import evaluate
 from ..runs import JsonState, LoopState, RunControl, stopped_early
 from .actor_config import ActorConfig
 from .fleet import ActorFleet, actor_configs
-from .report import LearnerReport
 
 logger = logging.getLogger(__name__)
-
-#: seconds a finished learner keeps serving (after its final evaluation) while actors are still
-#: connected, so that each reads ``run_finished`` in an ack or Info and exits
-FINISH_GRACE_S = 10.0
 
 
 def make_agent(config: Any, env: Any) -> Any:
@@ -168,59 +163,6 @@ class LearnerService:
         if not self.config.steps:  # a service: until stopped
             return False
         return self.table.total_inserted >= self.config.steps and ran == 0
-
-    def train_to_end(
-        self, report: LearnerReport | None = None, grace_s: float = FINISH_GRACE_S
-    ) -> bool:
-        """``replaygpu learner``'s loop: `step` until the run is done (`done`), with ``report``
-        polled between steps (None: a `LearnerReport` without TensorBoard).
-
-        Once ``steps`` rows are in the table the run finishes for the whole fleet
-        (`ReplayServer.finish_at`: the batch that reaches ``steps`` is the last one
-        inserted, every ack and Info then says so, and later appends are acknowledged without
-        being inserted), the learner trains out its replay budget,
-        evaluates ``config.eval_episodes`` greedy episodes, and keeps serving until no actor is
-        connected, ``grace_s`` seconds at most. A stop signal ends it at once, no evaluation.
-        Ctrl-C (SIGINT) ends the run for the fleet too (`ReplayServer.finish_run`): the
-        learner stops for good, and its actors, told in an ack or as their streams end, exit 0.
-        SIGTERM (an orchestrator's restart) tells them nothing, as a crash does: they wait for
-        the restarted learner and resend what it had not acknowledged. The final checkpoint is
-        `close`'s. Returns whether the run finished (False: a stop signal came first).
-        """
-        report = report or LearnerReport(self)
-        if self.config.steps:
-            self.server.finish_at(self.config.steps)
-        while True:
-            ran = self.step()
-            report.poll()
-            if self.done(ran):
-                break
-        if self.run is not None and self.run.stop.is_set():
-            if self.run.signal_name == "SIGINT":  # for good; SIGTERM: a restart may follow
-                self.server.finish_run()
-            return False
-        logger.info(
-            "run finished: %d transitions inserted, SGD step %d (budget %d rows; the batch "
-            "that reached it: %d rows)",
-            self.table.total_inserted,
-            self.sgd_steps,
-            self.config.steps,
-            self.server.finishing_rows,
-        )
-        report.evaluate(self.config.eval_episodes)
-        deadline = time.monotonic() + grace_s
-        while self.server.open_streams and time.monotonic() < deadline:
-            if self.run is not None and self.run.stop.is_set():
-                break
-            self.commit()
-            time.sleep(0.05)
-        if self.server.open_streams:
-            logger.warning(
-                "%d actor streams still open %.0f s after the run finished; stopping anyway",
-                self.server.open_streams,
-                grace_s,
-            )
-        return True
 
     def stats(self) -> dict[str, float]:
         """SGD steps, SGD steps/s since the last call, checkpoints and the last one's seconds

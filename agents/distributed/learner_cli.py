@@ -1,21 +1,24 @@
-"""`replaygpu learner --agent dqn|sac --env ENV_ID`: the standalone learner service.
+"""`replaygpu learner --agent dqn|sac|r2d2 --env ENV_ID`: the standalone learner service, its
+loop (`train_to_end`) and what it shows (`LearnerReport`).
 
-One service runs every agent: DQN on vector observations, DQN on Atari frames (an ``ALE/...``
-env: a frame table, the Nature CNN, prioritized frame stacks with 3-step returns), SAC. It serves
-its replay table over gRPC, trains the agent's update under a samples-per-insert rate
-limiter as the actors' transitions arrive, and publishes weights; ``replaygpu actor ADDRESS``
-learns the env, the policy and its exploration from it. With ``--checkpoint-dir`` it resumes
-from the newest checkpoint there (the episode count and recent returns included), saves one
-every ``--checkpoint-every-s`` and a last one on SIGTERM or Ctrl-C (Ctrl-C also tells its
-actors it stops for good: they exit 0; after SIGTERM they wait for a restart); acknowledged rows
-are safe
-as of the last checkpoint, or at once with ``--journal-dir`` (a learner killed with SIGKILL
-replays the journal over its checkpoint when it restarts). Once the run's ``--steps``
-transitions arrived it tells the actors that the run is finished (they exit), trains out its
-replay budget, evaluates ``--eval-episodes`` greedy episodes, and exits, after a scrape of
-``--metrics-port`` read that evaluation (``--metrics-wait-s`` at most); a signal stops it at
-once. It writes TensorBoard scalars to ``--logdir`` (default: the checkpoint folder), each tag
-at most every ``--summary-every-s``, and logs progress every 10 s.
+One `learner.LearnerService` runs every agent: it serves its replay table over gRPC, trains the
+agent's update under a rate limiter as the actors' rows arrive, and publishes weights;
+``replaygpu actor ADDRESS`` learns the rest from it. With ``--checkpoint-dir`` it resumes from
+the newest checkpoint there, saves one every ``--checkpoint-every-s`` and a last one on SIGTERM
+or Ctrl-C; acknowledged rows are safe as of the last checkpoint, or at once with
+``--journal-dir``. Once the run's ``--steps`` rows arrived it trains out its replay budget,
+evaluates ``--eval-episodes`` greedy episodes (`train_to_end`), and exits after a scrape of
+``--metrics-port`` read that evaluation (``--metrics-wait-s`` at most).
+
+TensorBoard (``--logdir``, by default the checkpoint folder) gets the demos' tags at the env
+step (rows inserted) they belong to: ``losses/*`` of each train call, ``charts/episodic_return``
+and ``charts/episodic_length`` of each episode the actors report over the wire, ``charts/SPS``,
+``charts/SGD_steps_per_s`` and ``charts/samples_per_insert`` at each progress line (every 10 s),
+and ``eval/mean_return`` of each greedy evaluation. A tag is written at most once per
+``--summary-every-s`` (the mean of its values since; `progress.EventsRecorder`), evaluations at
+once, so the file grows by the hour, whatever the rate of episodes and train calls. A periodic
+evaluation (``--eval-every-s``) runs on a thread of its own with the policy of its start, so
+training goes on meanwhile; its result is recorded at the next `LearnerReport.poll`.
 """
 
 from __future__ import annotations
@@ -25,14 +28,25 @@ import logging
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from ..registry import LEARNER_AGENTS
 
+if TYPE_CHECKING:
+    from .learner import LearnerService
+
 logger = logging.getLogger(__name__)
 
-#: `report.SUMMARY_EVERY_S`, which this module cannot import before TensorFlow
+#: default seconds between the TensorBoard writes of one tag: the progress line's period, 360
+#: points a tag an hour. A CartPole learner with two actors (2 cores, ~500 SGD steps/s) wrote
+#: 12.3 MB an hour writing every value, 0.20 MB at 10 s (README.md, Metrics)
 SUMMARY_EVERY_S = 10.0
+
+#: seconds a finished learner keeps serving (after its final evaluation) while actors are still
+#: connected, so that each reads ``run_finished`` in an ack or Info and exits
+FINISH_GRACE_S = 10.0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -143,9 +157,10 @@ def run(args: argparse.Namespace) -> int:
     service_config = server_config(opts)
     require_free_ports(config.address, opts.metrics_port)  # before TensorFlow: one line at once
 
+    from replaygpu.service.ops.metrics import start_metrics_server
+
     from ..runs import RunControl
     from .learner import LearnerService
-    from .report import LearnerReport
 
     control = RunControl(opts.checkpoint_dir, opts.checkpoint_every_s, config)
     with control:
@@ -159,7 +174,10 @@ def run(args: argparse.Namespace) -> int:
                 summary_every_s=opts.summary_every_s,
             )
             if opts.metrics_port is not None:
-                metrics = _start_metrics(opts.metrics_port, service)
+                host = service.address.rsplit(":", 1)[0]
+                metrics = start_metrics_server(
+                    opts.metrics_port, service.server, service.stats, address=host
+                )
             print(
                 f"replaygpu learner ({agent}, {config.env_id}) serving at {service.address}; "
                 f"actors: replaygpu actor {service.address} --num-actors N",
@@ -167,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
                 flush=True,
             )
             trained = True
-            finished = service.train_to_end(report)
+            finished = train_to_end(service, report)
         finally:
             if report is not None:
                 report.close()
@@ -217,8 +235,215 @@ def _wait_for_scrape(
             return
 
 
-def _start_metrics(port: int, service: Any) -> Any:
-    from replaygpu.service.ops.metrics import start_metrics_server
+def train_to_end(
+    service: LearnerService, report: LearnerReport | None = None, grace_s: float = FINISH_GRACE_S
+) -> bool:
+    """``replaygpu learner``'s loop: ``service.step`` until the run is done
+    (``service.done``), with ``report`` polled between steps (None: one without TensorBoard).
 
-    host = service.address.rsplit(":", 1)[0]
-    return start_metrics_server(port, service.server, service.stats, address=host)
+    Once ``steps`` rows are in the table the run finishes for the whole fleet
+    (`ReplayServer.finish_at`: later appends are acknowledged without being inserted), the
+    learner trains out its replay budget, evaluates ``config.eval_episodes`` greedy episodes,
+    and keeps serving until no actor is connected, ``grace_s`` seconds at most. A stop signal
+    ends it at once, without evaluation: Ctrl-C (SIGINT) for the fleet too
+    (`ReplayServer.finish_run`: its actors exit 0), SIGTERM (a restart) as a crash does (the
+    actors wait and resend). Returns whether the run finished (False: a stop signal came).
+    """
+    report = report or LearnerReport(service)
+    if service.config.steps:
+        service.server.finish_at(service.config.steps)
+    while True:
+        ran = service.step()
+        report.poll()
+        if service.done(ran):
+            break
+    if service.run is not None and service.run.stop.is_set():
+        if service.run.signal_name == "SIGINT":  # for good; SIGTERM: a restart may follow
+            service.server.finish_run()
+        return False
+    logger.info(
+        "run finished: %d transitions inserted, SGD step %d (budget %d rows; the batch "
+        "that reached it: %d rows)",
+        service.table.total_inserted,
+        service.sgd_steps,
+        service.config.steps,
+        service.server.finishing_rows,
+    )
+    report.evaluate(service.config.eval_episodes)
+    deadline = time.monotonic() + grace_s
+    while service.server.open_streams and time.monotonic() < deadline:
+        if service.run is not None and service.run.stop.is_set():
+            break
+        service.commit()
+        time.sleep(0.05)
+    if service.server.open_streams:
+        logger.warning(
+            "%d actor streams still open %.0f s after the run finished; stopping anyway",
+            service.server.open_streams,
+            grace_s,
+        )
+    return True
+
+
+class LearnerReport:
+    """Reports a `learner.LearnerService`'s run while its training loop polls it.
+
+    Args:
+        service: the learner service (its ``recorder`` becomes this report's TensorBoard one).
+        logdir: the folder of the TensorBoard event file; None: no events.
+        eval_every_s: seconds between greedy evaluations while training; 0: none.
+        log_every_s: seconds between progress lines (and rate scalars).
+        summary_every_s: seconds between the TensorBoard writes of one tag; 0: every value.
+
+    Attributes:
+        evaluated_at: `time.monotonic` time the last evaluation was recorded (None: none yet),
+            the one /metrics must be scraped after (`MetricsServer.wait_scraped`).
+    """
+
+    def __init__(
+        self,
+        service: Any,
+        logdir: str | None = None,
+        eval_every_s: float = 0.0,
+        log_every_s: float = 10.0,
+        summary_every_s: float = SUMMARY_EVERY_S,
+    ) -> None:
+        if eval_every_s < 0 or log_every_s <= 0:
+            raise ValueError(
+                f"LearnerReport: eval_every_s={eval_every_s}, log_every_s={log_every_s}; "
+                "expected eval_every_s >= 0 (0: no periodic evaluation) and log_every_s > 0"
+            )
+        self.service = service
+        self.stats = service.server.run_stats
+        from ..progress import EventsRecorder  # TensorFlow: not before the flags are checked
+
+        self.recorder = EventsRecorder(logdir or None, summary_every_s)  # a mean per tag pends
+        self.evaluated_at: float | None = None
+        service.recorder = self.recorder
+        self.eval_every_s = eval_every_s
+        self.log_every_s = log_every_s
+        now = time.monotonic()
+        self._last_log = now
+        self._last_eval = now
+        self._rows = (now, service.table.total_inserted)
+        self._eval_thread: threading.Thread | None = None
+        self._eval_result: tuple[np.ndarray, int, int] | None = None
+
+    def poll(self) -> None:
+        """Between train calls: log the episodes the actors reported, the progress line and
+        rates when due, record a finished evaluation, start one when due."""
+        steps = self._log_episodes()
+        now = time.monotonic()
+        if now - self._last_log >= self.log_every_s:
+            self._last_log = now
+            self.log_progress()
+        thread = self._eval_thread
+        if thread is not None and not thread.is_alive():
+            self._collect_eval()
+        due = self.eval_every_s and now - self._last_eval >= self.eval_every_s
+        if due and self._eval_thread is None:
+            self._last_eval = now
+            self._eval_thread = threading.Thread(
+                target=self._evaluate_in_background,
+                args=(self.service.sgd_steps, steps),
+                name="learner-eval",
+                daemon=True,
+            )
+            self._eval_thread.start()
+
+    def log_progress(self) -> None:
+        """The progress line, and the rate scalars."""
+        service = self.service
+        stats = service.stats()
+        run = self.stats.values()
+        now, rows = time.monotonic(), service.table.total_inserted
+        then, then_rows = self._rows
+        self._rows = (now, rows)
+        rows_per_s = (rows - then_rows) / max(now - then, 1e-9)
+        sampled = service.server.stats()["sampled"]
+        self.recorder.metrics(
+            service.env_steps(),
+            {
+                "charts/SPS": rows_per_s,
+                "charts/SGD_steps_per_s": stats["sgd_steps_per_s"],
+                "charts/samples_per_insert": sampled / rows if rows else 0.0,
+            },
+        )
+        logger.info(
+            "inserted %d (%.0f/s), table %d, SGD steps %d (%.0f/s), actors %d, weights v%d, "
+            "loss %.4g, return %.1f (mean of the last %d of %d episodes), eval return %.1f",
+            rows,
+            rows_per_s,
+            service.table.size,
+            stats["sgd_steps"],
+            stats["sgd_steps_per_s"],
+            service.server.open_streams,
+            service.learner.weight_store.version,
+            run["loss"],
+            run["mean_return"],
+            run["recent_episodes"],
+            run["episodes"],
+            run["eval_return"],
+        )
+
+    def evaluate(self, episodes: int) -> np.ndarray:
+        """A greedy evaluation now, on this thread (after a periodic one in flight ends);
+        recorded like the periodic ones. Returns its returns (none for ``episodes`` 0)."""
+        self._collect_eval()
+        if episodes <= 0:
+            return np.zeros(0)
+        returns = self._run_eval(episodes)
+        self._record_eval(returns, self.service.sgd_steps, self.service.env_steps())
+        return returns
+
+    def close(self) -> None:
+        """Log the last episodes and progress line, and close the event file (a periodic
+        evaluation still running is left to end with the process)."""
+        self._log_episodes()
+        self.log_progress()
+        self.recorder.close()
+
+    def _log_episodes(self) -> int:
+        """Record the episodes reported since the last call at the env step of now; returns
+        it."""
+        steps = self.service.env_steps()
+        for episodic_return, length in self.stats.take_new():
+            self.recorder.episode(steps, episodic_return, length)
+        return steps
+
+    def _collect_eval(self) -> None:
+        """Wait for the periodic evaluation in flight, if any, and record its result."""
+        if self._eval_thread is not None:
+            self._eval_thread.join()
+            self._eval_thread = None
+        if self._eval_result is not None:
+            self._record_eval(*self._eval_result)
+            self._eval_result = None
+
+    def _run_eval(self, episodes: int) -> np.ndarray:
+        service = self.service
+        return service.builder.evaluate(
+            service.config, service.agent, episodes, seed=service.config.seed + 10_000
+        )
+
+    def _evaluate_in_background(self, sgd_step: int, env_step: int) -> None:
+        try:
+            returns = self._run_eval(max(1, self.service.config.eval_episodes))
+        except Exception:  # an evaluation never stops training
+            logger.exception("periodic evaluation at SGD step %d failed", sgd_step)
+            returns = None
+        if returns is not None:
+            self._eval_result = (returns, sgd_step, env_step)
+
+    def _record_eval(self, returns: np.ndarray, sgd_step: int, env_step: int) -> None:
+        mean = float(np.mean(returns))
+        self.stats.set_eval(mean, sgd_step)
+        self.evaluated_at = time.monotonic()
+        self.recorder.metrics(env_step, {"eval/mean_return": mean})
+        logger.info(
+            "greedy evaluation at SGD step %d: return %.1f +- %.1f over %d episodes",
+            sgd_step,
+            mean,
+            float(np.std(returns)),
+            len(returns),
+        )
