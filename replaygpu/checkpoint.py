@@ -1,19 +1,13 @@
 """Checkpoints of a whole learner: table contents, sampler RNG, counters, networks, optimizer.
 
 Built on `tf.train.Checkpoint`; `checkpoint_files` keeps the folder. A restore is all or
-nothing: before anything is read, every live variable is matched to its saved value through the
-saved object graph and their shapes and dtypes are compared; and every variable but the large
-table storage is snapshotted and put back should the read still fail part way. Only the objects
-named ``optional`` may be missing from a checkpoint (written before they existed).
+nothing: every live variable's shape and dtype is checked against the saved object graph before
+anything is read, and all but the table storage are snapshotted and put back if the read fails.
 
-Crashes and storage faults: a checkpoint counts once it is sealed (fsynced, then a checksum
-manifest renamed into place), so a kill at any instant of a save leaves the sealed ones intact
-and the interrupted one a leftover, removed (and logged) when a `Checkpointer` starts and
-before each save; a number is never reused over anything in the folder. A save that fails (a
-full disk, a permission) raises `CheckpointSaveError` and leaves nothing behind, so callers log
-it and try again later. A restore checks the newest sealed checkpoint against its manifest
-first; a corrupt one (truncated, bit-flipped) is skipped with a warning for the previous one;
-with none intact, `CheckpointCorruptError` names the files.
+A checkpoint counts once sealed (see `checkpoint_files`), so a kill mid-save leaves a leftover,
+removed (logged) at start and before each save; numbers are never reused. A failed save raises
+`CheckpointSaveError` and leaves nothing. A restore skips a corrupt newest checkpoint (with a
+warning) for the previous one; with none intact, `CheckpointCorruptError` names the files.
 """
 
 from __future__ import annotations
@@ -49,8 +43,7 @@ _DAMAGED = (tf.errors.DataLossError, tf.errors.OutOfRangeError, IndexError)
 
 
 def check_writable(directory: str) -> None:
-    """Make ``directory`` if missing; `ConfigError` (naming the fixes) if this process cannot
-    write into it."""
+    """Make ``directory`` if missing; `ConfigError` if this process cannot write into it."""
     who = f"uid {os.getuid()} gid {os.getgid()}"
     try:
         os.makedirs(directory, exist_ok=True)
@@ -77,12 +70,10 @@ def check_writable(directory: str) -> None:
 
 
 class CheckpointSchedule:
-    """When periodic checkpoints are due, and a failed one that never stops the caller.
+    """When periodic checkpoints are due; a failed one never stops the caller.
 
-    `run` saves and, when the save fails with `CheckpointSaveError` (a full disk, a
-    permission), logs one line and makes the next one due after ``retry_s`` (or the period, if
-    shorter) instead of raising: training and serving go on, and a durable server's journal
-    keeps every acknowledged batch since the last checkpoint meanwhile.
+    On `CheckpointSaveError`, `run` logs one line and retries after ``retry_s`` (or the period,
+    if shorter): training goes on, and a durable server's journal keeps acknowledged batches.
 
     Args:
         every_s: seconds between checkpoints (None: never due).
@@ -129,14 +120,12 @@ class Checkpointer:
         table: the replay table.
         sampler: its sampler (the RNG state makes restored sampling exact).
         learner: the learner (step counter, rate-limiter counters).
-        max_to_keep: how many sealed checkpoints to keep on disk.
-        optional: names of objects (``"run_stats"``) a checkpoint may lack because it was
-            written before they existed: restoring one without them restores the others and
-            leaves these as they are (logged). Every other object must be in the checkpoint.
+        max_to_keep: sealed checkpoints kept on disk.
+        optional: names of objects (``"run_stats"``) a checkpoint may lack (written before they
+            existed); they are then left as they are (logged). All others must be present.
         **extra: more trackables: networks, optimizers, the service's sequence ledger, ...
 
-    One `Checkpointer` writes a folder at a time: a checkpoint there without a manifest is the
-    leftover of an interrupted save, and removed.
+    One `Checkpointer` per folder: an unsealed checkpoint there is a leftover, and removed.
 
     Raises:
         ConfigError: nothing to save, an ``optional`` name that is not one of the objects, or
@@ -200,15 +189,13 @@ class Checkpointer:
         return newest[0] if newest else None
 
     def save(self, step: int | None = None, *, seal: bool = True) -> str:
-        """Write a checkpoint, fsynced and sealed with its checksum manifest; returns its path
-        prefix. Leftovers are removed first, and all but the newest ``max_to_keep`` after.
+        """Write and seal a checkpoint; its path prefix. Removes leftovers first, prunes after.
 
         Args:
-            step: its number (default: one above every number the folder held since this
-                `Checkpointer` started, leftovers of killed saves included: never reused).
-            seal: False leaves the fsync, the manifest and the pruning to a `seal` call, e.g.
-                once a lock held for the write is released (a server's commits wait only for
-                TensorFlow's write). Until then a restart skips it.
+            step: its number (default: above every number the folder held, leftovers included).
+            seal: False leaves fsync, manifest and pruning to `seal`, e.g. after a lock held for
+                the write is released (a server's commits wait only for TensorFlow's write).
+                Until then a restart skips it.
 
         Raises:
             CheckpointSaveError: it could not be written (the message names the folder, the
@@ -236,8 +223,8 @@ class Checkpointer:
         return path
 
     def seal(self, path: str) -> None:
-        """Seal the checkpoint `save` wrote with ``seal=False`` (`CheckpointSaveError` as
-        `save`), record it in TensorFlow's state file, and prune."""
+        """Seal a ``save(seal=False)`` checkpoint, record TensorFlow's state file, prune.
+        Raises `CheckpointSaveError` as `save` does."""
         try:
             checkpoint_files.seal(path)
         except OSError as err:
@@ -280,11 +267,7 @@ class Checkpointer:
         )
 
     def restore(self, path: str | None = None) -> str | None:
-        """Restore ``path``, or by default the newest intact sealed checkpoint in the folder (a
-        corrupt one is skipped with a warning).
-
-        Returns:
-            the path restored, or None when there is no checkpoint to restore.
+        """Restore ``path``, or the newest intact sealed checkpoint; the path, or None if none.
 
         Raises:
             CheckpointMismatchError: when the checkpoint does not fit (another table spec or
@@ -343,7 +326,6 @@ class Checkpointer:
         found = [v for obj in self.objects.values() for v in checkpoint_graph.variables_of(obj)]
         others = list({id(v): v for v in found if id(v) not in skip}.values())
         snapshot = [tf.identity(v) for v in others]
-        # optional objects the checkpoint lacks are left out of the read: it checks the others
         read = self._checkpoint
         if absent:
             read = tf.train.Checkpoint(**{k: v for k, v in self.objects.items() if k not in absent})
@@ -367,8 +349,7 @@ class Checkpointer:
         logger.info("restored checkpoint %s", path)
 
     def _check_table(self, path: str, reader: Any) -> None:
-        """Each shard's fields against the checkpoint; a table restores only onto as many
-        shards as it was saved from (a plain table is one)."""
+        """Each shard's fields against the checkpoint; shards are not re-split."""
         table, prefix = self.table, self._table_prefix
         shapes = reader.get_variable_to_shape_map()
         dtypes = reader.get_variable_to_dtype_map()
@@ -439,7 +420,6 @@ def _reason(err: BaseException) -> str:
 
 
 def _unescape(name: str) -> str:
-    """A field name as TensorFlow's checkpoint keys escape it back to the name: ``'/'`` is
-    saved as ``'.S'`` and ``'.'`` as ``'..'``, so leaf path ``obs/image`` of a nested spec is
-    key ``obs.Simage``."""
+    """Undo TensorFlow's key escaping (``'/'`` as ``'.S'``, ``'.'`` as ``'..'``): ``obs.Simage``
+    is leaf ``obs/image``."""
     return re.sub(r"\.(.)", lambda m: "/" if m.group(1) == "S" else m.group(1), name)

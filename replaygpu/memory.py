@@ -1,23 +1,17 @@
 """Device memory: how much a table needs, how much its device has free, and what capacity fits.
 
-A table's bytes are ``capacity * row_bytes(spec, storage_dtypes)``: the variables are dense, so
-nothing else grows with the capacity. (A `Prioritized` sampler adds its sum tree, about 8 to 16
-bytes per row; samplers and networks are not counted here.)
+A table's bytes are ``capacity * row_bytes(spec, storage_dtypes)`` (dense variables). A
+`Prioritized` sampler adds its sum tree, about 8 to 16 bytes per row; networks are not counted.
 
-Free memory, by device kind (`available_bytes`):
+Free memory (`available_bytes`):
 
-- GPU: TensorFlow's allocator limit minus its bytes in use
-  (``tf.config.experimental.get_memory_info``). TensorFlow reports no limit itself, so the limit
-  is a memory limit configured with ``tf.config.set_logical_device_configuration`` when there is
-  one (then the figure is exact), else the device's total memory as the NVIDIA driver reports it
-  (NVML), an upper bound: TensorFlow keeps a few hundred MiB back and other processes may hold
-  some. Where neither is known (no NVML library, another accelerator) the free memory is
-  unknown (None) and a table does not check it.
-- CPU: the host's available RAM (``MemAvailable`` of /proc/meminfo, else psutil, else the free
-  pages from ``sysconf``), and no more than the container's cgroup memory limit minus its
-  working set (cgroup v2 ``memory.max - (memory.current - inactive_file)``, or cgroup v1's
-  ``memory.limit_in_bytes`` and ``memory.usage_in_bytes``) where a limit is set, since the
-  learner runs in containers.
+- GPU: the allocator limit minus bytes in use (``tf.config.experimental.get_memory_info``). The
+  limit is one set with ``tf.config.set_logical_device_configuration`` (exact), else the NVML
+  device total, an upper bound (TensorFlow keeps a few hundred MiB back; other processes may hold
+  some). Neither known (no NVML, another accelerator): None, and a table does not check.
+- CPU: available RAM (/proc/meminfo ``MemAvailable``, else psutil, else ``sysconf`` free pages),
+  capped by the cgroup limit minus its working set (v2 ``memory.max - (memory.current -
+  inactive_file)``, or v1's equivalents), since the learner runs in containers.
 """
 
 from __future__ import annotations
@@ -42,9 +36,8 @@ logger = logging.getLogger(__name__)
 #: dtypes a float field may be stored as on the device (half the bytes of float32).
 NARROW_DTYPES = (tf.float16, tf.bfloat16)
 
-#: How a bool field is stored: as uint8 0/1, the same byte. TensorFlow's GPU kernel of a bool
-#: scatter takes int32 indices only, and the table's indices are int64; uint8 scatters with
-#: int64 indices on a GPU. Appends cast on write and reads cast back, as for narrowed floats.
+#: How a bool field is stored (uint8 0/1): TensorFlow's GPU bool scatter takes only int32
+#: indices, the table's are int64. Appends cast on write and reads cast back.
 BOOL_STORAGE = tf.uint8
 
 
@@ -67,20 +60,12 @@ _NO_LIMIT = 2**62
 def resolve_storage_dtypes(
     spec: Mapping[str, tf.TensorSpec], storage_dtypes: Mapping[str, Any] | None = None
 ) -> dict[str, tf.DType]:
-    """The dtype each field is stored as: the spec dtype (uint8 for a bool, `BOOL_STORAGE`)
-    unless ``storage_dtypes`` narrows it.
-
-    Args:
-        spec: the table spec.
-        storage_dtypes: ``{field: dtype}`` (``tf.float16``, ``"bfloat16"``, ``np.float16``, ...)
-            for float fields to keep as float16 or bfloat16 on the device.
-
-    Returns:
-        ``{field: tf.DType}`` for every field of ``spec``.
+    """``{field: tf.DType}`` as stored: the spec dtype (bool as `BOOL_STORAGE`) unless
+    ``storage_dtypes`` (``{field: tf.float16 / "bfloat16" / np.float16 ...}``) narrows it.
 
     Raises:
-        ConfigError: for a field the spec lacks, a dtype TensorFlow does not know, a target
-            other than float16/bfloat16, or a field that is not a float of more than 16 bits.
+        ConfigError: a field the spec lacks, an unknown dtype, a target other than
+            float16/bfloat16, or a field that is not a float wider than 16 bits.
     """
     spec = normalize_spec(spec)
     out = {name: default_storage_dtype(leaf.dtype) for name, leaf in spec.items()}
@@ -125,8 +110,7 @@ def resolve_storage_dtypes(
 def row_bytes(
     spec: Mapping[str, tf.TensorSpec], storage_dtypes: Mapping[str, Any] | None = None
 ) -> int:
-    """Bytes of one row (one transition) as stored on the device (`ConfigError` as
-    `resolve_storage_dtypes`)."""
+    """Bytes of one stored row (`ConfigError` as `resolve_storage_dtypes`)."""
     stored = resolve_storage_dtypes(spec, storage_dtypes)
     shapes = normalize_spec(spec)
     return sum(
@@ -135,8 +119,7 @@ def row_bytes(
 
 
 def available_bytes(device: str | None = None) -> int | None:
-    """Bytes a new table could still take on ``device`` (None: the first GPU, else the CPU),
-    or None where that is unknown; the module docstring says where the figure comes from."""
+    """Free bytes on ``device`` (None: first GPU, else CPU), or None if unknown (see module)."""
     spec = tf.DeviceSpec.from_string(resolve_device(device))
     kind, index = spec.device_type, spec.device_index or 0
     if kind == "CPU":
@@ -162,20 +145,18 @@ def plan_capacity(
     """The largest capacity whose table fits in ``fraction`` of ``device``'s free memory.
 
     Args:
-        spec: the table spec.
-        device: where the table would live; None picks the first GPU, else the CPU.
-        fraction: share of the free memory the table may take, in (0, 1]; leave room for the
-            networks and the rest of the learner.
-        storage_dtypes: as `ReplayTable`'s: fields stored as float16/bfloat16.
-        available: free bytes to plan against instead of asking the device (for a machine
-            other than this one, or one replica's share).
+        device: None picks the first GPU, else the CPU.
+        fraction: in (0, 1]; leave room for the networks and the rest of the learner.
+        storage_dtypes: as `ReplayTable`'s.
+        available: free bytes to plan against instead of asking the device (another machine,
+            or one replica's share).
 
     Returns:
         ``floor(fraction * available / row_bytes)``; 0 when not even one row fits.
 
     Raises:
-        ConfigError: for a fraction outside (0, 1], bad storage dtypes, or a device whose free
-            memory is unknown (then pass ``available``).
+        ConfigError: a fraction outside (0, 1], bad storage dtypes, or unknown free memory
+            (then pass ``available``).
 
     Example::
 
@@ -204,13 +185,8 @@ def plan_capacity(
 def check_table_fits(
     name: str, spec: Spec, capacity: int, device: str, storage: Mapping[str, tf.DType]
 ) -> None:
-    """Raise before allocating when a table would take more than `TABLE_MEMORY_FRACTION` of
-    ``device``'s free memory; log and return when the free memory is unknown.
-
-    Raises:
-        OutOfDeviceMemoryError: naming the table, the bytes needed and available, the device,
-            the capacity that would fit, and the fixes.
-    """
+    """Before allocating: `OutOfDeviceMemoryError` (with the capacity that fits and the fixes)
+    above `TABLE_MEMORY_FRACTION` of the free memory; only a log line when that is unknown."""
     available = available_bytes(device)
     row = row_bytes(spec, storage)
     needed = capacity * row
@@ -268,12 +244,8 @@ def host_available_bytes(cgroup_root: str = CGROUP_ROOT) -> int | None:
 
 
 def cgroup_available_bytes(root: str = CGROUP_ROOT) -> int | None:
-    """The cgroup memory limit minus the working set, or None when no limit is set.
-
-    The working set is the usage less the inactive file cache (``inactive_file`` of
-    ``memory.stat``), which the kernel reclaims before it kills anything: the figure
-    ``docker stats`` and the kubelet use.
-    """
+    """The cgroup limit minus the working set (usage less ``inactive_file``, which the kernel
+    reclaims before killing: the figure ``docker stats`` uses), or None without a limit."""
     v2 = _read_int(os.path.join(root, "memory.max"))
     if v2 is not None:
         usage = _read_int(os.path.join(root, "memory.current"))
@@ -353,12 +325,9 @@ class _NvmlMemory(ctypes.Structure):
 
 
 def _nvml_total(ordinal: int) -> int | None:
-    """Total memory of CUDA device ``ordinal`` from the driver's NVML library, or None.
-
-    ``CUDA_VISIBLE_DEVICES`` maps the ordinal to a device index or UUID. NVML counts devices in
-    PCI order, CUDA fastest first unless ``CUDA_DEVICE_ORDER=PCI_BUS_ID``; on a machine of
-    mixed GPUs name them by UUID in ``CUDA_VISIBLE_DEVICES`` to be sure of the figure.
-    """
+    """Total memory of CUDA device ``ordinal`` from NVML, or None. NVML counts in PCI order,
+    CUDA fastest first (unless ``CUDA_DEVICE_ORDER=PCI_BUS_ID``): with mixed GPUs, name them by
+    UUID in ``CUDA_VISIBLE_DEVICES`` to be sure of the figure."""
     visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
     key: str | int = ordinal
     if "CUDA_VISIBLE_DEVICES" in os.environ and ordinal < len(visible):

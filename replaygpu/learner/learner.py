@@ -1,17 +1,15 @@
 """The fused learner loop: many SGD steps per `tf.function` call.
 
-One call of `Learner.train(k)` is one graph execution: a `tf.while_loop` of
-``sample indices -> gather -> update_fn -> (priority update)`` repeated
-``min(k, allowed)`` times, with the metric sums carried as loop variables and read back as one
-small float64 vector at the end. Nothing crosses the host/device boundary per step, and ``k`` is
-a tensor, so the loop is traced once for every step count.
+`Learner.train(k)` is one graph execution: a `tf.while_loop` of ``sample -> gather ->
+update_fn -> (priority update)`` run ``min(k, allowed)`` times, metric sums carried as loop
+variables and read back once as a float64 vector. Nothing crosses the host/device boundary per
+step, and ``k`` is a tensor, so one trace serves every step count.
 
-On a `ShardedReplayTable` each loop step is one ``strategy.run``: every replica samples
-``batch_size / replicas`` rows of its own shard and runs ``update_fn`` on them (the only
-cross-device traffic is what ``update_fn`` all-reduces: its gradients), and the metrics are
-averaged over the replicas. XLA cannot compile a loop that spans devices, so there
-``jit_compile=True`` compiles each replica's step instead, which TensorFlow supports (with the
-all-reduce inside) when every device is a GPU; on CPU devices the step runs without XLA.
+On a `ShardedReplayTable` each step is one ``strategy.run``: each replica samples
+``batch_size / replicas`` rows of its shard (only ``update_fn``'s gradient all-reduce crosses
+devices); metrics are averaged. XLA cannot compile a loop spanning devices, so
+``jit_compile=True`` compiles each replica's step instead, which TensorFlow supports (all-reduce
+inside) only when every device is a GPU; on CPUs the step runs without XLA.
 """
 
 from __future__ import annotations
@@ -48,16 +46,15 @@ class Learner(tf.Module):
             the networks and optimizers inside ``table.strategy.scope()`` and let ``update_fn``
             all-reduce its gradients, see the README's "Scaling out").
         sampler: draws ``(indices, batch)`` inside the graph (e.g. ``rg.Sampler(table)``).
-        update_fn: ``update_fn(batch) -> {name: scalar tensor}``; gets ``{field: [B, ...]}`` and
-            applies its own optimizer step. A ``"priorities"`` output (`replaygpu.keys.PRIORITIES`)
-            of shape ``[B]`` is handed to ``sampler.update_priorities(indices, priorities)``.
-        batch_size: minibatch size B (in total: each of R replicas draws B / R rows).
+        update_fn: ``update_fn({field: [B, ...]}) -> {name: scalar tensor}``, applying its own
+            optimizer step; a ``[B]`` `replaygpu.keys.PRIORITIES` output goes to
+            ``sampler.update_priorities``.
+        batch_size: minibatch size B in total (each of R replicas draws B / R rows).
         rate_limiter: optional `SampleToInsertRatio`; without one every requested step runs.
         jit_compile: compile the whole loop with XLA (the largest CPU win for small networks).
-        autograph: let `tf.function` convert Python control flow on tensors in ``update_fn``
-            (``if``/``for``/``while``). An update written with ``tf.cond``/``tf.while_loop``, or
-            with none, can pass False: the first call then skips the conversion (measured:
-            4.8 s -> 2.0 s for the CartPole DQN update, tracing and XLA included).
+        autograph: convert Python control flow in ``update_fn``; False skips it on the first
+            call (measured: 4.8 s -> 2.0 s for the CartPole DQN update, tracing and XLA
+            included) for an update without Python ``if``/``for``/``while`` on tensors.
 
     Attributes:
         steps: total SGD steps run (int64 variable, checkpointed).
@@ -66,8 +63,7 @@ class Learner(tf.Module):
         weight_store: the published weights that a server hands to actors.
 
     Raises:
-        ConfigError: for a batch size below 1, a sampler that is not an `rg.Sampler` or that
-            samples another table.
+        ConfigError: a batch size below 1, or a sampler not an `rg.Sampler` of this table.
     """
 
     def __init__(
@@ -149,12 +145,9 @@ class Learner(tf.Module):
 
     @property
     def train_function(self) -> Any:
-        """The fused loop as a ``tf.function`` of ``num_steps`` (an int64 scalar tensor): what
-        ``train`` calls. For inspecting or exporting the graph, e.g.
-        ``train_function.experimental_get_compiler_ir(tf.constant(100, tf.int64))(stage="hlo")``
-        under ``jit_compile=True``, or ``get_concrete_function()``. Traces ``update_fn`` once
-        to learn its metrics, as the first ``train`` does.
-        """
+        """The fused loop as a ``tf.function`` of an int64 scalar ``num_steps``, for inspecting
+        the graph (e.g. ``experimental_get_compiler_ir(...)(stage="hlo")``); traces
+        ``update_fn`` once to learn its metrics, as the first ``train`` does."""
         if self._metric_names is None:
             self._metric_names = self._check_update_fn()
         return self._train_fn
@@ -188,11 +181,11 @@ class Learner(tf.Module):
         return {k: float(v) for k, v in zip(names, values, strict=True)}
 
     def publish_weights(self, source: Any) -> int:
-        """Snapshot the variables of ``source`` for actors' ``get_weights``; returns the version.
+        """Snapshot ``source``'s variables for actors' ``get_weights``; the version.
 
         Args:
-            source: read now: a Keras model, a `tf.Module`, a dict or list of variables, or a
-                callable returning one (see `WeightStore.publish`). Pass the model itself.
+            source: a Keras model, `tf.Module`, dict or list of variables, or a callable
+                returning one (see `WeightStore.publish`).
 
         Raises:
             ConfigError: when ``source`` holds no variables (e.g. an unbuilt Keras model).
@@ -211,11 +204,8 @@ class Learner(tf.Module):
         return out
 
     def _check_update_fn(self) -> list[str]:
-        """Trace one step apart from the loop; check update_fn's outputs; return metric names.
-
-        Runs in Python (not inside the loop's trace), so a mistake surfaces as a plain
-        `ConfigError` instead of a staging error from deep inside TensorFlow.
-        """
+        """Trace one step outside the loop and check update_fn's outputs (a plain `ConfigError`,
+        not a staging error from deep in TensorFlow); the metric names."""
         sampler, update_fn = self.sampler, self._update_fn
         traced: list[Any] = []
 
@@ -269,10 +259,8 @@ class Learner(tf.Module):
             )
         n = tf.where(table.min_shard_size() > 0, allowed, tf.zeros_like(allowed))
         names = self.metric_names
-        # The loop runs on an int32 count: TensorFlow keeps int32 scalars of GPU ops in host
-        # memory, so the predicate `i < count` is computed on the host and no step waits on a
-        # copy out of the device (an int64 counter would live on the GPU and be read back at
-        # every step). The one copy, of the count, is made once per call.
+        # int32 count: TensorFlow keeps int32 scalars of GPU ops in host memory, so `i < count`
+        # runs on the host and no step waits on a device copy (an int64 one would, every step).
         count = tf.cast(n, tf.int32)  # train() refuses num_steps above int32's range
 
         def body(i: tf.Tensor, sums: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -283,7 +271,6 @@ class Learner(tf.Module):
                 values = self.strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica, axis=None)
             return i + 1, sums + values
 
-        # A sampler's loop_scope does once-per-call work (e.g. syncing new rows) outside the loop.
         with self.sampler.loop_scope():
             _, sums = tf.while_loop(
                 lambda i, _: i < count,

@@ -1,26 +1,20 @@
 """Proportional prioritized replay (Schaul et al., 2016): the `Prioritized` distribution.
 
-Row ``i`` is drawn with probability ``P(i) = p_i / sum_j p_j`` where ``p_i = (|d_i| + eps)**alpha``
-and ``d_i`` is the last priority that ``update_fn`` returned for it (new rows get the largest
-``p`` seen so far). The minibatch is stratified: the total is cut into B equal segments and one
-target is drawn uniformly in each, then located by a descent of the `SumTree`.
+``P(i) = p_i / sum_j p_j`` with ``p_i = (|d_i| + eps)**alpha``, ``d_i`` the last priority
+``update_fn`` returned (new rows get the largest ``p`` so far). Stratified: one uniform target in
+each of B equal segments of the total, located by a `SumTree` descent.
 
-Importance weights are ``w_i = (N * P(i))**-beta / max_j (N * P(j))**-beta`` with the max over
-*all rows that hold a priority* (the standard normalisation), which reduces to
-``(p_i / p_min)**-beta``; ``p_min`` is the root of the min tree kept beside the sum tree, so
-weights lie in ``(0, 1]``.
+Importance weights ``(N * P(i))**-beta / max_j (N * P(j))**-beta``, max over all rows holding a
+priority, reduce to ``(p_i / p_min)**-beta`` (``p_min``: the min tree's root), in ``(0, 1]``.
 
-**Views.** Rows a view can never draw (``view.settled_invalid``) get priority 0 when they are
-taken in, so they cost nothing; rows it cannot draw *yet* are redrawn by the sampler.
+Rows a view can never draw (``view.settled_invalid``) get priority 0; rows it cannot draw *yet*
+are redrawn by the sampler.
 
-New rows are found without any hook in the table: the index keeps ``synced``, the table's
-``inserted`` counter when it last looked, and gives the rows appended since (the last
-``min(inserted - synced, capacity)`` ring positions before the cursor) the max priority, in
-fixed-size chunks so the graph keeps static shapes under XLA; the ``view.lookahead`` rows before
-them are looked at again, since the new rows may settle whether a view can draw them. The
-learner syncs once per ``Learner.train`` call, before its loop (`Sampler.loop_scope`). A row
-appended while a call runs is synced at the next call; until then its slot keeps its old
-priority (0, never drawn, for a slot not filled before).
+New rows need no hook in the table: ``synced`` is the table's ``inserted`` at the last look, and
+rows appended since get the max priority, in fixed-size chunks (static shapes under XLA); the
+``view.lookahead`` rows before them are looked at again, as new rows may settle them. The learner
+syncs once per ``Learner.train`` call (`Sampler.loop_scope`); a row appended during a call keeps
+its slot's old priority (0 if never filled) until the next.
 """
 
 from __future__ import annotations
@@ -51,10 +45,8 @@ _TINY = np.finfo(np.float64).tiny
 
 @dataclasses.dataclass(frozen=True)
 class LinearSchedule:
-    """``start`` -> ``end`` linearly over ``steps`` sampler steps, then ``end``.
-
-    Called with the sampler's step count (int64 tensor), it returns a float64 scalar tensor.
-    """
+    """``start`` -> ``end`` linearly over ``steps`` sampler steps (int64), then ``end``
+    (float64)."""
 
     start: float = 0.4
     end: float = 1.0
@@ -79,25 +71,20 @@ class Prioritized(Distribution):
 
     Args:
         alpha: priority exponent (0 is uniform).
-        beta: importance-weight exponent: a float, or a schedule ``f(step) -> float tensor``
-            called with the number of minibatches drawn so far (e.g. `LinearSchedule`); the
-            count is a variable, so checkpoints restore it.
+        beta: importance-weight exponent: a float, or ``f(minibatches drawn) -> float tensor``
+            (e.g. `LinearSchedule`); the count is checkpointed.
         epsilon: added to ``|priority|`` so no row gets probability zero.
         sync_chunk: rows taken in per chunk when new rows are found.
-        tree_fanout: children per node of the `SumTree` (8: 7 levels for 1e6 rows, the least
-            work per sample on CPU; see `SumTree`).
-        xla: compile the draw (descent and weights) and the priority write as XLA clusters even
-            when the surrounding loop is not compiled: about 200 small ops a step become two
-            fused launches (measured 2.4x faster per step at 1e4 rows and 1.5x at 1e6 on CPU,
-            `benchmarks/README.md`). Inside a loop compiled with ``jit_compile=True`` they are
-            simply part of it. False keeps plain TensorFlow ops (for a device without an XLA
-            backend). The two paths draw different, equally valid, numbers from the same seed:
-            resume a checkpoint with the setting it was saved with to repeat its minibatches.
+        tree_fanout: `SumTree` children per node (8: 7 levels for 1e6 rows, least CPU work).
+        xla: compile the draw and the priority write as XLA clusters even in an uncompiled
+            loop: about 200 small ops a step become two launches (measured 2.4x faster per
+            step at 1e4 rows, 1.5x at 1e6 on CPU, `benchmarks/README.md`). False: plain ops
+            (a device without XLA). The two draw different numbers from one seed: resume a
+            checkpoint with its setting to repeat its minibatches.
 
-    The batch of a prioritized sampler holds ``"importance_weights"`` ([B] float32). Non-finite
-    priorities that ``update_fn`` returns inside the learner loop are replaced by the max
-    priority seen so far, this batch included, and counted in ``nonfinite_priorities``, so that
-    one NaN loss cannot poison the tree; an eager ``update_priorities`` call refuses them.
+    Batches hold ``"importance_weights"`` ([B] float32). Non-finite priorities from the learner
+    loop become the max priority so far (this batch included) and are counted in
+    ``nonfinite_priorities``, so one NaN loss cannot poison the tree; eagerly they are refused.
     """
 
     alpha: float = 0.6
@@ -184,30 +171,24 @@ class PrioritizedIndex(Index):
         return tf.cast(weights, tf.float32)
 
     def across_shards(self, weights: tf.Tensor) -> tf.Tensor:
-        """Renormalise this shard's weights ``(p_i / p_min_s)**-beta`` over all shards.
-
-        Each replica draws its share from its own shard, so row ``i`` of shard ``s`` is drawn
-        with probability ``p_i / (R * T_s)``. The result is ``((p_i / T_s) / m)**-beta`` with
-        ``m = min_s (p_min_s / T_s)``: the weights of the probabilities the shards really sample
-        with, normalised by the largest weight of any row in any shard (one all-reduce of a
-        ``[shards]`` vector).
-        """
+        """Renormalise ``(p_i / p_min_s)**-beta`` over all shards: row ``i`` of shard ``s`` is
+        drawn with ``p_i / (R * T_s)``, so the weight is ``((p_i / T_s) / m)**-beta`` with
+        ``m = min_s (p_min_s / T_s)`` (one all-reduce of a ``[shards]`` vector)."""
         if self.num_shards == 1:
             return weights
         beta = self.current_beta()
         root = self.tree.root()
         local_min = root[1] / tf.maximum(root[0], _TINY)
         ctx = tf.distribute.get_replica_context()
-        # every shard's value at its own position, summed over the replicas: an all-gather of
-        # fixed shape (all_gather first gathers the shapes, an int32 tensor read on the host)
+        # a fixed-shape all-gather as a sum (all_gather reads the shapes on the host first)
         mine = tf.one_hot(ctx.replica_id_in_sync_group, self.num_shards, dtype=tf.float64)
         all_min = ctx.all_reduce(tf.distribute.ReduceOp.SUM, mine * local_min)
         factor = tf.pow(local_min / tf.reduce_min(all_min), -beta)
         return weights * tf.cast(factor, weights.dtype)
 
     def sync(self, view: View) -> None:
-        """Give the rows appended since the last call the max priority seen so far (0 to those
-        ``view`` can never draw), and zero earlier rows that the new ones show it never can."""
+        """Take in new rows at the max priority (0 if ``view`` never draws them), and zero
+        earlier rows the new ones settle as undrawable."""
         capacity = self.table.capacity
         inserted = self.table.inserted_var.read_value()
         start = tf.maximum(self.synced.read_value(), inserted - capacity)

@@ -1,16 +1,12 @@
 """The sampler: an index distribution and a view, put together over a plain or a sharded table.
 
-``rg.Sampler(table, distribution, view)`` draws rows with ``distribution`` (`Uniform`,
-`Prioritized`) and turns them into samples with ``view`` (`Transition`, `NStep`, `FrameStack`,
-`Sequence`). Every distribution works with every view, eagerly, in the learner's fused loop and
-under XLA: one class serves every combination, e.g. ``rg.Sampler(table, rg.Prioritized(),
-rg.NStep(3))`` for Ape-X; `with_view` shares one sampler's indexes with another view.
+Every distribution (`Uniform`, `Prioritized`) works with every view (`Transition`, `NStep`,
+`FrameStack`, `Sequence`), eagerly, in the learner's fused loop and under XLA: one class serves
+every combination, e.g. ``rg.Sampler(table, rg.Prioritized(), rg.NStep(3))`` for Ape-X.
 
-Sharding is the table's business, through the table protocol (`replaygpu.table.Table`): the
-sampler builds one index per shard (``table.shards``; a plain table is one shard) with a seed of
-its own, and ``sample`` inside ``strategy.run`` draws from the calling replica's shard
-(``table.local_index()``). No row crosses devices; with `Prioritized`, importance weights are
-renormalised over all shards (see `PrioritizedIndex.across_shards`).
+Sharding goes through `replaygpu.table.Table`: one index per shard, each with its own seed;
+``sample`` inside ``strategy.run`` draws from the calling replica's shard. No row crosses
+devices; prioritized weights are renormalised over all shards (`PrioritizedIndex.across_shards`).
 """
 
 from __future__ import annotations
@@ -32,34 +28,27 @@ from replaygpu.table import Table
 
 
 class Sampler(tf.Module):
-    """Draws minibatches from a table inside a graph: ``distribution`` picks rows, ``view``
-    makes them samples.
+    """Draws minibatches in-graph: ``distribution`` picks rows, ``view`` makes them samples.
 
     Args:
-        table: a `ReplayTable` or a `ShardedReplayTable` (any `replaygpu.table.Table`).
-        distribution: which rows are drawn: `Uniform()` (default) or `Prioritized(...)`.
-        view: what a drawn row becomes: `Transition()` (default), `NStep(...)`,
-            `FrameStack(...)` or `Sequence(...)`.
-        seed: seed of the random stream; None for a nondeterministic one. A sharded table's
-            shards get distinct seeds derived from it.
-        spare_draws: spare rows drawn with each minibatch, per row: the rows the view refuses
-            (final frame rows, windows crossing an episode, ...) take accepted spares in turn,
-            and one left without is counted in ``invalid_draws``. 4 covers a view that refuses
-            up to about 3 rows in 4 (more with larger batches); raise it for sparser tables.
-        indexes: existing indexes (one per shard) to draw with instead of building new ones:
-            samplers sharing them share their random stream and priorities (`with_view`).
+        table: any `replaygpu.table.Table`.
+        distribution: `Uniform()` (default) or `Prioritized(...)`.
+        view: `Transition()` (default), `NStep(...)`, `FrameStack(...)` or `Sequence(...)`.
+        seed: None for a nondeterministic stream; shards get distinct seeds derived from it.
+        spare_draws: spare rows per minibatch row, replacing rows the view refuses; one left
+            without is counted in ``invalid_draws``. 4 covers a view refusing up to about 3
+            rows in 4; raise it for sparser tables.
+        indexes: existing indexes (one per shard) to share random stream and priorities.
 
-    ``sample`` must stay a pure graph function of the table and the sampler's variables (its
-    indexes' `tf.random.Generator` s above all), so the learner can call it inside a
-    `tf.while_loop`, under XLA, on CPU or GPU.
+    ``sample`` stays a pure graph function of the table and the sampler's variables, so the
+    learner can call it inside a `tf.while_loop`, under XLA, on CPU or GPU.
 
     Attributes:
         indexes: the `Index` of each shard (``indexes[0]`` is ``index`` on a plain table).
 
     Raises:
-        ConfigError: for a table that lacks what the view reads, a view that needs each
-            stream's rows together on a table that deals rows round-robin, keys that clash, or
-            a sampler made inside ``strategy.scope()``.
+        ConfigError: a table lacking what the view reads, a stream view on a round-robin
+            table, clashing keys, or a sampler made inside ``strategy.scope()``.
     """
 
     def __init__(
@@ -128,9 +117,8 @@ class Sampler(tf.Module):
                     tf.Variable(0, dtype=tf.int64, trainable=False, name="invalid_draws")
                 )
         self._in_loop = False  # trace-time flag set by loop_scope
-        # One tf.function each, retraced per batch size / shard (Python arguments); a dict of
-        # functions keyed by int would be tracked by tf.Module and break checkpointing.
-        # Graph code written with tf ops throughout: no autograph (errors stay ConfigErrors).
+        # Retraced per batch size / shard; a dict of functions would be tracked by tf.Module
+        # and break checkpointing. No autograph: errors stay ConfigErrors.
         self._sample_fn = tf.function(self.sample, autograph=False)
         self._draw_xla = tf.function(self._draw, jit_compile=True, autograph=False)
         self._write_xla = tf.function(
@@ -164,12 +152,8 @@ class Sampler(tf.Module):
         return tf.add_n([v.read_value() for v in self._invalid])
 
     def sample(self, batch_size: int) -> tuple[tf.Tensor, Any]:
-        """``(rows [B] int64, batch)``: the samples drawn at ``rows`` for ``update_fn``.
-
-        The batch is in the table's structure, with the view's added keys (and
-        ``"importance_weights"`` [B] float32 with `Prioritized`) beside its top-level keys (see
-        `replaygpu.nest.pack_batch`). Inside ``strategy.run`` of a sharded table, ``batch_size``
-        rows of the calling replica's shard.
+        """``(rows [B] int64, batch)``; the batch in the table's structure plus the view's keys
+        (``"importance_weights"`` [B] float32 with `Prioritized`; see `replaygpu.nest.pack_batch`).
 
         Raises:
             EmptyTableError: when called eagerly on an empty table.
@@ -196,11 +180,8 @@ class Sampler(tf.Module):
 
     @contextlib.contextmanager
     def loop_scope(self) -> Iterator[None]:
-        """Trace-time scope the `Learner` wraps around its fused ``tf.while_loop``.
-
-        Every shard's index takes in its new rows here, once per ``Learner.train`` call; inside,
-        ``sample`` skips that, which would otherwise put a loop over new rows into every step.
-        """
+        """Trace-time scope around the `Learner`'s fused loop: indexes take in new rows once per
+        ``Learner.train`` call, not in every step."""
         self._sync_all()
         self._in_loop = True
         try:
@@ -209,17 +190,15 @@ class Sampler(tf.Module):
             self._in_loop = False
 
     def update_priorities(self, indices: Any, priorities: Any) -> None:
-        """Set the priorities of rows ``indices`` ([B] int64, as ``sample`` returned them).
+        """Set priorities of rows ``indices`` ([B] int64, from ``sample``).
 
-        Inside a graph (the learner calls it in the same loop step as the SGD step, after
-        ``sample``), a non-finite priority gets the max priority and is counted. Called eagerly
-        (a plain table), the input is checked first and refused whole when it is bad.
+        In a graph, a non-finite priority gets the max priority and is counted; eagerly, a bad
+        update is refused whole.
 
         Raises:
-            ConfigError: when the sampler keeps no priorities.
-            BatchError: eagerly, for priorities that are negative, NaN or infinite, of another
-                length than ``indices``, or for rows that cannot have been drawn (outside the
-                filled rows, or rows the view never draws); nothing is written.
+            ConfigError: the sampler keeps no priorities.
+            BatchError: eagerly, for negative or non-finite priorities, a length other than
+                ``indices``', or rows that cannot have been drawn; nothing is written.
         """
         if not self.keeps_priorities:
             raise ConfigError(
@@ -263,8 +242,7 @@ class Sampler(tf.Module):
         )
 
     def as_dataset(self, batch_size: int) -> tf.data.Dataset:
-        """An endless `tf.data.Dataset` of ``sample(batch_size)``, drawn in-graph from the live
-        table: the bridge for loops built around ``tf.data`` (see `samplers.dataset`).
+        """An endless `tf.data.Dataset` of ``sample(batch_size)`` (see `samplers.dataset`).
 
         Raises:
             ConfigError: for a batch size below 1, or a sampler of a sharded table.
@@ -272,15 +250,11 @@ class Sampler(tf.Module):
         return make_dataset(self.sample, self.table, batch_size, type(self).__name__)
 
     def _draw(self, shard_index: int, batch_size: int) -> tuple[tf.Tensor, tf.Tensor | None]:
-        """Rows of shard ``shard_index`` that the view accepts, and their importance weights.
+        """Accepted rows of a shard and their importance weights.
 
-        With the minibatch, ``spare_draws * B`` independent (not stratified) spare rows are
-        drawn, and the view checks all of them at once; the i-th row the view refuses takes the
-        i-th spare row it accepts. The accepted spares are independent draws of the
-        distribution over the accepted rows, so the marginal stays exact over those, for any
-        distribution; a refused row left without a spare is counted in ``invalid_draws``. One
-        fixed-shape step: a redraw loop would wait on the device at every SGD step for its
-        predicate (on a GPU, a copy to the host).
+        ``spare_draws * B`` unstratified spares are drawn too; the i-th refused row takes the
+        i-th accepted spare, so the marginal over accepted rows stays exact. One fixed-shape
+        step: a redraw loop would wait on the device (a GPU-to-host copy) every SGD step.
         """
         shard, index = self.table.shards[shard_index], self.indexes[shard_index]
         rows, odds = index.draw(batch_size)
@@ -292,8 +266,8 @@ class Sampler(tf.Module):
             turn = tf.cumsum(tf.cast(refused, tf.int64)) - 1  # [B]: 0 for the first refused row
             good = accepted[batch_size:]
             rank = tf.cumsum(tf.cast(good, tf.int64)) - 1  # [S]: 0 for the first accepted spare
-            # by_rank[r]: the spare accepted r-th (a scatter, O(S); a search of the ranks
-            # compiles to an O(B * S) comparison under XLA); slot B takes what is not needed
+            # by_rank[r]: the r-th accepted spare; a scatter, O(S) (a search is O(B * S) under
+            # XLA); slot B takes the rest
             slot = tf.where(good & (rank < batch_size), rank, batch_size)[:, None]
             by_rank = tf.tensor_scatter_nd_update(
                 tf.zeros([batch_size + 1], tf.int64), slot, tf.range(spares, dtype=tf.int64)
@@ -316,9 +290,8 @@ class Sampler(tf.Module):
         self.indexes[shard_index].write(indices, priorities)
 
     def _guarded_update(self, rows: tf.Tensor, values: tf.Tensor) -> tuple[tf.Tensor, ...]:
-        """Sync, check and (only when every row and value is good) write an eager update, in one
-        graph call: new rows are taken in first, so they do not overwrite it at the next sample.
-        Plain ops: eager calls come in every size. Returns ``(ok, good rows, good values)``."""
+        """Sync, check, and write only if all is good, in one call (sync first, so new rows do
+        not overwrite the update later); ``(ok, good rows, good values)``."""
         index = self.index
         index.sync(self.view)
         in_range = (rows >= 0) & (rows < self.table.size_var.read_value())
@@ -386,8 +359,7 @@ def check_not_empty(table: Table) -> None:
 
 
 def shard_seeds(seed: int | None, shards: int) -> list[int | None]:
-    """One seed per shard: ``seed`` itself for one shard (so a plain table's stream is the
-    seed's), distinct derived seeds for more (None stays nondeterministic)."""
+    """``seed`` itself for one shard, distinct derived seeds for more; None stays None."""
     if seed is None or shards == 1:
         return [seed] * shards
     return [

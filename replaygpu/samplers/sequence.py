@@ -1,42 +1,27 @@
 """Windows of T consecutive rows for recurrent agents, never crossing an episode or a stream.
 
-Episode starts: by default row ``r`` starts an episode when row ``r - 1`` ended one
-(``terminated`` or ``truncated``), which is what the standard transition spec already stores.
-A table may instead carry an explicit bool field (``start_field``, e.g. ``"episode_start"``)
-set on the first row of each episode; use it when an actor can stop mid-episode without a
-terminal flag. Several streams may share a table when each appends whole sequences or episodes
-and the table has an integer stream field (``stream_field``, or a sharded table's ``shard_by``):
-a window stops where the stream changes.
+Row ``r`` starts an episode when row ``r - 1`` was ``terminated`` or ``truncated``, or, with
+``start_field``, where that bool field is set (for actors that stop mid-episode without a
+terminal flag). Streams sharing a table (each appending whole sequences) are told apart by an
+integer ``stream_field`` (default: a sharded table's ``shard_by``); a window stops where it
+changes. A sample belongs to its start row: drawn, weighted and updated there.
 
-A sample belongs to its start row: with any distribution the start is drawn (in proportion to
-priority with `Prioritized`), weighted and updated there.
+- ``pad=False`` (default): windows lie inside one episode and the written rows. Invalid starts
+  take the sampler's spare draws (exact over valid windows); one still invalid (episodes
+  shorter than T) comes back padded and counted in ``invalid_draws``. A start crossing an
+  episode or stream never becomes valid: prioritized, it gets priority 0.
+- ``pad=True``: any row may start; steps past the episode end or newest row are zeros, mask 0.
 
-Two modes:
+``burn_in`` rows before the start are prepended (``[B, burn_in + T]``) to warm up a recurrent
+state; those of another episode or stream, or older than the oldest row, are zeros with mask 0,
+and never make a start invalid. ``n_step > 1`` makes every step an `NStep` transition (with
+``discount`` and ``nstep`` ``[B, L]``, from the same `n_step_window`).
 
-- ``pad=False`` (default): every window lies inside one episode and inside the written rows.
-  Invalid starts are replaced (exact over valid windows) by the sampler's spare draws
-  (``spare_draws``); a window still invalid then (episodes shorter than T) is returned padded
-  as below and counted in ``invalid_draws``. A start whose window crosses an episode or a
-  stream never becomes valid: a prioritized index gives it priority 0.
-- ``pad=True``: every row may start a window; steps after the episode ends (or past the newest
-  row) are zero-filled and have ``mask`` 0.
-
-Burn-in: ``burn_in`` rows *before* the start are prepended (``[B, burn_in + T]``), for a
-recurrent network to warm up its state on; burn-in steps of another episode or stream, or older
-than the oldest row, are zero-filled with ``mask`` 0. They never make a start invalid.
-
-N-step: with ``n_step > 1`` every step of the window is an n-step transition (the `NStep`
-view's fields, ``discount`` and ``nstep`` ``[B, L]`` beside them), computed by the same
-`n_step_window`.
-
-Recurrent state (R2D2): an actor stores its recurrent state (an LSTM's ``(h, c)``) in a field
-(``state_field``, a leaf or a nest of leaves), the state it had *before* the row's step, at
-every row or at every ``period``-th row of an episode. The batch holds that field once per
-window, ``[B, ...]``: its value at the window's first real row (the first burn-in row, or the
-episode's first row when the burn-in reaches before it), from where a recurrent network
-unrolls the burn-in and then the T steps. With ``state_start_field`` (a bool field the actor
-sets on the rows where it stored a state) a window is drawn only where its first real row holds
-one; other starts are redrawn, and a prioritized index gives them priority 0.
+Recurrent state (R2D2): ``state_field`` (a leaf or nest) holds the state an actor had *before*
+each row's step, at every row or every ``period``-th. The batch holds it once, ``[B, ...]``, at
+the window's first real row (first kept burn-in row), from where the network unrolls. With
+``state_start_field`` (bool, set where a state was stored) only windows whose first real row
+holds one are drawn; others are redrawn, and get priority 0.
 """
 
 from __future__ import annotations
@@ -61,22 +46,13 @@ class Sequence(View):
     """``[B, burn_in + T]`` windows of consecutive rows that stay within one episode and stream.
 
     Args:
-        length: window length T >= 1 (after the burn-in).
-        burn_in: rows before the start to prepend, >= 0.
-        pad: allow windows that run past the episode end, with a mask (see module doc).
-        start_field: bool field marking the first row of each episode; None derives starts
-            from ``terminated | truncated`` of the previous row.
-        stream_field: integer field naming each row's stream; None uses the table's
-            ``shard_by`` (None on a plain table: one stream).
+        length: window length T (after the burn-in).
+        pad, start_field, stream_field, state_field, state_start_field: see the module doc.
         n_step: n-step transitions at every step (1: the rows as stored).
         gamma: discount factor of the n-step returns.
-        state_field: field (or nest) holding the recurrent state before each row's step; the
-            batch holds it at the window's first real row only, ``[B, ...]``.
-        state_start_field: bool field marking the rows that hold a stored state; None: every
-            row holds one.
 
-    The batch holds every field as ``[B, L, ...]`` (``L = burn_in + T``) and ``mask`` ([B, L]
-    float32, 1 where a step is real); padded steps hold zeros in every field.
+    Every field comes as ``[B, L, ...]`` (``L = burn_in + T``), padded steps zero, with
+    ``mask`` ([B, L] float32, 1 where a step is real).
     """
 
     length: int = 16
@@ -201,8 +177,8 @@ class Sequence(View):
         return ok & tf.reduce_all(self.window_mask(table, rows), axis=1)
 
     def settled_invalid(self, table: ReplayTable, rows: tf.Tensor) -> tf.Tensor | None:
-        """Starts whose window crosses an episode or stream within the written rows, or whose
-        first real row holds no stored state."""
+        """Starts crossing an episode or stream in the written rows, or without a stored
+        state."""
         dead = tf.logical_not(self._holds_state(table, rows))
         if self.pad:
             return dead if self.state_start_field is not None else None
@@ -213,8 +189,7 @@ class Sequence(View):
     def _first_rows(
         self, table: ReplayTable, starts: tf.Tensor, burn_in: tf.Tensor | None = None
     ) -> tf.Tensor:
-        """``[B]`` the first real row of each window: the oldest burn-in row it keeps
-        (``burn_in``: the `_burn_in_mask` of ``starts``, when computed already)."""
+        """``[B]`` the oldest kept row of each window (``burn_in``: `_burn_in_mask`, if known)."""
         if not self.burn_in:
             return starts
         if burn_in is None:
@@ -245,8 +220,7 @@ class Sequence(View):
         return tf.reverse(kept, axis=[1])
 
     def read(self, table: ReplayTable, rows: tf.Tensor) -> dict[str, tf.Tensor]:
-        """The windows at start rows ``rows``: ``{field: [B, L, ...], "mask": [B, L]}``, and
-        the state field's leaves at each window's first real row, ``[B, ...]``."""
+        """``{field: [B, L, ...], "mask": [B, L]}``; state leaves ``[B, ...]``."""
         starts = rows
         batch_size = starts.shape[0]
         mask = self.window_mask(table, starts)
