@@ -1,21 +1,16 @@
 """The one actor loop: envs, a numpy behaviour policy, a `ReplayClient`.
 
-`run_actor` steps its envs with one batched numpy policy call per vector step, sends what they
-produced with ``add_batch``, pulls new weights with ``get_weights(newer_than=version)`` every
-``weight_pull_interval`` env steps and follows the learner's samples-per-insert limit
-(``wait_for_insert_room``): only `rg.ReplayClient`'s public API. Actor ``i`` of ``N`` explores
-with ``eps_i = epsilon_base ** (1 + epsilon_alpha * i / (N - 1))`` (Ape-X).
-
-What differs between kinds of actor is one small piece the loop takes, an `Experience`: the
-envs, the network the actor acts with, and how env steps become table rows (`make_experience`:
+`run_actor` makes one batched numpy policy call per vector step, sends rows with ``add_batch``,
+pulls weights (``get_weights(newer_than=version)``) every ``weight_pull_interval`` env steps and
+follows the samples-per-insert limit (``wait_for_insert_room``): only `rg.ReplayClient`'s public
+API. Actor ``i`` of ``N`` explores with ``eps_i = epsilon_base ** (1 + epsilon_alpha * i / (N -
+1))`` (Ape-X). Kinds of actor differ only in their `Experience` (`make_experience`:
 `VectorExperience`, `experience.FrameExperience`, `experience.RecurrentExperience`).
 
-`ActorConfig.from_settings` builds an actor's config from the settings document that a learner
-announces in ``Info``, so ``replaygpu actor ADDRESS`` needs no other flags. The actor reports
-each finished episode (its return as the env scored it, unclipped, the whole game) with its
-next request (``report_episode``), logs a progress line every ``progress_interval_s``, and
-stops (flushing what it sent) once the learner says its run is finished (``run_finished``, in
-acks and ``Info``). This module imports no TensorFlow, so actor processes start fast and stay
+Config comes from the learner's ``Info`` settings (`ActorConfig.from_settings`), so ``replaygpu
+actor ADDRESS`` needs no other flags. Each finished episode's return (unclipped, the whole game)
+rides on the next request (``report_episode``); the actor stops, flushing, once the learner's
+run is finished (``run_finished``). No TensorFlow import, so actor processes start fast and stay
 small.
 """
 
@@ -60,12 +55,11 @@ _TRANSIENT = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED}
 )
 
-#: Seconds a stopped actor waits for its last acks before it drops them and exits: short, so
-#: that ``replaygpu actor`` stops within 5 s of Ctrl-C whatever its learner's state (a live
-#: learner acknowledges within milliseconds; the result counts what was left, ``unacked_*``).
+#: Seconds a stopped actor waits for its last acks before dropping them: short, so ``replaygpu
+#: actor`` stops within 5 s of Ctrl-C (a live learner acks within milliseconds).
 STOP_FLUSH_S = 3.0
 
-#: The optional int64 table field naming the env (stream) that produced each row.
+#: Optional int64 table field: the env (stream) that produced each row.
 STREAM_FIELD = "stream"
 
 #: ``report(kind, actor_index, payload)``: "episode" with (env_steps, return, length), "sent"
@@ -76,8 +70,8 @@ Report = Callable[[str, int, object], None]
 class Experience(Protocol):
     """What an actor collects: its envs, the network it acts with, the rows its steps become.
 
-    `run_actor` calls `start` once, then for each vector step `observation`, `step` with the
-    actions chosen for it and `send`; at the end ``send(client, final=True)`` and `close`.
+    `run_actor` calls `start`, then per vector step `observation`, `step` and `send`; at the end
+    ``send(client, final=True)`` and `close`.
 
     Attributes:
         num_envs: envs stepped together.
@@ -99,24 +93,21 @@ class Experience(Protocol):
         """``[num_envs, ...]``: what the policy acts on now."""
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Step every env with ``actions``, keeping the rows; returns ``[num_envs]`` rewards
-        as the envs gave them and whether each env's episode ended."""
+        """Step every env, keeping the rows; ``[num_envs]`` raw rewards and episode ends."""
 
     def send(self, client: rg.ReplayClient, final: bool = False) -> int:
-        """Send the rows that are ready (``final``: all, the run is over); returns the env
-        steps sent, 0 when nothing was ready."""
+        """Send the rows that are ready (``final``: all); the env steps sent (0: none)."""
 
     def close(self) -> None: ...
 
 
 class VectorExperience:
-    """Vector transitions: ``num_envs`` gymnasium envs stepped together (`make_vector_env`),
-    the Q-network MLP as the greedy policy, ``send_interval`` vector steps per ``add_batch``.
+    """Vector transitions: ``num_envs`` envs (`make_vector_env`), the Q-network MLP as the
+    greedy policy, ``send_interval`` vector steps per ``add_batch``.
 
-    When the table has a `STREAM_FIELD`, it holds a global env id (``actor_index * num_envs +
-    env``) and each batch goes env-major, so each env's steps lie in consecutive rows:
-    ``rg.NStep(..., stream_field="stream")`` then computes n-step returns across interleaved
-    actors."""
+    A `STREAM_FIELD` gets a global env id (``actor_index * num_envs + env``) and the batch goes
+    env-major, so ``rg.NStep(..., stream_field="stream")`` computes n-step returns across
+    interleaved actors."""
 
     def __init__(self, config: ActorConfig) -> None:
         self.config, self.num_envs = config, config.num_envs
@@ -166,8 +157,7 @@ class VectorExperience:
 
 
 def make_experience(config: ActorConfig) -> Experience:
-    """The `Experience` ``config`` asks for: overlapping sequences with the LSTM state when
-    ``sequence_period`` is set, frames when ``frame_stack`` is, else vectors.
+    """Sequences with LSTM state if ``sequence_period``, frames if ``frame_stack``, else vectors.
 
     Raises:
         ConfigError: an env id gymnasium does not know (or not an ALE game, for frames).
@@ -183,19 +173,17 @@ def run_actor(
     stop: threading.Event | None = None,
     report: Report | None = None,
 ) -> dict[str, float]:
-    """Collect experience into the replay server at ``address`` until done (``steps``, or
-    the learner's run is finished) or stopped.
+    """Collect into the replay server at ``address`` until ``steps``, the run's end, or ``stop``.
 
     Returns:
         ``{"env_steps", "episodes", "seconds", "env_steps_per_s", "weight_updates",
         "acked_transitions", "unacked_transitions", "unacked_requests", "unacked_bytes",
-        "run_finished"}``: ``acked_transitions`` counts the rows the server committed from
-        this actor's batches; ``unacked_*`` what it sent that was not acknowledged when it
-        stopped (a stopped actor waits `STOP_FLUSH_S` for its last acks, then drops them);
-        ``run_finished`` is 1.0 when the learner ended the run.
+        "run_finished"}``: ``acked_transitions`` the rows the server committed; ``unacked_*``
+        what was unacknowledged at the stop (after `STOP_FLUSH_S`); ``run_finished`` 1.0 when
+        the learner ended the run.
 
     Raises:
-        ReplayError: when the server is unreachable or rejects the data.
+        ReplayError: the server is unreachable or rejects the data.
     """
     experience = make_experience(config)
     try:
@@ -249,9 +237,8 @@ def run_actor(
             logger.info("actor %d: the learner's run is finished; stopping", index)
         else:
             send(final=True)
-        # a stopped actor (SIGTERM) flushes for STOP_FLUSH_S at most, as does one whose run is
-        # over (a learner that finished may exit); one that collected its steps waits for
-        # every ack
+        # stopped or run over (the learner may exit): flush for STOP_FLUSH_S at most; one that
+        # collected its steps waits for every ack
         if stopped():
             with contextlib.suppress(TimeoutError):  # counted in the result: unacked_*
                 client.close(timeout=min(STOP_FLUSH_S, config.retry_deadline_s))
@@ -292,8 +279,7 @@ def run_actor(
 def connect(
     config: ActorConfig, address: str, client_config: ClientConfig | None = None
 ) -> rg.ReplayClient:
-    """The actor's `rg.ReplayClient` at ``address``: its id (``PREFIX-INDEX``), table, token and
-    TLS; ``client_config`` defaults to one with the actor's ``retry_deadline_s``.
+    """The actor's `rg.ReplayClient`, id ``PREFIX-INDEX``.
 
     Raises:
         ServiceError: the server cannot be reached within ``retry_deadline_s``, refuses the
@@ -310,9 +296,8 @@ def connect(
 
 
 class _ActionChooser:
-    """Actions for a vector step: explore uniformly until weights arrive, then the agent's
-    behaviour policy (dqn: epsilon-greedy over the experience's greedy policy at the actor's
-    epsilon; sac: a sampled action)."""
+    """Uniform actions until weights arrive, then the behaviour policy (dqn: epsilon-greedy at
+    the actor's epsilon; sac: a sampled action)."""
 
     def __init__(self, config: ActorConfig, experience: Experience, rng: np.random.Generator):
         self.config, self.space, self.rng = config, experience.action_space, rng
@@ -352,14 +337,12 @@ class _ActionChooser:
 
 
 def default_prefix() -> str:
-    """``HOSTNAME-PID``: two `replaygpu actor` commands on one host with the same indices still
-    get distinct ids (a shared id would make the ledger drop one actor's batches as resent)."""
+    """``HOSTNAME-PID``: distinct per command (else the ledger drops one's batches as resent)."""
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
 class _Progress:
-    """The actor's progress line, every ``interval_s`` seconds (0: never): env steps per second
-    since the last line, episodes, the last episode's return, transitions acknowledged."""
+    """The actor's progress line, every ``interval_s`` seconds (0: never)."""
 
     def __init__(self, index: int, interval_s: float) -> None:
         self.index, self.interval_s = index, interval_s
@@ -386,13 +369,11 @@ class _Progress:
 
 
 def _retrying(call: Callable[[], T], config: ActorConfig, stopped: Callable[[], bool]) -> T | None:
-    """``call()``, retried while the server is unavailable (a learner restarting), with
-    backoff up to 1 s, for ``retry_deadline_s`` at most, like the client's append stream. The
-    client logs the outage (once when it begins, once when it ends), not each retry.
+    """``call()``, retried while the server is unavailable (a learner restarting), backoff up to
+    1 s, for ``retry_deadline_s`` at most; the client logs the outage, not each retry.
 
     Returns:
-        what ``call`` returned, or None once ``stopped()`` (the actor is stopped, or the
-        learner's run is finished) after a failed call.
+        what ``call`` returned, or None once ``stopped()`` after a failed call.
 
     Raises:
         ServiceUnavailableError: still unavailable after ``retry_deadline_s``.
@@ -416,16 +397,14 @@ def _retrying(call: Callable[[], T], config: ActorConfig, stopped: Callable[[], 
 
 
 def run_actor_process(config: ActorConfig, address: str, stop=None, reports=None) -> None:
-    """Entry point of a spawned actor process: `run_actor` until the multiprocessing Event
-    ``stop``, with its reports put on ``reports``, a bounded multiprocessing Queue (all but the
-    final one are dropped when it is full, so a slow reader never blocks the actor), or None."""
+    """A spawned actor process's `run_actor`; ``reports`` a bounded Queue or None (when full,
+    all but the final report are dropped, so a slow reader never blocks the actor)."""
     import queue
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops actors through ``stop``
-    if stop is not None:  # SIGTERM (sent to the whole process group): stop, flushing, as the
-        # parent does; `stop.set` in a thread, as the handler may interrupt `stop.is_set` while
-        # it holds the event's lock
+    if stop is not None:  # SIGTERM (to the process group) stops, flushing; `stop.set` in a
+        # thread, as the handler may interrupt `stop.is_set` holding the event's lock
         def on_sigterm(*_: object) -> None:
             threading.Thread(target=stop.set, daemon=True).start()
 

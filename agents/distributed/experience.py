@@ -1,24 +1,20 @@
 """What makes an actor a frame actor (`FrameExperience`, the piece `actor.run_actor` takes): ALE
 games preprocessed to 84x84 grey frames, a numpy Nature CNN, whole episode segments per request.
 
-A frame table (`make_frame_table`) needs each episode's rows contiguous: row ``i + 1`` must
-hold the frame after row ``i``. Rows of several actors interleave in the learner's table at
-request granularity (the server commits each request whole and contiguously), so a frame actor
-never splits a table episode over two requests: `SegmentWriter` turns the steps of each table
-episode (a life when a lost life is terminal) into rows with `frame_rows` once it ends, and
-once they hold ``send_interval`` env steps per env `send_segments` sends the finished segments,
-in groups of whole segments, each group one ``add_batch`` sealed into one request at once
+A frame table (`make_frame_table`) needs each episode's rows contiguous (row ``i + 1`` holds
+the frame after row ``i``), and actors' rows interleave per request (the server commits each
+whole), so a frame actor never splits a table episode over two requests: `SegmentWriter` turns
+each ended table episode (a life, when a lost life is terminal) into rows with `frame_rows`, and
+`send_segments` sends them in groups of whole segments, one sealed request each
 (`segment_client_config` makes a request big enough).
 
-An episode longer than ``segment_steps`` is cut there: its last step is marked truncated (the
-learner bootstraps from its ``next_obs``, as at a time limit) and the next segment starts with
-``first=True`` at the current frame. So the first k-1 stacks after a cut are padded with that
-frame instead of the true history; the actor acts on those same padded stacks, so what it saw
-is what the learner samples. With the default 1000-step cap this touches 3 of 1000 stacks of
-long episodes only.
+An episode longer than ``segment_steps`` is cut: its last step is marked truncated (the learner
+bootstraps from its ``next_obs``, as at a time limit) and the next segment starts with
+``first=True`` at the current frame. The first k-1 stacks after a cut are thus padded with that
+frame, but the actor acts on the same padded stacks the learner samples. With the default
+1000-step cap this touches 3 of 1000 stacks of long episodes only.
 
-The policy is the learner's Nature CNN, pulled as weights (`policies.greedy_cnn_policy`).
-This module imports no TensorFlow (`frame_rows` lives in `replaygpu.frames`).
+The policy is the learner's Nature CNN (`policies.greedy_cnn_policy`). No TensorFlow import.
 """
 
 from __future__ import annotations
@@ -41,17 +37,17 @@ from ..policies import flat_features, greedy_cnn_policy, numpy_lstm_step
 from ..rollouts import Policy
 from .actor_config import ActorConfig
 
-#: the recurrent rows' fields beside the transition's: the LSTM state before the step, and
-#: whether the row stores it (a sequence's first row); the R2D2 learner's table has them
+#: R2D2 table fields: the LSTM state before the step, and whether the row stores it (a
+#: sequence's first row)
 STATE_FIELD = "recurrent_state"
 STATE_STORED = "state_stored"
-#: bytes of one frame-table row of an 84x84 frame, with room to spare for the small fields
+#: bytes of one frame-table row: an 84x84 frame plus room for the small fields
 ROW_BYTES = 84 * 84 + 64
 
 
 def segment_client_config(segment_steps: int, retry_deadline_s: float = 60.0) -> ClientConfig:
-    """A `ClientConfig` for `send_segments`: requests of up to ``3 * segment_steps + 2``
-    rows (a segment has at most ``segment_steps + 1``), a buffer of a few of them."""
+    """A `ClientConfig` for `send_segments`: requests of 3 segments (each at most
+    ``segment_steps + 1`` rows)."""
     rows = 3 * segment_steps + 2
     batch = rows * ROW_BYTES
     return ClientConfig(
@@ -64,14 +60,12 @@ def segment_client_config(segment_steps: int, retry_deadline_s: float = 60.0) ->
 
 
 class SegmentWriter:
-    """Collects one env's steps into whole table episodes of at most ``segment_steps`` steps
-    (0: no cap).
+    """One env's steps as whole table episodes of at most ``segment_steps`` steps (0: no cap).
 
-    ``stack`` is the current ``[k, 84, 84]`` observation, padded with the segment's first frame
-    as the `FrameStack` view rebuilds it. Finished segments (rows of `frame_rows`, each
-    starting with ``first=True`` and ending with its ``final`` row) collect in ``segments``;
-    `take_rows` also flushes the unfinished one, which goes on in the next rows (a writer of
-    one table, in order).
+    ``stack`` is the current ``[k, 84, 84]`` observation, padded as the `FrameStack` view
+    rebuilds it. Finished segments (`frame_rows`, ``first=True`` to ``final``) collect in
+    ``segments``; `take_rows` also flushes the unfinished one, continued in the next rows (for
+    a writer of one table, in order).
     """
 
     def __init__(self, stack: int, segment_steps: int = 0) -> None:
@@ -88,8 +82,8 @@ class SegmentWriter:
     def step(
         self, action: int, reward: float, terminated: bool, truncated: bool, frame: np.ndarray
     ) -> None:
-        """Record one step ending at ``frame``. An episode end finishes the segment (call
-        `start` for the next one); so does the cap, which starts the next one itself."""
+        """Record a step ending at ``frame``. An episode end finishes the segment (then call
+        `start`); so does the cap, which starts the next itself."""
         capped = 0 < self.cap <= len(self.steps) + 1 and not (terminated or truncated)
         self.steps.append((action, reward, terminated, truncated or capped))
         self.frames.append(frame)
@@ -100,8 +94,7 @@ class SegmentWriter:
                 self.start(frame)
 
     def end(self) -> None:
-        """End the segment being written (if it has steps) as a truncation; call `start`
-        before writing more."""
+        """End the current segment (if it has steps) as a truncation; `start` before more."""
         if self.steps:
             action, reward, terminated, _ = self.steps[-1]
             self.steps[-1] = (action, reward, terminated, True)
@@ -133,9 +126,8 @@ class SegmentWriter:
 def play(
     env: gym.Env, writer: SegmentWriter, action: int, lives: int, config: Any
 ) -> tuple[float, bool, int]:
-    """One step of an ALE game into ``writer``: its reward clipped to the sign with
-    ``config.clip_rewards``, a lost life a terminal table episode end with
-    ``config.terminal_on_life_loss`` (the game plays on), a new game after the last.
+    """One step of an ALE game into ``writer``; after the last, a new game. See
+    `FrameExperience` for ``clip_rewards`` and ``terminal_on_life_loss``.
 
     Returns:
         ``(reward, done, lives)``: the raw reward, whether the game ended, its lives now.
@@ -155,11 +147,9 @@ def play(
 
 
 def send_segments(client: rg.ReplayClient, segments: Sequence[dict[str, np.ndarray]]) -> None:
-    """Send whole segments so that none is split between requests: one ``add_batch`` per group
-    of segments that fits one request, sealed at once with ``flush(timeout=0)`` (it seals the
-    request being filled, then would wait for acks; it does not), so the next call never tops
-    it up. The server commits each request contiguously, so another actor's rows never land
-    inside a segment.
+    """Send whole segments, none split between requests: one ``add_batch`` per group that fits
+    a request, sealed at once by ``flush(timeout=0)`` (seals, does not wait for acks), so the
+    next call never tops it up and another actor's rows never land inside a segment.
 
     Raises:
         ConfigError: a segment is bigger than one request of ``client``.
@@ -189,11 +179,10 @@ def send_segments(client: rg.ReplayClient, segments: Sequence[dict[str, np.ndarr
 
 
 class FrameExperience:
-    """Frames of ``num_envs`` ALE games (`envs.make_atari_env`) for a frame-table learner: each
-    game's steps become whole table episodes (`SegmentWriter`), and the Nature CNN acts on the
-    ``[k, 84, 84]`` stacks the writers hold, padded as the learner's `rg.FrameStack` view
-    rebuilds them. Rewards are clipped to their sign (``clip_rewards``) and a lost life ends a
-    table episode as terminal (``terminal_on_life_loss``) while the game plays on.
+    """Frames of ``num_envs`` ALE games (`envs.make_atari_env`) as whole table episodes
+    (`SegmentWriter`); the CNN acts on the writers' stacks. Rewards clipped to their sign
+    (``clip_rewards``); a lost life ends a table episode as terminal while the game plays on
+    (``terminal_on_life_loss``).
 
     Raises:
         ConfigError: ale-py missing, or ``env_id`` not an ALE game.
@@ -264,10 +253,9 @@ STEP_FIELDS = ("obs", "action", "reward", "terminated", "truncated")
 
 
 class SequenceWriter:
-    """Cuts one env's steps into overlapping sequences of at most ``length`` steps, one starting
-    every ``period`` steps of an episode (the first at its first step); a sequence ends when it
-    is ``length`` steps long or when the episode ends. Finished ones collect in ``blocks``,
-    each a dict of ``[n, ...]`` columns whose first row has `STATE_STORED` set."""
+    """One env's steps as overlapping sequences of at most ``length`` steps, one starting every
+    ``period`` steps of an episode (the first at its first step), ended by the episode's end.
+    Finished ones collect in ``blocks``: ``[n, ...]`` columns, `STATE_STORED` on the first row."""
 
     def __init__(self, length: int, period: int) -> None:
         self.length, self.period = length, period
@@ -292,8 +280,7 @@ class SequenceWriter:
             self._t = 0
 
     def end(self) -> None:
-        """Finish the open sequences as they are (the actor stops); the episode's next step,
-        if any, starts afresh."""
+        """Finish the open sequences as they are (the actor stops); a next step starts afresh."""
         for start in list(self._starts):
             self._finish(start, self._t - 1)
         self._rows.clear()
@@ -318,8 +305,8 @@ class SequenceWriter:
 
 
 class RecurrentExperience:
-    """Overlapping sequences of ``num_envs`` gymnasium envs (a vector env with same-step
-    autoreset) for an R2D2 learner; see the module doc.
+    """Overlapping sequences (`SequenceWriter`) of ``num_envs`` envs (a vector env with
+    same-step autoreset) for an R2D2 learner.
 
     Raises:
         ConfigError: an env id gymnasium does not know.

@@ -1,13 +1,9 @@
 """Actor processes: start them, read their reports, stop them.
 
-The served demos (`learner.train`, beside an in-process learner) and ``replaygpu actor`` run
-their actors so: spawned processes (no TensorFlow in them, nothing shared with the learner)
-running `actor.run_actor_process`, each reporting finished episodes, sends and its final stats
-through one bounded queue that `ActorFleet.drain` reads without blocking the learner. Beside a
-learner the recorder shows the progress, so the actors log no progress lines of their own
-(``quiet``). An actor exits 0 when it
-collected its steps, when it is stopped, and when the learner's server says the run is finished
-(`ReplayServer.finish_run`).
+Used by the served demos (`learner.train`) and ``replaygpu actor``: spawned processes (no
+TensorFlow, nothing shared with the learner) running `actor.run_actor_process`, reporting through
+one bounded queue that `ActorFleet.drain` reads without blocking the learner. An actor exits 0
+when it collected its steps, is stopped, or the run is finished (`ReplayServer.finish_run`).
 """
 
 from __future__ import annotations
@@ -46,10 +42,8 @@ def split_steps(steps: int, num_actors: int) -> list[int]:
 def actor_configs(
     config: Any, settings: AgentSettings, steps: int, seed_offset: int = 0
 ) -> list[ActorConfig]:
-    """The configs of a served run's ``config.num_actors`` actor processes: the ``settings``
-    that ``replaygpu actor ADDRESS`` takes over from the learner, plus what is each process's
-    own (index, id prefix, its share of ``steps`` env steps, seeds from ``config.seed +
-    seed_offset``). With ``config.steps`` 0 every actor runs until stopped."""
+    """A served run's actor configs: the learner's ``settings`` plus each one's index, id prefix
+    and share of ``steps``. With ``config.steps`` 0 every actor runs until stopped."""
     shares = split_steps(steps, config.num_actors) if config.steps else [0] * config.num_actors
     return [
         ActorConfig.from_settings(
@@ -68,12 +62,10 @@ class ActorFleet:
     """Actor processes collecting into the learner at ``address``, one per config.
 
     Args:
-        configs: each actor's config.
-        address: the learner's ``host:port``.
-        recorder: gets each finished episode, at the fleet's env steps (None: none does).
+        recorder: gets each finished episode, at the fleet's env steps.
         base_steps: env steps collected before these actors (a resumed run's).
         name: process names are ``NAME-INDEX``.
-        quiet: no progress lines of the actors' own (the recorder shows the progress).
+        quiet: no progress lines of the actors' own (the recorder shows progress).
 
     Attributes:
         returns: the return of each finished episode, in the order reported.
@@ -108,15 +100,14 @@ class ActorFleet:
         self.stats: dict[int, dict[str, float]] = {}
 
     def start(self) -> None:
-        """Start the actor processes, with the thread settings of every actor process
-        (`actor_threads`)."""
+        """Start the actor processes under `actor_threads`."""
         with actor_threads():
             for proc in self.processes:
                 proc.start()
 
     @property
     def env_steps(self) -> int:
-        """Env steps collected, as far as the reports tell, ``base_steps`` included."""
+        """Env steps as far as the reports tell, ``base_steps`` included."""
         return self.base_steps + sum(self._steps.values())
 
     @property
@@ -146,19 +137,14 @@ class ActorFleet:
         return int(sum(s["acked_transitions"] for s in self.stats.values()))
 
     def raise_failed(self) -> None:
-        """Raise when an actor process failed.
-
-        Raises:
-            RuntimeError: naming the failed processes.
-        """
+        """Raises RuntimeError naming the actor processes that failed."""
         failed = [p.name for p in self.processes if p.exitcode not in (0, None)]
         if failed:
             raise RuntimeError(f"actor processes {failed} failed; see their log above")
 
     def drain(self) -> None:
-        """Move up to 1000 queued reports to the recorder and the fleet's counts without
-        blocking (so a flood of short episodes never keeps the learner from committing and
-        training)."""
+        """Move up to 1000 queued reports to the recorder and counts, never blocking (a flood of
+        short episodes never keeps the learner from committing and training)."""
         for _ in range(1000):
             try:
                 kind, index, payload = self._reports.get_nowait()
@@ -178,10 +164,9 @@ class ActorFleet:
     def stop(
         self, commit: Callable[[], object] = lambda: None, timeout_s: float = _STOP_S
     ) -> list[str]:
-        """Stop the actors: they flush what they collected while ``commit`` (called every
-        50 ms; an in-process learner's) commits it, so their acks come and they exit; the ones
-        still running after ``timeout_s`` are killed. Then read the last reports. Returns the
-        names of the processes killed."""
+        """Stop the actors: they flush while ``commit`` (an in-process learner's, every 50 ms)
+        commits, so their acks come; those still running after ``timeout_s`` are killed. Then
+        read the last reports. Returns the names of the processes killed."""
         self._stop.set()
         deadline = time.monotonic() + timeout_s
         while self.running and time.monotonic() < deadline:
@@ -205,8 +190,8 @@ ACTOR_THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NU
 
 @contextlib.contextmanager
 def actor_threads() -> Iterator[None]:
-    """This process's environment set to `ACTOR_THREAD_ENV` within the block, so that the
-    processes started in it inherit it; restored after."""
+    """`ACTOR_THREAD_ENV` in this process's environment within the block, for the processes
+    started in it to inherit."""
     saved = {name: os.environ.get(name) for name in ACTOR_THREAD_ENV}
     os.environ.update(ACTOR_THREAD_ENV)
     try:

@@ -1,10 +1,8 @@
-"""The standalone learner, one for every algorithm: a served replay table, an agent's update
-under a rate limiter, weights for the actors, checkpoints. ``replaygpu learner`` runs it
-(`LearnerService.train_to_end`); the Ape-X demos run it with actor processes beside it (`train`).
-
-A config's `Builder` (named in `registry.ALGORITHMS`, kept in the algorithm's package) makes
-the table, the agent and the sampler; the service serves them with the actor settings that tell
-``replaygpu actor ADDRESS`` what to run (`ActorConfig.to_settings`).
+"""The standalone learner of every algorithm: a served table, the agent's rate-limited update,
+weights for the actors, checkpoints. Run by ``replaygpu learner`` (`learner_cli.train_to_end`)
+and, with actor processes, by the Ape-X demos (`train`). A config's `Builder` (in the
+algorithm's package, named in `registry.ALGORITHMS`) makes table, agent and sampler; the actor
+settings tell ``replaygpu actor ADDRESS`` what to run (`ActorConfig.to_settings`).
 """
 
 from __future__ import annotations
@@ -56,8 +54,7 @@ class LearnerService:
     Args:
         config: a served algorithm's config (`registry.ALGORITHMS`).
         run: checkpoints and stop signals (restored from at once); None: neither.
-        token, tls, server_config: passed to `rg.serve` (the builder may raise the message
-            limit: a frame actor sends whole segments).
+        token, tls, server_config: for `rg.serve` (the builder may raise the message limit).
 
     Raises:
         ConfigError: a config no builder takes, bad env for the agent, address that cannot be
@@ -88,8 +85,8 @@ class LearnerService:
         self.ledger = SequenceLedger()
         self.loop = LoopState()
         self.saved_stats = JsonState("run_stats")  # the episodes reported, across restarts
-        #: how many env steps the run took: the table's rows, unless a driver that sees the
-        #: actors' reports counts them (a frame table holds one more row per episode)
+        #: env steps taken: the table's rows, unless a driver counts the actors' reports (a
+        #: frame table holds one more row per episode)
         self.env_steps: Callable[[], int] = lambda: self.table.total_inserted
         state = dict(table=self.table, sampler=self.sampler, learner=self.learner, agent=self.agent)
         state.update(ledger=self.ledger, loop=self.loop, run_stats=self.saved_stats)
@@ -134,8 +131,8 @@ class LearnerService:
         return int(self.learner.steps.numpy())
 
     def step(self, idle_wait_s: float = 0.5) -> int:
-        """Commit staged appends and train one call; publish weights, sync the target network,
-        checkpoint when due. Returns the SGD steps run."""
+        """Commit staged appends, train one call, publish weights, sync the target, checkpoint
+        when due. Returns the SGD steps run."""
         out = learner_step(self.server, self.learner, self.config.steps_per_call, idle_wait_s)
         ran = int(out["steps"])
         if ran:
@@ -165,8 +162,7 @@ class LearnerService:
         return self.table.total_inserted >= self.config.steps and ran == 0
 
     def stats(self) -> dict[str, float]:
-        """SGD steps, SGD steps/s since the last call, checkpoints and the last one's seconds
-        (for the metrics endpoint and the log)."""
+        """For the metrics endpoint and the log (the rate since the last call)."""
         now, steps = time.monotonic(), self.sgd_steps
         then, then_steps, rate = self._rate
         if now - then >= 1.0:
@@ -186,9 +182,8 @@ class LearnerService:
             return self.server.commit_pending()
 
     def close(self, save: bool = True) -> str | None:
-        """Stop serving (staged batches not yet committed are refused with UNAVAILABLE, so
-        their actors resend them to the next learner), then write the final checkpoint
-        unless ``save`` is False; returns its path."""
+        """Stop serving (uncommitted staged batches get UNAVAILABLE, so their actors resend them
+        to the next learner), then write the final checkpoint unless ``save`` is False; its path."""
         self.server.stop()
         if self.run is None or not save:
             return None
@@ -207,17 +202,16 @@ class LearnerService:
 def train(
     config: Any, recorder: Recorder | None = None, run: RunControl | None = None
 ) -> TrainResult:
-    """Serve ``config``'s learner (`LearnerService`) with ``config.num_actors`` actor processes
-    beside it until they delivered the run's ``steps`` and the replay budget is spent (or a stop
-    signal), then evaluate: the one driver of the served demos.
+    """The served demos' driver: a `LearnerService` with ``config.num_actors`` actor processes
+    until ``steps`` arrived and the replay budget is spent (or a stop signal), then evaluate.
 
-    With ``run``: resume from its newest checkpoint (the actors collect what is left of
-    ``steps``, with new env seeds), save periodically, stop early with a checkpoint on SIGTERM
-    or Ctrl-C. ``steps`` 0 runs until stopped.
+    With ``run``: resume from its newest checkpoint (the actors collect the rest of ``steps``,
+    with new env seeds), save periodically, checkpoint and stop on SIGTERM or Ctrl-C.
+    ``steps`` 0 runs until stopped.
 
     Raises:
         ConfigError: a config no builder takes, or an env its algorithm cannot run.
-        RuntimeError: when an actor process fails.
+        RuntimeError: an actor process fails.
     """
     service = LearnerService(config, run)
     service.recorder = recorder = recorder or NullRecorder()
@@ -276,11 +270,9 @@ Table = Any  # rg.ReplayTable or rg.ShardedReplayTable
 
 
 class Builder:
-    """The parts of a served run of one algorithm (see the module doc). Subclasses override
-    what differs; every method takes the run's config."""
+    """The parts of a served run of one algorithm; subclasses override what differs."""
 
-    #: whether the service copies the online network into a target every
-    #: ``config.target_update_interval`` SGD steps
+    #: copy the online network to a target every ``config.target_update_interval`` SGD steps
     syncs_target: ClassVar[bool] = False
     #: the update's metric that Info, /metrics and the progress line show as the loss
     loss_key: ClassVar[str] = "losses/td_loss"
@@ -325,8 +317,7 @@ class Builder:
         return bool(config.jit_compile)
 
     def server_config(self, config: Any, given: ServerConfig | None) -> ServerConfig | None:
-        """The server's config: ``given`` (None: the defaults), raised where the algorithm's
-        requests need it."""
+        """``given`` (None: the defaults), raised where the algorithm's requests need it."""
         return given
 
     def greedy_policy(self, agent: Any) -> Any:
@@ -377,11 +368,10 @@ class Parts:
 
 
 def make_parts(config: Any) -> Parts:
-    """The builder of ``config``'s algorithm and the table, agent and sampler it makes (the
-    agent in the table's scope: its device, or its strategy).
+    """``config``'s builder and its parts (the agent made in the table's device or strategy).
 
     Raises:
-        ConfigError: for a config no builder takes, or an env the algorithm cannot run.
+        ConfigError: a config no builder takes, or an env the algorithm cannot run.
     """
     builder = builder_for(config)
     probe = type(config).ENV_CHECK(config.env_id)

@@ -1,23 +1,21 @@
 """Actors as Ray actors: `run_actor` loops that Ray places and restarts when their process dies.
 
-Past one machine, Ray places the actors (``num_cpus_per_actor`` each) and restarts one whose
-process dies, up to ``max_restarts`` times; nothing here schedules. Each Ray actor runs the loop
-of ``replaygpu actor`` (`run_actor`) on a thread, so env, policy and batching are the command's.
+Ray places the actors (``num_cpus_per_actor`` each) and restarts a dead one up to
+``max_restarts`` times; nothing here schedules. Each runs `run_actor` on a thread, so env, policy
+and batching are ``replaygpu actor``'s.
 
 Exactly-once across a restart rests on three things:
 
 - an actor's id is ``PREFIX-INDEX`` with a prefix the driver picks once (its ``HOSTNAME-PID``
-  and ``ray``), never the worker's pid, so a restarted actor appends under the same id and its
-  `ReplayClient` continues after the server's last committed seq for it;
-- the server's ``Info`` reports an actor's last seq counting the batches it has accepted but not
-  yet committed, so a restarted actor starts past those its dead predecessor left staged (they
-  still commit; the new one's batches never reuse their seqs);
+  and ``ray``), never the worker's pid, so a restarted actor's `ReplayClient` continues after
+  the server's last committed seq for that id;
+- the server's ``Info`` counts accepted but uncommitted batches in an actor's last seq, so a
+  restarted actor never reuses the seqs its dead predecessor left staged (they still commit);
 - the ledger keeps one entry per actor, not one per incarnation.
 
 A restarted actor draws a new env seed (logged), so it does not replay its predecessor's
 episodes. Ray is an optional extra (``pip install "replaygpu[ray]"``), imported when a fleet
-starts; the workers must be able to import replaygpu (a local instance inherits this Python's
-packages; on a cluster install replaygpu on every node or ship it in a ``runtime_env``).
+starts; on a cluster, install replaygpu on every node or ship it in a ``runtime_env``.
 
 Example::
 
@@ -55,12 +53,10 @@ _MAX_CONCURRENCY = 4
 
 @dataclass(frozen=True)
 class RayActorStatus:
-    """What one Ray actor's current incarnation reports (``actor_id`` is the same in every
-    incarnation; ``pid``, ``seed`` and ``env_steps`` are this one's).
+    """One Ray actor's current incarnation (only ``actor_id`` is shared by all incarnations).
 
     Attributes:
-        resumed_after_seq: the server's last committed seq for ``actor_id`` when this
-            incarnation started (0 for a new actor); its first batch has the next seq.
+        resumed_after_seq: the server's last seq for ``actor_id`` at this start (0: new actor).
         env_steps: as of its last report (an episode's end, a send) or its end.
         result: `run_actor`'s result once the loop ended, else None.
         error: ``Type: message`` of the error that ended the loop, else None.
@@ -147,8 +143,7 @@ class RayActor:
 
 
 class RayActorFleet:
-    """Ray actors running `run_actor` against one server; made by `start_ray_actors`; `stop`
-    it, or use it as a context manager.
+    """Ray actors running `run_actor` against one server (`start_ray_actors`); a context manager.
 
     Attributes:
         actor_ids: the server-side id of each actor, by position.
@@ -193,8 +188,8 @@ class RayActorFleet:
         self._ray.kill(self._handles[index], no_restart=not restart)
 
     def stop(self, timeout: float = STOP_FLUSH_S + 10.0) -> list[dict[str, float]]:
-        """Stop every actor (each flushes what it collected), kill the Ray actors, and shut
-        down Ray if the fleet started it. Idempotent.
+        """Stop every actor (each flushes), kill them, and shut down Ray if the fleet started it.
+        Idempotent.
 
         Returns:
             each actor's `run_actor` result (of its last incarnation), by position.
@@ -276,20 +271,18 @@ def start_ray_actors(
     max_restarts: int = 3,
     ray_address: str | None = None,
 ) -> RayActorFleet:
-    """Start actors ``config.actor_index .. num_actors - 1`` of a fleet of ``num_actors`` as
-    Ray actors that collect into the replay server at ``address``.
+    """Start actors ``config.actor_index .. num_actors - 1`` as Ray actors collecting into the
+    replay server at ``address``.
 
-    Uses the Ray instance this process is connected to (``ray.init`` called already), else
-    joins ``ray_address`` (``"auto"``: the cluster ``ray start`` runs on this machine; or the
-    head's ``HOST:6379``), else starts a local instance (or joins ``$RAY_ADDRESS``); `stop`
-    disconnects what it connected, shutting down a local instance it started. Actor ids are
-    ``config.actor_id_prefix``-INDEX, or with no prefix ``HOSTNAME-PID-ray-INDEX`` of this
-    (driver) process: the same in every incarnation of an actor.
+    Ray: the one this process is connected to, else ``ray_address`` (``"auto"``: this machine's
+    ``ray start``; or the head's ``HOST:6379``), else a local instance (or ``$RAY_ADDRESS``).
+    Actor ids are ``PREFIX-INDEX``, PREFIX ``config.actor_id_prefix`` or the driver's
+    ``HOSTNAME-PID-ray``: the same in every incarnation.
 
     Args:
         address: the replay server's ``host:port``, as the Ray workers reach it.
         config: every actor's config; its ``actor_index`` is the first index to start.
-        num_actors: N, actors in the whole run (default: ``config.num_actors``).
+        num_actors: actors in the whole run (default: ``config.num_actors``).
         num_cpus_per_actor: CPUs Ray reserves for each actor (fractions share a CPU).
         max_restarts: times Ray restarts an actor whose process died.
         ray_address: the Ray cluster to join when not connected yet; None: a local instance.
@@ -332,8 +325,7 @@ def start_ray_actors(
             max_restarts=max_restarts,
             max_task_retries=-1,  # calls in flight when an actor dies go to its next incarnation
             max_concurrency=_MAX_CONCURRENCY,
-            # the worker process starts with them (`actor_threads`); Ray's own default would
-            # set only OMP_NUM_THREADS, to the CPUs reserved
+            # thread caps (`actor_threads`); Ray's default sets only OMP_NUM_THREADS
             runtime_env={"env_vars": ACTOR_THREAD_ENV},
         )(RayActor)
         handles = [remote.remote(c, address) for c in configs]
@@ -386,8 +378,7 @@ def _was_restarted() -> bool:
 
 
 def _last_seq(config: ActorConfig, address: str, stop: threading.Event) -> int:
-    """The server's last seq of the actor's id, committed or staged (where its client
-    continues)."""
+    """The server's last seq of the actor's id, committed or staged (where its client resumes)."""
     client = connect(config, address)
     try:
         reply = _retrying(client.info, config, stop.is_set)
@@ -403,14 +394,13 @@ START_ATTEMPTS = 3
 
 
 def init_ray(ray: Any, address: str | None, attempts: int = START_ATTEMPTS, **kwargs: Any) -> int:
-    """``ray.init(address=address, **kwargs)`` (``address`` None: a local instance, or
-    ``$RAY_ADDRESS``), started again (after ``ray.shutdown()``) when Ray's node start-up times
-    out, ``attempts`` tries in all. Returns the try that started Ray (1: the first).
+    """``ray.init``, retried (after ``ray.shutdown()``) when Ray's node start-up times out,
+    ``attempts`` tries in all. Returns the try that started Ray (1: the first).
 
     Raises:
         ConfigError: every try timed out; the message says how to start Ray beforehand.
         ValueError: ``attempts`` < 1.
-        ConnectionError: and any other error of ``ray.init``, as it raised it.
+        ConnectionError: and any other error of ``ray.init``, as raised.
     """
     if attempts < 1:
         raise ValueError(f"init_ray: attempts: got {attempts}, expected >= 1")

@@ -1,19 +1,17 @@
 """DQN (double DQN optional) with a Huber loss, a target network, and linear epsilon and
 learning-rate schedules (Discrete actions).
 
-Reads top to bottom: the agent (networks + the in-graph update), the training loop, the kept
-best weights, the served form (`VectorDQN`).
+Reads top to bottom: the agent, the training loop, the kept best weights, the served form
+(`VectorDQN`).
 
-Acting never calls TensorFlow: the agent keeps a numpy copy of the Q-network weights, refreshed
-after each training call, and picks greedy actions with `numpy_mlp`. Every ``train_freq`` env
-steps the loop hands the chunk of new transitions to one training job: append it to the
-`ReplayTable` in one call, run ``gradient_steps`` SGD steps in one `Learner.train` call (one
-XLA-compiled graph execution), sync the target network and read the new weights. The jobs run
-on a background thread while the next chunk is acted (``overlap_training``), one after the
-other with nothing in between, so acting (Python, one core) and training (the graph, without
-the GIL) overlap (`runs.TrainingJobs`). Every ``eval_every`` env steps the acting
-thread plays greedy episodes with the acting weights (the trainer meanwhile runs its call) and
-keeps the best weights (``keep_best``, `BestPolicy`).
+Acting never calls TensorFlow: it uses a numpy copy of the Q-network weights (`numpy_mlp`),
+refreshed after each training call. Every ``train_freq`` env steps one training job appends the
+chunk to the `ReplayTable`, runs ``gradient_steps`` SGD steps in one `Learner.train` call (one
+XLA graph execution), syncs the target and reads the new weights. With ``overlap_training`` the
+jobs run in order on a background thread while the next chunk is acted, so acting (Python, one
+core) and training (the graph, without the GIL) overlap (`runs.TrainingJobs`). Every
+``eval_every`` env steps the acting thread plays greedy episodes with the acting weights and
+keeps the best (``keep_best``, `BestPolicy`).
 """
 
 from __future__ import annotations
@@ -51,14 +49,13 @@ class QAgent(tf.Module):
     """Online and target Q-networks, Adam, the target sync and the in-graph (double) DQN update.
 
     The update takes 1-step rows (``terminated`` ends bootstrapping, truncation does not) or
-    n-step rows with ``DISCOUNT``, and importance weights when a prioritized sampler gives
-    them (then it returns the new priorities too). Subclasses pick the networks and how an
-    observation batch becomes their input (`inputs`).
+    n-step rows with ``DISCOUNT``, and with importance weights returns new priorities too.
+    Subclasses pick the networks and their input (`inputs`).
 
     Args:
-        q, target: the online and target networks (same architecture; ``target`` gets ``q``'s
-            weights); callables ``[B, ...] -> [B, num_actions]`` with a ``weights`` list.
-        config: a config with ``gamma``, ``double_q``, ``max_grad_norm``, ``learning_rate``.
+        q, target: networks of one architecture, ``[B, ...] -> [B, num_actions]`` with a
+            ``weights`` list; ``target`` starts with ``q``'s weights.
+        config: with ``gamma``, ``double_q``, ``max_grad_norm``, ``learning_rate``.
         learning_rate: Adam's step size or schedule; None: ``config.learning_rate``.
     """
 
@@ -83,7 +80,7 @@ class QAgent(tf.Module):
         self._sync_and_read = tf.function(self._sync_and_read_graph)  # a trace per bool
 
     def inputs(self, obs: Any) -> tf.Tensor:
-        """The networks' input for an observation batch (a flat float32 ``[B, D]`` here)."""
+        """The networks' input: a flat float32 ``[B, D]`` here."""
         return flat_obs(obs)
 
     def update(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
@@ -117,11 +114,10 @@ class QAgent(tf.Module):
         self._sync()
 
     def sync_and_mirror(self, sync: bool) -> list[np.ndarray]:
-        """After a training call: copy the online weights into the target network if ``sync``,
-        and return a numpy copy of the online weights (``[w0, b0, ...]``) to act with.
+        """Sync the target if ``sync``; a numpy copy of the online weights (``[w0, b0, ...]``).
 
-        One graph call for both: between two training calls it is on the critical path, where
-        each eager read or call costs about a millisecond from cold caches.
+        One graph call: between training calls it is on the critical path, where each eager
+        read or call costs about a millisecond from cold caches.
         """
         return [w.numpy() for w in self._sync_and_read(sync)]
 
@@ -132,8 +128,7 @@ class QAgent(tf.Module):
 
 
 class DQN(QAgent):
-    """`QAgent` with MLP Q-networks over flat (or flattened Dict/Tuple) observations of
-    ``obs_dim`` (`obs_size`) values."""
+    """`QAgent` with MLP Q-networks over ``obs_dim`` (`obs_size`) flattened observation values."""
 
     def __init__(
         self,
@@ -153,11 +148,8 @@ JobResult = tuple[dict[str, float], list[np.ndarray]]
 
 
 def flat_obs(obs: Any) -> tf.Tensor:
-    """``[B, D]`` float32 network input of an observation batch ``[B, ...]``.
-
-    A nested observation (a Dict or Tuple space's) is flattened like the actors'
-    `flat_features`: leaves in leaf-path order, each reshaped to ``[B, -1]``, concatenated.
-    """
+    """``[B, ...]`` -> ``[B, D]`` float32; nested (Dict, Tuple) leaves as the actors'
+    `flat_features`: in leaf-path order, each ``[B, -1]``, concatenated."""
     if isinstance(obs, (dict, tuple)):
         leaves = flatten_nest(obs)
         n = tf.shape(next(iter(leaves.values())))[0]
@@ -189,10 +181,9 @@ def greedy_policy(agent: DQN) -> Callable[[np.ndarray], np.ndarray]:
 def kept_policy(
     agent: DQN, checkpoint: str
 ) -> tuple[Callable[[np.ndarray], np.ndarray], str] | None:
-    """The greedy policy of the weights a run handed back (``keep_best``), read from
-    ``checkpoint``, and what they are; None where the checkpoint holds none (the process that
-    wrote it ran with ``keep_best`` off, or came before it existed). The checkpoint decides, not
-    the config: ``keep_best`` may change when a run resumes."""
+    """The greedy policy of the ``keep_best`` weights in ``checkpoint`` and what they are; None
+    where it holds none. The checkpoint decides, not the config: ``keep_best`` may change when a
+    run resumes."""
     best = BestPolicy(agent.q.numpy_weights())
     tf.train.Checkpoint(best_policy=best).read(checkpoint).expect_partial()
     return (greedy_q_policy(best.numpy_weights()), best.describe()) if best.found else None
@@ -206,8 +197,7 @@ def distribution(config: Any) -> rg.Uniform | rg.Prioritized:
 
 
 def fused_learner(table: rg.ReplayTable, sampler: Any, agent: Any, config: Any) -> rg.Learner:
-    """The `rg.Learner` of a demo agent (DQN, R2D2): ``agent.update`` on ``config.batch_size``
-    rows, compiled with XLA when ``config.jit_compile``; no autograph (the update has no Python
+    """The `rg.Learner` of a demo agent (DQN, R2D2); no autograph (the update has no Python
     control flow on tensors)."""
     return rg.Learner(
         table,
@@ -222,14 +212,13 @@ def fused_learner(table: rg.ReplayTable, sampler: Any, agent: Any, config: Any) 
 def train(
     config: DQNConfig, recorder: Recorder | None = None, run: RunControl | None = None
 ) -> TrainResult:
-    """Train DQN on ``config.env_id`` for ``config.steps`` env steps, then evaluate the greedy
-    policy of the weights it hands back: with ``keep_best``, those of the best greedy evaluation
-    every ``eval_every`` env steps and of the final weights (`BestPolicy`), else the
-    final weights. A ``run`` resumes the run from its folder and checkpoints it (`runs.RunControl`);
-    stopped by a signal, the result has ``stopped`` set and no evaluation.
+    """Train DQN for ``config.steps`` env steps, then evaluate the weights it hands back: with
+    ``keep_best`` the best of the periodic and final evaluations (`BestPolicy`), else the final.
+    A ``run`` resumes and checkpoints (`runs.RunControl`); stopped by a signal, the result has
+    ``stopped`` set and no evaluation.
 
     Raises:
-        ConfigError: when the env's action space is not Discrete.
+        ConfigError: the env's action space is not Discrete.
     """
     recorder = recorder or NullRecorder()
     check_env(config.env_id).close()
@@ -262,9 +251,7 @@ def train(
     act_greedy = greedy_q_policy(act_weights)
     acted_since = env_steps  # the env step whose training call gave act_weights
     sgd_steps = int(learner.steps.numpy())
-    # With overlap_training the training jobs run on a background thread, in order, while the
-    # next chunk is acted. Only the jobs touch the table, the networks and the learner's
-    # variables once training has started.
+    # Once training has started, only the jobs touch the table, networks and learner variables.
     jobs: TrainingJobs[JobResult] = TrainingJobs(config.overlap_training, "dqn-train")
 
     def policy(obs: Any, step: int) -> np.ndarray:
@@ -294,8 +281,7 @@ def train(
             finish_oldest()
 
     def evaluate_while_training() -> None:
-        """Greedy episodes of the acting weights (the same seeds each time), recorded at the
-        env step of the training call that gave them; the best kept."""
+        """Greedy episodes (same seeds each time) at the env step whose call gave the weights."""
         returns = evaluate(
             act_greedy,
             config.env_id,
@@ -309,17 +295,15 @@ def train(
     timer = TrainTimer(env_steps)
     try:
         while env_steps < config.steps:
-            # Act for one chunk of train_freq env steps (the last one: what is left of steps)
-            # with the numpy weight mirror.
+            # one chunk of train_freq env steps (the last: what is left of steps)
             size, chunk_sgd_steps = next_chunk(config, env_steps)
             batch = acting.collect(policy, size)
             env_steps = acting.env_steps
             if env_steps <= config.learning_starts:
                 table.append(batch)  # no job before training starts
             else:
-                # Train: gradient_steps SGD steps (in proportion for a last, shorter chunk) in
-                # one fused graph call, then the target sync when due (decided here, in call
-                # order, as if after the call).
+                # gradient_steps (pro rata for a shorter last chunk) in one call; the target
+                # sync is decided here, in call order, as if after the call
                 sync = env_steps - last_sync >= config.target_update_interval
                 if sync:
                     last_sync = env_steps
@@ -358,20 +342,18 @@ def train(
 
 logger = logging.getLogger(__name__)
 
-#: the first seed of the periodic evaluations' episodes, above the run's seed; the final
-#: evaluation uses ``seed + 10_000 + i``, so its episodes are not those the weights were picked on
+#: periodic evaluations' first seed above the run's; the final one uses ``seed + 10_000 + i``,
+#: so its episodes are not those the weights were picked on
 PERIODIC_EVAL_SEED = 30_000
 
 
 def evaluation_due(every: int, before: int, after: int) -> bool:
-    """Whether a periodic evaluation falls in the env steps ``(before, after]`` (every ``every``
-    steps; ``every`` 0: never)."""
+    """Whether a multiple of ``every`` (0: never) falls in the env steps ``(before, after]``."""
     return every > 0 and after // every > before // every
 
 
 class BestPolicy(tf.Module):
-    """The weights of the best greedy evaluation so far, with its mean return and env step, in
-    the shapes and dtypes of ``like`` (the acting weights)."""
+    """The best greedy evaluation's weights (shaped as ``like``), mean return and env step."""
 
     def __init__(self, like: Sequence[np.ndarray]) -> None:
         super().__init__(name="best_policy")
@@ -390,8 +372,8 @@ class BestPolicy(tf.Module):
         return int(self.env_step.numpy()) >= 0
 
     def consider(self, env_step: int, returns: np.ndarray, weights: Sequence[np.ndarray]) -> bool:
-        """Keep ``weights`` if their ``returns`` (one evaluation's episodes) have the best mean
-        so far, or as good a one (the later weights win ties). Returns whether they were kept."""
+        """Keep ``weights`` if their ``returns`` have the best mean so far (ties: the later
+        wins); whether kept."""
         mean = float(np.mean(returns))
         self.evaluations.assign_add(1)
         if mean < float(self.mean_return.numpy()):
@@ -419,11 +401,10 @@ class BestPolicy(tf.Module):
 
 
 class VectorDQN(VectorBuilder):
-    """Ape-X DQN on vector observations, served (`ApexConfig`; ``demo apex-cartpole``,
-    ``replaygpu learner --agent dqn``): the double-DQN update of `DQN` on 3-step returns of
-    each actor env. As in the paper prioritized replay takes |TD error| priorities (alpha 0.6,
-    beta 0.4), but new rows get the max priority seen so far, not ones the actors compute: they
-    would need the target network too."""
+    """Served Ape-X DQN on vectors (`ApexConfig`; ``demo apex-cartpole``, ``replaygpu learner``):
+    `DQN`'s update on 3-step returns per actor env. Priorities are |TD error| (alpha 0.6, beta
+    0.4) as in the paper, but new rows get the max priority so far, not actor-computed ones
+    (actors would need the target network)."""
 
     syncs_target = True
     stream_field = STREAM_FIELD

@@ -1,16 +1,14 @@
 """DQN on Atari (Mnih et al. 2015, Nature): the Nature CNN over a frame table.
 
-Reads top to bottom: the agent (networks + the in-graph update), the training loop, the served
-form (`FrameDQN`).
+Reads top to bottom: the agent, the training loop, the served form (`FrameDQN`).
 
-One env (``envs.make_atari_env``: frame skip 4, 84x84 grey, up to 30 no-ops) writes its
-steps into a `make_frame_table` in order (`experience.SegmentWriter`), so each 84x84 uint8
-frame is stored once; the `rg.FrameStack` view rebuilds the ``[B, 4, 84, 84]`` uint8 stacks in
-the graph and the update converts them to float (`NatureCNN`). A capacity of 1e6 rows is 7.07 GB.
-Training marks a lost life terminal (the game plays on, as SB3's ``EpisodicLifeEnv``) and
-clips rewards with ``np.sign``; the learning curve and the evaluation report raw full-game
-returns. The defaults are the Nature / rl-zoo3 Atari DQN hyperparameters, with a replay of 1e5
-rows (``--buffer-size 1000000`` for the paper's).
+One env (``envs.make_atari_env``: frame skip 4, 84x84 grey, up to 30 no-ops) writes its steps
+in order into a `make_frame_table` (`experience.SegmentWriter`), storing each uint8 frame once;
+`rg.FrameStack` rebuilds the ``[B, 4, 84, 84]`` uint8 stacks in the graph (1e6 rows: 7.07 GB).
+Training marks a lost life terminal (the game plays on, as SB3's ``EpisodicLifeEnv``) and clips
+rewards with ``np.sign``; the learning curve and evaluation report raw full-game returns.
+Defaults: the Nature / rl-zoo3 Atari DQN hyperparameters, but a replay of 1e5 rows
+(``--buffer-size 1000000`` for the paper's).
 """
 
 from __future__ import annotations
@@ -41,7 +39,7 @@ from .agent import QAgent, distribution
 from .config import ApexAtariConfig
 from .config import AtariDQNConfig as AtariDQNConfig
 
-try:  # register the ALE/* ids, so `replaygpu eval` can gym.make them (make_atari_env does too)
+try:  # register the ALE/* ids for `replaygpu eval`'s gym.make
     import ale_py
 
     gym.register_envs(ale_py)
@@ -52,23 +50,14 @@ FRAME_SHAPE = (84, 84)
 
 
 def make_frame_sampler(table: rg.ReplayTable, config: AtariDQNConfig) -> rg.Sampler:
-    """The frame-stack sampler of ``config``: uniform or prioritized, with its n-step returns.
-
-    A prioritized sample belongs to its transition row (the row of ``obs``'s newest frame); the
-    update's |TD error| goes back there, and final rows are never drawn.
-    """
+    """Uniform or prioritized, with n-step returns. A sample's priority is its row's (that of
+    ``obs``'s newest frame); final rows are never drawn."""
     view = rg.FrameStack(config.frame_stack, n_step=config.n_step, gamma=config.gamma)
     return rg.Sampler(table, distribution(config), view, seed=config.seed)
 
 
 class AtariDQN(QAgent):
-    """`QAgent` with online and target Nature CNNs on uint8 frame stacks (the CNN turns them
-    into floats in [0, 1] itself, inside the graph).
-
-    Args:
-        num_actions: number of discrete actions.
-        config: hyperparameters.
-    """
+    """`QAgent` with Nature CNNs on uint8 frame stacks (scaled to [0, 1] in the graph)."""
 
     def __init__(self, num_actions: int, config: AtariDQNConfig) -> None:
         shape = (config.frame_stack, *FRAME_SHAPE)
@@ -86,8 +75,7 @@ class AtariDQN(QAgent):
 
 
 def xla(config: AtariDQNConfig | ApexAtariConfig, table: Table) -> bool:
-    """Whether the update compiles with XLA: XLA's CPU convolutions ran the Nature CNN update 6x
-    slower, so ``auto`` is on where the table is on a GPU."""
+    """XLA's CPU convolutions ran the Nature CNN update 6x slower: ``auto`` is on for GPU tables."""
     return config.jit_compile == "on" or (config.jit_compile == "auto" and "GPU" in table.device)
 
 
@@ -129,10 +117,9 @@ def evaluate_agent(config: AtariDQNConfig, agent: AtariDQN, episodes: int, seed:
 def train(
     config: AtariDQNConfig, recorder: Recorder | None = None, run: RunControl | None = None
 ) -> TrainResult:
-    """Train DQN on ``config.env_id`` with one env, then evaluate ``eval_episodes`` games.
-
-    With ``run``: resume from its newest checkpoint (a new game starts; the table keeps its
-    rows), save one periodically and stop early with a checkpoint on SIGTERM / Ctrl-C.
+    """Train with one env, then evaluate ``eval_episodes`` games. With ``run``: resume (a new
+    game starts; the table keeps its rows), save periodically, checkpoint and stop on SIGTERM /
+    Ctrl-C.
 
     Raises:
         ConfigError: ale-py missing or not an ALE game id.
@@ -197,11 +184,8 @@ def train(
 
 
 class FrameDQN(Builder):
-    """Ape-X DQN on Atari frames, served (`ApexAtariConfig`; ``demo apex-breakout``): a frame
-    table holding each 84x84 frame once, the Nature CNN. Rows of several actors share the
-    table, which needs each episode's rows contiguous: actors send whole table episodes (a
-    life, when a lost life is terminal), each in one request the server commits contiguously
-    (`distributed.experience`)."""
+    """Served Ape-X DQN on Atari frames (`ApexAtariConfig`; ``demo apex-breakout``): a frame
+    table, the Nature CNN; actors send whole table episodes (`distributed.experience`)."""
 
     syncs_target = True
 

@@ -1,7 +1,6 @@
-"""DQN's configs, without TensorFlow: `DQNConfig` (``demo cartpole`` and the rl-zoo3 demos),
-`AtariDQNConfig` (``demo breakout``, a frame table) and Ape-X's served ones, `ApexConfig` and
-`ApexAtariConfig`, each composed of the groups of fields in `config_fields`. The CLI builds and
-checks them before TensorFlow is imported, so a bad flag is reported at once.
+"""DQN's configs, of `config_fields` groups and without TensorFlow (a bad flag fails at once):
+`DQNConfig` (``demo cartpole``, the rl-zoo3 demos), `AtariDQNConfig` (``demo breakout``) and
+Ape-X's served `ApexConfig` and `ApexAtariConfig`.
 """
 
 from __future__ import annotations
@@ -273,17 +272,16 @@ class ApexAtariConfig(
 
     @property
     def dqn_config(self) -> AtariDQNConfig:
-        """The `AtariDQNConfig` of the update and the evaluation: every field the two share
-        (at least one evaluation game), but ``target_update_interval``, which counts SGD steps
-        here (the served learner syncs, `distributed.learner`) and env steps there (only
-        `atari.train` reads it): the default stays."""
+        """The `AtariDQNConfig` of update and evaluation (at least one game): the shared fields
+        but ``target_update_interval``, SGD steps here (`distributed.learner` syncs) and env
+        steps there (read only by `atari.train`)."""
         take = {f.name for f in fields(AtariDQNConfig)} - {"target_update_interval"}
         shared = {f.name: getattr(self, f.name) for f in fields(self) if f.name in take}
         return AtariDQNConfig(**{**shared, "eval_episodes": max(1, self.eval_episodes)})
 
     @property
     def actor_settings(self) -> AgentSettings:
-        """What the actors run (served in ``Info``, so ``replaygpu actor ADDRESS`` can join)."""
+        """What the actors run (served in ``Info`` for ``replaygpu actor ADDRESS``)."""
         actor = ActorConfig(
             env_id=self.env_id,
             num_envs=1,  # one ALE game per actor process
