@@ -1,23 +1,17 @@
-"""A checkpoint folder on disk: which checkpoints are sealed, sealing one with its checksum
-manifest, checking it before a restore, pruning old ones, and removing what interrupted saves
-left. No TensorFlow.
+"""A checkpoint folder on disk: sealing, verifying, pruning, and removing leftovers. No
+TensorFlow.
 
-A TensorFlow checkpoint ``ckpt-7`` is ``ckpt-7.index`` and ``ckpt-7.data-00000-of-00001``
-(more data shards for some saves); TensorFlow writes them through a ``ckpt-7_temp`` folder.
-`seal` fsyncs them and then writes ``ckpt-7.manifest.json``: each file's size and SHA-256,
-written to ``ckpt-7.manifest.json.tmp``, fsynced and renamed, so its presence says the save
-finished. Only sealed checkpoints count (`restorable`: in a folder without any, the newest
-one TensorFlow finished): `verify` reads one back against its manifest (a truncated file, a
-flipped bit or a missing file is reported naming the file), and whatever else carries a
-checkpoint's name is a leftover of a save that did not finish (`leftovers`).
+Checkpoint ``ckpt-7`` is ``ckpt-7.index`` and ``ckpt-7.data-*-of-*``, written by TensorFlow
+through ``ckpt-7_temp``. `seal` fsyncs them, then durably writes ``ckpt-7.manifest.json`` (each
+file's size and SHA-256), whose presence says the save finished. Only sealed checkpoints count
+(`restorable`); `verify` checks one against its manifest; anything else with a checkpoint's name
+is a leftover (`leftovers`).
 
-Crash safety rests on four rules, each kept by one function here: a manifest is renamed into
-place only after the files it names are durable (`seal`); TensorFlow's ``checkpoint`` state
-file names only sealed checkpoints, and is written before any is pruned (`record_state`);
-pruning unseals a checkpoint (its manifest goes first) before it deletes its files (`prune`);
-and a new checkpoint's number is above every number in the folder, leftovers included
-(`next_number`), so no save writes over another's files. A kill at any instant thus leaves
-sealed checkpoints intact and leftovers that `remove_leftovers` recognises by name.
+Crash safety, one rule per function: a manifest only after its files are durable (`seal`); the
+``checkpoint`` state file names only sealed ones and is written before pruning (`record_state`);
+pruning deletes the manifest before the files (`prune`); new numbers exceed every number in the
+folder (`next_number`). A kill at any instant leaves sealed checkpoints intact and leftovers
+that `remove_leftovers` recognises by name.
 """
 
 from __future__ import annotations
@@ -49,7 +43,7 @@ def manifest_path(prefix: str) -> str:
 
 
 def data_files(prefix: str) -> list[str]:
-    """The names of the files TensorFlow wrote for ``prefix`` (index and data shards)."""
+    """Names of TensorFlow's files for ``prefix`` (index and data shards)."""
     folder, base = os.path.split(prefix)
     return sorted(
         name
@@ -64,9 +58,8 @@ def sealed(folder: str) -> list[str]:
 
 
 def restorable(folder: str, unsealed: int) -> list[str]:
-    """The checkpoints a restore may read, newest first: the sealed ones; in a folder with none
-    sealed, the newest ``unsealed`` with an index file (written by a replaygpu before manifests,
-    or by first saves killed before their seal), checked by TensorFlow alone."""
+    """Checkpoints a restore may read, newest first: the sealed ones, or with none sealed the
+    newest ``unsealed`` with an index file (first saves killed before sealing)."""
     return sealed(folder) or _newest_first(folder, ".index")[:unsealed]
 
 
@@ -82,9 +75,8 @@ def next_number(folder: str) -> int:
 
 
 def leftovers(folder: str, unsealed: int, keep: str | None = None) -> list[str]:
-    """The paths in ``folder`` that interrupted saves left: ``ckpt-N_temp`` folders, temporary
-    files, and every file of a checkpoint that is not `restorable` (``unsealed`` as there),
-    except ``keep``'s (a save whose seal is still to come)."""
+    """Paths interrupted saves left: ``_temp`` folders, temporary files, and files of
+    checkpoints not `restorable`, except ``keep``'s (a save still to be sealed)."""
     kept = {os.path.basename(p) for p in [*restorable(folder, unsealed), keep] if p}
     found = []
     for name in os.listdir(folder):
@@ -152,12 +144,10 @@ def _digest(path: str) -> str:
 
 
 def seal(prefix: str) -> None:
-    """Fsync checkpoint ``prefix``'s files and the folder, then write, fsync and rename its
-    manifest into place, and fsync the folder again.
+    """Fsync ``prefix``'s files and folder, then durably write its manifest.
 
     Raises:
-        OSError: a file could not be read, written or synced (the checkpoint stays unsealed:
-            a leftover, which `discard` or `remove_leftovers` removes).
+        OSError: a file could not be read, written or synced (it stays an unsealed leftover).
     """
     folder = os.path.dirname(prefix) or "."
     files = {}
@@ -173,13 +163,8 @@ def seal(prefix: str) -> None:
 
 
 def prune(folder: str, keep: int) -> list[str]:
-    """Delete all but the newest ``keep`` sealed checkpoints; the prefixes deleted. Each loses
-    its manifest first, so a kill part way leaves it unsealed (a leftover), never a sealed
-    checkpoint that misses files.
-
-    Raises:
-        OSError: a file could not be deleted.
-    """
+    """Delete all but the newest ``keep`` sealed checkpoints, manifest first (a kill leaves a
+    leftover, never a sealed checkpoint missing files); the prefixes deleted. Raises `OSError`."""
     old = sealed(folder)[keep:]
     for prefix in old:
         os.unlink(manifest_path(prefix))
@@ -190,13 +175,8 @@ def prune(folder: str, keep: int) -> list[str]:
 
 
 def record_state(folder: str) -> None:
-    """Write TensorFlow's ``checkpoint`` state file (for ``tf.train.latest_checkpoint`` and
-    other TensorFlow tools; replaygpu reads manifests) naming the sealed checkpoints, newest
-    as the latest: through ``checkpoint.tmp``, fsynced and renamed.
-
-    Raises:
-        OSError: it could not be written.
-    """
+    """Durably write TensorFlow's ``checkpoint`` state file naming the sealed checkpoints (for
+    ``tf.train.latest_checkpoint``; replaygpu reads manifests). Raises `OSError`."""
     names = [os.path.basename(p) for p in reversed(sealed(folder))]
     lines = [f'model_checkpoint_path: "{names[-1]}"' if names else ""]
     lines += [f'all_model_checkpoint_paths: "{name}"' for name in names]
@@ -209,11 +189,7 @@ def has_manifest(prefix: str) -> bool:
 
 
 def verify(prefix: str) -> str | None:
-    """Check checkpoint ``prefix``'s files against its manifest (which must exist).
-
-    Returns:
-        What is wrong, naming the file; None when every file matches.
-    """
+    """What is wrong with ``prefix``'s files against its manifest, naming the file; or None."""
     folder = os.path.dirname(prefix) or "."
     manifest = manifest_path(prefix)
     try:
@@ -240,8 +216,7 @@ def verify(prefix: str) -> str | None:
 
 
 def discard(prefix: str) -> None:
-    """Remove what a failed save of ``prefix`` left: TensorFlow's ``prefix_temp`` folder, the
-    manifest (and its temporary file) and the checkpoint's files."""
+    """Remove all a failed save of ``prefix`` left (``_temp`` folder, manifest, files)."""
     shutil.rmtree(prefix + "_temp", ignore_errors=True)
     folder = os.path.dirname(prefix) or "."
     names = [os.path.join(folder, n) for n in data_files(prefix)]

@@ -1,19 +1,13 @@
 """A replay table split into one shard per `tf.distribute` replica, each on its replica's device.
 
-`ShardedReplayTable` holds one `ReplayTable` per replica of a `tf.distribute.Strategy`
-(``MirroredStrategy`` over GPUs, or logical CPUs in tests). An append is one graph call that
-routes every row to one shard:
+One `ReplayTable` per replica (``MirroredStrategy`` over GPUs, or logical CPUs in tests). An
+append is one graph call routing each row to a shard: by default round-robin over the table's
+whole history (row ``g`` to shard ``g % replicas``: even fill, whatever the batch sizes); with
+``shard_by="field"``, by that integer field (actor or stream id) modulo the replicas, so each
+stream's rows stay in one shard in order, as n-step, sequence and frame-stack views need.
 
-- by default **round-robin by row**: row ``g`` of the table's history (``g`` counts every row
-  ever appended) goes to shard ``g % replicas``, so shards fill evenly, whatever the batch sizes;
-- with ``shard_by="field"``, by the value of that integer field (an actor or stream id) modulo
-  the number of replicas, so every row of one stream lands in one shard in order. Samplers that
-  read consecutive rows (n-step, sequences, frame stacks) need this; shards are then as even as
-  the stream ids are.
-
-Each replica samples its own shard inside the learner's loop; no row crosses devices. The
-table's counters (``inserted_var``, ``size_var``) are totals over the shards, so a rate limiter
-and the service see one table.
+No row crosses devices. ``inserted_var`` and ``size_var`` are totals over the shards, so a rate
+limiter and the service see one table.
 """
 
 from __future__ import annotations
@@ -37,13 +31,10 @@ class ShardedReplayTable(TableBase, tf.Module):
     """A fixed-capacity ring of transitions split over the replicas of ``strategy``.
 
     Args:
-        spec: ``{field: tf.TensorSpec}`` of one transition (see `specs_from_env`), or any nest
-            of `tf.TensorSpec`, as for `ReplayTable` (fields are then leaf paths).
-        capacity: transitions kept in total; each of the R shards holds ``capacity / R``
-            (capacity must be a multiple of R).
-        strategy: the `tf.distribute.Strategy` whose replicas (one per device) train on it.
-        shard_by: None to deal rows round-robin; or the name of an integer field whose value
-            modulo R picks the shard (keeps each stream's rows together and in order).
+        spec: as for `ReplayTable`.
+        capacity: transitions in total, a multiple of R; each shard holds ``capacity / R``.
+        strategy: one replica per local device.
+        shard_by: None for round-robin, or an integer field picking the shard (module doc).
         name: the table's name, as clients address it over gRPC.
         **table_kwargs: passed to each shard's `ReplayTable` (e.g. ``storage_dtypes``).
 
@@ -52,8 +43,7 @@ class ShardedReplayTable(TableBase, tf.Module):
         inserted_var, size_var: int64 totals over the shards (read by rate limiters).
 
     Raises:
-        ConfigError: for a capacity that R does not divide, or a ``shard_by`` that is not an
-            integer scalar field of the spec.
+        ConfigError: a capacity R does not divide, or ``shard_by`` not an integer scalar field.
     """
 
     def __init__(
@@ -152,11 +142,7 @@ class ShardedReplayTable(TableBase, tf.Module):
         return reduce_min_int(tf.stack([s.size_var.read_value() for s in self.shards]))
 
     def local_index(self) -> int:
-        """The index of the calling replica's shard (inside ``strategy.run``).
-
-        Raises:
-            ConfigError: outside a replica context of this table's strategy.
-        """
+        """The calling replica's shard (`ConfigError` outside this strategy's ``run``)."""
         return replica_index(self.strategy)
 
     def gather(self, indices: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -167,9 +153,9 @@ class ShardedReplayTable(TableBase, tf.Module):
         return [batch_signature(self.spec) for _ in self.shards]
 
     def _route(self, batch: dict[str, Any]) -> list[dict[str, np.ndarray]]:
-        """Split a checked batch into the rows of each shard, in order, on the host: the batch
-        is there already, each shard's rows then travel to its device alone, and no device
-        needs a partition or gather of every dtype (a GPU has neither for uint8)."""
+        """Each shard's rows, in order, split on the host where the batch already is: each
+        part travels to its device alone, and no GPU needs a uint8 partition or gather (it has
+        neither)."""
         columns = {k: np.asarray(v) for k, v in batch.items()}
         n = len(next(iter(columns.values())))
         if self.shard_by is None:  # round robin, continuing from the rows appended so far
@@ -194,14 +180,11 @@ _STRATEGIES: dict[tuple[str, ...], tf.distribute.MirroredStrategy] = {}
 def mirrored_strategy(devices: str | list[str]) -> tf.distribute.MirroredStrategy:
     """The process's `MirroredStrategy` over ``devices`` (``"/gpu:0,/gpu:1"`` or a list).
 
-    One per set of devices, made at the first call and returned again after: two strategies
-    over the same devices number their collective ops from the same keys, and TensorFlow then
-    mixes up the all-reduces of one with the other's ("Collective instance N expected type ...").
+    One per device set: two strategies over the same devices share collective keys and
+    TensorFlow mixes up their all-reduces ("Collective instance N expected type ...").
 
-    CPU devices past the first (``"/cpu:0,/cpu:1"``) are made by splitting the CPU into logical
-    devices, which TensorFlow allows only before its runtime starts (before the first op); this
-    is for trying the data-parallel path on a machine without GPUs: the replicas share the same
-    cores, so it runs no faster.
+    Extra CPU devices split the CPU into logical devices, possible only before TensorFlow's
+    first op; for trying the data-parallel path without GPUs (no faster: shared cores).
 
     Raises:
         ConfigError: for an empty list, an unknown device, or a CPU split asked for too late.
@@ -244,8 +227,7 @@ def replica_index(strategy: tf.distribute.Strategy) -> int:
     """The calling replica's index (a Python int) inside ``strategy.run``.
 
     Raises:
-        ConfigError: outside a replica context of ``strategy``, or when the strategy does not
-            give a static replica id (e.g. a TPU strategy).
+        ConfigError: outside ``strategy``'s replica context, or no static replica id (TPU).
     """
     ctx = tf.distribute.get_replica_context()
     if ctx is None or tf.distribute.get_strategy() is not strategy:

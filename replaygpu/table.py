@@ -1,9 +1,7 @@
 """The table protocol: what the learner, samplers, checkpoints and the server ask of a table.
 
-Two classes implement it: `ReplayTable` (one ring on one device) and `ShardedReplayTable` (one
-`ReplayTable` per replica of a `tf.distribute.Strategy`). Code that works on "a table" uses
-only these members, so it needs no branch on the kind: a plain table is a table of one shard,
-``shards == [table]``, with no strategy, sampled by replica 0.
+`ReplayTable` (one ring, one device) and `ShardedReplayTable` (one per replica) implement it,
+so no caller branches on the kind: a plain table has ``shards == [table]`` and no strategy.
 """
 
 from __future__ import annotations
@@ -27,16 +25,13 @@ class Table(Protocol):
         spec: the flat spec ``{leaf path: tf.TensorSpec}``.
         capacity: rows kept in total (over all shards).
         device: where the counters a learner reads live (replica 0's device).
-        size_var, inserted_var: int64 scalar variables: filled rows and rows ever appended, in
-            total over the shards.
+        size_var, inserted_var: int64 totals of filled rows and rows ever appended.
         served_at: the address of the server writing into the table, or None.
         shards: the `ReplayTable` of each replica (``[self]`` for a plain table).
-        strategy: the `tf.distribute.Strategy` whose replicas sample the shards, or None.
-        shard_by: the integer field that routes rows to shards, or None (round-robin, or one
-            shard).
-        stream_contiguous: whether every stream's rows stay together, in append order, in one
-            shard: always for a plain table, only with ``shard_by`` for a sharded one. Views that
-            read consecutive rows of one stream (n-step, frame stacks, sequences) need it.
+        strategy: the `tf.distribute.Strategy` sampling the shards, or None.
+        shard_by: the integer field routing rows to shards, or None.
+        stream_contiguous: each stream's rows stay in one shard in append order (plain: always;
+            sharded: with ``shard_by``), as stream views (n-step, frames, sequences) need.
     """
 
     name: str
@@ -92,13 +87,11 @@ class Table(Protocol):
 
 
 class TableBase:
-    """What `ReplayTable` and `ShardedReplayTable` do alike (the nest, the counters, the checked
-    append); each adds only where it differs (storage, shards, the append graph).
+    """What both tables share (nest, counters, checked append).
 
-    A subclass calls `_init_spec` first in its constructor, makes ``size_var`` and
-    ``inserted_var``, then `_init_append` once the state its ``_append_graph`` writes exists.
-    ``_append_graph(batch)`` writes a checked flat batch ``{leaf path: [n, ...]}`` inside one
-    graph and advances both counters.
+    A subclass calls `_init_spec`, makes ``size_var`` and ``inserted_var``, then `_init_append`
+    once the state its ``_append_graph`` (one graph: write ``{leaf path: [n, ...]}``, advance
+    both counters) writes exists.
     """
 
     spec: Spec
@@ -137,7 +130,7 @@ class TableBase:
 
     @property
     def total_inserted(self) -> int:
-        """Transitions appended since the table was made (or restored), overwritten ones too."""
+        """Transitions ever appended (since made or restored), overwritten ones too."""
         return int(self.inserted_var.numpy())
 
     def __len__(self) -> int:
@@ -147,15 +140,15 @@ class TableBase:
         """Write ``n >= 1`` transitions; when ``n > capacity`` only the newest ``capacity`` stay.
 
         Args:
-            batch: ``{field: [n] + spec[field].shape}`` numpy arrays, tensors or lists; for a
-                nested spec, the batch in the spec's structure or flat by leaf path.
+            batch: ``{field: [n] + spec[field].shape}`` arrays, tensors or lists; for a nested
+                spec, in its structure or flat by leaf path.
 
         Returns:
-            n, the number of transitions appended.
+            n.
 
         Raises:
-            BatchError: when the batch does not match the spec (naming the leaf path); the
-                table (every shard) is left unchanged.
+            BatchError: the batch does not match the spec (naming the leaf path); every shard
+                is left unchanged.
         """
         checked = validate_batch(self.spec, self.flatten(batch))
         n = int(np.shape(next(iter(checked.values())))[0])
@@ -168,13 +161,11 @@ class TableBase:
         return self.spec if self._structure.flat else self._structure.value
 
     def flatten(self, batch: Any) -> Any:
-        """A batch in this table's structure (or already flat) as ``{leaf path: value}``;
-        a flat dict spec's batch is returned as is."""
+        """A batch in this table's structure (or already flat) as ``{leaf path: value}``."""
         return batch if self._structure.flat else flatten_batch(self.spec, batch)
 
     def pack(self, batch: Mapping[str, Any]) -> Any:
-        """A flat sampled batch (leaf paths plus the keys samplers add) in the table's
-        structure; see `replaygpu.nest.pack_batch` for where added keys go."""
+        """A flat sampled batch in the table's structure (`replaygpu.nest.pack_batch`)."""
         return pack_batch(self.structure, batch)
 
     def unpack(self, batch: Any) -> dict[str, Any]:

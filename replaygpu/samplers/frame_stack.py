@@ -1,33 +1,25 @@
 """Frame-stacked pixel replay: each frame stored once, k-stacks rebuilt in the graph.
 
-Layout (an ordinary `ReplayTable`, so the gRPC service and checkpoints work unchanged): one row
-per environment step holds that step's newest observation frame and the step's small fields::
+A plain `ReplayTable` (service and checkpoints unchanged), one row per step::
 
     frame [H, W] uint8 | action | reward | terminated | truncated | first | final
 
-``first`` marks the reset frame of an episode. After the last step of an episode (terminated or
-truncated) one extra row with ``final=True`` holds the episode's last next-observation frame
-and no transition (its other fields are zero, and it is never drawn). So for every transition
-row ``i`` the newest frame of ``next_obs`` is the frame of row ``i + 1``, and 1e6 transitions
-need about 1e6 rows of ``H * W + 16`` bytes: 7.07 GB for 84x84 frames, plus one row per episode.
+``first`` marks an episode's reset frame. After an episode's last step, a ``final=True`` row
+holds its last next-observation frame and no transition (never drawn). So ``next_obs``'s newest
+frame of row ``i`` is row ``i + 1``'s, and 1e6 transitions of 84x84 frames take 7.07 GB
+(``H * W + 16`` bytes a row, plus a row per episode).
 
-Stacks match gymnasium's ``FrameStackObservation(env, k)`` with its default
-``padding_type="reset"``: ``[k, H, W]``, oldest frame first, and at an episode start the reset
-frame repeated in the positions before it. Frames overwritten by the ring are never used: a row
-whose stack would reach past the oldest row is not drawn, nor is the newest row while its next
-frame is not written yet.
+Stacks match gymnasium's ``FrameStackObservation(env, k)`` (``padding_type="reset"``):
+``[k, H, W]``, oldest first, the reset frame repeated before an episode start. A row whose stack
+reaches past the oldest row is not drawn, nor the newest row before its next frame is written.
 
-The `FrameStack` view reads them back with any distribution (``rg.Sampler(table,
-rg.Prioritized(), rg.FrameStack(4, n_step=3))`` is the replay of Ape-X on Atari); a sample
-belongs to the row of ``obs``'s newest frame, and final rows get priority 0.
+Any distribution works (``rg.Sampler(table, rg.Prioritized(), rg.FrameStack(4, n_step=3))`` is
+Ape-X on Atari); a sample belongs to ``obs``'s newest frame's row; final rows get priority 0.
+Writers make rows with `replaygpu.frames.frame_rows` (no TensorFlow).
 
-Writers use `frame_rows` (`replaygpu.frames`, no TensorFlow) to turn an actor's steps into rows.
-
-One writer per frame table: the layout relies on row ``i + 1`` holding the frame after row
-``i``, so rows of several actors must not interleave in one table. Give each actor (or each
-gRPC ``actor_id``) its own frame table, or send whole episodes per append so that appends of
-different actors never split one. (Vector transitions have no such limit; the n-step sampler
-takes a ``stream_field`` for interleaved writers.)
+One writer per frame table: rows of several actors must not interleave, as row ``i + 1`` must
+hold the frame after row ``i``. Give each actor (gRPC ``actor_id``) its own table, or append
+whole episodes. (Vector transitions take a ``stream_field`` instead.)
 """
 
 from __future__ import annotations
@@ -55,13 +47,7 @@ def make_frame_spec(
     action_spec: tf.TensorSpec | None = None,
     frame_dtype: tf.DType = tf.uint8,
 ) -> Spec:
-    """The spec of a frame table: one ``frame`` per row plus the step's small fields.
-
-    Args:
-        frame_shape: shape of one frame, e.g. ``(84, 84)``.
-        action_spec: spec of one action; default a scalar int64 (Discrete).
-        frame_dtype: dtype of the frames (uint8 for pixels).
-    """
+    """A frame table's spec (module doc); ``action_spec`` defaults to scalar int64."""
     return {
         "frame": tf.TensorSpec(list(frame_shape), frame_dtype, name="frame"),
         "action": action_spec or tf.TensorSpec([], tf.int64, name="action"),
@@ -90,17 +76,13 @@ class FrameStack(View):
 
     Args:
         stack: frames per stack k >= 1.
-        n_step: steps per transition n >= 1. With n > 1 the batch is an n-step transition
-            as `NStep` gives for vector rows (one implementation, `n_step_window`):
-            ``reward`` sums ``gamma**j`` times the rewards of steps ``j = 0 .. m-1`` from the
-            drawn row, where m <= n stops at the episode's end, at the newest written row and
-            before a row whose next frame is missing; ``next_obs`` is the stack m steps on,
-            ``terminated``/``truncated`` are those of step m-1, ``discount`` is ``gamma**m``
-            (0 when step m-1 terminated) and ``nstep`` is m.
+        n_step: steps per transition n; n > 1 gives `NStep`'s transitions (same
+            `n_step_window`), m <= n also stopping before a row whose next frame is missing;
+            ``next_obs`` is then the stack m steps on.
         gamma: discount factor of the n-step return, in ``[0, 1]``.
 
-    The batch holds ``obs`` and ``next_obs`` ``[B, k, H, W]`` plus ``action``, ``reward``,
-    ``terminated`` and ``truncated`` of the drawn rows (and ``discount``, ``nstep`` with n > 1).
+    Batch: ``obs``, ``next_obs`` ``[B, k, H, W]``, ``action``, ``reward``, ``terminated``,
+    ``truncated`` (and ``discount``, ``nstep`` with n > 1).
     """
 
     stack: int = 4
@@ -202,8 +184,7 @@ class FrameStack(View):
 
         fields, _, last = n_step_window(table, rows, self.n_step, self.gamma, 2, cut)
         m = last + 1
-        # Both stacks in one read: k frames back from the row, then k back from row + m (the
-        # episode start is m rows further back from there).
+        # Both stacks in one read: k frames back from the row, then from row + m.
         back = tf.range(k - 1, -1, -1, dtype=tf.int64)  # oldest first
         obs_rows = rows[:, None] - tf.minimum(back[None, :], dist[:, None])
         next_rows = (rows + m)[:, None] - tf.minimum(back[None, :], (dist + m)[:, None])

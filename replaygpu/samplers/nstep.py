@@ -1,20 +1,17 @@
-"""N-step returns, computed at sample time from consecutive rows: the one implementation that
-the `NStep` view (vector transitions), `FrameStack` and `Sequence` views use.
+"""N-step returns at sample time from consecutive rows, for the `NStep`, `FrameStack` and
+`Sequence` views.
 
-For a sample at row ``i`` the window reads rows ``i, i+1, ..., i+n-1`` (mod capacity) and stops
-at the first step ``k`` that ends the episode (``terminated`` or ``truncated``), that is the last
-of the ``n``, after which the next row is not written yet, or that the view cuts (the next row
-belongs to another stream or episode). The window gives:
+From row ``i`` the window reads rows ``i .. i+n-1`` (mod capacity) and stops at the first step
+``k`` that ends the episode, is the n-th, is followed by an unwritten row, or that the view cuts
+(next row of another stream or episode). It gives:
 
 - ``reward``: ``sum_{j<=k} gamma**j * r_{i+j}``;
 - ``terminated``, ``truncated``: those of row ``i+k``;
-- ``discount`` ([B] float32): ``gamma**(k+1) * (1 - terminated_{i+k})``, the multiplier of the
-  bootstrap value: a terminated episode does not bootstrap, a truncated one (and a window cut
-  short) does;
+- ``discount`` ([B] float32): ``gamma**(k+1) * (1 - terminated_{i+k})``, the bootstrap
+  multiplier (a truncated or cut window still bootstraps);
 - ``nstep`` ([B] int64): ``k + 1``, the number of rewards summed.
 
-Layout: each stream's transitions are in consecutive rows, in time order: one table per actor,
-or an integer stream field that the window cuts at (``stream_field``).
+Each stream's rows are consecutive in time order: one table per actor, or a ``stream_field``.
 """
 
 from __future__ import annotations
@@ -56,13 +53,11 @@ def n_step_window(
     next_written: int = 1,
     cut: Cut | None = None,
 ) -> tuple[dict[str, tf.Tensor], tf.Tensor, tf.Tensor]:
-    """The n-step fields of the samples at ``rows`` ([N] int64, any leading size N).
+    """The n-step fields of the samples at first rows ``rows`` ([N] int64).
 
     Args:
         table: the shard, with ``reward``, ``terminated`` and ``truncated`` fields.
-        rows: the first rows.
         n: steps at most.
-        gamma: the discount factor.
         next_written: step ``j + 1`` needs row ``i + j + next_written`` written (1 for vector
             transitions; 2 for frame tables, whose next frame is the row after the step's row).
         cut: ``cut(step_rows [N, n]) -> [N, n] bool``: also stop after step j where True.
@@ -132,14 +127,12 @@ def stream_cut(table: ReplayTable, stream_field: str | None) -> Cut | None:
 
 @dataclasses.dataclass(frozen=True)
 class NStep(View):
-    """N-step transitions of vector rows: the drawn row's fields, with n-step ``reward``,
-    ``next_obs``, ``terminated``, ``truncated`` and the added ``discount`` and ``nstep``.
+    """N-step transitions of vector rows (module doc), with n-step ``next_obs`` too.
 
     Args:
-        n: steps at most, >= 1 (1 gives the ordinary transitions plus ``discount``).
+        n: steps at most (1 gives the ordinary transitions plus ``discount``).
         gamma: discount factor in ``[0, 1]``.
-        stream_field: optional integer field naming the stream (actor) of each row: the window
-            stops before a row of another stream. None uses the sampled table's ``shard_by``.
+        stream_field: integer field naming each row's stream; None: the table's ``shard_by``.
     """
 
     n: int = 3

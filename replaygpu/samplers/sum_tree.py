@@ -1,32 +1,25 @@
 """A K-ary sum tree (with a min tree beside it) over row priorities, in row-shaped variables.
 
-Layout: with fanout ``K`` and depth ``D`` (the smallest ``D >= 1`` with ``K**D >= capacity``),
-level ``D`` holds the ``capacity`` leaves and level ``d < D`` the ``n_d = ceil(n_{d+1} / K)``
-nodes above them (``n_0 = 1``, the root). Level ``d`` is a float64 variable of shape
-``[n_{d-1}, K]``: row ``j`` holds the ``K`` children of node ``j`` of level ``d - 1`` (the last
-row padded with empty nodes), so one row gather fetches all the children of a node as one
-contiguous slice and no level is larger than it needs to be. ``sums[d-1]`` holds the
-sums; the leaves (level ``D``, row ``i`` of the table is leaf ``i``) are ``sums[D-1]``, where 0
-means empty. ``mins[d-1]`` (levels ``1 .. D-1``) holds the smallest positive leaf under each node
-(``+inf`` when none); a leaf's own minimum is itself when positive, so leaves are stored once.
+Depth ``D`` is the smallest ``D >= 1`` with ``K**D >= capacity``; level ``D`` holds the leaves
+(row ``i`` of the table is leaf ``i``; 0 means empty), level ``d < D`` the ``n_d = ceil(n_{d+1} /
+K)`` nodes above (``n_0 = 1``). Level ``d`` is a float64 ``[n_{d-1}, K]`` variable whose row ``j``
+holds node ``j``'s children (last row padded), so one row gather fetches a node's children.
+``mins[d-1]`` (levels ``1 .. D-1``) holds the smallest positive leaf under each node (``+inf``
+when none); leaves are their own minima, stored once.
 
-Sampling descends ``D`` levels, each one ``[B, K]`` row gather, a prefix sum and a count: O(B K
-log_K N) work in vectorized ops, every one with a GPU kernel, XLA-compilable. Why rows and a
-small fanout (8): on CPU the cost of a level is its elements, not its op count; gathering ``B``
-contiguous rows is far cheaper than ``B * K`` scattered elements, and ``K = 8`` (7 levels for
-1e6 rows) did less work per sample than 16 or 32 (measured in ``benchmarks/README.md``).
+Sampling descends ``D`` levels, each a ``[B, K]`` row gather, prefix sum and count: O(B K log_K
+N) vectorized ops, all with GPU kernels, XLA-compilable. On CPU a level costs its elements, not
+its ops: ``B`` contiguous rows are far cheaper than ``B * K`` scattered elements, and ``K = 8``
+(7 levels for 1e6 rows) did less work per sample than 16 or 32 (``benchmarks/README.md``).
 
-Updates write the leaves with one element scatter, then recompute every touched parent from
-its children as already written below (one row gather and one element scatter per level). The
-top levels, whose children number at most ``dense_children``, are recomputed whole instead:
-one dense reduction of a few thousand values is cheaper than a gather and a scatter.
+Updates scatter the leaves, then recompute each touched parent from its written children (a row
+gather and a scatter per level); top levels with at most ``dense_children`` children are
+recomputed whole, cheaper than a gather and a scatter.
 
-Why there is no drift and no periodic rebuild: an update never adds a delta to the ancestors.
-Every stored parent equals the (deterministically ordered) float64 sum of its stored children,
-whatever the history of updates; duplicate indices in one update are harmless for the same
-reason (each duplicate parent writes the same value). Why a variable per level: a scatter
-never writes the buffer its own update was gathered from, so XLA keeps scatters in place
-instead of copying the tree every step.
+No drift, no rebuild: no delta is ever added; each parent is the deterministically ordered
+float64 sum of its children, so duplicate indices in an update are harmless too. A variable per
+level: no scatter writes the buffer it gathered from, so XLA scatters in place instead of
+copying the tree every step.
 """
 
 from __future__ import annotations
@@ -41,18 +34,14 @@ class SumTree(tf.Module):
     """Sums and positive minima of ``capacity`` non-negative float64 leaves, in device variables.
 
     Args:
-        capacity: number of leaves (rows of the table), >= 1.
-        device: where the variables live (the table's device).
+        capacity: number of leaves (rows of the table).
         fanout: children per node K >= 2.
-        dense_children: levels whose children number at most this are recomputed whole on
-            every update (0: always node by node).
+        dense_children: levels with at most this many children are recomputed whole (0: none).
 
     Attributes:
-        sums: ``sums[d-1]`` is level ``d``'s ``[n_{d-1}, K]`` float64 node sums; the last one
-            holds the leaves (0 = empty).
-        mins: ``mins[d-1]`` is level ``d``'s smallest positive leaf per node (``+inf`` when
-            none), for ``d < depth``.
-        depth: number of levels below the root (D >= 1).
+        sums: ``sums[d-1]``: level ``d``'s node sums; the last holds the leaves.
+        mins: ``mins[d-1]``: level ``d``'s smallest positive leaf per node, ``d < depth``.
+        depth: levels below the root (D >= 1).
     """
 
     def __init__(
@@ -128,10 +117,8 @@ class SumTree(tf.Module):
         return tf.reshape(self.leaf_rows.read_value(), [-1])[: self.capacity]
 
     def set(self, indices: tf.Tensor, values: tf.Tensor) -> None:
-        """Set leaves ``indices`` ([B] int64 in ``[0, capacity)``) to ``values`` ([B], >= 0).
-
-        With duplicate indices one of the values wins and the tree stays consistent.
-        """
+        """Set leaves ``indices`` ([B] int64) to ``values`` ([B], >= 0); among duplicates one
+        value wins and the tree stays consistent."""
         k = self.fanout
         node = tf.reshape(tf.cast(indices, tf.int64), [-1])
         values = tf.reshape(tf.cast(values, tf.float64), [-1])
@@ -159,18 +146,13 @@ class SumTree(tf.Module):
             self.mins[d - 1].assign(tf.reshape(tf.pad(low, pad, constant_values=np.inf), [-1, k]))
 
     def find(self, targets: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """Leaves whose prefix-sum interval holds each target, and their values.
+        """``(leaves [B] int64, values [B] float64)`` whose prefix-sum interval holds each of
+        ``targets`` (``[B]`` float64 in ``[0, total)``).
 
-        Args:
-            targets: ``[B]`` float64 in ``[0, total)``.
-
-        Returns:
-            ``(leaves [B] int64, values [B] float64)``.
-
-        Leaf ``i`` owns ``[sum of leaves < i, sum of leaves <= i)``, so a leaf with value 0 is
-        never returned while the total is positive; a target at or above the total (or past a
-        node's sum by rounding, or an infinite total) lands on the last positive leaf, a
-        negative one on the first positive leaf. With a zero total every target lands on leaf 0.
+        Leaf ``i`` owns ``[sum of leaves < i, sum of leaves <= i)``, so a zero leaf is never
+        returned while the total is positive; a target at or past the total (rounding, an
+        infinite total) lands on the last positive leaf, a negative one on the first. A zero
+        total gives leaf 0.
         """
         t = tf.maximum(tf.reshape(tf.cast(targets, tf.float64), [-1, 1]), 0.0)
         node = tf.zeros_like(t[:, 0], dtype=tf.int64)
@@ -178,17 +160,15 @@ class SumTree(tf.Module):
         for depth, level in enumerate(self.sums):
             sums = tf.gather(level, node)  # [B, K]: the children of each sample's node
             ends = tf.cumsum(sums, axis=1)
-            # Keep 0 <= t < the row's sum (the largest float below it; below an infinite sum,
-            # the largest finite one), so that the count stops at the last positive child: the
-            # children after it end at the same sum.
+            # Keep 0 <= t < the row's sum (largest float below it), so the count stops at the
+            # last positive child (the ones after it end at the same sum).
             total = ends[:, -1:]
             below = tf.math.nextafter(total, tf.zeros_like(total))
             if depth == 0:  # a zero total: -1 walks the first child of every node
                 below = tf.where(total > 0.0, below, -1.0)
             t = tf.minimum(t, below)
             pos = tf.reduce_sum(tf.cast(ends[:, :-1] <= t, tf.int64), axis=1, keepdims=True)
-            # Subtract the very prefix the count compared (ends[pos - 1] <= t), not a sum of the
-            # children in another order: t stays >= 0 whatever the rounding.
+            # Subtract the very prefix compared (ends[pos - 1]): t stays >= 0 despite rounding.
             t = t - tf.reduce_max(tf.where(child < pos, ends, 0.0), axis=1, keepdims=True)
             node = node * self.fanout + pos[:, 0]
         value = tf.reduce_sum(tf.where(child == pos, sums, 0.0), axis=1)
