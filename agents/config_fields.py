@@ -1,15 +1,12 @@
-"""The groups of fields that the agents' frozen configs compose, each field, its help and the
-check of its value declared once, without TensorFlow.
+"""The groups of fields that the agents' frozen configs compose, each field, its help and check
+declared once, without TensorFlow.
 
 A config lists its groups as bases, the most general last (`Run`, first in the flags), and
-declares only its own fields. Where it needs another default for a group's field, it names the
-group through `defaults` (``defaults(Replay, batch_size=64)``), which keeps the field's type,
-help and place; where it needs another help or type, it declares that field again, one row.
-A group built on another (`ApeX` on `Run`) carries that one's defaults: a group that replaces
-fields of another without being built on it (`AtariGame`) comes before it in the bases.
-
-Checks run base first: each group's ``__post_init__`` checks its fields after the groups
-before it in the field order, and a config's checks its own after all of its groups'.
+declares only its own fields; another default goes through `defaults` (``defaults(Replay,
+batch_size=64)``: type, help and place stay), another help or type is the field declared again.
+A group built on another (`ApeX` on `Run`) carries its defaults; one that replaces another's
+fields without being built on it (`AtariGame`) comes before it in the bases. Checks run base
+first: each group's ``__post_init__`` after those before it, a config's after all its groups'.
 
 | group | fields |
 | --- | --- |
@@ -56,12 +53,8 @@ def option(default: Any, help: str) -> Any:
 
 
 def defaults(group: type[G], **values: Any) -> type[G]:
-    """``group`` with other defaults for the fields named in ``values``; their types, help and
-    place in the field order stay.
-
-    Raises:
-        TypeError: a name in ``values`` is not a field of ``group``.
-    """
+    """``group`` with other defaults for the fields in ``values`` (type, help and place stay).
+    Raises TypeError when a name in ``values`` is not a field of ``group``."""
     known = {f.name: f for f in dataclasses.fields(group)}  # type: ignore[arg-type]
     unknown = sorted(set(values) - set(known))
     if unknown:
@@ -112,13 +105,10 @@ class LearningRate(Group):
 
 @dataclass(frozen=True)
 class DecayedLearningRate(LearningRate):
-    """Adam's step size, linear from ``learning_rate`` to ``final_learning_rate`` over the
-    run's SGD steps (``steps`` of `Run`; the config's ``total_sgd_steps``), then constant.
-
-    The floor is > 0, so SGD steps past the end (a last call, a resumed run) still learn and no
-    run trains at rate 0. ``final_learning_rate`` None, or ``steps`` 0 (a run without an end):
-    the constant ``learning_rate``.
-    """
+    """Adam's step size, linear from ``learning_rate`` to ``final_learning_rate`` over the run's
+    ``total_sgd_steps``, then constant; constant ``learning_rate`` when ``final_learning_rate``
+    is None or ``steps`` 0. The floor is > 0, so SGD steps past the end (a last call, a resumed
+    run) still learn."""
 
     learning_rate: float = option(2e-3, "Adam step size at the start")
     final_learning_rate: float | None = option(
@@ -146,8 +136,7 @@ class DecayedLearningRate(LearningRate):
 
     @property
     def learning_rate_schedule(self) -> LinearSchedule | float:
-        """The step size (evaluated in the graph at every SGD step) or a constant one for a run
-        without an end."""
+        """The step size (evaluated in the graph at every SGD step), or a constant."""
         if not self.steps or self.final_learning_rate is None:
             return self.learning_rate
         from replaygpu.samplers import LinearSchedule  # TensorFlow: only learners ask
@@ -184,9 +173,8 @@ class TrainingCalls(Group):
 
     @property
     def steps_to_train(self) -> int:
-        """The least ``steps`` that trains (`configs.require_trains`): the last chunk of a vector
-        loop (`configs.next_chunk`) ends at ``steps``, and a training call follows each chunk
-        that ends past ``learning_starts`` (`configs.training_calls`)."""
+        """The least ``steps`` that trains (`configs.require_trains`): a training call follows
+        each chunk that ends past ``learning_starts`` (`configs.training_calls`)."""
         return self.learning_starts + 1
 
 
@@ -225,8 +213,7 @@ class LinearEpsilon(Group):
         require_unit_interval(self, "exploration_initial_eps", "exploration_final_eps")
 
     def require_fraction_in_unit_interval(self) -> None:
-        """Raise `ConfigError` unless ``exploration_fraction`` is in (0, 1] (DQN's configs; R2D2
-        asks only > 0)."""
+        """Raise `ConfigError` unless ``exploration_fraction`` is in (0, 1] (DQN; R2D2: > 0)."""
         if not 0.0 < self.exploration_fraction <= 1.0:
             raise rg.ConfigError(
                 f"exploration_fraction: got {self.exploration_fraction}, expected in (0, 1]"
@@ -267,8 +254,7 @@ class FrameReplay(Replay):
 @dataclass(frozen=True)
 class AtariGame(Group):
     """How an ALE game is played, trained on and evaluated (`envs.atari_env`); its env_id and
-    eval_episodes replace `Run`'s, so a config lists it before `Run` and any group built on
-    `Run` (a group built on another carries that one's defaults too)."""
+    eval_episodes replace `Run`'s, so it comes before `Run` and any group built on it."""
 
     env_id: str = option("ALE/Breakout-v5", "ALE game id")
     eval_episodes: int = option(5, "evaluation games after training")
@@ -305,15 +291,13 @@ class Served(Group):
 
     @property
     def steps_to_train(self) -> int:
-        """The least ``steps`` that trains (`configs.require_trains`): the rate limiter samples
-        once the table holds ``learning_starts`` rows."""
+        """The least ``steps`` that trains: the rate limiter samples at ``learning_starts`` rows."""
         return max(1, self.learning_starts)
 
 
 @dataclass(frozen=True)
 class UntilStopped(Group):
-    """A demo's config served (first in the bases): ``steps`` 0 runs until stopped, its other
-    fields checked as for a run with a length."""
+    """A demo's config served (first in the bases): ``steps`` 0 runs until stopped."""
 
     def __post_init__(self) -> None:
         require(self, ["steps"], lambda v: v >= 0, ">= 0 (0: until stopped)")

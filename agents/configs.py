@@ -1,14 +1,12 @@
-"""What the agents' frozen configs are built from, and their command line, without TensorFlow
-(the CLI builds and checks a config before TensorFlow is imported).
+"""The agents' config checks, training-loop chunks and command line, without TensorFlow: the CLI
+builds and checks a config before TensorFlow is imported, so a bad flag is reported at once.
 
-- Checks they share: `require` and its kin, each raising `ConfigError` with the field's name.
-- The chunks of a vector training loop (`next_chunk`, `training_calls`); the groups of fields
-  the configs compose, with the exploration rate and Adam's step size, are in `config_fields`.
+- Checks: `require` and its kin, each raising `ConfigError` with the field's name.
+- Chunks of a vector training loop: `next_chunk`, `training_calls`. Field groups: `config_fields`.
 - Flags (`add_config_flags`, `config_from_args`): each field becomes ``--field-name`` with its
-  type, default and ``helptext``. Supported types: ``bool`` (``--flag`` / ``--no-flag``),
-  ``int``, ``float``, ``str``, ``tuple[int, ...]`` (written ``256,256``), ``Literal[...]`` of
-  str, int or float values, and any of these but ``bool`` as ``X | None`` (the flag also takes
-  ``none``). Any other type raises TypeError when the flags are built, naming the field.
+  type, default and ``helptext``. Types: ``bool`` (``--flag`` / ``--no-flag``), ``int``,
+  ``float``, ``str``, ``tuple[int, ...]`` (``256,256``), ``Literal[...]`` of str, int or float,
+  and any but ``bool`` as ``X | None`` (``none``); any other raises TypeError naming the field.
 """
 
 from __future__ import annotations
@@ -53,10 +51,8 @@ def require_widths(config: Any, name: str = "hidden_sizes") -> None:
 
 
 def require_env_actions(config: Any) -> None:
-    """The config's env id is known and its env has the actions (and observations) its agent
-    takes: the config class's ``ENV_CHECK`` makes and checks it. ALE ids are left to
-    `envs.atari_env` (the demo runs it before it makes any folder), like `require_env_id`.
-    Needs no TensorFlow, so a CLI says it at once."""
+    """The config's env id is known and the class's ``ENV_CHECK`` accepts its env. ALE ids are
+    left to `envs.atari_env` (the demo runs it before it makes any folder)."""
     from .envs import require_env_id
 
     require_env_id(config.env_id)
@@ -66,10 +62,9 @@ def require_env_actions(config: Any) -> None:
 
 
 def require_vector_loop(config: Any, *positive: str) -> None:
-    """What a single-process training loop over a vector env (DQN's, SAC's) asks beyond its
-    groups' checks (`config_fields`): ``steps``, ``eval_episodes`` and each of ``positive``
-    >= 1, and ``train_freq`` and ``steps`` multiples of ``num_envs`` (chunks, the last one
-    too, hold whole vector steps)."""
+    """A vector training loop's (DQN's, SAC's) checks beyond its groups': ``steps``,
+    ``eval_episodes`` and ``positive`` >= 1; ``train_freq`` and ``steps`` multiples of
+    ``num_envs`` (every chunk holds whole vector steps)."""
     require_positive_ints(config, "steps", "eval_episodes", *positive)
     n = config.num_envs
     whole = f"a multiple of num_envs ({n}), as each vector step takes {n} env steps"
@@ -78,13 +73,8 @@ def require_vector_loop(config: Any, *positive: str) -> None:
 
 class NoTrainingError(rg.ConfigError):
     """A run whose ``steps`` end before its first SGD step (`require_trains`): it would act,
-    evaluate an untrained network and exit as if it had trained.
-
-    Attributes:
-        steps: the run's ``steps``.
-        first: the least ``steps`` that trains (the config's ``steps_to_train``).
-        learning_starts: the config's ``learning_starts``.
-    """
+    evaluate an untrained network and exit as if it had trained. ``first``: the least ``steps``
+    that trains (the config's ``steps_to_train``)."""
 
     def __init__(self, steps: int, first: int, learning_starts: int) -> None:
         self.steps, self.first, self.learning_starts = steps, first, learning_starts
@@ -96,9 +86,8 @@ class NoTrainingError(rg.ConfigError):
         defaulted: Collection[str] = (),
         command: str = "",
     ) -> str:
-        """The error in the words of its reader: ``name`` spells a field (`flags.flag_name`
-        for a command line); the fields in ``defaulted`` hold ``command``'s default, so the
-        message names the flag to pass first."""
+        """The message with fields spelled by ``name`` (`flag_name` for a command line); the
+        fields in ``defaulted`` hold ``command``'s default, so it names the flag to pass first."""
         default = f" (the default of {command})" if command else " (the default)"
         steps, starts = name("steps"), name("learning_starts")
         fixes = [f"{starts} below {self.steps}", f"{steps} {self.first} or more"]
@@ -113,25 +102,18 @@ class NoTrainingError(rg.ConfigError):
 
 
 def require_trains(config: Any) -> None:
-    """A run of ``config.steps`` makes at least one SGD step: ``steps`` >= the config's
-    ``steps_to_train``, the least run length its training loop trains in (after
-    ``learning_starts``, by the loop's own rule). ``steps`` 0 (a service run until stopped)
-    and configs without ``steps_to_train`` pass. Every command checks it before TensorFlow
-    is imported (`flags.config_from_args`). Needs no TensorFlow.
-
-    Raises:
-        NoTrainingError: the run would end before its first SGD step.
-    """
+    """Raise `NoTrainingError` unless ``steps`` >= the config's ``steps_to_train`` (the least
+    run length its loop trains in); ``steps`` 0 (until stopped) and configs without
+    ``steps_to_train`` pass. Every command checks it in `config_from_args`."""
     first = getattr(config, "steps_to_train", None)
     if first is not None and config.steps and config.steps < first:
         raise NoTrainingError(config.steps, first, config.learning_starts)
 
 
 def next_chunk(config: Any, env_steps: int) -> tuple[int, int]:
-    """``(env steps, SGD steps)`` of a training loop's next chunk, after ``env_steps``:
-    ``train_freq`` and ``gradient_steps`` of a config; the run's last chunk is what is left of
-    its ``steps``, trained with SGD steps in proportion (at least 1), so that ``--steps N`` runs
-    exactly N env steps at the configured replay ratio."""
+    """``(env steps, SGD steps)`` of the chunk after ``env_steps``: ``train_freq`` and
+    ``gradient_steps``; the last is what is left of ``steps`` with SGD steps in proportion (at
+    least 1), so ``--steps N`` runs exactly N env steps at the configured replay ratio."""
     left = config.steps - env_steps
     if left >= config.train_freq:
         return config.train_freq, config.gradient_steps
@@ -139,8 +121,8 @@ def next_chunk(config: Any, env_steps: int) -> tuple[int, int]:
 
 
 def training_calls(config: Any) -> list[int]:
-    """The SGD steps of each training call of a vector loop's whole run: one after each chunk
-    (`next_chunk`) that ends past ``learning_starts``."""
+    """The SGD steps of each of a vector loop's training calls: one after each chunk that ends
+    past ``learning_starts``."""
     calls, env_steps = [], 0
     while env_steps < config.steps:
         size, sgd_steps = next_chunk(config, env_steps)
@@ -151,9 +133,8 @@ def training_calls(config: Any) -> list[int]:
 
 
 def total_sgd_steps(config: Any) -> int:
-    """SGD steps a learner config's rate limiter allows once all its ``steps`` rows are
-    inserted: ``samples_per_insert`` x (``steps`` - ``learning_starts``) rows sampled, plus one
-    call's error buffer, in minibatches of ``batch_size`` (any learner config)."""
+    """SGD steps a learner config's rate limiter allows once its ``steps`` rows are inserted:
+    ``samples_per_insert`` x (``steps`` - ``learning_starts``) plus one call's error buffer."""
     budget = config.samples_per_insert * (config.steps - config.learning_starts)
     return max(1, int((budget + config.batch_size * config.steps_per_call) // config.batch_size))
 
@@ -181,8 +162,8 @@ def _parse_int_tuple(text: str) -> tuple[int, ...]:
 def _or_none(
     parse: Callable[[str], Any], expected: str, choices: tuple[Any, ...] | None = None
 ) -> Callable[[str], Any]:
-    """Wrap ``parse`` so that ``none`` (any case) reads as None; other values must be in
-    ``choices`` if given (argparse's own ``choices`` check would list None as ``None``)."""
+    """``parse`` with ``none`` (any case) as None, checking ``choices`` itself (argparse's would
+    list None as ``None``)."""
 
     def parse_or_none(text: str) -> Any:
         if text.strip().lower() == "none":
@@ -224,11 +205,7 @@ def _type_name(kind: Any) -> str:
 
 
 def _flag_kwargs(where: str, kind: Any, metavar: str) -> dict[str, Any]:
-    """argparse keyword arguments (type, choices, metavar or action) for a field typed ``kind``.
-
-    Raises:
-      TypeError: ``kind`` is not one of the supported types listed in the module docstring.
-    """
+    """argparse keyword arguments for a field typed ``kind``; TypeError for an unsupported one."""
     inner, optional = _split_optional(kind)
     values = _literal_values(inner)
     if inner is bool and not optional:
@@ -277,11 +254,7 @@ def add_config_flags(
     skip: tuple[str, ...] = (),
 ) -> None:
     """Add one flag per field of ``config_cls`` but ``skip``; ``defaults`` (an instance)
-    overrides the fields' defaults.
-
-    Raises:
-      TypeError: a field's type has no flag form (see the module docstring).
-    """
+    overrides the fields' defaults. Raises TypeError for a type with no flag form."""
     hints = typing.get_type_hints(config_cls)  # resolves `from __future__ import annotations`
     for f in dataclasses.fields(config_cls):
         if f.name in skip:
@@ -303,16 +276,9 @@ def flag_name(field_name: str) -> str:
 def config_from_args(
     config_cls: type[C], args: argparse.Namespace, parser: argparse.ArgumentParser | None = None
 ) -> C:
-    """Build ``config_cls`` from parsed flags (its ``__post_init__`` validates the values).
-
-    A value the config refuses is reported as the flag's: ``--batch-size: got -3, expected >= 1``
-    (the config says ``batch_size: ...``), through ``parser.error`` when a parser is given. A
-    run that would end before its first SGD step is refused too (`configs.require_trains`),
-    naming the flag to pass and which value is the command's default.
-
-    Raises:
-        ConfigError: a value the config refuses, without ``parser``.
-    """
+    """Build ``config_cls`` from parsed flags; a value it refuses, or a run that would not train
+    (`require_trains`), is reported as the flag's (``--batch-size: got -3, expected >= 1``)
+    through ``parser.error``, or raised as `ConfigError` without ``parser``."""
 
     names = [f.name for f in dataclasses.fields(config_cls)]
     try:
@@ -339,7 +305,7 @@ def _is_default(
 
 
 def flag_message(err: ValueError, names: Collection[str]) -> str:
-    """A config's error about one of the fields ``names`` as its flag's: ``batch_size: got -3,
-    expected >= 1`` -> ``--batch-size: got -3, expected >= 1``; any other error as it is."""
+    """A config's error about a field in ``names`` as its flag's (``batch_size: ...`` ->
+    ``--batch-size: ...``); any other error as it is."""
     field_name, sep, rest = str(err).partition(": ")
     return f"{flag_name(field_name)}: {rest}" if sep and field_name in names else str(err)

@@ -1,13 +1,10 @@
 """The envs the agents make, and the checks a config runs on them before TensorFlow loads.
 
-Agents step a `gymnasium.vector.SyncVectorEnv` with same-step autoreset (`OneEnv`, which
-behaves the same for a single env, for one): when an episode ends, ``step`` already returns the
-first observation of the next one and puts the true last observation in ``info["final_obs"]``,
-so every step yields one valid transition per env.
-Transitions go to the replay table in chunks (one `ReplayTable.append` per chunk), never one
-append per step.
-Importing this module registers the partially observed ids of `envs`
-(``CartPoleNoVelocity-v1``), so every agent and actor can make them.
+Agents step a `gymnasium.vector.SyncVectorEnv` with same-step autoreset (`OneEnv` for one env):
+at an episode's end ``step`` returns the next one's first observation and puts the true last one
+in ``info["final_obs"]``, so every step yields one valid transition per env. Transitions go to
+the table one `ReplayTable.append` per chunk, never per step. Importing this module registers
+``CartPoleNoVelocity-v1``, so every agent and actor can make it.
 """
 
 from __future__ import annotations
@@ -23,10 +20,7 @@ import replaygpu as rg
 
 def make_vector_env(env_id: str, num_envs: int, seed: int) -> gym.vector.VectorEnv:
     """``num_envs`` copies of ``env_id`` stepped in-process, reset with seeds ``seed + i``.
-
-    Raises:
-        ConfigError: when num_envs < 1 or the id is not a registered gymnasium env.
-    """
+    Raises ConfigError when num_envs < 1 or the id is not a registered gymnasium env."""
     if num_envs < 1:
         raise rg.ConfigError(f"num_envs: got {num_envs}, expected >= 1")
     require_env_id(env_id)
@@ -45,14 +39,9 @@ def make_vector_env(env_id: str, num_envs: int, seed: int) -> gym.vector.VectorE
 
 
 class OneEnv(gym.vector.VectorEnv):
-    """One env as a vector env of size 1 with `SyncVectorEnv`'s same-step autoreset.
-
-    Observations, rewards, flags and infos are those of ``SyncVectorEnv`` with
-    ``AutoresetMode.SAME_STEP`` and one env (a test steps both side by side), without its
-    per-step batching through the space, its deep copy and its info merging when the info is
-    empty: together about 45 us a step, twice CartPole's own step, which the DQN demo's 50k
-    steps paid.
-    """
+    """One env as a vector env of size 1, stepping as ``SyncVectorEnv`` with same-step autoreset
+    does (a test steps both side by side) without its per-step batching through the space, deep
+    copy and empty-info merging: about 45 us a step, twice CartPole's own step."""
 
     def __init__(self, env: gym.Env) -> None:
         self.env = env
@@ -112,18 +101,14 @@ class OneEnv(gym.vector.VectorEnv):
 def make_atari_env(
     env_id: str, seed: int, repeat_action_probability: float = 0.25, noop_max: int = 30
 ) -> gym.Env:
-    """An ALE game with the standard DQN preprocessing: ``[84, 84]`` uint8 grey frames.
+    """An ALE game with the standard DQN preprocessing: ``[84, 84]`` uint8 grey frames,
+    max-pooled frame skip of 4, up to ``noop_max`` no-ops at reset, raw rewards (training clips).
 
-    ``gym.make(env_id, frameskip=1, repeat_action_probability=...)`` wrapped in gymnasium's
-    ``AtariPreprocessing(frame_skip=4, screen_size=84, grayscale_obs=True, noop_max=...)``
-    (max-pooled frame skip of 4, up to ``noop_max`` no-ops at reset). It never ends an episode
-    on a life loss: the training loop marks those terminal itself (``info["lives"]``) and
-    keeps playing, as SB3's ``EpisodicLifeEnv`` does; the wrapper's own
-    ``terminal_on_life_loss`` would reset the whole game at each lost life. Rewards are raw:
-    training clips them. Games that wait for FIRE to start a life (Breakout) get `FireToLaunch`.
-
-    Raises:
-        ConfigError: ale-py is not installed, or ``env_id`` is not an ALE game.
+    It never ends an episode on a life loss: the training loop marks those terminal itself
+    (``info["lives"]``) and plays on, as SB3's ``EpisodicLifeEnv`` does (the wrapper's own
+    ``terminal_on_life_loss`` would reset the whole game). Games that wait for FIRE to start a
+    life (Breakout) get `FireToLaunch`. Raises ConfigError when ale-py is not installed or
+    ``env_id`` is not an ALE game.
     """
     try:
         import ale_py
@@ -156,12 +141,7 @@ CARTPOLE_NO_VELOCITY = "CartPoleNoVelocity-v1"
 
 
 class KeepObservations(gym.ObservationWrapper):
-    """Keeps only the entries ``keep`` of a flat Box observation (masks the others out).
-
-    Args:
-        env: an env with a 1-D Box observation space.
-        keep: indices of the entries to keep, in order.
-    """
+    """Keeps only the entries ``keep`` (indices, in order) of a 1-D Box observation."""
 
     def __init__(self, env: gym.Env, keep: Sequence[int]) -> None:
         super().__init__(env)
@@ -189,12 +169,11 @@ if CARTPOLE_NO_VELOCITY not in gym.registry:
 class FireToLaunch(gym.Wrapper):
     """Presses FIRE (action 1) after a reset and after each lost life, within the same step.
 
-    Breakout waits for FIRE to launch the ball at the start of every life. SB3's AtariWrapper
-    does the same (FireResetEnv over EpisodicLifeEnv): without it a near-greedy policy that has
-    not learned to fire yet stands still until the episode's time limit, which made Ape-X
-    actors with small epsilons send thousands of useless frames. A step that loses a life
-    returns the observation after the FIRE, with both steps' rewards and the lower ``lives``,
-    so the training loop still sees the life loss (and treats the transition as terminal).
+    Breakout waits for FIRE at the start of every life; without this (as SB3's FireResetEnv over
+    EpisodicLifeEnv does) a near-greedy policy that has not learned to fire stands still until
+    the time limit, and Ape-X actors with small epsilons sent thousands of useless frames. A step
+    that loses a life returns the observation after the FIRE, both rewards and the lower
+    ``lives``, so the training loop still sees the life loss (a terminal transition).
     """
 
     def __init__(self, env: gym.Env) -> None:
@@ -220,10 +199,8 @@ class FireToLaunch(gym.Wrapper):
 
 
 def require_env_id(env_id: str) -> None:
-    """``env_id`` is a registered gymnasium id (``envs``' and, when ale-py is installed,
-    its ``ALE/...`` games included). Without ale-py an ``ALE/...`` id is left to
-    `atari_env`, which says which extra to install. Needs no TensorFlow, so a CLI says it
-    before importing it."""
+    """``env_id`` is a registered gymnasium id (``ALE/...`` too with ale-py; without it left to
+    `atari_env`, which says which extra to install)."""
     import difflib
 
     import gymnasium as gym
@@ -246,13 +223,8 @@ def require_env_id(env_id: str) -> None:
 
 
 def discrete_actions_env(env_id: str) -> Any:
-    """Make ``env_id`` and check that its actions are Discrete (DQN, Ape-X, R2D2); returns the
-    env (close it). Needs no TensorFlow.
-
-    Raises:
-        ConfigError: the action space is not Discrete (gymnasium's own errors for an unknown
-            env id).
-    """
+    """Make ``env_id`` (close it) and raise ConfigError unless its actions are Discrete (DQN,
+    Ape-X, R2D2); an unknown id raises gymnasium's own error."""
     import gymnasium as gym
 
     env = gym.make(env_id)
@@ -266,13 +238,8 @@ def discrete_actions_env(env_id: str) -> Any:
 
 
 def box_actions_env(env_id: str) -> Any:
-    """Make ``env_id`` and check that its actions are a bounded Box and its observations a Box
-    (SAC); returns the env (close it). Needs no TensorFlow.
-
-    Raises:
-        ConfigError: another action or observation space (gymnasium's own errors for an
-            unknown env id).
-    """
+    """Make ``env_id`` (close it) and raise ConfigError unless its actions are a bounded Box and
+    its observations a Box (SAC); an unknown id raises gymnasium's own error."""
     import gymnasium as gym
 
     env = gym.make(env_id)
@@ -295,9 +262,5 @@ def box_actions_env(env_id: str) -> Any:
 
 
 def atari_env(env_id: str) -> gym.Env:
-    """Make the preprocessed ALE game ``env_id`` (`make_atari_env`); returns it (close it).
-
-    Raises:
-        ConfigError: ale-py missing or not an ALE game id.
-    """
+    """Make the preprocessed ALE game ``env_id`` (`make_atari_env`, same errors); close it."""
     return make_atari_env(env_id, seed=0)

@@ -17,16 +17,9 @@ import replaygpu as rg
 
 
 class MLP(tf.Module):
-    """A ReLU multi-layer perceptron with a linear output layer.
-
+    """A ReLU MLP with a linear output layer; ``sizes``: ``[in, hidden..., out]`` widths.
     Weights start like PyTorch's ``nn.Linear`` (uniform in +-1/sqrt(fan_in)), the initialisation
-    the rl-zoo3 hyperparameters were tuned with.
-
-    Args:
-        sizes: ``[in, hidden..., out]`` layer widths.
-        seed: seed of the initialisation.
-        name: variable name scope.
-    """
+    the rl-zoo3 hyperparameters were tuned with."""
 
     def __init__(self, sizes: Sequence[int], seed: int, name: str = "mlp") -> None:
         super().__init__(name=name)
@@ -70,8 +63,7 @@ def polyak_update(source: Sequence[tf.Variable], target: Sequence[tf.Variable], 
         t.assign(tau * s + (1.0 - tau) * t)
 
 
-#: A learning-rate schedule: ``f(step) -> step size``, called inside the graph with the number
-#: of steps taken before this one (e.g. ``LinearSchedule(2e-3, 0.0, steps)``).
+#: ``f(step) -> step size``, called in the graph with the steps taken before this one
 Schedule = Callable[[tf.Tensor], tf.Tensor]
 
 
@@ -79,11 +71,9 @@ class Adam(tf.Module):
     """Adam over a fixed list of variables, written out so it compiles under XLA anywhere.
 
     Args:
-        variables: the variables it updates.
-        learning_rate: step size: a float, or a schedule evaluated in the graph at each step
-            (so a decay needs no host-side update between train calls).
+        learning_rate: a float, or a `Schedule` evaluated in the graph at each step (a decay
+            needs no host-side update between train calls).
         max_grad_norm: clip gradients to this global norm first (None: no clipping).
-        beta1, beta2, epsilon: the usual Adam constants.
     """
 
     def __init__(
@@ -106,13 +96,9 @@ class Adam(tf.Module):
         self.t = tf.Variable(0.0, trainable=False, name="t")
 
     def apply(self, grads: Sequence[tf.Tensor]) -> None:
-        """One Adam step with ``grads`` (same order as the variables).
-
-        Inside ``strategy.run`` with several replicas (a learner on an `rg.ShardedReplayTable`)
-        the gradients are first averaged over the replicas, so every replica applies the same
-        step to its copy of the (mirrored) variables: with equal per-replica batches, the mean
-        of the replicas' mean-loss gradients is the gradient of the whole batch's mean loss.
-        """
+        """One Adam step with ``grads`` (in the variables' order). With several replicas (a
+        learner on an `rg.ShardedReplayTable`) they are averaged first, so every replica applies
+        the same step: with equal per-replica batches, that is the whole batch's gradient."""
         grads = list(grads)
         ctx = tf.distribute.get_replica_context()
         if ctx is not None and ctx.num_replicas_in_sync > 1:
@@ -133,15 +119,9 @@ class Adam(tf.Module):
 class NatureCNN(tf.Module):
     """The DQN Nature network (Mnih et al. 2015): conv 32x8x8/4, 64x4x4/2, 64x3x3/1, dense 512.
 
-    Takes uint8 frame stacks ``[B, k, H, W]`` as a frame table's sampler gives them and converts
-    them to float in ``[0, 1]`` itself, so frames stay uint8 on the device until the update.
-    Weights start like PyTorch's layers (uniform in +-1/sqrt(fan_in)), as in `MLP`.
-
-    Args:
-        frame_shape: ``(k, H, W)`` of one stacked observation.
-        num_outputs: width of the linear output layer (actions).
-        seed: seed of the initialisation.
-        name: variable name scope.
+    Takes uint8 frame stacks ``[B, k, H, W]`` (``frame_shape`` ``(k, H, W)``) as a frame table's
+    sampler gives them and scales them to ``[0, 1]`` itself, so frames stay uint8 on the device
+    until the update. Weights start as in `MLP`.
     """
 
     CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))  # (filters, kernel, stride), VALID padding
@@ -186,19 +166,12 @@ class NatureCNN(tf.Module):
 
 
 class LSTMQNetwork(tf.Module):
-    """A recurrent Q-network: a ReLU dense torso, an LSTM cell, a linear Q head.
+    """A recurrent Q-network: a ReLU dense torso (``torso`` wide), an LSTM cell, a linear Q head.
 
-    Written with plain variables and a Python loop over time, so its unroll compiles under XLA
-    inside the learner's ``tf.while_loop`` and acting can mirror it in numpy. The recurrent
-    state is one ``[B, 2 * units]`` float32 tensor, ``concat([h, c])`` (one table field).
-
-    Args:
-        obs_dim: flat observation size D.
-        num_actions: width of the Q head.
-        torso: width of the dense layer before the LSTM.
-        units: LSTM units.
-        seed: seed of the initialisation (PyTorch-like uniform bounds; forget-gate bias 1).
-        name: variable name scope.
+    Plain variables and a Python loop over time, so its unroll compiles under XLA inside the
+    learner's ``tf.while_loop`` and acting can mirror it in numpy. The state is one
+    ``[B, 2 * units]`` float32 tensor, ``concat([h, c])`` (one table field). Initialisation:
+    PyTorch-like uniform bounds, forget-gate bias 1.
     """
 
     def __init__(
@@ -229,10 +202,8 @@ class LSTMQNetwork(tf.Module):
         self, obs: tf.Tensor, state: tf.Tensor, mask: tf.Tensor | None = None
     ) -> tuple[tf.Tensor, tf.Tensor]:
         """Q-values of a sequence: ``[B, L, D], [B, 2U] -> ([B, L, A], final state [B, 2U])``.
-
-        Where ``mask`` ([B, L], 1 for a real step) is 0 the state is carried over unchanged,
-        so padding before a window's first real step leaves the stored state as it was.
-        """
+        Where ``mask`` ``[B, L]`` is 0 the state carries over, so padding before a window's
+        first real step leaves the stored state as it was."""
         steps = obs.shape[1]
         batch = tf.shape(obs)[0]
         x = tf.nn.relu(self.torso(tf.reshape(obs, [batch * steps, -1])))

@@ -1,10 +1,9 @@
 """Numpy policies over mirrored network weights; this module imports no TensorFlow.
 
-Actors (Ape-X actor processes, the acting loops of DQN and SAC) choose actions with these, so
-acting costs a few small matrix products per vector step instead of a TensorFlow call.
-Weights are the ``[w0, b0, w1, b1, ...]`` lists of ``networks.MLP.numpy_weights()``; the Nature
-CNN's (`nature_cnn_q_values`) mirror `networks.NatureCNN` exactly (same weight list, NHWC layout
-and flattening order; tests compare them to 1e-4), so Atari actors act without TensorFlow too.
+Actors and the DQN and SAC acting loops act with these: a few small matrix products per vector
+step instead of a TensorFlow call (why: `networks`). `nature_cnn_q_values` mirrors
+`networks.NatureCNN` exactly (same weight list, NHWC layout and flattening; tests compare them
+to 1e-4), so Atari actors act without TensorFlow too.
 """
 
 from __future__ import annotations
@@ -27,12 +26,8 @@ def batch_size_of(obs: Any) -> int:
 
 
 def flat_features(obs: Any) -> np.ndarray:
-    """``[B, D]`` float32 network input of an observation batch.
-
-    A nested observation (a Dict or Tuple space's) is flattened: its leaves, in leaf-path
-    order, each reshaped to ``[B, -1]``, concatenated; the learner's `dqn.flat_obs` does the
-    same in the graph.
-    """
+    """``[B, D]`` float32 network input of an observation batch; a nested one's leaves, in
+    leaf-path order, each ``[B, -1]``, concatenated (`dqn.flat_obs` in the graph)."""
     if isinstance(obs, (dict, tuple)):
         leaves = flatten_nest(obs)
         n = batch_size_of(obs)
@@ -71,10 +66,8 @@ def epsilon_greedy_actions(
     num_actions: int,
     rng: np.random.Generator,
 ) -> np.ndarray:
-    """``[B]`` int64 actions: uniform with probability ``epsilon`` (per env), else greedy.
-
-    The greedy policy is skipped when every env explores, which early in training is most steps.
-    """
+    """``[B]`` int64 actions: uniform with probability ``epsilon`` (per env), else greedy; the
+    greedy policy is skipped when every env explores (most steps early in training)."""
     n = batch_size_of(obs)
     explore = rng.random(n) < epsilon
     # Drawn every call, used or not: the random stream (and so a seed's run) stays what it was.
@@ -92,11 +85,8 @@ def squashed_gaussian_policy(
     bias: np.ndarray,
     rng: np.random.Generator | None = None,
 ) -> Callable[[np.ndarray], np.ndarray]:
-    """``[B, *obs] -> [B, act_dim]`` float32 actions ``tanh(u) * scale + bias`` of a SAC actor.
-
-    The actor network outputs ``[mean, log_std]``; ``u ~ N(mean, std)`` with ``rng``, or
-    ``u = mean`` (the greedy action) without one. ``log_std`` is squashed as in the TF update.
-    """
+    """``[B, *obs] -> [B, act_dim]`` float32 actions ``tanh(u) * scale + bias`` of a SAC actor
+    (outputs ``[mean, log_std]``): ``u ~ N(mean, std)`` with ``rng``, else ``u = mean``."""
 
     def act(obs: np.ndarray) -> np.ndarray:
         x = np.asarray(obs, np.float32).reshape(len(obs), -1)
@@ -142,15 +132,10 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 class RecurrentQPolicy:
-    """An `networks.LSTMQNetwork` mirror acting in one env, its state carried across steps.
-
-    Args:
-        weights: ``LSTMQNetwork.numpy_weights()`` (replace ``weights`` to act with new ones).
-        num_actions: number of discrete actions.
-
-    Call it (``[1, ...] -> [1]`` greedy actions, a `Policy` for `envs.evaluate` with
-    ``on_reset=policy.reset``) or `act`; `reset` starts an episode with the zero state.
-    """
+    """An `networks.LSTMQNetwork` mirror acting in one env, its state carried across steps;
+    assign ``weights`` (``LSTMQNetwork.numpy_weights()``) to act with new ones. Call it
+    (``[1, ...] -> [1]`` greedy actions, a policy for `rollouts.evaluate` with
+    ``on_reset=policy.reset``) or `act`."""
 
     def __init__(self, weights: Weights, num_actions: int) -> None:
         self.weights = weights
@@ -189,12 +174,8 @@ def _conv_relu(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride: int) -> np.n
 
 
 def nature_cnn_q_values(weights: Sequence[np.ndarray], frames: np.ndarray) -> np.ndarray:
-    """Action values of ``frames [B, k, H, W]`` (uint8, or float in [0, 255]) -> ``[B, A]``.
-
-    Args:
-        weights: `NatureCNN.weights` as numpy arrays: the three convolutions' ``[w, b]``, then
-            the dense head's ``[w0, b0, w1, b1]`` (what the learner publishes).
-    """
+    """Action values of ``frames [B, k, H, W]`` (uint8, or float in [0, 255]) -> ``[B, A]``;
+    ``weights``: `NatureCNN.weights` as numpy arrays (what the learner publishes)."""
     w = [np.asarray(v, np.float32) for v in weights]
     x = np.asarray(frames, np.float32).transpose(0, 2, 3, 1) / np.float32(255.0)
     for i, stride in enumerate(STRIDES):

@@ -1,8 +1,7 @@
 """Run reporting for demos: a progress bar, TensorBoard summaries and a learning-curve PNG.
 
-Agents report through the small `Recorder` protocol (metrics, finished episodes, progress), so
-they stay free of printing; the CLI passes a `RunRecorder`, tests and benchmarks may pass
-`NullRecorder`.
+Agents report through the `Recorder` protocol and never print; the CLI passes a `RunRecorder`,
+tests and benchmarks `NullRecorder`.
 """
 
 from __future__ import annotations
@@ -26,16 +25,12 @@ PERIODIC_EVAL = "eval/periodic_return"
 
 
 class ScalarEvents:
-    """TensorBoard scalars written straight to an event file (``events.out.tfevents.*``).
+    """TensorBoard scalars written straight to an event file in ``folder`` (created if missing).
 
-    One scalar costs a small protobuf and a buffered record write (microseconds), where
-    ``tf.summary.scalar`` costs an eager op (about a millisecond): a CartPole run logs a few
-    thousand episodes, which the profile of ``demo cartpole`` showed at 3 s of its main thread.
-    The records are the ones ``tf.summary.scalar`` writes (a float32 tensor with the scalars
-    plugin's metadata), so TensorBoard and ``tf.compat.v1.train.summary_iterator`` read them.
-
-    Args:
-        folder: where the event file goes (created if missing).
+    One scalar costs a small protobuf and a buffered write (microseconds), where
+    ``tf.summary.scalar`` costs an eager op (about a millisecond): ``demo cartpole``'s few
+    thousand episodes cost 3 s of its main thread. The records are those ``tf.summary.scalar``
+    writes, so TensorBoard and ``tf.compat.v1.train.summary_iterator`` read them.
     """
 
     def __init__(self, folder: str) -> None:
@@ -98,13 +93,9 @@ class TrainResult:
 
 
 class TrainTimer:
-    """Times a training loop (from the timer's making: make it as the loop starts) and its
-    `Learner.train` calls; the first call (tracing, XLA compilation) is kept apart.
-
-    Args:
-        env_steps: env steps the run had taken when this process started its loop (a resumed
-            run's), so that rates count this process's work only.
-    """
+    """Times a training loop (from the timer's making) and its `Learner.train` calls, the first
+    (tracing, XLA compilation) apart; ``env_steps``: those a resumed run had taken, so rates
+    count this process's work only."""
 
     def __init__(self, env_steps: int = 0) -> None:
         self.start_env_steps = env_steps
@@ -144,8 +135,7 @@ class TrainTimer:
         stopped: bool,
         evaluated: str = FINAL_WEIGHTS,
     ) -> TrainResult:
-        """The `TrainResult` of a single-process training loop timed by this timer (episodes
-        counted from ``recorder.episodes`` when it keeps them)."""
+        """The loop's `TrainResult` (episodes counted from ``recorder.episodes`` if it has one)."""
         ran = env_steps - self.start_env_steps
         return TrainResult(
             eval_returns=eval_returns,
@@ -169,10 +159,8 @@ class TrainTimer:
         recorder: object,
         evaluated: str = FINAL_WEIGHTS,
     ) -> TrainResult:
-        """The `TrainResult` of a loop that ends now: its seconds since the timer was made,
-        then the returns of ``evaluate()``, skipped (no returns) when the run ``stopped`` early
-        or this process had nothing left to do (a finished run resumed: no step, no call).
-        """
+        """The `TrainResult` of a loop that ends now, with ``evaluate()``'s returns, skipped when
+        the run ``stopped`` early or had nothing to do (a finished run resumed)."""
         train_seconds = time.perf_counter() - self.started
         idle = env_steps == self.start_env_steps and self.calls == 0
         returns = np.zeros(0) if stopped or idle else evaluate()
@@ -212,21 +200,14 @@ class NullRecorder:
 
 
 class EventsRecorder:
-    """Writes what a run reports as TensorBoard scalars into ``folder`` (`RunRecorder` adds a
-    bar and a curve; the standalone learner uses it alone): the metrics as they are named
-    (``losses/td_loss``, ``charts/SGD_steps_per_s``, ...), each episode as
-    ``charts/episodic_return`` and ``charts/episodic_length``. ``folder`` None: nothing is
-    written.
+    """Writes what a run reports as TensorBoard scalars into ``folder`` (None: nothing): the
+    metrics by their names, each episode as ``charts/episodic_return`` and
+    ``charts/episodic_length``. `RunRecorder` adds a bar and a curve.
 
     With ``every_s`` > 0 (a service that runs for days) each tag is written at most once per
-    ``every_s`` seconds: the mean of the values reported since its last write, at the step of
-    the latest, so the file grows with time, not with the rate of episodes and train calls.
-    Evaluations (``eval/*``) are always written at once, and `close` writes what is pending.
+    ``every_s`` seconds, the mean since its last write at the latest step, so the file grows
+    with time, not with the rate of episodes and calls; ``eval/*`` tags are written at once.
     Only the pending sums are kept in memory.
-
-    Args:
-        folder: where the event file goes; None: no events.
-        every_s: seconds between the writes of one tag; 0: every value as reported.
     """
 
     def __init__(self, folder: str | None, every_s: float = 0.0) -> None:
@@ -274,16 +255,9 @@ class EventsRecorder:
 
 
 class RunRecorder(NullRecorder):
-    """Writes TensorBoard events into ``run_dir`` (`EventsRecorder`) and shows a tqdm bar of
-    env steps.
-
-    Args:
-        run_dir: run folder; created if missing. Events and the learning curve go here.
-        total_steps: env steps of the run (the bar's total).
-        title: the bar's label and the plot's title.
-        start: ``(env steps, SGD steps)`` a resumed run starts from (the bar starts there,
-            and the first rates count from there).
-    """
+    """Writes TensorBoard events and the learning curve into ``run_dir`` (created if missing)
+    and shows a tqdm bar of ``total_steps`` env steps, titled ``title``; ``start``: the
+    ``(env steps, SGD steps)`` a resumed run starts from (the bar and the first rates)."""
 
     def __init__(
         self, run_dir: str, total_steps: int, title: str, start: tuple[int, int] = (0, 0)

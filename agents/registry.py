@@ -1,17 +1,13 @@
 """The one registry of the agents layer: each algorithm by name, and the demos built on them.
 
-An `Algorithm` names its config class (in a module without TensorFlow, so flags are built and
-checked before TensorFlow loads), the module that trains and evaluates it, and, for one the
-learner service serves (``replaygpu learner``, the Ape-X demos), the builder of its parts
-(`distributed.learner.Builder`). A run's ``run.json`` stores the algorithm's name; ``replaygpu
-eval`` and resumes look it up here (`read_run_file`, without TensorFlow, so ``replaygpu eval``
-reports a folder that holds no run at once; `runs.RunControl` writes it with the first
-checkpoint). A `Demo` is an algorithm plus preset hyperparameters.
+An `Algorithm` names its config class, the module that trains and evaluates it and, if served,
+its `distributed.learner.Builder`. A run's ``run.json`` (written by `runs.RunControl`) stores the
+name; ``replaygpu eval`` and resumes read it with `read_run_file`, without TensorFlow, so a
+folder without a run is reported at once. A `Demo` is an algorithm plus preset hyperparameters.
 
 Adding an algorithm: its config (with ``ENV_CHECK``, which makes and checks its env), its module
 (``train(config, recorder, run)``, ``make_agent``, and ``greedy_policy`` or ``evaluate_agent``),
-one row in `ALGORITHMS`; a served one adds a `Builder` subclass beside its agent; a demo adds
-one row in `DEMOS`.
+one row in `ALGORITHMS`; a served one adds a `Builder` beside its agent; a demo, a `DEMOS` row.
 """
 
 from __future__ import annotations
@@ -37,12 +33,9 @@ class Algorithm:
     """One algorithm the agents layer runs.
 
     Attributes:
-        config: ``"module.Class"`` of its frozen config dataclass (a module without
-            TensorFlow).
-        module: the module that trains it (``train``) and rebuilds its networks for
-            ``replaygpu eval`` (``make_agent``, ``greedy_policy`` or ``evaluate_agent``).
-        builder: ``"module.Class"`` of the `distributed.learner.Builder` that makes its parts
-            for the learner service; "" if it is not served.
+        config: ``"module.Class"`` of its config (a module without TensorFlow).
+        module: the module that trains it and rebuilds its networks for ``replaygpu eval``.
+        builder: ``"module.Class"`` of its `distributed.learner.Builder`; "" if not served.
         learner_agent: the ``replaygpu learner --agent`` value that runs it; "" if none.
         frames: an ALE game's frames: ``replaygpu learner`` picks it for an ALE env id.
     """
@@ -63,8 +56,7 @@ class Algorithm:
 
 
 _AGENTS = "replaygpu.agents"
-#: the module of every served algorithm: `distributed.learner.train` runs the learner and its
-#: actor processes; its builder (``"module.Class"``) makes the algorithm's parts
+#: the module of every served algorithm (`distributed.learner.train`)
 _LEARNER = f"{_AGENTS}.distributed.learner"
 
 #: every algorithm, by the name a run.json stores
@@ -107,11 +99,7 @@ LEARNER_AGENTS = tuple(
 
 
 def algorithm(name: str) -> Algorithm:
-    """The algorithm called ``name``.
-
-    Raises:
-        ConfigError: no algorithm has that name.
-    """
+    """The algorithm called ``name``; ConfigError if none is."""
     found = ALGORITHMS.get(name)
     if found is None:
         raise ConfigError(f"algorithm: got {name!r}, expected one of {sorted(ALGORITHMS)}")
@@ -119,11 +107,7 @@ def algorithm(name: str) -> Algorithm:
 
 
 def name_of(config: Any) -> str:
-    """The name of the algorithm whose config ``config`` is.
-
-    Raises:
-        ConfigError: no algorithm has a config of its class.
-    """
+    """The name of ``config``'s algorithm; ConfigError if no algorithm has its class."""
     path = f"{type(config).__module__}.{type(config).__qualname__}"
     for name, entry in ALGORITHMS.items():
         if entry.config == path:
@@ -155,11 +139,7 @@ def served(agent: str, env_id: str | None) -> str:
 
 
 def builder_for(config: Any) -> Any:
-    """The `distributed.learner.Builder` that makes the served parts of ``config``'s algorithm.
-
-    Raises:
-        ConfigError: the algorithm is not served by the learner service.
-    """
+    """The `distributed.learner.Builder` of ``config``'s algorithm; ConfigError if not served."""
     name = name_of(config)
     path = ALGORITHMS[name].builder
     if not path:
@@ -179,11 +159,10 @@ class Demo:
     summary: str
     preset: dict[str, Any] = field(default_factory=dict)
     checkpoint_every_s: float = 60.0  # default of --checkpoint-every-s
-    # TensorFlow's threads per op (TF_NUM_INTRAOP_THREADS, unless the environment sets it);
-    # None: TF's default, one per core. 1 for the MLP demos: XLA's matmuls at their size run as
-    # fast on one thread (0.506 against 0.508 ms an SGD step on 2 cores), while the pool's other
-    # threads spin and take the core that acts (`demo cartpole` under load: 14.2 s against 17.6 s
-    # median, 14.7 s of CPU against 20; benchmarks/README.md)
+    # TF_NUM_INTRAOP_THREADS unless the environment sets it; None: one per core. 1 for the MLP
+    # demos: their matmuls run as fast on one thread (0.506 against 0.508 ms an SGD step on 2
+    # cores), while the pool's other threads spin on the acting core (`demo cartpole` under
+    # load: 14.2 s against 17.6 s median, 14.7 s of CPU against 20; benchmarks/README.md)
     intra_op_threads: int | None = None
 
 
@@ -256,11 +235,7 @@ RUN_FILE = "run.json"
 
 
 def read_json(path: str) -> dict[str, Any]:
-    """A run file's contents.
-
-    Raises:
-        ConfigError: unreadable, not JSON, or without the expected keys.
-    """
+    """A run file's contents; ConfigError if unreadable, not JSON or without the expected keys."""
     try:
         with open(path) as f:
             saved = json.load(f)
@@ -275,12 +250,8 @@ def read_json(path: str) -> dict[str, Any]:
 
 
 def read_run_file(path: str) -> tuple[str, dict[str, Any], str]:
-    """``(algorithm name, config values, checkpoint folder)`` of a run folder or a checkpoint
-    folder (the run folder's ``checkpoints/``).
-
-    Raises:
-        ConfigError: neither holds a ``run.json``.
-    """
+    """``(algorithm name, config values, checkpoint folder)`` of a run folder or its
+    ``checkpoints/`` folder; ConfigError if neither holds a ``run.json``."""
     for folder in (os.path.join(path, "checkpoints"), path):
         file = os.path.join(folder, RUN_FILE)
         if os.path.isfile(file):

@@ -1,28 +1,22 @@
 """Resumable runs: a checked checkpoint folder, the loop state beside the networks, and stopping
 on SIGTERM / Ctrl-C with a final checkpoint.
 
-A training loop (DQN, SAC, the Ape-X learner) passes a `RunControl` to its ``train``; the
-control restores the newest checkpoint in its folder at start, saves one every
-``every_s`` seconds at a chunk boundary, and, once SIGTERM or Ctrl-C arrived, saves a last one
-and tells the loop to stop. What a checkpoint holds: the table, the sampler (its RNG), the
-learner (steps, rate-limiter counters), the agent (networks, target networks, optimizers,
-schedules through the optimizer's step) and a `LoopState` (env steps, target-sync step, the
-numpy exploration RNG). A run killed with kill -9 resumes from its last checkpoint and redoes
-the chunks after it, so it ends with the same env and SGD step counts as one never stopped.
+A training loop (DQN, SAC, the Ape-X learner) passes a `RunControl` to its ``train``: it restores
+the newest checkpoint at start, saves one every ``every_s`` seconds at a chunk boundary, and after
+SIGTERM or Ctrl-C saves a last one and stops the loop. A checkpoint holds the table, the sampler
+(its RNG), the learner (steps, rate-limiter counters), the agent (networks, targets, optimizers,
+schedules through the optimizer's step) and a `LoopState`. A run killed with kill -9 redoes the
+chunks after its last checkpoint, so it ends with the same env and SGD step counts as one never
+stopped. ``run.json`` names the algorithm and config: ``replaygpu eval DIR`` rebuilds the
+networks without flags, and a resumed run refuses other hyperparameters.
 
-``run.json`` in the folder names the algorithm and its config, so ``replaygpu eval DIR`` can
-rebuild the networks without flags, and a resumed run refuses other hyperparameters.
-
-A run's length (`BUDGET_FIELDS`: ``--steps``) is the one thing a resumed run may change, down to
-the env steps it already took: a finished run continues when given a larger ``--steps``.
-Schedules spread over ``steps`` (DQN's epsilon, the Ape-X learning-rate decay over the replay
-budget) are functions of the step and ``steps``, so they follow the new length: from the
-resumed step on, the run acts and learns as a run asked for the new ``steps`` from the start
-would at that step. Within 1 / ``exploration_fraction`` times the steps already taken (6.25x with
-DQN's defaults) epsilon stays at its final value; a longer extension raises it again, to what
-the longer run has there, and it decays anew. A decayed learning rate likewise rises to the
-longer run's value at that SGD step, so the extension trains at a useful rate instead of the
-floor it had reached.
+Only the length (`BUDGET_FIELDS`: ``--steps``) may change on resume, down to the env steps taken:
+a finished run continues with a larger ``--steps``. Schedules over ``steps`` (DQN's epsilon, the
+Ape-X learning-rate decay) are functions of the step and ``steps``, so from the resumed step on
+the run acts and learns as one asked for the new ``steps`` from the start. Within
+1 / ``exploration_fraction`` times the steps taken (6.25x with DQN's defaults) epsilon stays
+final; a longer extension raises it to the longer run's value there and it decays anew; a decayed
+learning rate likewise rises, so the extension trains at a useful rate, not the floor.
 """
 
 from __future__ import annotations
@@ -96,8 +90,7 @@ class LoopState(tf.Module):
 
 
 class JsonState(tf.Module):
-    """A JSON value a checkpoint holds beside the networks, in one string variable (e.g. the
-    served learner's episode figures, `RunStats.state`)."""
+    """A JSON value (e.g. `RunStats.state`) a checkpoint holds in one string variable."""
 
     def __init__(self, name: str) -> None:
         super().__init__(name=name)
@@ -116,13 +109,9 @@ class JsonState(tf.Module):
 def resume(
     run: RunControl | None, seed: int, learner: Any, **objects: Any
 ) -> tuple[np.random.Generator, LoopState, int, int]:
-    """A loop's exploration rng (from ``seed``) and `LoopState`; track ``learner``, the loop and
-    ``objects`` (table=, sampler=, agent=) in ``run`` and restore its newest checkpoint into
-    them, the rng included.
-
-    Returns:
-        ``(rng, loop, env_steps, last_sync)``; the steps ``(0, 0)`` without a run or a checkpoint.
-    """
+    """A loop's rng (from ``seed``) and `LoopState`, tracked in ``run`` with ``learner`` and
+    ``objects`` (table=, sampler=, agent=) and restored from its newest checkpoint. Returns
+    ``(rng, loop, env_steps, last_sync)``; the steps ``(0, 0)`` without a run or a checkpoint."""
     rng, loop = np.random.default_rng(seed), LoopState()
     if run is None or not run.attach(learner=learner, loop=loop, **objects):
         return rng, loop, 0, 0
@@ -142,13 +131,9 @@ def checkpoint_when_due(
     final: bool,
     settle: Callable[[], None] | None = None,
 ) -> bool:
-    """At a chunk boundary of a training loop: when ``run`` has a checkpoint due (or this is the
-    ``final`` chunk), call ``settle`` (e.g. wait for the training calls in flight), capture the
-    loop state into ``loop`` and save one.
-
-    Returns:
-        whether the loop should stop now (a stop signal arrived; it was just checkpointed).
-    """
+    """At a chunk boundary, when a checkpoint is due (or ``final``): ``settle`` (e.g. wait for
+    training calls in flight), capture ``loop``, save. Returns whether the loop should stop now
+    (a stop signal arrived; it was just checkpointed)."""
     if run is None or not (run.due() or final):
         return False
     if settle is not None:
@@ -171,22 +156,19 @@ def stopped_early(run: RunControl | None, env_steps: int, steps: int) -> bool:
 
 
 class RunControl:
-    """Checkpoints and stop signals of one training run.
+    """Checkpoints and stop signals of one training run; ``resumed`` holds the step counts of
+    the checkpoint it resumes from (None: a new run).
 
     Args:
-        directory: checkpoint folder (checked writable now); None: no checkpoints, but
-            SIGTERM and Ctrl-C still stop the loop at the next chunk.
+        directory: checkpoint folder (checked writable now); None: no checkpoints, but SIGTERM
+            and Ctrl-C still stop the loop at the next chunk.
         every_s: seconds between periodic checkpoints.
-        config: the run's frozen config dataclass, saved in ``run.json`` with the name of its
-            algorithm in the registry (`registry.name_of`: ``"dqn"`` for a `DQNConfig`).
-
-    Attributes:
-        resumed: the step counts of the checkpoint the run resumes from (None: a new run).
+        config: the frozen config, saved in ``run.json`` under `registry.name_of` of it.
 
     Raises:
-        ConfigError: the folder is not writable, or it holds a run of another algorithm, of
-            other hyperparameters (fields outside `RESUMABLE_FIELDS` and `BUDGET_FIELDS`), or
-            one that already took more env steps than ``config.steps``.
+        ConfigError: the folder is not writable, or holds a run of another algorithm, of other
+            hyperparameters (outside `RESUMABLE_FIELDS` and `BUDGET_FIELDS`), or one that took
+            more env steps than ``config.steps``.
     """
 
     def __init__(self, directory: str | None, every_s: float, config: Any) -> None:
@@ -230,11 +212,7 @@ class RunControl:
 
     def attach(self, **objects: Any) -> str | None:
         """Track ``objects`` (table=, sampler=, learner=, agent=, loop=, ledger=, ...) and
-        restore the newest checkpoint into them.
-
-        Returns:
-            the checkpoint restored, or None (no folder, or no checkpoint in it yet).
-        """
+        restore the newest checkpoint into them; returns it, or None (no folder or checkpoint)."""
         if self.directory is None:
             return None
         self._checkpointer = rg.Checkpointer(self.directory, max_to_keep=2, **objects)
@@ -291,9 +269,8 @@ def _progress(directory: str) -> RunProgress | None:
 def _check_run_file(
     directory: str, config: Any, resumed: RunProgress | None
 ) -> dict[str, Any] | None:
-    """Check that the folder's ``run.json`` describes the same run, but for its length (which
-    may not fall below the ``resumed`` env steps); returns what to write with the next
-    checkpoint (None: the saved one stands)."""
+    """Check ``run.json`` describes the same run but for its length; returns what to write with
+    the next checkpoint (None: the saved one stands)."""
     path = os.path.join(directory, RUN_FILE)
     values = _jsonable(dataclasses.asdict(config))
     algorithm = name_of(config)
@@ -331,11 +308,8 @@ def _check_run_file(
 
 
 def _check_budget(directory: str, steps: int, saved: int, resumed: RunProgress | None) -> None:
-    """A resumed run's new ``steps`` must not fall below the env steps it already took.
-
-    Raises:
-        ConfigError: it does (0, "until stopped", never does).
-    """
+    """Raises ConfigError when a resumed run's new ``steps`` falls below the env steps it
+    already took (0, "until stopped", never does)."""
     if resumed is None or not steps or steps >= resumed.env_steps:
         return
     raise rg.ConfigError(
@@ -359,8 +333,7 @@ def _jsonable(value: Any) -> Any:
 R = TypeVar("R")
 
 #: how long the acting thread steps aside once a job's training call starts: the call's Python
-#: prelude (a size check, a tensor, the function dispatch) runs in well under a millisecond
-#: before the graph releases the GIL
+#: prelude runs in well under a millisecond before the graph releases the GIL
 HANDOFF_S = 0.001
 
 #: a job: called with ``entering``, which it calls right before its training call
@@ -368,13 +341,8 @@ Job = Callable[[Callable[[], None]], R]
 
 
 class TrainingJobs(Generic[R]):
-    """Jobs run in the order given, on one background thread or inline; each job has a tag
-    (e.g. the env step it was given at) that comes back with its result.
-
-    Args:
-        background: run the jobs on a background thread (else inline, in `run`).
-        name: the thread's name.
-    """
+    """Jobs run in order, on one background thread (``background``, named ``name``) or inline in
+    `run`; each job's tag (e.g. the env step it was given at) comes back with its result."""
 
     def __init__(self, background: bool, name: str = "training") -> None:
         self._pool = ThreadPoolExecutor(1, name) if background else None

@@ -1,21 +1,17 @@
 """R2D2 (Kapturowski et al. 2019): recurrent DQN on prioritized, overlapping sequences.
 
-Reads top to bottom: the pieces of the loss (value rescaling, n-step double-Q targets inside a
-sequence, eta-mixed priorities), the agent (an `LSTMQNetwork`, its target, the fused update),
-the replay table and sampler, and the training loop of ``replaygpu demo r2d2-cartpole``.
+Reads top to bottom: the loss's pieces (value rescaling, n-step double-Q targets inside a
+sequence, eta-mixed priorities), the agent, the table and sampler, and the training loop of
+``replaygpu demo r2d2-cartpole``.
 
-Replay: each table row is one env step with the LSTM state the actor had *before* it
-(``recurrent_state``, ``concat([h, c])``), stored every ``period`` steps of an episode
-(``state_stored`` marks those rows). An ``rg.Sequence(T, burn_in, pad=True, state_field=...,
-state_start_field=...)`` view under ``rg.Prioritized`` draws ``[B, burn_in + T]`` windows that
-start where a state was stored, with that state (``[B, 2U]``) and a mask that ends at the
-episode's end. The update unrolls the burn-in from the stored state without gradients, then the
-T steps; the targets are n-step double-Q within the window, in the rescaled value space
-``h(x) = sign(x)(sqrt(|x| + 1) - 1) + eps x``. All of it runs inside `rg.Learner`'s
-``tf.while_loop``, compiled with XLA (``jit_compile=True``), the target sync included.
-
-Acting never calls TensorFlow: the actor steps a numpy mirror of the network
-(`policies.RecurrentQPolicy`), carries its state across steps and resets it at episode starts.
+Each table row is one env step with the LSTM state the actor had *before* it (``concat([h, c])``),
+stored every ``period`` steps of an episode (``state_stored`` marks those rows). A prioritized
+`rg.Sequence` view draws ``[B, burn_in + T]`` windows that start at a stored state (``[B, 2U]``),
+with a mask that ends at the episode's end. The update unrolls the burn-in from that state without
+gradients, then the T steps, with n-step double-Q targets in the rescaled space `value_rescale`;
+all of it, the target sync included, runs in `rg.Learner`'s XLA-compiled ``tf.while_loop``.
+Acting never calls TensorFlow: the actor steps a numpy mirror (`policies.RecurrentQPolicy`) and
+resets its state at episode starts.
 """
 
 from __future__ import annotations
@@ -76,21 +72,16 @@ def n_step_targets(
     gamma: float,
     n: int,
 ) -> tuple[tf.Tensor, tf.Tensor]:
-    """Raw n-step returns inside windows ``[B, T]``, and where step t has one.
+    """Raw n-step returns inside windows, as ``(targets [B, T] float32, has_target [B, T] bool)``.
 
     Step t's target is ``sum_{i<k} gamma^i r_{t+i} + gamma^k value_{t+k}`` with the largest
-    ``k <= n`` whose step is real (``mask``) and not after a termination; when the episode
-    terminates at ``t + i < t + n`` it is the rewards up to there, without a bootstrap. A step
-    with neither (the window's or a truncated episode's last real step) has no target.
+    ``k <= n`` whose step is real (``mask``) and not after a termination; if the episode
+    terminates at ``t + i < t + n``, the rewards up to there without a bootstrap. A step with
+    neither (the window's or a truncated episode's last real step) has no target.
 
     Args:
         reward, terminated, mask: ``[B, T]`` (float32, bool, float32).
-        value: ``[B, T]`` raw bootstrap values of each step (the target net at the online
-            net's greedy action, ``h^-1``-mapped).
-        gamma, n: discount and horizon.
-
-    Returns:
-        ``(targets [B, T] float32, has_target [B, T] bool)``.
+        value: ``[B, T]`` raw bootstrap values (target net at the online greedy action, ``h^-1``).
     """
     real = mask > 0
     has = real & terminated
@@ -111,10 +102,9 @@ def n_step_targets(
 
 
 def mixed_priorities(abs_td: tf.Tensor, has: tf.Tensor, eta: float) -> tf.Tensor:
-    """``[B]`` sequence priorities ``eta * max_t |TD| + (1 - eta) * mean_t |TD|`` over the
-    steps with a target (``has`` ``[B, T]``). A sequence without one (drawn at the newest rows,
-    before its next steps were written) gets the batch's largest priority, as a new row does,
-    so it is drawn again once its steps are there."""
+    """``[B]`` priorities ``eta * max_t |TD| + (1 - eta) * mean_t |TD|`` over the steps with a
+    target (``has [B, T]``). A sequence without one (drawn before its next steps were written)
+    gets the batch's largest, as a new row does, so it is drawn again once they are there."""
     weight = tf.cast(has, abs_td.dtype)
     count = tf.reduce_sum(weight, axis=1)
     mean = tf.reduce_sum(abs_td * weight, axis=1) / tf.maximum(count, 1.0)
@@ -123,13 +113,8 @@ def mixed_priorities(abs_td: tf.Tensor, has: tf.Tensor, eta: float) -> tf.Tensor
 
 
 class R2D2(tf.Module):
-    """Online and target `LSTMQNetwork`, Adam, and the fused sequence update.
-
-    Args:
-        obs_dim: flat observation size.
-        num_actions: number of discrete actions.
-        config: hyperparameters.
-    """
+    """Online and target `LSTMQNetwork` (``obs_dim``: flat observation size), Adam, and the fused
+    sequence update."""
 
     def __init__(self, obs_dim: int, num_actions: int, config: R2D2Config) -> None:
         super().__init__(name="r2d2")
@@ -149,12 +134,9 @@ class R2D2(tf.Module):
         return tf.TensorSpec([self.q.state_size], tf.float32)
 
     def loss(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        """The loss of a batch of windows, and its parts (differentiable in the online weights
-        through the T trained steps only: the burn-in and the targets carry no gradient).
-
-        Returns:
-            ``{"loss": scalar, "abs_td": [B, T], "has_target": [B, T] bool, "q": [B, T]}``.
-        """
+        """``{"loss": scalar, "abs_td": [B, T], "has_target": [B, T] bool, "q": [B, T]}`` of a
+        batch of windows; gradients flow through the T trained steps only, not the burn-in or
+        the targets."""
         cfg = self.config
         burn, eps = cfg.burn_in, cfg.rescale_epsilon
         obs = tf.cast(batch["obs"], tf.float32)
@@ -209,8 +191,7 @@ class R2D2(tf.Module):
         }
 
     def acting_weights(self) -> list[np.ndarray]:
-        """A numpy copy of the online weights for `policies.RecurrentQPolicy` (one graph
-        call)."""
+        """A numpy copy of the online weights for `policies.RecurrentQPolicy` (one graph call)."""
         return [w.numpy() for w in self._read()]
 
 
@@ -251,13 +232,9 @@ def make_sampler(config: R2D2Config, table: Table, agent: R2D2) -> rg.Sampler:
 def sequence_sampler(
     config: R2D2Config, table: Table, start_field: str | None = None
 ) -> rg.Sampler:
-    """`make_sampler`'s sampler, unchecked against a network; ``start_field``: a bool field
-    where windows must stop (served actors mark each sequence's first row; see
-    `experience.RecurrentExperience`), None: at episode ends only.
-
-    Raises:
-        ConfigError: the table has no state field (the `rg.Sequence` view's check).
-    """
+    """`make_sampler`'s sampler, unchecked against a network; ``start_field``: a bool field where
+    windows must stop (`experience.RecurrentExperience` marks each sequence's first row), None:
+    at episode ends only. Raises ConfigError when the table has no state field."""
     view = rg.Sequence(
         config.trace_length,
         config.burn_in,
@@ -271,8 +248,7 @@ def sequence_sampler(
 
 
 def evaluate_agent(config: R2D2Config, agent: R2D2, episodes: int, seed: int) -> np.ndarray:
-    """Greedy returns of ``episodes`` episodes (seeds ``seed + i``), the state carried within
-    each episode and reset at its start."""
+    """Greedy returns of ``episodes`` episodes (seeds ``seed + i``), state reset at each start."""
     env = gym.make(config.env_id)
     policy = RecurrentQPolicy(agent.acting_weights(), int(env.action_space.n))
     env.close()
@@ -282,15 +258,10 @@ def evaluate_agent(config: R2D2Config, agent: R2D2, episodes: int, seed: int) ->
 def train(
     config: R2D2Config, recorder: Recorder | None = None, run: RunControl | None = None
 ) -> TrainResult:
-    """Train R2D2 on ``config.env_id`` with one env, then evaluate the greedy policy.
-
-    Every ``train_freq`` env steps the new rows go to the table in one append and
-    ``gradient_steps`` SGD steps run in one `Learner.train` call. With ``run``: resume from its
-    newest checkpoint, save periodically, stop early (with a checkpoint) on SIGTERM.
-
-    Raises:
-        ConfigError: when the env's actions are not Discrete.
-    """
+    """Train R2D2 on ``config.env_id`` with one env, then evaluate the greedy policy. Every
+    ``train_freq`` env steps: one table append, ``gradient_steps`` SGD steps in one
+    `Learner.train` call. ``run``: see `runs.RunControl`. Raises ConfigError when the env's
+    actions are not Discrete."""
     recorder = recorder or NullRecorder()
     env = check_env(config.env_id)
     num_actions = int(env.action_space.n)
@@ -354,10 +325,9 @@ ROW_FIELDS = ("obs", "action", "reward", "terminated", "truncated", STATE, STATE
 
 
 class ServedR2D2(Builder):
-    """R2D2 on the overlapping sequences that recurrent actors send
-    (`experience.RecurrentExperience`): `R2D2LearnerConfig`. Each sequence is a block of
-    rows whose first row holds the LSTM state (`STATE_STORED` marks it), so the
-    prioritized `rg.Sequence` view starts windows there and never runs past a block."""
+    """R2D2 (`R2D2LearnerConfig`) on the sequences of `experience.RecurrentExperience`: blocks of
+    rows whose first row holds the LSTM state (`STATE_STORED`), where the view starts windows and
+    which it never runs past."""
 
     agent = "r2d2"
     make_agent = staticmethod(make_agent)

@@ -1,11 +1,9 @@
-"""R2D2's configs, without TensorFlow: `R2D2Config` (``demo r2d2-cartpole``) and
-`R2D2LearnerConfig` (``replaygpu learner --agent r2d2``, built by `r2d2.agent.ServedR2D2`). The
-CLI builds and checks them before TensorFlow is imported, so a bad flag is reported at once.
+"""R2D2's configs (no TensorFlow, see `configs`): `R2D2Config` (``demo r2d2-cartpole``) and
+`R2D2LearnerConfig` (``replaygpu learner --agent r2d2``, built by `r2d2.agent.ServedR2D2`).
 
-The sequence terms are Acme's: a stored sequence is ``sequence_length`` steps, of which the
-first ``burn_in`` only warm up the LSTM state; the actor stores its state every ``period``
-steps of an episode, and sequences start there, so consecutive sequences overlap by
-``sequence_length - period`` steps.
+The sequence terms are Acme's: a sequence is ``sequence_length`` steps, the first ``burn_in``
+only warming up the LSTM state; the actor stores its state every ``period`` steps, where
+sequences start, so consecutive ones overlap by ``sequence_length - period`` steps.
 """
 
 from __future__ import annotations
@@ -96,9 +94,8 @@ class R2D2Config(
 
     @property
     def steps_to_train(self) -> int:
-        """The least ``steps`` that trains (`configs.require_trains`): `r2d2.train` acts whole
-        chunks of ``train_freq`` env steps and trains after each that ends at or past
-        ``learning_starts``."""
+        """The least ``steps`` that trains: `r2d2.train` acts whole ``train_freq`` chunks and
+        trains after each that ends at or past ``learning_starts``."""
         chunks = -(-self.learning_starts // self.train_freq)  # the first one that trains
         return max(1, (chunks - 1) * self.train_freq + 1)
 

@@ -1,7 +1,5 @@
-"""SAC's configs, without TensorFlow: `SACConfig` (``demo pendulum``) and `SACLearnerConfig`
-(``replaygpu learner --agent sac``). The CLI builds and checks them before TensorFlow is
-imported, so a bad flag is reported at once.
-"""
+"""SAC's configs (no TensorFlow, see `configs`): `SACConfig` (``demo pendulum``) and
+`SACLearnerConfig` (``replaygpu learner --agent sac``)."""
 
 from __future__ import annotations
 
@@ -63,9 +61,8 @@ class SACConfig(
 
     @property
     def steps_to_train(self) -> int:
-        """The least ``steps`` that trains (`configs.require_trains`): `sac.train` trains after
-        each chunk that ends at or past ``learning_starts``; a served learner's rate limiter
-        samples once the table holds ``learning_starts`` rows."""
+        """The least ``steps`` that trains: `sac.train` trains after each chunk that ends at or
+        past ``learning_starts``, a served learner once the table holds that many rows."""
         return max(1, self.learning_starts)
 
 
