@@ -45,8 +45,8 @@ _CLIENT_FIELDS = ("token", "tls_ca", "tls_cert", "tls_key", "server_name")
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 #: seconds the command tries to reach the server at start without ``--wait``
 CONNECT_TIMEOUT_S = 1.0
-#: seconds after SIGTERM / Ctrl-C before an actor process still running is killed (each
-#: flushes for `actor.STOP_FLUSH_S` at most), so the command exits within 5 s
+#: seconds after SIGTERM / Ctrl-C before a running actor process is killed (each flushes for
+#: `actor.STOP_FLUSH_S` at most), so the command exits within 5 s
 STOP_S = 4.5
 
 
@@ -135,9 +135,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _config(args: argparse.Namespace) -> ActorConfig:
-    """The actor's config: flags given, else the learner's actor settings, else defaults. The
-    flags are checked before the server is asked (`ActorConfig.check_given`), in the flags'
-    names.
+    """Flags given, else the learner's actor settings, else defaults; flags are checked before
+    the server is asked (`ActorConfig.check_given`), errors in the flags' names.
 
     Raises:
         ConfigError: bad flags, or no env id anywhere (a bare serve and no --env).
@@ -172,12 +171,11 @@ def _config(args: argparse.Namespace) -> ActorConfig:
 
 
 def _learner_settings(args: argparse.Namespace) -> AgentSettings | None:
-    """The learner's actor settings from ``Info``, or None from a bare server. A server
-    that does not answer within `CONNECT_TIMEOUT_S` is waited for only with ``--wait``.
+    """The learner's actor settings from ``Info`` (None: a bare server); past
+    `CONNECT_TIMEOUT_S` only with ``--wait``.
 
     Raises:
-        ServiceUnavailableError: the server cannot be reached (in one line: where, why, what
-            to do), or not within ``--wait SECONDS``.
+        ServiceUnavailableError: the server cannot be reached, or not within ``--wait``.
         ServiceError: it refuses the token or the TLS handshake, or has no table ``--table``.
     """
     from replaygpu.service.actor.connection import reason
@@ -267,11 +265,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_processes(configs: list[ActorConfig], address: str) -> int:
-    """Run one spawned actor process per config (`fleet.ActorFleet`) until each ends: its
-    steps collected, the learner's run finished, or SIGTERM / Ctrl-C here. A signal stops them
-    all: each flushes for `actor.STOP_FLUSH_S` at most, and one still running `STOP_S` after
-    the signal (blocked on a learner that does not answer) is killed. One line then says what
-    was left unacknowledged.
+    """One spawned actor process per config (`fleet.ActorFleet`) until each ends (steps done,
+    run finished, or SIGTERM / Ctrl-C). After a signal each flushes for `actor.STOP_FLUSH_S` at
+    most; one still running after `STOP_S` (blocked on a silent learner) is killed.
 
     Raises:
         ReplayError: an actor process failed (each logged why, in one line).
@@ -288,8 +284,8 @@ def _run_processes(configs: list[ActorConfig], address: str) -> int:
 
     previous = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
     try:
-        # started ignoring SIGINT (kept across exec, and Python then installs no handler of its
-        # own): a Ctrl-C reaches the whole process group, and only this process handles it
+        # children start ignoring SIGINT (kept across exec; Python then installs no handler):
+        # a Ctrl-C reaches the whole process group, and only this process handles it
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         fleet.start()
         for sig in _STOP_SIGNALS:
@@ -315,8 +311,7 @@ def _run_processes(configs: list[ActorConfig], address: str) -> int:
 def _log_end(
     results: dict[int, dict[str, float]], address: str, signal_name: str | None, killed: list[str]
 ) -> None:
-    """One line on how the actors ended: after a signal always, else when anything was left
-    unacknowledged."""
+    """One line on how the actors ended, after a signal or when anything was left unacked."""
     from .actor import STOP_FLUSH_S
 
     total = {
@@ -350,8 +345,8 @@ def _log_end(
 
 
 def _run_ray(args: argparse.Namespace, config: ActorConfig) -> int:
-    """Run actors ``config.actor_index .. num_actors - 1`` as Ray actors until they are done
-    (``--steps``), one fails, or SIGTERM / Ctrl-C; then flush, stop them and shut Ray down."""
+    """Ray actors ``config.actor_index .. num_actors - 1`` until done (``--steps``), one fails,
+    or SIGTERM / Ctrl-C; then stop them (flushing) and Ray."""
     from .ray_actors import start_ray_actors
 
     fleet = start_ray_actors(

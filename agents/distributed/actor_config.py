@@ -1,13 +1,10 @@
-"""How one actor collects experience: `ActorConfig`, what the actor loop (`actor.run_actor`),
-its experience kinds (`actor.VectorExperience`, `experience.FrameExperience`) and the drivers
-that start actors all read, so none of them imports another for it.
+"""`ActorConfig`, read by the actor loop (`actor.run_actor`), its experience kinds and the
+drivers that start actors, so none of them imports another for it. It holds every rule of an
+actor's config, and imports no TensorFlow.
 
-A learner decides the `SETTINGS_FIELDS` (the env, the policy, the exploration, the frame
-preprocessing) and announces them in ``Info`` as a document of its agent's
-(`ActorConfig.to_settings`: the fields as JSON, `SETTINGS_VERSION`); the library passes it on
-unread, and `ActorConfig.from_settings` takes the fields over, so ``replaygpu actor ADDRESS``
-needs no other flags. This module holds every rule of an actor's config, and imports no
-TensorFlow.
+A learner decides the `SETTINGS_FIELDS` and announces them in ``Info`` as JSON
+(`ActorConfig.to_settings`); the library passes the document on unread, and
+`ActorConfig.from_settings` takes it over, so ``replaygpu actor ADDRESS`` needs no other flags.
 """
 
 from __future__ import annotations
@@ -47,8 +44,8 @@ SETTINGS_FIELDS = (
     "sequence_period",
     "sequence_length",
 )
-#: the settings document's format; raise it when a field is added or changes meaning, so that
-#: an actor of an older release refuses the document rather than misread it
+#: raise it when a field is added or changes meaning, so an older actor refuses the document
+#: rather than misread it
 SETTINGS_VERSION = 1
 #: the agents whose learners announce settings that an `ActorConfig` runs
 SETTINGS_AGENTS = ("dqn", "sac", "r2d2")
@@ -56,8 +53,7 @@ SETTINGS_AGENTS = ("dqn", "sac", "r2d2")
 
 @dataclass(frozen=True)
 class ActorConfig:
-    """How one actor collects experience: vector transitions (``frame_stack`` 0) or the frames
-    of an ALE game for a frame-table learner (``frame_stack`` k > 0)."""
+    """How one actor collects: vector transitions (``frame_stack`` 0) or ALE frames (k > 0)."""
 
     env_id: str = field(default="CartPole-v1", metadata=helptext("gymnasium env id"))
     agent: Literal["dqn", "sac"] = field(
@@ -162,10 +158,8 @@ class ActorConfig:
 
     @classmethod
     def check_given(cls, given: Mapping[str, object]) -> None:
-        """Check the values ``given`` (flags) before a learner's settings are known: every
-        check that reads only fields in ``given`` or fields outside `SETTINGS_FIELDS` (the
-        settings cannot change those, so they keep their defaults), so a bad value is refused
-        before the learner is asked anything.
+        """Check the flags ``given`` before the learner is asked: every check that reads only
+        fields in ``given`` or outside `SETTINGS_FIELDS` (those keep their defaults).
 
         Raises:
             ConfigError: a value out of range, as the config itself would refuse it.
@@ -176,20 +170,17 @@ class ActorConfig:
         _check(SimpleNamespace(**values), known)
 
     def to_settings(self, agent: str) -> AgentSettings:
-        """The settings document a learner of ``agent`` announces to its actors: this config's
-        `SETTINGS_FIELDS` as JSON."""
+        """The document a learner of ``agent`` announces: `SETTINGS_FIELDS` as JSON."""
         values = {name: getattr(self, name) for name in SETTINGS_FIELDS}
         return AgentSettings(agent, SETTINGS_VERSION, json.dumps(values, sort_keys=True))
 
     @classmethod
     def from_settings(cls, settings: AgentSettings, **overrides: object) -> ActorConfig:
-        """The config a learner's settings document asks for (`to_settings`); ``overrides``
-        replace any field (e.g. ``actor_index=``, ``steps=``, ``token=``).
+        """The config of a `to_settings` document; ``overrides`` replace any field.
 
         Raises:
-            ConfigError: a document of an agent not in `SETTINGS_AGENTS`, of a version newer
-                than `SETTINGS_VERSION`, not a JSON object of `SETTINGS_FIELDS`, or with a
-                value out of range.
+            ConfigError: an agent not in `SETTINGS_AGENTS`, a version over `SETTINGS_VERSION`,
+                not a JSON object of `SETTINGS_FIELDS`, or a value out of range.
         """
         what = f"actor settings of agent {settings.agent!r} version {settings.version}"
         if settings.agent not in SETTINGS_AGENTS:
@@ -216,7 +207,7 @@ class ActorConfig:
 
     @property
     def tls(self) -> TLSConfig | None:
-        """The client's TLS settings; None (plaintext) unless a TLS field is set.
+        """None (plaintext) unless a TLS field is set.
 
         Raises:
             ConfigError: a file is missing or unreadable, or certificate and key do not match.
@@ -233,15 +224,13 @@ class ActorConfig:
 
     @property
     def env_seed(self) -> int:
-        """The seed of this actor's envs and random stream: the base seed offset by the index."""
+        """The seed of this actor's envs and random stream."""
         return self.seed + 1000 * self.actor_index
 
 
 def _check(config: Any, known: Collection[str] | None = None) -> None:
-    """`ActorConfig`'s checks of ``config`` (an `ActorConfig`, or values under its field
-    names); with ``known``, only those that read no field outside it. Fields outside
-    `SETTINGS_FIELDS` are always known: only the checks that read a settings field
-    ask `reads`.
+    """`ActorConfig`'s checks (``config``: one, or values by field name); with ``known``, only
+    those reading no other field (checks reading no settings field skip `reads`).
 
     Raises:
         ConfigError: the first value out of range.

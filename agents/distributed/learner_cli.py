@@ -39,13 +39,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: default seconds between the TensorBoard writes of one tag: the progress line's period, 360
-#: points a tag an hour. A CartPole learner with two actors (2 cores, ~500 SGD steps/s) wrote
-#: 12.3 MB an hour writing every value, 0.20 MB at 10 s (README.md, Metrics)
+#: default seconds between TensorBoard writes of a tag (360 points an hour). A CartPole learner
+#: with two actors (2 cores, ~500 SGD steps/s) wrote 12.3 MB an hour writing every value, 0.20
+#: MB at 10 s (README.md, Metrics)
 SUMMARY_EVERY_S = 10.0
 
-#: seconds a finished learner keeps serving (after its final evaluation) while actors are still
-#: connected, so that each reads ``run_finished`` in an ack or Info and exits
+#: seconds a finished learner keeps serving connected actors, so each reads ``run_finished``
 FINISH_GRACE_S = 10.0
 
 
@@ -140,8 +139,7 @@ def _agent_of(options: list[str]) -> tuple[str, str | None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Serve and train until the run is done or a signal stops it. Flags and values are
-    checked before TensorFlow is imported."""
+    """Serve and train until done or a signal; flags are checked before TensorFlow is imported."""
     from replaygpu.service.learner.binding import require_free_ports
     from replaygpu.service.ops.commands import server_config, server_tls
 
@@ -214,8 +212,7 @@ def _seconds(text: str) -> float:
 def _wait_for_scrape(
     metrics: Any, evaluated_at: float, timeout_s: float, stop: threading.Event
 ) -> None:
-    """Keep /metrics up until a scrape read the final evaluation, ``timeout_s`` at most (a
-    stop signal ends the wait)."""
+    """Serve /metrics until a scrape read the final evaluation, ``timeout_s`` or a stop at most."""
     if not timeout_s or metrics.wait_scraped(evaluated_at, 0.0):
         return
     logger.info(
@@ -238,16 +235,14 @@ def _wait_for_scrape(
 def train_to_end(
     service: LearnerService, report: LearnerReport | None = None, grace_s: float = FINISH_GRACE_S
 ) -> bool:
-    """``replaygpu learner``'s loop: ``service.step`` until the run is done
-    (``service.done``), with ``report`` polled between steps (None: one without TensorBoard).
+    """``replaygpu learner``'s loop: ``service.step`` until ``service.done``, polling ``report``
+    (None: one without TensorBoard).
 
-    Once ``steps`` rows are in the table the run finishes for the whole fleet
-    (`ReplayServer.finish_at`: later appends are acknowledged without being inserted), the
-    learner trains out its replay budget, evaluates ``config.eval_episodes`` greedy episodes,
-    and keeps serving until no actor is connected, ``grace_s`` seconds at most. A stop signal
-    ends it at once, without evaluation: Ctrl-C (SIGINT) for the fleet too
-    (`ReplayServer.finish_run`: its actors exit 0), SIGTERM (a restart) as a crash does (the
-    actors wait and resend). Returns whether the run finished (False: a stop signal came).
+    At ``steps`` rows the run finishes for the fleet (`ReplayServer.finish_at`: later appends
+    are acked, not inserted); the learner trains out its replay budget, evaluates, and serves
+    until no actor is connected, ``grace_s`` at most. A stop signal ends it at once, without
+    evaluation: SIGINT for the fleet too (`ReplayServer.finish_run`: actors exit 0), SIGTERM (a
+    restart) as a crash (actors wait and resend). Returns whether the run finished.
     """
     report = report or LearnerReport(service)
     if service.config.steps:
@@ -289,11 +284,11 @@ class LearnerReport:
     """Reports a `learner.LearnerService`'s run while its training loop polls it.
 
     Args:
-        service: the learner service (its ``recorder`` becomes this report's TensorBoard one).
-        logdir: the folder of the TensorBoard event file; None: no events.
+        service: its ``recorder`` becomes this report's TensorBoard one.
+        logdir: the TensorBoard event file's folder; None: no events.
         eval_every_s: seconds between greedy evaluations while training; 0: none.
         log_every_s: seconds between progress lines (and rate scalars).
-        summary_every_s: seconds between the TensorBoard writes of one tag; 0: every value.
+        summary_every_s: seconds between TensorBoard writes of one tag; 0: every value.
 
     Attributes:
         evaluated_at: `time.monotonic` time the last evaluation was recorded (None: none yet),
@@ -330,8 +325,7 @@ class LearnerReport:
         self._eval_result: tuple[np.ndarray, int, int] | None = None
 
     def poll(self) -> None:
-        """Between train calls: log the episodes the actors reported, the progress line and
-        rates when due, record a finished evaluation, start one when due."""
+        """Between train calls: log reported episodes, progress and evaluations when due."""
         steps = self._log_episodes()
         now = time.monotonic()
         if now - self._last_log >= self.log_every_s:
@@ -387,8 +381,7 @@ class LearnerReport:
         )
 
     def evaluate(self, episodes: int) -> np.ndarray:
-        """A greedy evaluation now, on this thread (after a periodic one in flight ends);
-        recorded like the periodic ones. Returns its returns (none for ``episodes`` 0)."""
+        """A greedy evaluation on this thread, after any periodic one in flight; its returns."""
         self._collect_eval()
         if episodes <= 0:
             return np.zeros(0)
@@ -397,22 +390,21 @@ class LearnerReport:
         return returns
 
     def close(self) -> None:
-        """Log the last episodes and progress line, and close the event file (a periodic
-        evaluation still running is left to end with the process)."""
+        """Log the last episodes and progress; close the event file (a running periodic
+        evaluation ends with the process)."""
         self._log_episodes()
         self.log_progress()
         self.recorder.close()
 
     def _log_episodes(self) -> int:
-        """Record the episodes reported since the last call at the env step of now; returns
-        it."""
+        """Record the episodes reported since the last call at the current env step; returns it."""
         steps = self.service.env_steps()
         for episodic_return, length in self.stats.take_new():
             self.recorder.episode(steps, episodic_return, length)
         return steps
 
     def _collect_eval(self) -> None:
-        """Wait for the periodic evaluation in flight, if any, and record its result."""
+        """Wait for a periodic evaluation in flight and record its result."""
         if self._eval_thread is not None:
             self._eval_thread.join()
             self._eval_thread = None
