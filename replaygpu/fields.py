@@ -1,12 +1,8 @@
 """Host-side field specs and the columnar batch check, without TensorFlow.
 
-A `HostSpec` is ``{field: FieldSpec(dtype name, per-transition shape)}``: the one spec
-vocabulary of everything that handles transitions outside TensorFlow (the server, the client,
-actors, the agents' chunk buffers). `replaygpu.specs.host_spec` makes one from a table's
-``{field: tf.TensorSpec}``; ``Info`` carries it over the wire.
-
-One check serves every entry point: `ReplayTable.append` (through `specs.validate_batch`), the
-gRPC server on each received request, and the client before it sends.
+A `HostSpec` (``{field: FieldSpec}``, from `replaygpu.specs.host_spec`, carried by ``Info``)
+is the spec of all that handles transitions outside TensorFlow. `check_columns` is the one
+batch check: `ReplayTable.append`, the gRPC server per request, and the client before sending.
 """
 
 from __future__ import annotations
@@ -20,8 +16,7 @@ import numpy as np
 
 from replaygpu.errors import BatchError
 
-#: Field names of the standard transition that `specs.specs_from_env` builds (here, without
-#: TensorFlow, so actors can name them).
+#: Fields of `specs.specs_from_env`'s transition, importable without TensorFlow.
 TRANSITION_FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
 
 #: dtype names a table field may hold and the wire carries (bfloat16 needs ml_dtypes).
@@ -45,11 +40,7 @@ DTYPE_NAMES = (
 
 
 def numpy_dtype(name: str) -> np.dtype:
-    """The little-endian numpy dtype of a dtype name.
-
-    Raises:
-        BatchError: for a name outside `DTYPE_NAMES`.
-    """
+    """The little-endian numpy dtype of a name (`BatchError` outside `DTYPE_NAMES`)."""
     if name not in DTYPE_NAMES:
         raise BatchError(f"dtype: got {name!r}, expected one of {list(DTYPE_NAMES)}")
     if name == "bfloat16":
@@ -60,12 +51,7 @@ def numpy_dtype(name: str) -> np.dtype:
 
 
 class FieldSpec(NamedTuple):
-    """One field of a transition on the host: a dtype name and the per-transition shape.
-
-    Attributes:
-        dtype: a name in `DTYPE_NAMES` (numpy's, e.g. ``"float32"``, ``"uint8"``, ``"bool"``).
-        shape: the shape of one transition's value (no batch dimension).
-    """
+    """One field on the host: ``dtype`` a name in `DTYPE_NAMES`, ``shape`` one transition's."""
 
     dtype: str
     shape: tuple[int, ...]
@@ -90,8 +76,8 @@ def row_nbytes(spec: HostSpec) -> int:
     return sum(field.nbytes for field in spec.values())
 
 
-#: dtype -> wire name; numpy computes ``dtype.name`` anew on every access (~5 us), and the
-#: client and server ask for it for every field of every batch
+#: dtype -> wire name: numpy computes ``dtype.name`` on every access (~5 us), asked per field
+#: of every batch
 _NAMES: dict[Any, str] = {}
 
 
@@ -119,8 +105,7 @@ def _itemsize(name: str) -> int:
 
 
 def _shape(name: str, shape: Any) -> tuple[int, ...]:
-    """``shape`` as a tuple of Python ints; a BatchError naming the field when it is not one
-    (unknown dimensions, non-integers)."""
+    """``shape`` as a tuple of ints, else a BatchError naming the field."""
     try:
         dims = list(shape)
         if all(isinstance(d, int | np.integer) for d in dims):
@@ -135,10 +120,8 @@ def _shape(name: str, shape: Any) -> tuple[int, ...]:
 
 
 def check_columns(spec: HostSpec, columns: Mapping[str, Any]) -> int:
-    """Validate columnar metadata against a host spec; returns n, the number of transitions.
-
-    ``columns`` maps field -> anything with ``dtype`` and ``shape`` (arrays, or Tensor messages
-    whose dtype is a name and shape a list).
+    """Check ``columns`` (field -> arrays, or Tensor messages with a dtype name and a shape
+    list) against ``spec``; n, the number of transitions.
 
     Raises:
         BatchError: naming the field, the expected and the received dtype/shape.

@@ -1,14 +1,12 @@
 """Nested specs flattened at the boundary: leaf paths, ``flatten`` and ``pack``.
 
-Users describe a transition as any nest of `tf.TensorSpec` (dicts, tuples, namedtuples,
-lists, nested), the way TF-Agents and Reverb do. Everything inside replaygpu (storage, samplers,
-checkpoints, the wire) works on the *flat* spec ``{leaf path: tf.TensorSpec}``: one variable per
-leaf. A leaf path joins the keys from the root with ``'/'``: dict keys as they are, tuple and
-list items by index, namedtuple items by field name (``obs/image``, ``obs/0``, ``obs/velocity``).
-Batches are flattened the same way on the way in and packed back into the user's structure on
-the way out (`pack_batch`). A flat dict spec is its own structure and is never repacked.
+Users give any nest of `tf.TensorSpec`, as in TF-Agents and Reverb; inside replaygpu (storage,
+samplers, checkpoints, the wire) all is flat, ``{leaf path: tf.TensorSpec}``. A path joins keys
+with ``'/'``: dict keys, tuple/list indexes, namedtuple field names (``obs/image``, ``obs/0``).
+Batches are flattened on the way in and packed back on the way out (`pack_batch`); a flat dict
+spec is its own structure.
 
-Imports nothing heavy (no TensorFlow), so the actor side can flatten nested transitions.
+No TensorFlow import, so the actor side can flatten nested transitions.
 """
 
 from __future__ import annotations
@@ -39,8 +37,7 @@ def _children(node: Any) -> list[tuple[str, Any]] | None:
 
 
 class Structure:
-    """A nest held as a plain object: `tf.Module` attributes would wrap its dicts and lists in
-    tracking wrappers, and batches packed into it would come back in those."""
+    """A nest kept out of `tf.Module` tracking, whose wrappers batches would come back in."""
 
     def __init__(self, value: Any) -> None:
         self.value = value
@@ -89,11 +86,8 @@ def flatten(structure: Any) -> dict[str, Any]:
 
 
 def pack(structure: Any, flat: Mapping[str, Any]) -> Any:
-    """Rebuild ``structure``'s nest with the leaf at each path taken from ``flat``.
-
-    Dicts come back as their own type when it can be built from pairs (dict, OrderedDict),
-    tuples as tuples, namedtuples as the same namedtuple, lists as lists.
-    """
+    """``structure``'s nest with each leaf from ``flat``; containers keep their type (a dict
+    type not buildable from pairs becomes a dict)."""
 
     def build(prefix: str, node: Any) -> Any:
         children = _children(node)
@@ -113,13 +107,11 @@ def pack(structure: Any, flat: Mapping[str, Any]) -> Any:
 
 
 def flatten_batch(paths: Collection[str], batch: Any) -> Any:
-    """A batch in a nested structure (or already flat by path) as ``{leaf path: value}``.
+    """A batch, nested or flat, as ``{leaf path: value}``.
 
-    Walks ``batch`` guided by the known leaf ``paths``: a value at a known path is a leaf
-    (even a list or tuple of numbers); otherwise dicts, tuples and namedtuples are descended
-    into. Anything that matches no path comes out under its own path, so the batch check that
-    follows names it as unexpected. A value that is no container at all is returned as is
-    (for the batch check to reject with its own message).
+    A value at a known path is a leaf (even a list of numbers); containers elsewhere are
+    descended. Unmatched values keep their own path, and a non-container comes back as is, for
+    the batch check to name.
     """
     if _children(batch) is None:
         return batch
@@ -142,11 +134,9 @@ def flatten_batch(paths: Collection[str], batch: Any) -> Any:
 def pack_batch(structure: Any, flat: Mapping[str, Any]) -> Any:
     """A sampled flat batch in the table's structure, with the keys samplers add.
 
-    ``flat`` holds every leaf path of ``structure`` plus any extra keys a sampler adds
-    (``importance_weights``, ``discount``, ``nstep``, ``mask``). A flat dict structure gets
-    ``flat`` back unchanged. A dict at the top gets the extra keys beside its own; a tuple or
-    namedtuple at the top comes back as is when there are no extra keys, else as
-    ``{"data": structure, **extras}`` (`replaygpu.DATA`).
+    Extra keys (``importance_weights``, ``discount``, ``nstep``, ``mask``) go beside a top-level
+    dict's keys; a top-level tuple or namedtuple with extras becomes ``{"data": structure,
+    **extras}`` (`replaygpu.DATA`). A flat structure gets ``flat`` back.
 
     Raises:
         ConfigError: when an extra key clashes with a top-level key of the structure.
@@ -179,6 +169,5 @@ def unpack_batch(structure: Any, batch: Any) -> dict[str, Any]:
 
 
 def leaves_under(paths: Collection[str], name: str) -> list[str]:
-    """The leaf paths at or below ``name`` (``"next_obs"`` -> ``next_obs``, or
-    ``next_obs/position``, ``next_obs/velocity``), in ``paths`` order."""
+    """The leaf paths at or below ``name`` (e.g. ``next_obs/position``), in ``paths`` order."""
     return [p for p in paths if p == name or p.startswith(name + SEP)]

@@ -1,10 +1,8 @@
 """Transition specs: what a table holds, built from gymnasium spaces, and batch validation.
 
-A spec is any `tf.nest` structure of `tf.TensorSpec` (dicts, tuples, namedtuples, nested); each
-leaf's shape is the shape of *one* transition's field (no batch dimension). Inside the library a
-spec is flat, ``dict[str, tf.TensorSpec]`` keyed by leaf path (``obs/image``; see
-`replaygpu.nest`); a flat dict spec is its own flat form. A batch for a flat spec is a dict with
-the same keys whose values have shape ``[n] + leaf.shape`` for one shared ``n >= 1``.
+A spec is any `tf.nest` structure of `tf.TensorSpec`, each leaf the shape of *one* transition's
+field. Inside the library it is flat, ``{leaf path: tf.TensorSpec}`` (``obs/image``; see
+`replaygpu.nest`); a batch has the same keys, values ``[n] + leaf.shape`` with one ``n >= 1``.
 """
 
 from __future__ import annotations
@@ -30,10 +28,8 @@ NestedSpec = Any
 def space_to_spec(space: gym.Space, name: str) -> Any:
     """The `tf.TensorSpec` (or nest of them) of one element of a gymnasium space.
 
-    Box keeps its dtype and shape (uint8 pixels stay uint8); Discrete is a scalar int64;
-    MultiDiscrete is int64 of its shape; MultiBinary is int8 of its shape. Dict becomes a dict
-    of its subspaces' specs (leaves named by path, ``obs/position``), Tuple a tuple of them; they
-    nest to any depth.
+    Box keeps dtype and shape; Discrete is scalar int64; MultiDiscrete int64 and MultiBinary
+    int8 of their shape; Dict and Tuple nest (leaves named by path, ``obs/position``).
 
     Raises:
         ConfigError: for other spaces (Text, Graph, Sequence, OneOf, ...).
@@ -69,9 +65,7 @@ def specs_from_env(env: gym.Env | Any) -> dict[str, Any]:
 
     Returns:
         ``{"obs", "action", "reward" (float32), "next_obs", "terminated" (bool),
-        "truncated" (bool)}`` as `tf.TensorSpec`s of single transitions. With a Dict or
-        Tuple observation space, ``obs`` and ``next_obs`` are the same nest (see
-        `space_to_spec`); the spec is then nested and a table stores one variable per leaf.
+        "truncated" (bool)}``; ``obs`` and ``next_obs`` nest as the observation space does.
     """
     obs_space = getattr(env, "single_observation_space", None) or env.observation_space
     act_space = getattr(env, "single_action_space", None) or env.action_space
@@ -92,10 +86,8 @@ def normalize_spec(spec: NestedSpec) -> Spec:
 
 
 def normalize_structure(spec: NestedSpec) -> tuple[Spec, NestedSpec]:
-    """``(flat spec, structure)`` of a user spec: a non-empty nest (dict, tuple, namedtuple,
-    list) of `tf.TensorSpec` with fully known shapes and string dict keys. Each leaf comes back
-    named by its path; the structure is the nest batches come back in (the flat spec itself for
-    a flat dict).
+    """``(flat spec, structure)`` of a non-empty nest of fully known `tf.TensorSpec`, leaves
+    named by path; the structure is the nest batches come back in.
 
     Raises:
         ConfigError: naming the leaf path for a leaf that is not a fully known `tf.TensorSpec`,
@@ -124,17 +116,12 @@ def normalize_structure(spec: NestedSpec) -> tuple[Spec, NestedSpec]:
 
 
 def validate_batch(spec: Spec, batch: Mapping[str, Any]) -> dict[str, np.ndarray | tf.Tensor]:
-    """Check a batch against a spec and return it with every leaf as an array of the spec dtype.
-
-    Values that carry a dtype (numpy arrays, tensors) must match the spec dtype exactly; plain
-    Python lists and scalars are converted to it.
-
-    Returns:
-        the batch as ``{name: [n] + spec[name].shape}`` arrays or tensors.
+    """The batch checked, as ``{name: [n] + spec[name].shape}`` of the spec dtypes. Arrays and
+    tensors must match the dtype exactly; lists and scalars are converted.
 
     Raises:
-        BatchError: naming the field, the expected and the received dtype/shape; for missing or
-            extra fields, an empty batch, or leading dimensions that disagree.
+        BatchError: naming the field, expected and received dtype/shape; for missing or extra
+            fields, an empty batch, or disagreeing leading dimensions.
     """
     if not isinstance(batch, Mapping):
         raise BatchError(
@@ -156,9 +143,8 @@ def _flat(spec: NestedSpec) -> Spec:
 
 
 def host_spec(spec: NestedSpec) -> HostSpec:
-    """The host-side twin of a table spec: ``{field: FieldSpec(dtype name, shape)}``, what the
-    server, the client, actors and chunk buffers use; a nested spec's fields are its leaf
-    paths."""
+    """``{leaf path: FieldSpec(dtype name, shape)}``, the host-side spec of server, clients and
+    actors."""
     spec = _flat(spec)
     return {k: FieldSpec(v.dtype.name, tuple(v.shape.as_list())) for k, v in spec.items()}
 
@@ -169,8 +155,7 @@ def batch_signature(spec: Spec) -> dict[str, tf.TensorSpec]:
 
 
 def spec_to_json(spec: NestedSpec) -> dict[str, dict[str, Any]]:
-    """A JSON-able description of a spec: ``{name: {"dtype": str, "shape": [int]}}``; a
-    nested spec is written flat, by leaf path (a table made from it stores the same leaves)."""
+    """``{leaf path: {"dtype": str, "shape": [int]}}``, JSON-able."""
     spec = _flat(spec)
     return {k: {"dtype": v.dtype.name, "shape": v.shape.as_list()} for k, v in spec.items()}
 

@@ -1,16 +1,13 @@
 """The replay table: one `tf.Variable` per spec field, held on the learner's device.
 
-Rows are written in a ring: the write cursor advances by the number of appended transitions and
-wraps at ``capacity``. Filled rows are always ``[0, size)``, so samplers draw from that range.
-Writes are one `scatter_update` per field with 1-D int64 indices, never a slice assignment
-(which would copy the whole variable), so they stay cheap on GPU and CPU alike. Bool fields are
-stored as uint8 0/1 (`memory.BOOL_STORAGE`): a GPU has no bool scatter for int64 indices.
+A ring: the cursor advances by each append and wraps at ``capacity``; filled rows are always
+``[0, size)``. Writes are one `scatter_update` per field with 1-D int64 indices, never a slice
+assignment (which copies the whole variable), cheap on GPU and CPU. Bools are stored as uint8
+(`memory.BOOL_STORAGE`: a GPU has no bool scatter for int64 indices).
 
-A float field may be stored narrower than its spec dtype (``storage_dtypes``, float16 or
-bfloat16): appends cast on write inside the append graph and `ReplayTable.read` casts back, so
-everything outside the table (the spec, the wire protocol, samplers' batches) keeps the spec
-dtype. Before allocating, a table checks its bytes against its device's free memory
-(`replaygpu.memory`).
+A float field may be stored as float16/bfloat16 (``storage_dtypes``): cast on append,
+cast back by `ReplayTable.read`, so all outside the table keeps the spec dtype. A table checks
+its bytes against the device's free memory before allocating (`replaygpu.memory`).
 """
 
 from __future__ import annotations
@@ -34,36 +31,27 @@ class ReplayTable(TableBase, tf.Module):
     """A fixed-capacity ring of transitions in device memory.
 
     Args:
-        spec: ``{field: tf.TensorSpec}`` of one transition (see `specs_from_env`), or any nest
-            of `tf.TensorSpec` (dicts, tuples, namedtuples, nested): the table then stores one
-            variable per leaf, keyed by leaf path (``obs/image``) in ``spec``, keeps the nest in
-            ``structure``, accepts batches in it and its samplers return batches in it.
-        capacity: number of transitions kept; the oldest are overwritten first.
-        device: where the variables live; None picks the first GPU, else the CPU.
+        spec: any nest of `tf.TensorSpec` (see `replaygpu.specs`); batches in and out keep
+            its structure (``structure``).
+        capacity: transitions kept; the oldest are overwritten first.
+        device: None picks the first GPU, else the CPU.
         name: the table's name, as clients address it over gRPC (a Python identifier).
-        storage_dtypes: ``{field: tf.float16 or tf.bfloat16}``: float fields to store in half
-            the bytes. The spec, appends, the wire protocol and every sampled batch keep the
-            spec dtype; values are rounded on write. Precision lost: float16 keeps about 3
-            significant decimal digits (11-bit significand) and its largest value is 65504:
-            larger magnitudes are stored as +-inf; below 6.1e-5 precision thins out
-            (subnormals) and below 3e-8 values become 0.
-            bfloat16 keeps float32's range (no overflow) but only about 2-3 significant digits
-            (8-bit significand). Fine for observations of moderate scale (CartPole, MuJoCo
-            states, normalised features); keep rewards, returns and anything summed or
+        storage_dtypes: ``{field: tf.float16 or tf.bfloat16}``: float fields stored in half the
+            bytes, rounded on write. float16 keeps about 3 significant digits (11-bit
+            significand), overflows to +-inf above 65504, thins out below 6.1e-5 and is 0 below
+            3e-8; bfloat16 keeps float32's range but only 2-3 digits (8-bit significand). Fine
+            for observations of moderate scale; keep rewards, returns and anything summed or
             compared exactly in float32.
-        check_memory: check the table's bytes against its device's free memory before
-            allocating (see `replaygpu.memory`); False skips the check.
+        check_memory: False skips the free-memory check (`replaygpu.memory`).
 
-    Fields are leaf paths: ``spec``, ``storage``, ``storage_dtypes`` and the wire are keyed by
-    them (a flat dict spec's keys are its paths). The storage of field ``f`` is a variable of
-    shape ``[capacity] + spec[f].shape`` and of dtype ``table.storage_dtypes[f]``: the spec
-    dtype, a narrowed float, or uint8 for a bool (TensorFlow's GPU scatter of bools takes int32
-    indices only). Read fields through `read` or `gather`, which cast back to the spec dtype.
+    ``spec``, ``storage``, ``storage_dtypes`` and the wire are keyed by leaf path; ``storage[f]``
+    is ``[capacity] + spec[f].shape`` of ``storage_dtypes[f]``. Read through `read` or `gather`,
+    which cast back to the spec dtype.
 
     Raises:
-        ConfigError: for a bad capacity, device or storage dtype.
-        OutOfDeviceMemoryError: (a ConfigError) when the table would take more than 95% of its
-            device's free memory; it names the capacity that would fit. Nothing is allocated.
+        ConfigError: a bad capacity, device or storage dtype.
+        OutOfDeviceMemoryError: (a ConfigError) the table would take more than 95% of the
+            device's free memory; names the capacity that fits. Nothing is allocated.
     """
 
     def __init__(
@@ -112,8 +100,7 @@ class ReplayTable(TableBase, tf.Module):
         """Bytes held by the field variables, as stored (narrowed fields count 2 per element)."""
         return self.capacity * row_bytes(self.spec, self.storage_dtypes)
 
-    # The table protocol (`replaygpu.table.Table`): a plain table is a table of one shard, its
-    # own, with no strategy and no shard_by; its rows stay in append order.
+    # `replaygpu.table.Table`: one shard, its own; no strategy, no shard_by.
     @property
     def shards(self) -> list[ReplayTable]:
         return [self]
@@ -157,17 +144,12 @@ class ReplayTable(TableBase, tf.Module):
         self.inserted_var.assign_add(n)
 
     def gather(self, indices: tf.Tensor) -> dict[str, tf.Tensor]:
-        """Rows at ``indices`` ([B] int64) as flat ``{field: [B] + shape}`` in the spec dtypes
-        (samplers pack them into the structure); usable inside graphs."""
+        """Rows at ``indices`` ([B] int64) as flat ``{field: [B] + shape}`` in spec dtypes."""
         return {k: self.read(k, indices) for k in self.storage}
 
     def read(self, field: str, indices: tf.Tensor) -> tf.Tensor:
-        """Field ``field`` at rows ``indices`` (int64 of any shape ``[...]``) as
-        ``[...] + shape`` in the spec dtype; usable inside graphs.
-
-        Read any field that may be stored narrower through this (or `gather`) rather than
-        ``storage[field]``, so it comes back in its spec dtype; the samplers do.
-        """
+        """``field`` at rows ``indices`` (int64 ``[...]``) as ``[...] + shape`` in the spec
+        dtype; use this, not ``storage[field]``, for fields that may be stored narrower."""
         values = tf.gather(self.storage[field], indices)
         dtype = self.spec[field].dtype
         return values if values.dtype == dtype else tf.cast(values, dtype)
