@@ -1,13 +1,11 @@
 """`replaygpu demo NAME`: train an agent on a gymnasium toy env with progress, TensorBoard, a plot;
 `replaygpu eval RUN`: evaluate a saved run.
 
-Each demo is an algorithm of the registry (`registry.DEMOS`: its module with ``train(config,
-recorder, run)``, its frozen config dataclass in a module without TensorFlow) and preset
-hyperparameters. The demo's flags are generated from
-the config dataclass, so ``replaygpu demo cartpole --help`` lists every hyperparameter with its
-meaning and default. The algorithm module is imported only once the flags are checked, so
-``replaygpu --help``, ``replaygpu actor`` and a bad flag do not import TensorFlow. When it is,
-`imports_frozen` keeps the garbage collector off what the import builds.
+A demo is an algorithm plus preset hyperparameters (`registry.DEMOS`); its flags come from the
+config, so ``replaygpu demo cartpole --help`` lists every hyperparameter with its meaning and
+default. The algorithm module is imported once the flags are checked, so ``replaygpu --help``,
+``replaygpu actor`` and a bad flag import no TensorFlow; `imports_frozen` keeps the garbage
+collector off what the import builds.
 """
 
 from __future__ import annotations
@@ -29,15 +27,15 @@ from .registry import DEMOS, algorithm
 
 @contextlib.contextmanager
 def imports_frozen() -> Iterator[None]:
-    """Import with the cyclic garbage collector paused, then freeze what was built; freeze
-    everything again when the process exits.
+    """Import with the cyclic garbage collector paused, then freeze what was built, and again
+    at exit.
 
-    TensorFlow's import builds about 360k Python objects, none of them garbage. The collector's
-    full passes over them cost 0.4 s during the import and 0.6 s in the pass at interpreter
-    exit (`demo cartpole`, 2 cores). Frozen objects (`gc.freeze`) are left out of both; what
-    the run builds later is collected as usual, and finalizers still run at exit for all but
-    objects in reference cycles, which the commands here close explicitly. A process that
-    imported TensorFlow before (a test session calling the CLI) is left as it is.
+    TensorFlow's import builds about 360k Python objects, none garbage; full passes over them
+    cost 0.4 s during the import and 0.6 s at interpreter exit (`demo cartpole`, 2 cores).
+    Frozen objects (`gc.freeze`) are left out of both; later objects are collected as usual,
+    and finalizers still run at exit but for objects in reference cycles, which the commands
+    here close explicitly. A process that imported TensorFlow before (a test session) is left
+    as it is.
     """
     if "tensorflow" in sys.modules:
         yield
@@ -118,8 +116,8 @@ def demo_parser(name: str) -> tuple[argparse.ArgumentParser, type]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the demo named by ``args.name`` with ``args.options``; resume it if its checkpoint
-    folder holds a checkpoint. Flags and values are checked before TensorFlow is imported."""
+    """Run (or resume) the demo ``args.name`` with ``args.options``, checked before TensorFlow
+    is imported."""
     from .configs import config_from_args
 
     _require_demo_extras()
@@ -193,8 +191,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _per_s(rate: float) -> str:
-    """A rate of this process's work, or "n/a" where it measured none (a single, compiling
-    training call)."""
+    """A rate, or "n/a" where none was measured (a single, compiling training call)."""
     return f"{rate:.0f}" if math.isfinite(rate) else "n/a"
 
 
@@ -227,8 +224,8 @@ def register_eval(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    """Print the greedy mean return of the newest checkpoint under ``args.path`` (the flags and
-    the run file are checked before TensorFlow is imported)."""
+    """Print the greedy mean return of the newest checkpoint under ``args.path`` (flags and run
+    file checked before TensorFlow is imported)."""
     import replaygpu as rg
 
     from .registry import read_run_file
@@ -262,9 +259,8 @@ def run_eval(args: argparse.Namespace) -> int:
         if hasattr(module, "kept_policy"):  # the weights the run handed back (keep_best)
             policy, evaluated = module.kept_policy(agent, latest) or (policy, evaluated)
         returns = evaluate(policy, config.env_id, args.episodes, args.seed)
-    # An ALE env left in a reference cycle would outlive its finalizer at exit (`imports_frozen`
-    # freezes what is left) and ale_py would print ~25 "nanobind: leaked" lines: collect the
-    # run's own objects now (the imports are frozen, so this pass skips them).
+    # An ALE env in a reference cycle would outlive its finalizer at exit (`imports_frozen`) and
+    # ale_py would print ~25 "nanobind: leaked" lines: collect the run's objects now.
     del env, agent
     gc.collect()
     print(

@@ -1,8 +1,6 @@
-"""What an agent's envs yield: transitions in chunks, episode statistics, greedy evaluation.
-
-Transitions go to the replay table in chunks (one `ReplayTable.append` per chunk), never one
-append per step: `ChunkCollector` steps a vector env (`envs.make_vector_env`) with its policy and
-yields `TransitionChunk`s, the true last observation of each ended episode included.
+"""What an agent's envs yield: transitions in chunks (`ChunkCollector`, one `ReplayTable.append`
+each; the true last observation of each ended episode included), episode statistics, greedy
+evaluation.
 """
 
 from __future__ import annotations
@@ -25,11 +23,8 @@ Policy = Callable[[np.ndarray], np.ndarray]
 
 
 def true_next_obs(obs: Any, done: np.ndarray, info: Mapping) -> Any:
-    """The next observation of each env's transition: ``info["final_obs"]`` where it ended.
-
-    ``obs`` is ``[N, ...]``, or a nest of them for a Dict or Tuple observation space (then
-    each ``info["final_obs"][i]`` is one env's nested observation).
-    """
+    """The next observation of each env's transition: ``info["final_obs"]`` where it ended;
+    ``obs`` is ``[N, ...]``, or a nest of them (a Dict or Tuple space)."""
     if not done.any() or "final_obs" not in info:
         return obs
     ended = np.flatnonzero(info["_final_obs"])
@@ -78,13 +73,8 @@ class EpisodeStats:
 
 
 class TransitionChunk:
-    """Preallocated numpy columns for up to ``size`` transitions of one spec.
-
-    Args:
-        spec: ``{field: FieldSpec}`` of one transition (``host_spec(table.spec)``, or a
-            client's ``spec``).
-        size: rows held before `take` must be called.
-    """
+    """Preallocated numpy columns for up to ``size`` transitions of ``spec``
+    (``host_spec(table.spec)``, or a client's ``spec``) between calls of `take`."""
 
     def __init__(self, spec: HostSpec, size: int) -> None:
         self.columns = {k: np.zeros((size, *f.shape), f.numpy_dtype) for k, f in spec.items()}
@@ -94,8 +84,8 @@ class TransitionChunk:
         self._flat = set(self.columns) == set(TRANSITION_FIELDS)
 
     def add(self, **fields: Any) -> None:
-        """Add ``n`` transitions given as ``field=[n, ...]`` arrays (one vector step); a field
-        may be a nest of them (a Dict observation) when the spec's leaves are its paths."""
+        """Add ``n`` transitions as ``field=[n, ...]`` arrays, or nests of them (a Dict
+        observation) when the spec's leaves are their paths."""
         fields = flatten_batch(self.columns, fields)
         n = len(next(iter(fields.values())))
         if self.count + n > self.size:
@@ -114,8 +104,8 @@ class TransitionChunk:
         truncated: np.ndarray,
         info: dict,
     ) -> None:
-        """Add one vector-env step: ``next_obs`` is the true last observation where an episode
-        ended (the vector env already holds the next episode's reset observation there)."""
+        """Add one vector-env step, with the true last observation (`true_next_obs`) where an
+        episode ended."""
         done = terminated | truncated
         if self._flat:  # the acting loops' per-step path: assignment casts as astype does
             n, i = len(actions), self.count
@@ -152,19 +142,12 @@ StepPolicy = Callable[[Any, int], np.ndarray]
 
 
 class ChunkCollector:
-    """Steps a vector env with a policy, a chunk of transitions at a time: the acting half of
-    a single-process training loop (DQN's, SAC's), which trains on each chunk it collects.
+    """The acting half of a single-process training loop (DQN's, SAC's): steps ``env``
+    (`envs.make_vector_env`, closed by `close`) a chunk of at most ``size`` env steps at a time,
+    calling ``on_episode(env_steps, episodic_return, length)`` as each episode ends.
 
-    Starts new episodes (env state is not checkpointed): the env is reset with seeds
-    ``seed + env_steps``, so a resumed run does not replay its first episodes.
-
-    Args:
-        env: the vector env (`make_vector_env`); closed by `close`.
-        spec: ``{field: FieldSpec}`` of one transition (``host_spec(table.spec)``).
-        size: most env steps in one chunk (a multiple of ``env.num_envs``).
-        on_episode: called ``(env_steps, episodic_return, length)`` as each episode ends.
-        seed: the run's seed.
-        env_steps: env steps the run took before (a resumed run's).
+    Env state is not checkpointed: the env is reset with seeds ``seed + env_steps`` (those a
+    resumed run took before), so a resumed run does not replay its first episodes.
     """
 
     def __init__(
@@ -184,8 +167,7 @@ class ChunkCollector:
         self.obs, _ = env.reset(seed=seed + env_steps)
 
     def collect(self, policy: StepPolicy, env_steps: int) -> dict[str, np.ndarray]:
-        """Step the env ``env_steps`` times (whole vector steps) with ``policy``; returns the
-        chunk of transitions (``{field: [env_steps, ...]}``)."""
+        """``{field: [env_steps, ...]}`` transitions of ``env_steps`` steps with ``policy``."""
         env, chunk, stats, on_episode = self.env, self.chunk, self.stats, self.on_episode
         n, step, obs = env.num_envs, self.env_steps, self.obs
         for _ in range(env_steps // n):
@@ -216,15 +198,11 @@ def evaluate(
     seed: int,
     on_reset: Callable[[], None] | None = None,
 ) -> np.ndarray:
-    """Returns of ``episodes`` full episodes of ``policy``, seeded ``seed + i``.
+    """``[episodes]`` float64 undiscounted returns of ``policy``, episode i seeded ``seed + i``.
 
-    The episodes run side by side (up to `EVAL_GROUP` at once), one env each, with one policy
-    call per step for the episodes still running (20 CartPole episodes: 500 calls, not
-    10,000). With ``on_reset`` (a recurrent policy, whose state is one episode's) they run one
-    after the other and ``on_reset`` is called as each starts.
-
-    Returns:
-        ``[episodes]`` float64 undiscounted returns.
+    The episodes run side by side (up to `EVAL_GROUP`), one policy call per step for those still
+    running (20 CartPole episodes: 500 calls, not 10,000). With ``on_reset`` (a recurrent
+    policy) they run one after the other, ``on_reset`` called as each starts.
     """
     if on_reset is None:
         seeds = [seed + ep for ep in range(episodes)]

@@ -1,10 +1,6 @@
 """Soft actor-critic for Box actions: twin critics, a tanh-squashed Gaussian actor and automatic
-entropy tuning.
-
-Reads top to bottom: the config, the agent (networks + the in-graph update), the training loop.
-Acting uses a numpy copy of the actor (refreshed after each training call); every
-``train_freq`` env steps the new transitions go to the `ReplayTable` in one append and
-``gradient_steps`` SGD steps run in one `Learner.train` call.
+entropy tuning. Reads top to bottom: the agent (networks, in-graph update), the training loop
+(as `dqn.agent`'s: a numpy actor, one append and one `Learner.train` call per chunk).
 """
 
 from __future__ import annotations
@@ -34,13 +30,8 @@ from .config import SACLearnerConfig
 
 
 class SAC(tf.Module):
-    """Actor, twin critics with Polyak targets, entropy coefficient, and the in-graph update.
-
-    Args:
-        obs_dim: flat observation size.
-        low, high: ``[act_dim]`` bounds of the Box action space.
-        config: hyperparameters.
-    """
+    """Actor, twin critics with Polyak targets, entropy coefficient, and the in-graph update;
+    ``low``, ``high``: ``[act_dim]`` bounds of the Box action space."""
 
     def __init__(self, obs_dim: int, low: np.ndarray, high: np.ndarray, config: SACConfig):
         super().__init__(name="sac")
@@ -144,11 +135,7 @@ def train(
     config: SACConfig, recorder: Recorder | None = None, run: RunControl | None = None
 ) -> TrainResult:
     """Train SAC on ``config.env_id``, then evaluate the greedy (mean) action; with ``run``,
-    resumably (as `dqn.train`).
-
-    Raises:
-        ConfigError: when the env's action space is not a bounded Box.
-    """
+    resumably (as `dqn.train`). Raises ConfigError unless the actions are a bounded Box."""
     recorder = recorder or NullRecorder()
     check_env(config.env_id).close()
     env = make_vector_env(config.env_id, config.num_envs, config.seed)
@@ -180,13 +167,11 @@ def train(
 
     timer = TrainTimer(env_steps)
     while env_steps < config.steps:
-        # Act for one chunk (the last one: what is left of steps).
         size, sgd_steps = next_chunk(config, env_steps)
         table.append(acting.collect(policy, size))
         env_steps = acting.env_steps
 
-        # Train: the chunk's SGD steps in one fused graph call, then refresh the actor mirror.
-        if env_steps >= config.learning_starts:
+        if env_steps >= config.learning_starts:  # one fused call, then a new actor mirror
             metrics = timer.train(learner, sgd_steps)
             weights = agent.actor.numpy_weights()
             act = squashed_gaussian_policy(weights, agent.scale, agent.bias, rng)
