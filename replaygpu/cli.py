@@ -1,17 +1,14 @@
-"""The `replaygpu` command line: the library's own commands (``serve``, ``info``, ``health``)
-and those that installed packages add.
+"""The `replaygpu` command line: the library's commands (``serve``, ``info``, ``health``) and
+those installed packages add.
 
-Each subcommand lives in the module that owns it and registers itself through a
-``register(subparsers)`` function (each module's ``run(args)`` runs it). The library's are in
-`replaygpu.service.ops.commands`; a package adds its own through an entry point in the group
-`COMMAND_GROUP` naming such a module (replaygpu's agents add ``demo``, ``eval``, ``learner``
-and ``actor`` so, in pyproject.toml), so the library names none of them. Nothing here imports
-TensorFlow, so `replaygpu --help` starts fast.
+A subcommand's module has ``register(subparsers)``; the library's is
+`replaygpu.service.ops.commands`, others come from `COMMAND_GROUP` entry points (the agents'
+``demo``, ``eval``, ``learner``, ``actor``), so the library names none. No TensorFlow import
+here: `replaygpu --help` starts fast.
 
-Expected failures (bad flags or values, bad files, an unknown env id, an unwritable folder, an
-unreachable or refusing server, a missing optional dependency) end with one line on stderr and
-exit status 2; ``--debug`` shows the traceback instead. Flags are parsed and checked before a
-command imports TensorFlow, so such a line comes at once.
+Expected failures (bad flags, values or files, unknown env id, unwritable folder, unreachable
+server, missing optional dependency) end with one stderr line and exit status 2 (``--debug``:
+the traceback), at once, as flags are checked before TensorFlow is imported.
 """
 
 from __future__ import annotations
@@ -41,9 +38,8 @@ EXTRAS = {
 
 
 class CommandParser(argparse.ArgumentParser):
-    """An `argparse.ArgumentParser` whose errors are one line on stderr, ``PROG: error:
-    MESSAGE``, with exit status `USAGE_ERROR` and no usage block before it (``--help`` prints
-    the usage). The parsers of subcommands (``add_subparsers``) are of this class too."""
+    """Errors as one stderr line, ``PROG: error: MESSAGE``, exit status `USAGE_ERROR`, no usage
+    block; subcommand parsers are of this class too."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(USAGE_ERROR, f"{self.prog}: error: {message}\n")
@@ -69,17 +65,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def command_modules() -> list[str]:
-    """The modules that register subcommands: the library's, then each `COMMAND_GROUP` entry
-    point's (by name; a module named twice registers once)."""
+    """Modules registering subcommands: the library's, then `COMMAND_GROUP`'s by name, once
+    each."""
     added = sorted(entry_points(group=COMMAND_GROUP), key=lambda entry: entry.name)
     return list(dict.fromkeys(["replaygpu.service.ops.commands", *(e.value for e in added)]))
 
 
 def expected_errors() -> tuple[type[BaseException], ...]:
-    """Errors that are the user's to fix, reported in one line: the library's own (commands
-    turn bad files, values and addresses into `ConfigError`s where they meet them) and
-    gymnasium's unknown-env errors (looked up only if gymnasium was loaded). Anything else is
-    a bug and keeps its traceback."""
+    """The user's errors, reported in one line: the library's (commands raise `ConfigError` for
+    bad files, values, addresses) and gymnasium's, if loaded; others keep their traceback."""
     from replaygpu.errors import ReplayError
 
     kinds: list[type[BaseException]] = [ReplayError]
@@ -90,8 +84,7 @@ def expected_errors() -> tuple[type[BaseException], ...]:
 
 
 def missing_dependency(err: BaseException) -> str | None:
-    """What to install for a `ModuleNotFoundError` of an optional dependency (`EXTRAS`), in one
-    line; None for any other error."""
+    """One line on what to install for a missing optional dependency (`EXTRAS`), else None."""
     if not isinstance(err, ModuleNotFoundError) or not err.name:
         return None
     module = err.name.split(".")[0]
@@ -112,11 +105,8 @@ CLOSED_PIPE = 141
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `replaygpu` console script.
-
-    A reader that closes the pipe early (``replaygpu info ADDR | head -3``) ends the command
-    quietly with `CLOSED_PIPE`, as ``cat`` does, not with a BrokenPipeError traceback.
-    """
+    """The `replaygpu` console script; a closed pipe (``| head -3``) ends it quietly with
+    `CLOSED_PIPE`, as ``cat`` does."""
     try:
         code = _run(argv)
         sys.stdout.flush()  # a closed pipe shows here as often as in a print

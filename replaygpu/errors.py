@@ -41,26 +41,20 @@ class CheckpointMismatchError(ReplayError, ValueError):
 
 
 class CheckpointSaveError(ReplayError, RuntimeError):
-    """A checkpoint could not be written (a full disk, a permission): what failed, where, and
-    the free bytes there. Nothing of it was kept; the checkpoints before it are untouched."""
+    """A checkpoint could not be written (full disk, permission); nothing of it was kept."""
 
 
 class CheckpointCorruptError(ReplayError, RuntimeError):
-    """A checkpoint's files do not match the checksums written with it (truncated, bit-flipped,
-    missing), or cannot be read. The message names the file. Nothing was restored from it."""
+    """A checkpoint's files are unreadable or fail their checksums; nothing was restored."""
 
 
 class StorageFullError(ReplayError, RuntimeError):
-    """A file system has no room for a write (ENOSPC, EDQUOT). Transient: nothing that was
-    acknowledged is lost, and the write succeeds once space is freed. The message names the
-    folder and the free bytes."""
+    """No room for a write (ENOSPC, EDQUOT). Transient: nothing acknowledged is lost, and the
+    write succeeds once space is freed."""
 
 
 class ConfigError(ReplayError, ValueError, TypeError):
-    """An argument or configuration value is wrong: out of range, or of the wrong type.
-
-    Both a `ValueError` and a `TypeError`, so callers that catch either keep working.
-    """
+    """An argument or configuration value is wrong; a `ValueError` and a `TypeError` both."""
 
 
 def check_int(name: str, value: Any, least: int) -> int:
@@ -74,8 +68,7 @@ class OutOfDeviceMemoryError(ConfigError):
     """A table would not fit in the free memory of its device. Nothing was allocated.
 
     Attributes:
-        needed: bytes the table would take.
-        available: bytes free on the device when it was checked.
+        needed, available: bytes the table would take, and free when checked.
         device: the device.
         capacity_that_fits: the largest capacity the check would accept (0: not one row).
     """

@@ -1,9 +1,7 @@
 """Rate limiters: how many SGD steps the learner may take now, computed inside the graph.
 
-They never block and never busy-wait: the learner asks for k steps and runs
-``min(k, allowed_steps)``. Callers that get fewer steps than asked simply insert more data
-(or do other work) and call again. The rule itself is `SampleToInsertRule`, shared with the
-actors' insert side.
+Never blocking: the learner runs ``min(k, allowed_steps)`` of k steps asked; callers given fewer
+insert more and call again. The rule is `SampleToInsertRule`, shared with the insert side.
 """
 
 from __future__ import annotations
@@ -16,19 +14,12 @@ from replaygpu.learner.ratio import SampleToInsertRule
 class SampleToInsertRatio(tf.Module):
     """Keeps the number of sampled transitions near ``samples_per_insert`` x inserted ones.
 
-    Counting samples in transitions (a step of batch size B samples B transitions), sampling is
-    allowed while the table holds at least ``min_size_to_sample`` rows and::
-
-        sampled + B <= samples_per_insert * (inserted - min_size_to_sample) + error_buffer
-
-    so that ``allowed_steps = floor(rule.sample_room(inserted, sampled) / B)``
-    (`SampleToInsertRule`). This is Reverb's SampleToInsertRatio seen from the sampling side;
-    actors apply the same rule on the insert side (`ReplayClient.wait_for_insert_room`).
+    Reverb's SampleToInsertRatio from the sampling side: ``allowed_steps =
+    floor(rule.sample_room(inserted, sampled) / B)``, with samples counted in transitions;
+    actors apply the same rule when inserting (`ReplayClient.wait_for_insert_room`).
 
     Args:
-        samples_per_insert: the target replay ratio (e.g. 8: each transition is sampled 8 times
-            on average).
-        min_size_to_sample: no step runs before the table holds this many rows.
+        samples_per_insert, min_size_to_sample: as `SampleToInsertRule`'s.
         error_buffer: slack in transitions; it must allow at least one minibatch.
 
     Raises:

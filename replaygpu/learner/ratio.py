@@ -1,8 +1,7 @@
 """The samples-per-insert rule, written once for both sides of the wire (no TensorFlow).
 
-`SampleToInsertRule` is plain arithmetic on ``inserted`` and ``sampled`` counts, so the same
-expressions run on Python numbers in an actor (`ReplayClient.wait_for_insert_room`) and on
-float64 tensors inside the learner's graph (`SampleToInsertRatio.allowed_steps`).
+Plain arithmetic, so the same expressions run on Python numbers in an actor
+(`ReplayClient.wait_for_insert_room`) and on float64 tensors in the learner's graph.
 """
 
 from __future__ import annotations
@@ -22,10 +21,8 @@ Number = TypeVar("Number")
 class SampleToInsertRule:
     """Keeps ``diff = samples_per_insert * inserted - sampled`` inside a band.
 
-    Counting samples in transitions (a step of batch size B samples B transitions), the band is
-    ``[spi * min_size_to_sample - error_buffer, spi * min_size_to_sample + error_buffer]``:
-    sampling may take ``diff`` down to its floor, inserting may push it up to its ceiling. This
-    is Reverb's SampleToInsertRatio.
+    The band is ``spi * min_size_to_sample +- error_buffer`` (samples counted in transitions):
+    sampling may take ``diff`` to its floor, inserting push it to its ceiling (as Reverb's).
 
     Attributes:
         samples_per_insert: the target replay ratio (8: each row is sampled 8 times on average).
@@ -50,18 +47,14 @@ class SampleToInsertRule:
             raise ConfigError(f"error_buffer: got {self.error_buffer!r}, expected >= 0")
 
     def sample_room(self, inserted: Number, sampled: Number) -> Number:
-        """Transitions that may be sampled now (negative: none).
-
-        ``spi * (inserted - min_size_to_sample) + error_buffer - sampled``.
-        """
+        """``spi * (inserted - min_size_to_sample) + error_buffer - sampled``: transitions that
+        may be sampled now (negative: none)."""
         spi = self.samples_per_insert
         return spi * inserted - sampled - (spi * self.min_size_to_sample - self.error_buffer)
 
     def insert_room(self, inserted: Number, sampled: Number) -> Number:
-        """Rows that may be inserted now before sampling must catch up (negative: none).
-
-        ``min_size_to_sample + (error_buffer + sampled) / spi - inserted``.
-        """
+        """``min_size_to_sample + (error_buffer + sampled) / spi - inserted``: rows that may be
+        inserted before sampling must catch up (negative: none)."""
         spi = self.samples_per_insert
         ceiling = spi * self.min_size_to_sample + self.error_buffer
         return (ceiling - (spi * inserted - sampled)) / spi

@@ -1,10 +1,8 @@
 """Published weights: versioned host snapshots that the service hands to actors.
 
-`Learner.publish_weights` reads the variables of its source (a model, a module, a callable)
-when it runs, copies them to numpy on the learner thread and bumps the version; gRPC threads
-read the latest snapshot without touching TensorFlow. The version counter can live in a
-checkpointed variable (``Learner.weights_version``), so a restarted learner continues numbering
-where its checkpoint left off instead of starting again at 1. No TensorFlow here.
+Publishing copies the source's variables to numpy on the learner thread and bumps the version;
+gRPC threads read the latest snapshot without touching TensorFlow. A checkpointed counter
+(``Learner.weights_version``) lets a restarted learner continue its numbering. No TensorFlow.
 """
 
 from __future__ import annotations
@@ -21,13 +19,8 @@ from replaygpu.errors import ConfigError
 
 @dataclass(frozen=True)
 class WeightSnapshot:
-    """One published set of weights.
-
-    Attributes:
-        version: 1 for the first publication, then +1 each time.
-        names: the keys when published as a mapping, else None (a list).
-        arrays: host copies, in publication order.
-    """
+    """One published set of weights: ``version`` (1, 2, ...), ``names`` (the keys of a
+    mapping, else None) and ``arrays`` (host copies, in publication order)."""
 
     version: int
     names: tuple[str, ...] | None
@@ -61,12 +54,8 @@ class VersionCounter(Protocol):
 
 
 class WeightStore:
-    """Holds the latest `WeightSnapshot`; thread-safe.
-
-    Args:
-        counter: keeps the version (checkpoint it to continue numbering after a restart);
-            None keeps it in memory only.
-    """
+    """Holds the latest `WeightSnapshot`; thread-safe. ``counter`` keeps the version (checkpoint
+    it to continue numbering after a restart); None: in memory only."""
 
     def __init__(self, counter: VersionCounter | None = None) -> None:
         self._lock = threading.Lock()
@@ -77,27 +66,21 @@ class WeightStore:
 
     @property
     def version(self) -> int:
-        """The latest version: 0 before the first publication, or the restored counter's value
-        until the first publication after a restore."""
+        """The latest version (0, or the restored counter's, before a publication)."""
         return self._version
 
     def sync(self) -> None:
-        """Pick up a checkpoint restore of the counter (call from the learner side, not from
-        gRPC threads)."""
+        """Pick up a restored counter (learner side, not gRPC threads)."""
         if self._counter is not None:
             self._version = int(self._counter.numpy())
 
     def publish(self, source: Any) -> int:
-        """Snapshot the variables ``source`` holds now and make them the latest version.
+        """Snapshot ``source``'s variables now as the latest version; the new version.
 
         Args:
-            source: read when this runs: a Keras model (its ``weights``), a `tf.Module` (its
-                ``variables``), a mapping ``{name: variable or array}``, a sequence of them,
-                or a callable returning one of those. Pass the model itself, not
-                ``model.variables``: a Keras model has no variables before its first call.
-
-        Returns:
-            the new version.
+            source: a Keras model (``weights``), a `tf.Module` (``variables``), a mapping
+                ``{name: variable or array}``, a sequence of them, or a callable returning one.
+                Pass the model itself: a Keras model has no variables before its first call.
 
         Raises:
             ConfigError: for anything else, or when ``source`` holds no variables.
@@ -123,13 +106,9 @@ class WeightStore:
         return version
 
     def latest(self, newer_than: int = 0) -> WeightSnapshot | None:
-        """The latest snapshot for a caller holding version ``newer_than``, or None.
-
-        None when nothing was published or the latest version equals ``newer_than``. A caller
-        ahead of this store (``newer_than`` above its version) holds a version of an earlier
-        run of the learner (a restart from an older checkpoint, or without one): it gets the
-        latest snapshot, whose version is then lower than its own.
-        """
+        """The latest snapshot, or None if none or the caller holds it (``newer_than``). A caller
+        ahead of this store holds an earlier run's version (restart from an older checkpoint)
+        and gets the latest, lower-numbered, snapshot."""
         latest = self._latest
         if latest is None:
             return None

@@ -1,8 +1,4 @@
-"""The `tf.data` bridge: a sampler's draws as an endless `tf.data.Dataset`.
-
-`Sampler.as_dataset` is the entry; this module knows only a ``sample`` function and its table,
-so it needs nothing of the sampler's classes.
-"""
+"""The `tf.data` bridge behind `Sampler.as_dataset`; it knows only a ``sample`` function."""
 
 from __future__ import annotations
 
@@ -21,29 +17,19 @@ def make_dataset(
 ) -> tf.data.Dataset:
     """An endless `tf.data.Dataset` of ``sample(batch_size)``, drawn in-graph from the live table.
 
-    For training loops built around ``tf.data`` (TF-Agents and Reverb style ``for indices,
-    batch in dataset``). Every element runs the sampler's graph on the table's variables
-    (captured, not copied) when it is produced, so it sees rows appended after the dataset was
-    made and priorities set since; draws advance the sampler's own random stream. Elements
-    arrive on the host. No prefetch is added (tf.data's automatic injection is off), so an
-    element is drawn when asked for; ``.prefetch(n)`` overlaps sampling with training, at the
-    cost of batches up to ``n`` steps older than the latest appends and priorities.
-
-    This is the slow path: one element and one training-step call per SGD step; `rg.Learner`
-    runs many steps per call with no host traffic per step (`benchmarks/dataset_bridge.py`
-    measures the two side by side).
+    Each element runs the sampler's graph on the live variables when produced (later appends
+    and priorities show; the sampler's random stream advances), and arrives on the host. No
+    prefetch is injected; ``.prefetch(n)`` overlaps sampling with training, with batches up to
+    ``n`` steps stale. The slow path: one call per SGD step, where `rg.Learner` runs many
+    (`benchmarks/dataset_bridge.py` compares them).
 
     Args:
-        sample: the sampler's ``sample``, ``sample(B) -> (indices [B] int64, batch)``.
-        table: the table it draws from.
-        batch_size: rows per element, B >= 1.
+        sample: ``sample(B) -> (indices [B] int64, batch)``.
         owner: the sampler's name, for messages.
 
     Raises:
-        ConfigError: for a batch size below 1, or a sampler of a sharded table (its
-            replicas sample inside `rg.Learner`'s ``strategy.run``).
-        tf.errors.InvalidArgumentError: from the iterator, when an element is asked of an
-            empty table ("table NAME is empty: append transitions before sampling").
+        ConfigError: a batch size below 1, or a sharded table (sampled in ``strategy.run``).
+        tf.errors.InvalidArgumentError: from the iterator, on an empty table.
     """
     if (
         not isinstance(batch_size, numbers.Integral)

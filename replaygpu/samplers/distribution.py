@@ -1,12 +1,9 @@
 """Index distributions: which rows of a shard a sampler draws.
 
-A distribution is a frozen config (`Uniform`, `Prioritized`) that builds one `Index` per shard of
-a table: the variables that draw rows there (a `tf.random.Generator`, a sum tree, ...). It knows
-nothing of what a drawn row becomes; that is the view's part (`replaygpu.samplers.view`), and
-the `Sampler` puts the two together, so every distribution works with every view.
-
-Adding a distribution (recency, say) means one config with ``build`` and one `Index` with
-``draw``; the sampler, the learner loop, sharding and checkpoints need no change.
+A distribution is a frozen config (`Uniform`, `Prioritized`) building one `Index` per shard (its
+generator, sum tree, ...); what a row becomes is the view's part (`replaygpu.samplers.view`).
+A new one (recency, say) is a config with ``build`` and an `Index` with ``draw``; sampler,
+learner loop, sharding and checkpoints need no change.
 """
 
 from __future__ import annotations
@@ -32,24 +29,18 @@ def make_generator(seed: int | None, device: str) -> tf.random.Generator:
 
 
 class Index(tf.Module):
-    """One shard's drawing state. Subclasses set ``table`` and ``generator`` and override
-    ``draw``; those that keep priorities override the rest.
-
-    All methods are graph functions of the index's variables and its shard, usable inside the
-    learner's ``tf.while_loop`` and under XLA.
-    """
+    """One shard's drawing state: subclasses set ``table`` and ``generator`` and override
+    ``draw`` (and the rest, to keep priorities). All methods are graph functions, usable in the
+    learner's ``tf.while_loop`` and under XLA."""
 
     keeps_priorities: ClassVar[bool] = False
     table: ReplayTable
     generator: tf.random.Generator
 
     def draw(self, batch_size: int, stratified: bool = True) -> tuple[tf.Tensor, tf.Tensor | None]:
-        """``(rows [B] int64, odds [B] float64 or None)``: rows of ``[0, size)``.
-
-        ``odds`` is what `weigh` turns into importance weights (None: all rows equally likely).
-        ``stratified=False`` asks for independent draws: the sampler redraws rejected rows so,
-        which keeps the marginal distribution exact over the rows a view accepts.
-        """
+        """``(rows [B] int64 in [0, size), odds [B] float64 or None)``; `weigh` turns ``odds``
+        into importance weights (None: uniform). ``stratified=False``: independent draws, for
+        the sampler's spares (keeps the marginal exact over rows a view accepts)."""
         raise NotImplementedError(f"{type(self).__name__} does not implement draw")
 
     def weigh(self, odds: tf.Tensor | None) -> tf.Tensor | None:
@@ -66,11 +57,7 @@ class Index(tf.Module):
         return None
 
     def write(self, indices: tf.Tensor, priorities: tf.Tensor) -> None:
-        """Store new priorities of rows ``indices``.
-
-        Raises:
-            ConfigError: always, in this default: the index keeps no priorities.
-        """
+        """Store new priorities of rows ``indices`` (here: `ConfigError`, none are kept)."""
         raise ConfigError(
             f"update_fn returned 'priorities', but {type(self).__name__} keeps no priorities; "
             "sample with rg.Prioritized() (rg.Sampler(table, rg.Prioritized())) or drop the "
@@ -84,8 +71,7 @@ class Distribution:
 
     Attributes:
         keeps_priorities: whether ``update_priorities`` stores anything.
-        xla: whether the sampler compiles its draw and priority write as XLA clusters when the
-            surrounding loop is not compiled.
+        xla: compile draw and priority write as XLA clusters in an uncompiled loop.
     """
 
     keeps_priorities: ClassVar[bool] = False

@@ -1,20 +1,16 @@
 """Views: what a drawn row becomes (a transition, an n-step transition, a frame stack, a sequence).
 
-A view is a frozen config with pure graph functions over one shard (a `ReplayTable`) and the rows
-an index distribution drew there; it holds no variables, so one view serves every shard and
-every distribution. What a view declares, the `Sampler` acts on:
+A view is a frozen config of pure graph functions over one shard and the drawn rows; holding no
+variables, it serves every shard and distribution. The `Sampler` acts on what it declares:
 
-- ``needs_stream_rows``: it reads rows after (or before) the drawn one that must come from the
-  same stream, so the table must keep each stream's rows together (``table.stream_contiguous``:
-  any plain table, a sharded one only with ``shard_by``);
-- ``checks_rows`` / ``valid``: some rows cannot be drawn now (a frame table's final rows, a
-  window that would cross an episode); the sampler redraws them;
-- ``settled_invalid`` and ``lookahead``: which of those never will be, so a prioritized index
-  gives them priority 0 instead of drawing and rejecting them for ever;
+- ``needs_stream_rows``: it reads neighbouring rows of the same stream
+  (``table.stream_contiguous`` required);
+- ``checks_rows`` / ``valid``: rows not drawable now (final frame rows, windows crossing an
+  episode), which the sampler redraws;
+- ``settled_invalid`` and ``lookahead``: those that never will be (priority 0 when prioritized);
 - ``added_keys``: the keys ``read`` adds beside the table's fields.
 
-A sample belongs to the row it was drawn at: the first row of a frame-stack transition or of a
-sequence. Its priority, its importance weight and ``update_priorities`` all address that row.
+A sample's priority, weight and ``update_priorities`` address the row it was drawn at.
 """
 
 from __future__ import annotations
@@ -51,8 +47,7 @@ class View:
         return 0
 
     def for_table(self, table: Table) -> View:
-        """This view as it samples ``table`` (a view that cuts at stream changes takes the
-        table's ``shard_by`` as its stream field when it names none)."""
+        """This view for ``table`` (e.g. the table's ``shard_by`` as default stream field)."""
         return self
 
     def check(self, table: Table) -> None:
