@@ -1,18 +1,11 @@
 """The actor side: `ReplayClient` buffers transitions and streams them to the learner.
 
-Transitions collect in a columnar buffer and are sealed into one ``AppendRequest`` when it
-holds ``max_batch_transitions`` transitions or ``max_batch_bytes`` bytes, or when the oldest
-waited ``max_delay_s`` (a background flusher). Sealed requests go to the client's `Outbox`
-(``outbox.py`` beside this module), which streams them, keeps them until acknowledged (bounded
-by ``max_buffer_bytes``: `add` blocks when full) and resends them in order after a reconnect,
-with exponential backoff; nothing is duplicated or lost. `flush` waits for the acks. The
-channel, connecting and the unary RPCs are the client's `Connection` (``connection.py``).
-
-Episodes the actor reports (`ReplayClient.report_episode`) ride on its next request, and on
-every resend of it: the server counts them once, with the seq it commits. A learner that has
-finished its run says so in every ack and ``Info`` reply (`ReplayClient.run_finished`).
-
-This module imports no TensorFlow: an actor process starts fast and stays small.
+Transitions collect in a columnar buffer, sealed into one ``AppendRequest`` at
+``max_batch_transitions`` rows, ``max_batch_bytes`` or ``max_delay_s`` (a background flusher).
+The `Outbox` streams sealed requests, keeps them until acknowledged (at most
+``max_buffer_bytes``: `add` blocks when full) and resends them in order after a reconnect:
+nothing is duplicated or lost. `Connection` holds the channel and the unary RPCs.
+Imports no TensorFlow: an actor process starts fast and stays small.
 """
 
 from __future__ import annotations
@@ -51,17 +44,13 @@ class ReplayClient:
     """Streams transitions to a replay server and pulls the learner's weights.
 
     Args:
-        address: ``host:port`` of the server.
-        actor_id: this actor's name; exactly-once is tracked per actor_id, so give every
-            concurrent client its own. A client restarted under the same id continues after
-            the server's last committed seq for it.
-        table: the table to append to.
-        token: bearer token, when the server requires one.
-        tls: `TLSConfig` with the CA (and for mTLS the client certificate), or None.
-        config: buffering, limits and retries (`ClientConfig`).
+        address: ``host:port`` of the server (or a gRPC target URI).
+        actor_id: exactly-once is tracked per actor_id: one per concurrent client. A client
+            restarted under the same id continues after the server's last committed seq for it.
+        tls: the CA (and for mTLS the client certificate).
 
     Raises:
-        ConfigError: ``address`` is not ``host:port`` (or a gRPC target URI), or a bad actor_id.
+        ConfigError: a bad ``address`` or actor_id.
         TableNotFoundError: the server has no such table (the message lists its tables).
         AuthenticationError: the server refused the token.
         ServiceUnavailableError: the server could not be reached within ``retry_deadline_s``.
@@ -110,8 +99,8 @@ class ReplayClient:
         self.spec: HostSpec = reply.spec
         #: the rule of the learner's rate limiter (None without one), see `wait_for_insert_room`
         self.rate_limit: SampleToInsertRule | None = reply.rate_limit
-        #: what the learner asks its actors to run (a document of its agent, which the caller
-        #: reads), as announced at connect; None from a server that sets none (``replaygpu serve``)
+        #: what the learner asks its actors to run (its agent's document, read by the caller);
+        #: None from a server that sets none (``replaygpu serve``)
         self.actor_settings: AgentSettings | None = reply.actor_settings
         self._next_seq = reply.last_seq + 1
         row = row_nbytes(self.spec)
@@ -123,8 +112,8 @@ class ReplayClient:
         self._bool_fields = [k for k, f in self.spec.items() if f.dtype == "bool"]
         # a nested spec travels as leaf paths: nested transitions are flattened on the way in
         self._nested = is_nested(self.spec)
-        #: ``(name, column being filled, dtype, shape)`` per field in spec order (for `add`);
-        #: native dtype objects, so that most checks are identity checks
+        #: ``(name, column being filled, dtype, shape)`` per field for `add`; native dtype
+        #: objects, so that most checks are identity checks
         self._layout: list[tuple[str, np.ndarray, np.dtype, tuple[int, ...]]] = []
         self._partial_since = 0.0
         self._episodes: list[tuple[float, int]] = []  # reported, for the next request
@@ -149,8 +138,7 @@ class ReplayClient:
 
     @property
     def unacked(self) -> Unacked:
-        """Transitions, requests and bytes sent or sealed but not acknowledged (after a `close`
-        whose flush timed out: what was dropped)."""
+        """Transitions, requests and bytes not acknowledged (after a timed-out `close`: dropped)."""
         with self._cond:
             return self._outbox.unacked
 
@@ -161,15 +149,13 @@ class ReplayClient:
 
     @property
     def run_finished(self) -> bool:
-        """Whether the learner has finished its run (its budget of steps), as an ack or an
-        ``Info`` reply (`info`, `wait_for_insert_room`, connecting) said: stop collecting."""
+        """The learner has finished its run, as an ack or ``Info`` reply said: stop collecting."""
         return self._outbox.run_finished or self._connection.run_finished
 
     def report_episode(self, episode_return: float, length: int) -> None:
-        """Report an episode the actor finished: its return as the env scored it (unclipped,
-        the whole game) and its length in env steps. It rides on the next request (and on its
-        resends; the server counts it once), and the learner logs it as its run's episode
-        return and length.
+        """Report a finished episode: its unclipped whole-game return and its length in env steps.
+
+        It rides on the next request and its resends; the server counts it once and logs it.
 
         Raises:
             ConfigError: ``length`` is negative.
@@ -182,15 +168,11 @@ class ReplayClient:
     # -- adding ---------------------------------------------------------------------------------
 
     def add(self, transition: Mapping[str, Any]) -> None:
-        """Buffer one transition ``{field: value of the field's shape}``.
+        """Buffer one transition ``{field: value of the field's shape}``; blocks while full.
 
-        For a table with a nested spec, the transition may be nested like the spec
-        (``{"obs": {"image": ...}, ...}``, tuples, namedtuples) or flat by leaf path
-        (``{"obs/image": ...}``).
-
-        Plain Python numbers and lists are converted to the field dtype; arrays must have it.
-        Blocks while the buffer is full. Consecutive `add` and `add_batch` calls fill the same
-        request, sealed at the size and delay bounds of `ClientConfig`.
+        With a nested spec it may be nested like the spec (dicts, tuples, namedtuples) or flat
+        by leaf path (``{"obs/image": ...}``). Python numbers and lists are converted to the
+        field dtype; arrays must have it. `add` and `add_batch` calls fill the same request.
 
         Raises:
             BatchError: naming the field, expected and received dtype/shape (nothing is added).
@@ -220,8 +202,8 @@ class ReplayClient:
                         raise _NotPlain
                     column[i] = value
             except (_NotPlain, KeyError, ValueError, TypeError, OverflowError):
-                # check and convert field by field, raising the error that names the field;
-                # row i is only kept once `_partial_n` counts it
+                # field by field, raising the error that names the field; row i is only kept
+                # once `_partial_n` counts it
                 for (_, column, _, _), value in zip(
                     self._layout, checked_row(self.spec, transition), strict=True
                 ):
@@ -231,12 +213,10 @@ class ReplayClient:
                 self._seal_partial()
 
     def add_batch(self, columns: Mapping[str, Any]) -> None:
-        """Buffer ``n`` transitions given as columns ``{field: [n, ...] array}``.
+        """Buffer columns ``{field: [n, ...] array}`` (nested or flat, as in `add`).
 
-        For a nested spec, ``columns`` may be nested like the spec or flat by leaf path.
-        Small batches are packed together (and with `add` calls) into one request; large ones
-        are split into requests of at most ``max_batch_transitions`` / ``max_batch_bytes``.
-        Blocks while the buffer is full.
+        Small batches are packed with other calls into one request, large ones split at the
+        `ClientConfig` bounds. Blocks while the buffer is full.
 
         Raises:
             BatchError: naming the field, expected and received dtype/shape (nothing is added).
@@ -280,8 +260,7 @@ class ReplayClient:
         self._filling.set()
 
     def _fill_partial(self, cols: Mapping[str, np.ndarray], start: int, n: int) -> int:
-        """Copy rows ``start:`` of ``cols`` into the request being filled, sealing it when
-        full; returns the first row not copied."""
+        """Copy rows ``start:`` into the request being filled; returns the first row not copied."""
         take = min(n - start, self._rows - self._partial_n)
         i = self._partial_n
         for name, column in self._partial.items():
@@ -322,8 +301,7 @@ class ReplayClient:
             self._outbox.wait_until_acked(timeout)
 
     def _flush_loop(self) -> None:
-        """Seal the request being filled once its oldest row waited ``max_delay_s``. Sleeps
-        while none is being filled: hundreds of idle clients in one process cost no wakeups."""
+        """Seal after ``max_delay_s``; sleeps while nothing is filled (idle clients: no wakeups)."""
         delay = self.config.max_delay_s
         while True:
             self._filling.wait()
@@ -342,27 +320,23 @@ class ReplayClient:
     # -- the server's rate limit ----------------------------------------------------------------
 
     def wait_for_insert_room(self, slack: float = 0.0, stop: threading.Event | None = None) -> bool:
-        """Wait while the table is ahead of what the learner has sampled: the insert side of the
-        server's samples-per-insert limit (as Reverb's limiter blocks inserters).
+        """Wait while the table is ahead of the learner's sampling (as Reverb blocks inserters).
 
-        The learner's `SampleToInsertRatio` only holds back sampling; an actor that could
-        outrun the learner calls this after each batch, so the learner trains on data from
-        recent policies instead of a backlog. The rule is the limiter's own
-        (`SampleToInsertRule.insert_room`), fed by the counters of the latest ack, with this
-        client's rows not acknowledged yet counted as inserted (so an actor does not run ahead
-        while its acks lag, e.g. behind a learner still compiling); only while they say wait
-        does it ask the server (``Info``) for fresh ones, backing off up to 50 ms.
+        `SampleToInsertRatio` only holds back sampling; an actor that could outrun the learner
+        calls this after each batch, so the learner trains on recent policies, not a backlog.
+        The rule is `SampleToInsertRule.insert_room` on the latest ack's counters, this client's
+        unacked rows counted as inserted (acks may lag behind a compiling learner); only while
+        it says wait are fresh counters asked for (``Info``), backing off up to 50 ms.
 
         Args:
             slack: rows the table may run ahead beyond the limiter's ``error_buffer``.
             stop: return early when this event is set.
 
         Returns:
-            whether it waited (False at once when the server's learner has no rate limiter);
-            it stops waiting when the learner's run is finished (`run_finished`).
+            whether it waited (False without a rate limiter); stops at `run_finished`.
 
         Raises:
-            ServiceError: when an ``Info`` call fails.
+            ServiceError: an ``Info`` call failed.
         """
         rule = self.rate_limit
         if rule is None:
@@ -399,15 +373,13 @@ class ReplayClient:
     def get_weights(
         self, newer_than: int = 0
     ) -> tuple[int, dict[str, np.ndarray] | list[np.ndarray]] | None:
-        """The learner's latest weights unless their version is ``newer_than``.
+        """The learner's latest weights unless their version is ``newer_than`` (the one held).
 
-        Pass the version you hold. A learner that restarted (from an older checkpoint, or
-        without one) publishes lower versions than the one you hold: then its latest weights
-        come back with that lower version; keep it as your version from then on.
+        A restarted learner publishes lower versions: they come back too; keep the lower one.
 
         Returns:
-            ``(version, weights)`` with weights as published (a dict or a list of read-only
-            arrays), or None when nothing newer was published.
+            ``(version, weights)``, weights as published (dict or list of read-only arrays), or
+            None when nothing newer was published.
         """
         reply = self._connection.get_weights(newer_than)
         if not reply.tensors or reply.version == newer_than:
@@ -422,10 +394,8 @@ class ReplayClient:
     # -- closing --------------------------------------------------------------------------------
 
     def close(self, flush: bool = True, timeout: float | None = None) -> None:
-        """Flush (unless ``flush=False``), stop the threads and close the channel. Idempotent.
-
-        Returns within about ``timeout`` seconds: when the flush fails (or times out), what
-        is still unacknowledged is dropped and the stream cancelled rather than retried.
+        """Flush, stop the threads and close the channel. Idempotent; returns within about
+        ``timeout`` s: if the flush fails, what is unacknowledged is dropped, not retried.
 
         Raises:
             whatever `flush` raises; the client is closed either way.

@@ -1,10 +1,8 @@
 """The client's connection to a replay server: the channel, connecting with retries, the RPCs.
 
-A `ReplayClient` (in `client`) owns one `Connection`: it connects through it (``Info``, waited
-for with backoff while the server is down), hands its `Connection.append` to the `Outbox` that
-streams the requests, and asks it for weights and counters. Its `Outage` turns the failures
-and successes of all those calls into one log line when the server stops answering and one when
-it answers again, however many retries lie between. Imports no TensorFlow.
+Each `ReplayClient` owns one; its `Connection.append` feeds the client's `Outbox`. Its `Outage`
+logs one line when the server stops answering and one when it answers again, however many
+retries lie between. Imports no TensorFlow.
 """
 
 from __future__ import annotations
@@ -58,9 +56,8 @@ OUTAGE_CODES = frozenset(
 
 
 def reason(error: BaseException) -> str:
-    """A few words on why a call failed (``connection refused``, ``unknown host``, ...); for
-    another outage what gRPC said, up to its first ``;``; the whole message for anything else
-    (a full staging queue says why)."""
+    """Why a call failed in a few words (``unknown host``); else gRPC's text up to its ``;``
+    for an outage, the whole message otherwise (a full staging queue says why)."""
     text = str(error)
     found = next((shown for needle, shown in _REASONS if needle in text.lower()), None)
     if found is not None:
@@ -77,16 +74,12 @@ def reason(error: BaseException) -> str:
 class Outage:
     """Whether the server answers, as the client's calls find it, logged once per change.
 
-    Every call that fails while retrying (the append stream, and through `Connection` each
-    ``Info`` and ``GetWeights``) reports `failed`, every success `recovered`: an outage of any
-    length costs one line when it starts and one when it ends, not one per retry. An outage
-    the append stream began ends only with an ack: a server shutting down refuses appends
-    while it still answers the odd ``GetWeights``, and that is no recovery. Once the server
-    said the run is finished (`finish`), a server that stops answering is no outage: it
-    stopped for good, and nothing is logged.
+    Every retried call (the append stream, ``Info``, ``GetWeights``) reports `failed`, every
+    success `recovered`: one line per start and end, not per retry. An outage the append stream
+    began ends only with an ack: a server shutting down refuses appends while it still answers
+    the odd ``GetWeights``. After `finish` a silent server stopped for good: nothing is logged.
 
     Args:
-        address: the server, for the lines.
         retry_deadline_s: how long the client retries (None: forever), for the first line.
     """
 
@@ -104,8 +97,7 @@ class Outage:
         self._finished = True
 
     def failed(self, error: BaseException, stream: bool = False) -> None:
-        """A call (``stream``: the append stream) failed with ``error`` and will be retried:
-        log if an outage begins."""
+        """A call (``stream``: the append stream) failed and will be retried."""
         if self.since is not None or self._finished:
             return
         with self._lock:
@@ -121,7 +113,7 @@ class Outage:
         )
 
     def recovered(self, stream: bool = False) -> None:
-        """A call (``stream``: an ack) succeeded: log if an outage ends."""
+        """A call (``stream``: an ack) succeeded."""
         if self.since is None or (self._by_stream and not stream):
             return
         with self._lock:
@@ -137,11 +129,8 @@ class ConnectReply:
     """What a connecting client learns from the server's ``Info`` about its table.
 
     Attributes:
-        spec: ``{field: FieldSpec}`` of the table.
         last_seq: the last seq the server committed or staged for this actor (0: none).
-        rate_limit: the rule of the learner's rate limiter, or None without one.
-        actor_settings: what the learner asks its actors to run (a document of its agent's,
-            read by the caller), or None when it sets none.
+        actor_settings: as `ReplayClient.actor_settings`.
     """
 
     spec: HostSpec
@@ -152,13 +141,6 @@ class ConnectReply:
 
 class Connection:
     """A gRPC channel to one replay server, and the calls a `ReplayClient` makes on it.
-
-    Args:
-        address: ``host:port`` of the server.
-        actor_id: the actor the calls are made for.
-        token: bearer token, when the server requires one.
-        tls: `TLSConfig`, or None for plaintext.
-        config: the client's limits and retries (`ClientConfig`).
 
     Attributes:
         outage: the `Outage` its calls (and the client's append stream) report to.
@@ -189,25 +171,18 @@ class Connection:
         )
 
     def append(self, requests: Iterator[bytes]) -> Any:
-        """Open an Append stream that sends ``requests`` (serialized AppendRequests); the call
-        it returns iterates over the acks."""
+        """Open an Append stream of serialized requests; the call returned yields the acks."""
         return self._append(requests, metadata=self._metadata)
 
     def classify(self, err: grpc.RpcError) -> ServiceError:
-        """The library error of a failed RPC, telling a TLS mismatch from a closed connection
-        (`replaygpu.service.ops.auth.connect_error`)."""
+        """The library error of a failed RPC (`replaygpu.service.ops.auth.connect_error`)."""
         return connect_error(err, self.address, self._tls)
 
     def connect(self, table: str) -> ConnectReply:
-        """Ask the server for ``table``'s spec, this actor's last seq, its rate limit and its
-        actor settings (``Info``).
-
-        A server that is down or restarting (connection refused, UNAVAILABLE) is waited for,
-        with backoff, up to ``retry_deadline_s``; the channel's own reconnect backoff is capped
-        at 1 s (`replaygpu.service.ops.auth.channel_options`), so the client is in within about
-        2 s of the server coming up. A TLS handshake that can never succeed (untrusted
-        certificate, TLS on one side only, a client certificate missing or refused) raises
-        `TLSError` at once, saying what to change (`classify`).
+        """``Info`` for ``table``: waits with backoff, up to ``retry_deadline_s``, for a server
+        that is down; the channel's reconnect backoff is capped at 1 s
+        (`replaygpu.service.ops.auth.channel_options`), so the client is in within about 2 s of
+        the server coming up. A TLS handshake that can never succeed raises `TLSError` at once.
 
         Raises:
             TableNotFoundError: the server has no such table (the message lists its tables).
@@ -258,20 +233,12 @@ class Connection:
         )
 
     def get_weights(self, newer_than: int) -> Any:
-        """The server's ``Weights`` reply to ``GetWeights(newer_than)``.
-
-        Raises:
-            ServiceError: the call failed.
-        """
+        """Raises `ServiceError` if the call failed."""
         request = replay_pb2.GetWeightsRequest(newer_than=newer_than)
         return self._call(self._stub.GetWeights, request)
 
     def info(self) -> Any:
-        """The server's ``InfoResponse``; notes its ``run_finished``.
-
-        Raises:
-            ServiceError: the call failed.
-        """
+        """Notes ``run_finished``. Raises `ServiceError` if the call failed."""
         reply = self._call(self._stub.Info, replay_pb2.InfoRequest(actor_id=self.actor_id))
         self._note_finished(reply.run_finished)
         return reply
@@ -282,11 +249,7 @@ class Connection:
             self.outage.finish()
 
     def _call(self, method: Any, request: Any) -> Any:
-        """``method(request)`` with the token and timeout, reporting to `outage`.
-
-        Raises:
-            ServiceError: the call failed.
-        """
+        """``method(request)`` with the token and timeout, reporting to `outage`."""
         try:
             reply = method(request, metadata=self._metadata, timeout=self.config.rpc_timeout_s)
         except grpc.RpcError as err:
@@ -298,12 +261,12 @@ class Connection:
         return reply
 
     def close(self) -> None:
-        """Close the channel (and any stream still open on it)."""
+        """Also closes any stream still open on the channel."""
         self._channel.close()
 
 
 def _agent_settings(info: Any) -> AgentSettings | None:
-    """The ``actor_settings`` document of an ``InfoResponse``, unread; None when unset."""
+    """The ``actor_settings`` of an ``InfoResponse``, unread."""
     if not info.HasField("actor_settings"):
         return None
     message = info.actor_settings
@@ -311,7 +274,6 @@ def _agent_settings(info: Any) -> AgentSettings | None:
 
 
 def _rate_limit(table: Any) -> SampleToInsertRule | None:
-    """The samples-per-insert rule a ``TableInfo`` describes, or None."""
     limiter = table.rate_limiter
     if limiter.kind != "SampleToInsertRatio" or limiter.samples_per_insert <= 0:
         return None

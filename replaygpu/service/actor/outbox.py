@@ -1,16 +1,12 @@
 """The client's outbox: sealed ``AppendRequest``s awaiting their ack, and the thread streaming them.
 
-One `Outbox` per `ReplayClient`. Requests are kept, serialized, in seq order until the server
-acknowledges them (bounded by ``max_buffer_bytes``: `Outbox.wait_for_room` blocks when full).
-The stream thread keeps one bidirectional ``Append`` stream open, sends every request not yet
-sent on it and reads one ack per request. After a retryable error (UNAVAILABLE,
-DEADLINE_EXCEEDED, a full staging queue) it backs off exponentially, opens a new stream and
-resends everything unacknowledged, in order; the server drops seqs it already committed, so
-nothing is duplicated or lost; an `Outage` logs when the server stops answering and when it
-answers again, not each retry. A non-retryable error drops the batch it names (or everything)
-and is kept for the client to raise once. Once the server said its run is finished (in an
-ack, or in the notice of a server that stops for good), a stream that ends is not retried:
-nothing more would be inserted, and the server may be gone for good.
+Requests are kept serialized, in seq order, until acknowledged (at most ``max_buffer_bytes``).
+One ``Append`` stream sends them and reads one ack each. After a retryable error (UNAVAILABLE,
+DEADLINE_EXCEEDED, a full staging queue) it backs off exponentially and resends everything
+unacknowledged in order on a new stream; the server drops seqs it already committed, so nothing
+is duplicated or lost. A non-retryable error drops the batch it names (or everything) and is
+raised once by the client. Once the server said its run is finished, an ended stream is not
+retried: nothing more would be inserted, and the server may be gone for good.
 
 All state is guarded by ``cond``, which the client also uses for its own partial buffer.
 """
@@ -38,7 +34,7 @@ from replaygpu.service.wire.status import (
 
 logger = logging.getLogger(__name__)
 
-#: Opens an Append stream: ``open_stream(request_iterator) -> call`` (iterable of acks).
+#: ``open_stream(request_iterator) -> call`` (iterable of acks)
 OpenStream = Callable[[Iterator[bytes]], Any]
 
 
@@ -54,12 +50,8 @@ class Outbox:
     """Unacknowledged requests in seq order, and the thread that streams them to the server.
 
     Args:
-        open_stream: opens one ``Append`` stream over an iterator of serialized requests.
-        address: the server, for messages.
-        config: buffer limit and retry timing (`ClientConfig`).
-        classify: the library error of a failed stream (`auth.connect_error` tells a TLS
-            mismatch, never retried, from a server that is down).
-        outage: the `Outage` the stream reports its failures and acks to.
+        classify: the library error of a failed stream (`auth.connect_error`: a TLS mismatch
+            is never retried).
 
     Attributes:
         run_finished: an ack said the learner has finished its run.
@@ -100,8 +92,7 @@ class Outbox:
     # -- used by the client, holding ``cond`` -----------------------------------------------------
 
     def put(self, seq: int, data: bytes, transitions: int) -> None:
-        """Queue request ``seq`` of ``transitions`` (call `wait_for_room` first unless its room
-        was reserved)."""
+        """Queue request ``seq`` (after `wait_for_room`, unless its room was reserved)."""
         self._unacked[seq] = data
         self._unacked_bytes += len(data)
         self._transitions[seq] = transitions
@@ -109,12 +100,10 @@ class Outbox:
 
     @property
     def unacked_transitions(self) -> int:
-        """Transitions sent or queued but not acknowledged yet."""
         return sum(self._transitions.values())
 
     @property
     def unacked(self) -> Unacked:
-        """Transitions, requests and bytes sent or queued but not acknowledged yet."""
         return Unacked(self.unacked_transitions, len(self._unacked), self._unacked_bytes)
 
     def _pop(self, seq: int) -> bytes | None:
@@ -125,7 +114,7 @@ class Outbox:
         return data
 
     def _drop_all(self) -> str:
-        """Forget every unacknowledged request; returns what was dropped, for the error."""
+        """Forget every unacknowledged request; returns what, for the error."""
         seqs = list(self._unacked)
         what = (
             f"{self.unacked_transitions} transitions in {len(seqs)} requests (seqs {seqs[0]}.."
@@ -139,8 +128,7 @@ class Outbox:
         return what
 
     def wait_for_room(self, nbytes: int) -> None:
-        """Block until ``nbytes`` more fit under ``max_buffer_bytes`` (or nothing is queued, or
-        nothing more is sent)."""
+        """Block until ``nbytes`` more fit (or nothing is queued, or nothing more is sent)."""
         while (
             self._unacked
             and self._unacked_bytes + nbytes > self._config.max_buffer_bytes
@@ -150,8 +138,7 @@ class Outbox:
             self.cond.wait(0.5)
 
     def wait_until_acked(self, timeout: float | None) -> None:
-        """Block until every queued request is acknowledged, or nothing more is sent (the run
-        is finished and the server ended the stream: what is left stays unacknowledged).
+        """Block until all is acknowledged or nothing more is sent (run finished, stream ended).
 
         Raises:
             TimeoutError: requests are still unacknowledged after ``timeout`` seconds.
@@ -178,8 +165,7 @@ class Outbox:
     # -- closing ----------------------------------------------------------------------------------
 
     def close(self, drop: bool) -> None:
-        """Stop the stream thread: after the last ack, or at once dropping what is left (``drop``
-        or an error pending)."""
+        """Stop the stream thread after the last ack, or at once (``drop``, an error pending)."""
         with self.cond:
             self.closing = True
             self._drop = self._drop or drop or self._error is not None
@@ -293,8 +279,7 @@ class Outbox:
                     self.cond.notify_all()
 
     def _error_of(self, err: grpc.RpcError) -> ServiceError:
-        """The library error of a failed stream; a failing classifier (e.g. a TLS probe whose
-        certificate files are gone) falls back to the plain mapping, never kills the thread."""
+        """A failing classifier (a TLS probe whose files are gone) never kills the thread."""
         try:
             return self._classify(err)
         except Exception:
@@ -302,7 +287,6 @@ class Outbox:
             return error_from_rpc(err, self._address)
 
     def _reject(self, error: ServiceError) -> None:
-        """A non-retryable error: drop the batch it names (or everything), keep the error."""
         with self.cond:
             if error.seq is not None and error.seq in self._unacked:
                 n = self._transitions.get(error.seq, 0)
@@ -315,7 +299,6 @@ class Outbox:
             self.cond.notify_all()
 
     def _fail(self, message: str) -> None:
-        """Give up for good: drop everything unacknowledged, saying how much in the error."""
         with self.cond:
             what = self._drop_all()
             error = ServiceUnavailableError(f"{message}; {what}")
@@ -326,7 +309,6 @@ class Outbox:
 
 
 def _with_note(error: ServiceError, note: str) -> ServiceError:
-    """``error`` with ``note`` added to its message (same class, code and seq)."""
     out = type(error)(f"{error}; {note}", seq=error.seq)
     out.code = error.code
     return out

@@ -1,6 +1,5 @@
-"""What a `ReplayClient` checks of the rows it is given, before they reach its buffer: the
-shape of the container (flat by leaf path, or nested like the table's spec) and, on the slow
-path of `ReplayClient.add`, each field's dtype and shape. Imports no TensorFlow."""
+"""The checks of rows given to a `ReplayClient`: the container (flat by leaf path, or nested
+like the spec) and, on the slow path of `ReplayClient.add`, each field. Imports no TensorFlow."""
 
 from __future__ import annotations
 
@@ -16,16 +15,15 @@ from replaygpu.service.wire import codec
 
 
 def is_nested(spec: HostSpec) -> bool:
-    """Whether ``spec``'s fields are leaf paths of a nested structure (``obs/image``)."""
+    """Whether the fields are leaf paths of a nested structure (``obs/image``)."""
     return any(SEP in k for k in spec)
 
 
 def flat_fields(spec: HostSpec, nested: bool, what: str, value: Any) -> Mapping[str, Any]:
-    """``value`` (a transition or columns) as ``{leaf path: value}``: flattened when ``spec``
-    is ``nested`` (`is_nested`), as it is when flat.
+    """A transition or columns as ``{leaf path: value}``.
 
     Raises:
-        BatchError: when it is not a dict (nor nested like the spec).
+        BatchError: not a dict (nor nested like the spec).
     """
     if nested:
         value = flatten_batch(spec, value)
@@ -38,11 +36,7 @@ def flat_fields(spec: HostSpec, nested: bool, what: str, value: Any) -> Mapping[
 
 
 def checked_row(spec: HostSpec, transition: Mapping[str, Any]) -> list[np.ndarray]:
-    """The row's values in ``spec``'s field order, converted and checked.
-
-    Raises:
-        BatchError: naming the field.
-    """
+    """The row's values in spec order, converted; raises `BatchError` naming the field."""
     row = []
     for name, (dtype, shape) in spec.items():
         if name not in transition:

@@ -1,39 +1,25 @@
 """Admitting one Append request: the byte budget it is read under, then parse and check it.
 
-Steps 1 to 3 of the Append path (`servicer`):
+Steps 1 to 3 of the Append path (`servicer`). While a stream waits for the one shared
+`RequestBudget`, gRPC has no read pending on it, so HTTP/2 flow control stops its sender after
+one 64 KiB window (the server turns off window growth). Each check raises the `ServiceError`
+the client gets, with the request's seq. Imports no TensorFlow.
 
-1. **budget**: every stream reserves room in one `RequestBudget`, shared by all streams, before
-   it reads its next message, and holds it until that batch is committed or refused. While a
-   stream waits, gRPC has no read pending on it, so HTTP/2 flow control stops its sender
-   after one stream window (64 KiB: the server turns off gRPC's window growth);
-2. **parse**: the received bytes are parsed without copying the tensor data;
-3. **check**: the header (table, size, actor, seq), then every field's dtype and shape against
-   the table's host spec, before anything is copied or staged. Each check raises the
-   `ServiceError` the client gets, with the request's seq. Imports no TensorFlow.
+The bound. A request counts twice its size (gRPC's buffers then the bytes handed over; those
+bytes then the staged aligned copy) from its read until answered. Its size is known only after
+the read, and a pending read receives the whole message, so a read reserves an estimate, then
+is settled: twice the stream's previous message, or ``min(2 * max_message_bytes, budget)``
+first. With ``B`` the budget:
 
-The bound. A request is counted at twice its size, from its read until its batch is answered
-(committed, acknowledged as a duplicate, or refused): while it is received it is in gRPC's
-buffers and then in the bytes handed over, and while it is admitted in those bytes and then in
-the aligned copy that is staged. A message's size is known only once it is read, and gRPC
-receives a whole message once a read is pending (it opens the stream's window to the
-message's length). So a read reserves an estimate and is settled to the real size after it:
-twice the stream's previous message size, or ``min(2 * max_message_bytes, budget)`` for its
-first. Hence, with ``B`` the budget:
+- bytes held <= ``B`` + the growth of messages being read (larger than their stream's
+  previous one): steady sizes never exceed ``B``, whatever the number of streams;
+- a request over ``B`` is still read when nothing else is held: no deadlock;
+- the rest of the request memory is bounded apart: the staged copies' free pool
+  (``staging_max_bytes / 2``), the commit's joined group (`ingest.GROUP_BYTES`), and freed
+  buffers kept for reuse (``keep_freed_memory``, up to ``staging_max_bytes``).
 
-- bytes reserved or held <= ``B`` + the growth of the messages being read at that moment
-  (a message larger than its stream's previous one); streams that send steady sizes (full
-  client batches, the benchmark's 64 MiB requests) never exceed ``B``, whatever their number;
-- a request that takes more than ``B`` is still read, when nothing else is held (one stream
-  alone can always proceed: the budget never deadlocks);
-- the rest of the server's request memory is outside this count and bounded apart, by the
-  staging limits: the staged copies' free pool (``staging_max_bytes / 2``), the commit's joined
-  group (`ingest.GROUP_BYTES`), and freed buffers that the allocator keeps for reuse
-  (``keep_freed_memory``, up to ``staging_max_bytes``).
-
-The one cost: a stream that holds a reservation while its sender is idle keeps those bytes
-from the others (streams are served in arrival order), so the budget should hold a good many
-typical requests; the default holds 4 requests of the largest size, 16 of a default
-client's (16 MiB).
+The cost: a stream holding a reservation while its sender is idle keeps the bytes from the
+others (served in arrival order), so the budget should hold many typical requests.
 """
 
 from __future__ import annotations
@@ -61,11 +47,7 @@ from replaygpu.service.wire.status import (
 
 
 def parse_request(data: bytes) -> AppendView:
-    """The AppendRequest in ``data``, its tensor data left as views of ``data``.
-
-    Raises:
-        InvalidBatchError: ``data`` is not a valid AppendRequest message.
-    """
+    """Tensor data left as views of ``data``; `InvalidBatchError` if it is no valid message."""
     try:
         return parse_append_request(data)
     except WireFormatError as err:
@@ -83,11 +65,7 @@ def check_header(
     address: str,
     replay: bool = False,
 ) -> None:
-    """Check the request's table, size (``size`` bytes), actor id and seq.
-
-    Args:
-        replay: a request read back from the journal, accepted under the size limit of its
-            time: the size is not checked.
+    """Check table, size, actor id and seq (``replay``: from the journal, size unchecked).
 
     Raises:
         TableNotFoundError: the request names another table than ``table``.
@@ -123,12 +101,10 @@ def check_header(
 def decode_columns(
     request: AppendView, spec: HostSpec, table: str
 ) -> tuple[dict[str, np.ndarray], int]:
-    """The request's columns, checked against ``spec`` and decoded without a copy (read-only
-    views of the received bytes), and their number of rows.
+    """Checked columns as read-only views of the received bytes, and their number of rows.
 
     Raises:
-        InvalidBatchError: a field is repeated, missing, unexpected, or of the wrong dtype or
-            shape (the message names it and what was expected).
+        InvalidBatchError: a field repeated, missing, unexpected, or of a wrong dtype or shape.
     """
     fields: dict[str, Any] = {}
     try:
@@ -147,16 +123,12 @@ def decode_columns(
 
 
 class RequestBudget:
-    """Bytes of Append requests in flight, over every stream: read (or being read) and not yet
-    answered. Streams reserve in arrival order (`reserve`); use it on the event loop only.
-
-    Args:
-        max_bytes: the budget (``ServerConfig.inflight_max_bytes``).
+    """Bytes of Append requests read or being read and not answered, over every stream, up to
+    ``ServerConfig.inflight_max_bytes``. Reserved in arrival order; on the event loop only.
 
     Attributes:
-        used: bytes reserved or held now.
-        peak: the most ``used`` ever was (a message larger than the budget, read alone, or the
-            growth described in the module docstring, can take it over ``max_bytes``).
+        peak: the most ``used`` ever was (a lone oversize message or a growth can pass
+            ``max_bytes``).
     """
 
     def __init__(self, max_bytes: int) -> None:
@@ -167,15 +139,12 @@ class RequestBudget:
 
     @property
     def waiting(self) -> int:
-        """Streams waiting for room now (none of them has a read pending)."""
+        """Streams waiting for room (none has a read pending)."""
         return len(self._waiters)
 
     async def reserve(self, nbytes: int) -> Hold:
-        """Wait until ``nbytes`` fit (or nothing is held), after the streams that waited before.
-
-        Returns:
-            the `Hold` of those bytes; release it (or resize it) exactly as the request goes.
-        """
+        """Wait until ``nbytes`` fit (or nothing is held), after earlier waiters; release or
+        resize the `Hold` exactly as the request goes."""
         if not self._waiters and self._fits(nbytes):
             self._take(nbytes)
             return Hold(self, nbytes)
@@ -204,7 +173,6 @@ class RequestBudget:
         self._grant()
 
     def _grant(self) -> None:
-        """Wake the waiters at the head that fit now, in order."""
         while self._waiters and self._fits(self._waiters[0][0]):
             nbytes, future = self._waiters.popleft()
             if not future.done():  # else cancelled: its stream ended
@@ -220,8 +188,7 @@ class Hold:
         self.nbytes = nbytes
 
     def resize(self, nbytes: int) -> None:
-        """Hold ``nbytes`` instead (the read message's real size; growing never waits: the
-        bytes are here already)."""
+        """The read message's real size; growing never waits: the bytes are here already."""
         budget, delta = self._budget, nbytes - self.nbytes
         self.nbytes = nbytes
         if delta > 0:
@@ -230,7 +197,7 @@ class Hold:
             budget._give(-delta)
 
     def release(self) -> None:
-        """Give the bytes back (once; later calls do nothing)."""
+        """Idempotent."""
         nbytes, self.nbytes = self.nbytes, 0
         if nbytes:
             self._budget._give(nbytes)

@@ -1,22 +1,14 @@
 """Committing staged appends to the table, exactly once per (actor, seq).
 
-The `Ingest` sits between the Append handlers (which parse, validate and stage batches) and the
-table. One rule decides who commits:
+A served `Learner`'s table is written by its training loop (`loop`), calling `commit_pending`
+between train calls, so sampling never sees a half-written table (n-step and frame-stack
+validity depend on the cursor and size); a bare `ReplayTable` has a committer thread (`start`).
+Every commit holds `lock`, so checkpoints taken under it see table and ledger agree.
 
-- a served `Learner`'s table is written by its training loop (`loop`), which calls
-  `commit_pending` between train calls, on the training thread, so sampling never sees
-  a half-written table (n-step and frame-stack validity depend on the cursor and size);
-- a bare served `ReplayTable` has a background committer thread (`start`).
-
-Every commit holds `lock`, so checkpoints taken under it (`ReplayServer.save`, the training
-loop) always see the table and the ledger agree.
-
-A batch whose seq is not above its actor's last committed seq is acknowledged and dropped. A
-batch the table refuses (`BatchError`) is answered INVALID_ARGUMENT and its actor's later seqs
-go on; any other failed write is answered UNAVAILABLE, and that actor's later seqs wait until
-the client resends the failed one, so its batches still land in order. Each ack carries the
-table's counters and the learner's sampled count, which actors use to follow the
-samples-per-insert rule on the insert side.
+A seq not above its actor's last committed one is acknowledged and dropped. A batch the table
+refuses (`BatchError`) is answered INVALID_ARGUMENT, its actor's later seqs go on; any other
+failed write is answered UNAVAILABLE and that actor's later seqs wait for its resend, so its
+batches land in order. Acks carry the counters actors follow the samples-per-insert rule by.
 """
 
 from __future__ import annotations
@@ -55,11 +47,8 @@ except ImportError:  # pragma: no cover - a TensorFlow without these internals
 
 
 def as_tensors(columns: dict[str, np.ndarray]) -> dict[str, Any]:
-    """Staged columns as eager tensors that share the arrays' memory when they are aligned
-    (`staging.BufferPool.copy`), so the table write is the only copy on the committing thread.
-
-    Falls back to the arrays themselves (``table.append`` converts them, copying twice) when
-    TensorFlow's internals differ or eager execution is off.
+    """Eager tensors sharing the aligned arrays' memory (`staging.BufferPool.copy`): the table
+    write is the only copy. Else (other TensorFlow internals, not eager) the arrays, copied twice.
     """
     if _EagerTensor is None or not tf.executing_eagerly():
         return columns
@@ -76,16 +65,10 @@ class Ingest:
     """Commits staged batches into ``table`` and advances ``ledger``.
 
     Args:
-        table: the replay table written to.
-        ledger: the last committed seq per actor.
-        queue: the staging queue the Append handlers fill.
-        buffers: the pool the staged arrays came from (the servicer copies into this one);
-            they go back to it once committed.
-        background: run a committer thread (from `start`); True for a bare table, False for a
-            learner's table (its training loop commits).
-        sampled: returns the learner's sampled-transitions count for the acks (0 without one).
-        journal: durable mode: batches are journalled (and fsynced) before they are written
-            and acknowledged (`journal`).
+        buffers: the pool the staged arrays came from; they go back to it once committed.
+        background: run a committer thread (`start`): for a bare table.
+        sampled: the learner's sampled-transitions count, for the acks.
+        journal: durable mode: batches are journalled and fsynced before the table write.
     """
 
     def __init__(
@@ -115,17 +98,15 @@ class Ingest:
         self._failures: list[tuple[StagedBatch, BaseException]] = []
         # actor -> seq whose commit failed; later seqs of that actor wait for its resend
         self._blocked: dict[str, int] = {}
-        #: the run's budget of table rows (`ReplayServer.finish_at`): batches commit while the
-        #: table holds fewer, the one that reaches it whole; None: no budget
+        #: the run's budget of table rows (`ReplayServer.finish_at`); None: no budget
         self.row_limit: int | None = None
-        #: set once the run is over (`ReplayServer.finish_run`, or ``row_limit`` reached): new
-        #: batches are acknowledged without being inserted, every ack says ``run_finished``
+        #: `ReplayServer.finish_run` or ``row_limit`` reached: batches are acked, not inserted
         self.run_finished = False
         #: transitions of the batch that reached ``row_limit`` (the run's overshoot is less)
         self.finishing_rows = 0
 
     def start(self) -> None:
-        """Start the background committer (when asked for); `close` stops it."""
+        """Start the background committer, if asked for; `close` stops it."""
         if self.background and self._thread is None:
             self._thread = threading.Thread(
                 target=self._commit_loop, name="replaygpu-committer", daemon=True
@@ -133,18 +114,17 @@ class Ingest:
             self._thread.start()
 
     def commit_pending(self) -> int:
-        """Commit every staged batch now, in order; returns the transitions inserted."""
+        """Returns the transitions inserted."""
         with self.lock:
             return self._commit(self.queue.take_all())
 
     def replay(self, items: list[StagedBatch]) -> int:
-        """Commit batches read back from the journal (not journalled again); returns the
-        transitions inserted (what was in the restored checkpoint already is dropped)."""
+        """Commit batches read back from the journal; returns the transitions inserted."""
         with self.lock:
             return self._commit(items, journaled=False)
 
     def wait_for_data(self, timeout: float) -> bool:
-        """Block up to ``timeout`` seconds until a batch is staged (once closed: sleep, False)."""
+        """As `ReplayServer.wait_for_data`; once closed: sleep, False."""
         if self.queue.closed:
             time.sleep(timeout)
             return False
@@ -168,17 +148,15 @@ class Ingest:
 
     @contextlib.contextmanager
     def training_turn(self) -> Iterator[None]:
-        """Hold the commit lock for one commit + train call, after any thread waiting in
-        `exclusive` (Python locks are not fair: a loop re-taking the lock at once would starve
-        a checkpoint asked for from another thread)."""
+        """The commit lock, after any thread in `exclusive` (Python locks are not fair: a loop
+        re-taking it at once would starve a checkpoint)."""
         with self._turns:
             self._turns.wait_for(lambda: not self._waiting, timeout=5.0)
         with self.lock:
             yield
 
     def counters(self) -> dict[str, int]:
-        """The ack fields that describe the table and the learner now (zeros for the learner's
-        count when it cannot be read: an ack must never fail for it)."""
+        """The ack's table and learner fields (sampled 0 when unreadable: an ack never fails)."""
         try:
             sampled = int(self._sampled())
         except Exception:
@@ -194,8 +172,7 @@ class Ingest:
     # -- committing ----------------------------------------------------------------------------
 
     def _commit(self, items: list[StagedBatch], journaled: bool = True) -> int:
-        """Commit one round (`_commit_round`); batches that fail are answered after the acks of
-        the round, so a stream ending on an error has sent every ack before it."""
+        """Failures are answered after the round's acks: a stream ending on one sent them all."""
         self._failures = []
         try:
             return self._commit_round(items, journaled)
@@ -212,15 +189,11 @@ class Ingest:
                 item.fail(error)
 
     def _fail(self, item: StagedBatch, error: BaseException) -> None:
-        """Answer ``item`` with ``error`` once the round's acks are out."""
         self._failures.append((item, error))
 
     def _commit_round(self, items: list[StagedBatch], journaled: bool) -> int:
-        """Commit one round of staged batches: with a journal, the new ones are appended to it
-        and fsynced first; consecutive batches go to the table as one append (one scatter per
-        field, up to ``GROUP_BYTES``); the ledger is written once; then every batch is
-        acknowledged. ``journaled=False`` replays batches read from the journal. Returns the
-        transitions inserted."""
+        """Journal and fsync the new batches, write them grouped (one scatter per field up to
+        ``GROUP_BYTES``), write the ledger once, ack each. ``journaled=False``: a replay."""
         if not items:
             return 0
         try:
@@ -283,8 +256,7 @@ class Ingest:
             try:
                 self.ledger.write()
             except Exception as err:
-                # Rows are in the table and the in-memory ledger knows their seqs, so the
-                # resent batches are acknowledged as duplicates: nothing is lost or doubled.
+                # the in-memory ledger knows the rows: resends are acked as duplicates
                 self._fail_unavailable([item for item, _ in done], "ledger write", err)
                 done = []
         if (
@@ -313,7 +285,7 @@ class Ingest:
         return inserted
 
     def _rows_left(self) -> int | None:
-        """Rows the run may still insert: 0 once it is finished, None without a budget."""
+        """0 once the run is finished, None without a budget."""
         if self.run_finished:
             return 0
         if self.row_limit is None:
@@ -321,8 +293,8 @@ class Ingest:
         return self.row_limit - self.table.total_inserted
 
     def _commit_run(self, run: list[StagedBatch], done: list[tuple[StagedBatch, bool]]) -> int:
-        """Append ``run`` (batches of distinct (actor, seq), in order) as one table write; if
-        that fails, batch by batch, so a bad batch only fails itself."""
+        """One table write of distinct (actor, seq); on failure batch by batch, so a bad batch
+        only fails itself."""
         if len(run) > 1:
             joined = self._concatenate(run)
             try:
@@ -340,7 +312,6 @@ class Ingest:
         return sum(self._commit_one(item, done) for item in run)
 
     def _concatenate(self, run: list[StagedBatch]) -> dict[str, np.ndarray]:
-        """The columns of ``run`` joined, in pooled aligned buffers."""
         out = {}
         for name, first in run[0].columns.items():
             parts = [item.columns[name] for item in run]
@@ -384,9 +355,8 @@ class Ingest:
         )
 
     def _fail_unavailable(self, items: list[StagedBatch], what: str, err: Exception) -> None:
-        """Answer ``items`` with a retryable error so their clients resend them (no stream is
-        left waiting): RESOURCE_EXHAUSTED for a full disk (the journal logs that once per
-        outage), UNAVAILABLE otherwise."""
+        """Retryable answers: RESOURCE_EXHAUSTED for a full disk (the journal logs it once),
+        UNAVAILABLE otherwise."""
         if not isinstance(err, StorageFullError):
             logger.exception("%s failed; %d staged batches answered UNAVAILABLE", what, len(items))
         for item in items:
@@ -397,7 +367,6 @@ class Ingest:
             self._fail(item, commit_failure(err, message, item.seq))
 
     def _release(self, items: list[StagedBatch]) -> None:
-        """Give the batches' buffers back to the pool and wake waiters on the queue."""
         for item in items:
             self.buffers.release(item.columns)
         if items:
@@ -412,9 +381,8 @@ class Ingest:
                     logger.exception("background commit failed")
 
     def close(self, commit_remaining: bool) -> None:
-        """Stop the committer; commit (or fail, with UNAVAILABLE) what is still staged. Once
-        the run is finished it is acknowledged, not inserted, whichever: no later server would
-        insert it either."""
+        """Stop the committer; commit (or fail UNAVAILABLE) what is staged; once the run is
+        finished it is acked, not inserted: no later server would insert it either."""
         self._stopping.set()
         if self._thread is not None:
             self._thread.join()

@@ -1,39 +1,29 @@
 """An append-only journal of raw AppendRequest bytes, for acknowledgements that mean "on disk".
 
-In durable mode the committer, per commit round, calls ``journal.append(records)`` and then
-``journal.sync()`` (one fdatasync per round) before it acknowledges; after a checkpoint of the
-table is durably saved it calls ``journal.checkpointed(mark)``. On restart, after restoring the
-checkpoint, the server feeds ``journal.replay()`` back through its exactly-once path (records
-already in the checkpoint are dropped there as duplicates by ``(actor, seq)``). No TensorFlow.
+Per commit round the committer calls `Journal.append`, then `Journal.sync` (one fdatasync)
+before it acknowledges; after a durable checkpoint, `Journal.checkpointed`. On restart the
+server feeds `Journal.replay` through its exactly-once path, which drops records already in the
+checkpoint by ``(actor, seq)``. The files are described in `journal_files`, the segment being
+written in `journal_segment`. No TensorFlow.
 
-The files (segments, the record format, how records are read and checked, the directory
-lock) are described in `journal_files`, the segment being written in `journal_segment`; this
-module holds the `Journal` that writes them.
-
-Guarantees and limits:
-
-- Writes go through ``os.writev`` on an ``O_APPEND`` descriptor (no Python buffering). A segment
-  is fsynced before it is closed for rotation and the directory is fsynced when one is created,
-  so once `sync` returns every record appended before it survives a crash or a power cut.
-- Opening scans the last segment. A torn tail there (a partial header, a record cut short, or a
-  bad record with no whole valid record after it: what a kill -9 or a power cut leaves behind
-  from a write that was never synced) is truncated with a warning. Anything else that does not
-  check out raises `JournalCorruptError` naming the file and offset, and nothing is skipped:
-  from the constructor for the last segment, from `replay` for the earlier ones (a closed
-  segment was synced whole, so no torn tail is tolerated there). A checksum failure in the very
-  last record of the last segment cannot be told from a torn write and is truncated too; a
-  power cut that persisted an unsynced record but not the one before it is reported as
-  corruption (the error says how to truncate by hand).
-- Segments are kept back to the previous checkpoint: `checkpointed` deletes only those that
-  the checkpoint before the one just saved covers, so if the newest checkpoint turns out
-  corrupt, the previous one plus the journal still hold every acknowledged batch. Disk use is
-  what was appended since that previous checkpoint (plus 16 bytes a record). Segments rotate at
+- Writes are ``os.writev`` on an ``O_APPEND`` descriptor (no Python buffering); a segment is
+  fsynced before rotation and the directory when one is created, so records appended before a
+  `sync` returns survive a crash or a power cut.
+- Opening scans the last segment. A torn tail (partial header, record cut short, or a bad
+  record with no valid one after it: an unsynced write cut by kill -9 or power loss) is
+  truncated with a warning; a checksum failure in the very last record is taken for one too.
+  Anything else raises `JournalCorruptError` naming file and offset, skipping nothing: from the
+  constructor for the last segment, from `replay` for earlier (synced whole) ones. A power cut
+  that kept an unsynced record but not the one before it is reported as corruption (the error
+  says how to truncate by hand).
+- `checkpointed` deletes only segments the checkpoint before the newest covers, so if the
+  newest is corrupt the previous one plus the journal hold every acknowledged batch. Disk use:
+  what was appended since then, plus 16 bytes a record. Segments rotate at
   ``JournalConfig.segment_bytes``; a larger record gets a segment of its own.
-- A failed write or fsync fails that call (`JournalFullError` when the file system is full,
-  `JournalError` otherwise) and nothing since the last good `sync` may be acknowledged. The
-  journal recovers by itself: the next call (or `check`) cuts the segment back to its last
-  synced byte (`journal_segment`) and goes on; while the disk is full, not before there is
-  room for the write that failed.
+- A failed write or fsync fails that call (`JournalFullError` on a full file system, else
+  `JournalError`); nothing since the last good `sync` may be acknowledged. The next call (or
+  `check`) cuts the segment back to its last synced byte and goes on; on a full disk, once
+  there is room for the failed write.
 """
 
 from __future__ import annotations
@@ -66,13 +56,8 @@ MiB = 2**20
 
 @dataclass(frozen=True)
 class JournalConfig:
-    """Settings of a `Journal`.
-
-    Attributes:
-        segment_bytes: start a new segment once the current one would grow past this many
-            bytes. Smaller segments free disk sooner after a checkpoint; each rotation costs
-            one extra fsync.
-    """
+    """``segment_bytes``: rotate before a segment grows past this. Smaller segments free disk
+    sooner after a checkpoint; each rotation costs one extra fsync."""
 
     segment_bytes: int = 256 * MiB
 
@@ -86,16 +71,12 @@ class Journal:
     """An open journal directory: append and sync records, replay them, drop checkpointed ones.
 
     Appends come from one thread; `checkpointed`, `rotate`, `check` and the metric properties
-    may be called from others (a lock orders them).
-
-    Args:
-        directory: the journal directory; created (with its parents) when missing.
-        config: segment size; `JournalConfig()` when None.
+    may be called from others (a lock orders them). ``directory`` is created when missing.
 
     Raises:
         ConfigError: another `Journal` holds the directory, or ``directory`` is not one.
-        JournalCorruptError: the last segment is corrupt before its end (see the module
-            docstring), or a segment is missing between the first and the last.
+        JournalCorruptError: the last segment is corrupt before its end, or a segment is
+            missing between the first and the last.
     """
 
     def __init__(self, directory: str | os.PathLike[str], config: JournalConfig | None = None):
@@ -146,8 +127,7 @@ class Journal:
     # -- failures and recovery ------------------------------------------------------------------
 
     def _usable(self) -> None:
-        """Raise unless appends can go on (callers hold the lock); a failed journal first tries
-        to recover (`_recover`)."""
+        """Raise unless appends can go on, recovering first (callers hold the lock)."""
         if self._closed:
             raise JournalError(f"journal {self._dir} is closed")
         if self._outage is not None:
@@ -182,11 +162,7 @@ class Journal:
         return self._outage.error(self._dir)
 
     def check(self) -> str | None:
-        """Try to recover from a failed write now, as the next append would.
-
-        Returns:
-            What still keeps appends out, or None when the journal takes them.
-        """
+        """Recover from a failed write now; returns what still keeps appends out, or None."""
         with self._lock:
             if self._closed or self._outage is None:
                 return None
@@ -199,15 +175,12 @@ class Journal:
     # -- writing --------------------------------------------------------------------------------
 
     def append(self, records: Iterable[bytes | bytearray | memoryview]) -> int:
-        """Write ``records`` (raw AppendRequest bytes) in order; durable only after `sync`.
-
-        Returns:
-            The bytes written, headers included.
+        """Write raw AppendRequest bytes in order, durable after `sync`; returns bytes written.
 
         Raises:
             ConfigError: a record is not bytes-like or is 4 GiB or larger; nothing was written.
             JournalFullError: the file system is full; nothing of it will be replayed.
-            JournalError: the journal is closed, or a write failed (see the module docstring).
+            JournalError: the journal is closed, or a write failed.
         """
         frames = frame_records(records)
         needed = sum(HEADER_BYTES + view.nbytes for _, view in frames)
@@ -237,9 +210,7 @@ class Journal:
         return written
 
     def sync(self) -> None:
-        """Make every record appended so far durable: one fdatasync, when anything is new.
-
-        Acknowledge a record only after this returns.
+        """One fdatasync, when anything is new; acknowledge a record only after it returns.
 
         Raises:
             JournalError: the journal is closed or failed, or the fsync failed.
@@ -254,8 +225,7 @@ class Journal:
                 raise self._fail(f"syncing {segment.path.name}", exc, unsynced) from exc
 
     def _rotate(self) -> None:
-        """Sync the current segment, create the next and close the current (callers hold the
-        lock); a failure leaves the current one open (and the next one, if made, current)."""
+        """Callers hold the lock; a failure leaves the current one open (or the next, if made)."""
         old = self._current
         old.sync()
         self._segment = OpenSegment(self._path(old.number + 1), old.number + 1, create=True)
@@ -264,11 +234,11 @@ class Journal:
         fsync_dir(self._dir)
 
     def rotate(self) -> int:
-        """Sync and close the current segment and start a new one, unless it is empty.
+        """Start a new segment unless the current one is empty.
 
         Returns:
-            The number of the segment now being written: every record appended before this
-            call is in a segment numbered below it (pass it to `checkpointed`).
+            The segment now being written: records appended before are all below it (pass it to
+            `checkpointed`).
         """
         with self._lock:
             self._usable()
@@ -281,13 +251,11 @@ class Journal:
 
     @property
     def segment(self) -> int:
-        """The number of the segment being written."""
         with self._lock:
             return self._current.number
 
     def resume_after(self, mark: int) -> None:
-        """Note that the checkpoint restored at start covers the segments below ``mark`` (0:
-        unknown), so that the next `checkpointed` keeps what it needs.
+        """The checkpoint restored at start covers segments below ``mark`` (0: unknown).
 
         Raises:
             JournalError: the journal's first segment is after ``mark``: acknowledged batches
@@ -309,17 +277,11 @@ class Journal:
             self._marks = [mark]
 
     def checkpointed(self, before: int | None = None) -> int:
-        """Note a durably saved checkpoint that covers the segments below ``before`` (by
-        default every record appended so far: ``before = rotate()``), and delete the segments
-        that the checkpoint before it covers: the previous checkpoint plus the journal must
-        still restore everything, should the newest turn out corrupt.
+        """Note a durable (fsynced) checkpoint covering segments below ``before``; returns how
+        many segments the one before it covered, now deleted.
 
-        Without ``before``, call it while no append can run between the checkpoint's snapshot
-        of the table and this call. With it, take ``before = rotate()`` in that section before
-        saving and call this any time after. Make the checkpoint durable (fsynced) first.
-
-        Returns:
-            The number of segments deleted.
+        Without ``before`` (= `rotate`), no append may run between the checkpoint's snapshot
+        of the table and this call; otherwise take ``before = rotate()`` there, call any time.
 
         Raises:
             ConfigError: ``before`` is above the segment being written.
@@ -361,10 +323,8 @@ class Journal:
     # -- reading --------------------------------------------------------------------------------
 
     def replay(self) -> Iterator[bytes]:
-        """Yield every record in the journal, in write order, checksums verified.
-
-        It reads what was appended before iteration starts; do not call `checkpointed` until it
-        is done (a deleted segment cannot be read).
+        """Every record appended before iteration starts, in order, checksums verified; no
+        `checkpointed` until done.
 
         Raises:
             JournalCorruptError: a record fails its checks; the records before it were yielded.
@@ -388,7 +348,6 @@ class Journal:
 
     @property
     def directory(self) -> Path:
-        """The journal directory."""
         return self._dir
 
     @property
@@ -419,9 +378,7 @@ class Journal:
         return self._bytes
 
     def close(self) -> None:
-        """Sync what was appended (unless the journal failed) and release the directory.
-
-        Idempotent.
+        """Sync (unless failed) and release the directory. Idempotent.
 
         Raises:
             JournalError: the final fsync failed.

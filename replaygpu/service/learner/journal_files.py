@@ -1,17 +1,10 @@
-"""The journal's files on disk: segment names, the record format, reading and checking records,
-and the directory lock. No TensorFlow; the `Journal` that writes them is in `journal`.
+"""The journal's files on disk: segment names, record format, reading and checking records,
+the directory lock (the rules of torn tails are in `journal`). No TensorFlow.
 
-Layout: a directory of segments ``journal-000001.log``, ``journal-000002.log``, ... and a
-``journal.lock`` held with ``flock`` while a `Journal` is open (one server per directory).
-A record is framed as ``[magic "RGJ1"][u32 length][u32 crc32(payload)][u32 crc32(the 12 bytes
-before)][payload]``, little-endian. The header checksum makes the length trustworthy, so a
-flipped length bit is reported as corruption instead of looking like a record cut short.
-
-Reading tells a torn tail (what a write cut short leaves behind) from corruption: `valid_end`
-finds where the valid records of the last segment end and what follows them, `segment_records`
-reads a whole segment back; both raise `JournalCorruptError` naming the file and offset. The
-rules (what counts as torn, what is truncated) are the journal's guarantees, listed in
-`journal`.
+Segments ``journal-000001.log``, ``journal-000002.log``, ... and a ``journal.lock`` held with
+``flock`` while a `Journal` is open (one server per directory). A record is
+``[magic "RGJ1"][u32 length][u32 crc32(payload)][u32 crc32(the 12 bytes before)][payload]``,
+little-endian; the header checksum makes a flipped length bit corruption, not a short record.
 """
 
 from __future__ import annotations
@@ -43,18 +36,15 @@ class JournalError(ReplayError, RuntimeError):
 
 
 class JournalFullError(JournalError, StorageFullError):
-    """The journal's file system has no room for the records: appends are refused until space
-    is freed, then they resume by themselves (the message names the folder and the free bytes).
-    """
+    """The journal's file system is full: appends are refused until space is freed, then
+    resume by themselves."""
 
 
 class JournalCorruptError(JournalError):
     """A journal segment holds bytes that are not a valid record, and not as a torn tail.
 
     Attributes:
-        path: the segment file.
-        offset: byte offset of the first bad record in it (the bytes before it are valid).
-        reason: what is wrong there.
+        offset: byte offset of the first bad record (the bytes before it are valid).
     """
 
     def __init__(self, path: Path, offset: int, reason: str, detail: str = "") -> None:
@@ -71,16 +61,11 @@ class JournalCorruptError(JournalError):
 
 
 def segment_name(number: int) -> str:
-    """The file name of segment ``number`` (``journal-000001.log`` for 1)."""
     return f"journal-{number:06d}.log"
 
 
 def segment_numbers(directory: Path) -> list[int]:
-    """The numbers of the segments in ``directory``, ascending.
-
-    Raises:
-        JournalCorruptError: a segment is missing between the first and the last.
-    """
+    """Ascending; `JournalCorruptError` if one is missing between the first and the last."""
     numbers = []
     for name in os.listdir(directory):
         if (match := _SEGMENT.fullmatch(name)) and segment_name(int(match[1])) == name:
@@ -98,7 +83,7 @@ def segment_numbers(directory: Path) -> list[int]:
 
 
 def record_header(payload: memoryview) -> bytes:
-    """The header that frames ``payload`` (a byte view under `MAX_RECORD_BYTES`) as a record."""
+    """``payload``: a byte view under `MAX_RECORD_BYTES`."""
     prefix = _PREFIX.pack(MAGIC, payload.nbytes, zlib.crc32(payload))
     return prefix + struct.pack("<I", zlib.crc32(prefix))
 
@@ -106,11 +91,7 @@ def record_header(payload: memoryview) -> bytes:
 def frame_records(
     records: Iterable[bytes | bytearray | memoryview],
 ) -> list[tuple[bytes, memoryview]]:
-    """``(header, payload)`` of each record, ready to write.
-
-    Raises:
-        ConfigError: a record is not bytes-like or is 4 GiB or larger.
-    """
+    """``(header, payload)`` per record; `ConfigError` if not bytes-like or 4 GiB or more."""
     frames = []
     for index, record in enumerate(records):
         try:
@@ -137,7 +118,7 @@ class BadRecord(NamedTuple):
 
 
 def record_at(view: memoryview, offset: int, end: int) -> tuple[int, int] | BadRecord:
-    """``(start, stop)`` of the payload of the record at ``offset``, or why there is none."""
+    """``(start, stop)`` of the payload at ``offset``, or why there is none."""
     if end - offset < HEADER_BYTES:
         return BadRecord(f"a partial record header of {end - offset} bytes", torn=True)
     magic, length, crc, header_crc = _HEADER.unpack_from(view, offset)
@@ -154,7 +135,6 @@ def record_at(view: memoryview, offset: int, end: int) -> tuple[int, int] | BadR
 
 
 def _valid_record_after(mm: mmap.mmap, view: memoryview, offset: int, end: int) -> int | None:
-    """The offset of the first whole valid record after ``offset``, if any."""
     pos = offset
     while (pos := mm.find(MAGIC, pos + 1, end)) >= 0:
         if not isinstance(record_at(view, pos, end), BadRecord):
@@ -164,7 +144,7 @@ def _valid_record_after(mm: mmap.mmap, view: memoryview, offset: int, end: int) 
 
 @contextlib.contextmanager
 def _mapped(path: Path, size: int) -> Iterator[tuple[mmap.mmap, memoryview]]:
-    """The first ``size`` (> 0) bytes of ``path``, memory-mapped read-only."""
+    """``size`` > 0."""
     with open(path, "rb") as file, mmap.mmap(file.fileno(), size, access=mmap.ACCESS_READ) as mm:
         view = memoryview(mm)
         try:
@@ -174,7 +154,7 @@ def _mapped(path: Path, size: int) -> Iterator[tuple[mmap.mmap, memoryview]]:
 
 
 def segment_records(path: Path, size: int) -> Iterator[bytes]:
-    """The records in the first ``size`` bytes of segment ``path``; raises at a bad one."""
+    """Raises `JournalCorruptError` at a bad record."""
     if size == 0:
         return
     with _mapped(path, size) as (_, view):
@@ -188,11 +168,8 @@ def segment_records(path: Path, size: int) -> Iterator[bytes]:
 
 
 def valid_end(path: Path, size: int) -> tuple[int, BadRecord | None]:
-    """Where the valid records of the last segment end, and what follows (None: the end).
-
-    Raises:
-        JournalCorruptError: a bad record that is not a torn tail (a valid one follows it).
-    """
+    """Where the last segment's valid records end, and what follows (None: the end).
+    `JournalCorruptError` for a bad record a valid one follows (not a torn tail)."""
     offset = 0
     if size == 0:
         return offset, None
@@ -211,7 +188,7 @@ def valid_end(path: Path, size: int) -> tuple[int, BadRecord | None]:
 
 
 def fsync_dir(directory: Path) -> None:
-    """Make the entries of ``directory`` (files created or deleted in it) durable."""
+    """Make files created or deleted in ``directory`` durable."""
     fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
         os.fsync(fd)
@@ -220,7 +197,7 @@ def fsync_dir(directory: Path) -> None:
 
 
 def lock_directory(directory: Path) -> int:
-    """Take ``journal.lock`` in ``directory`` (its descriptor), or raise ConfigError."""
+    """The descriptor of ``journal.lock``, locked; `ConfigError` when another holds it."""
     fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -1,12 +1,8 @@
-"""The replay service's lifecycle: `serve(learner or table)` -> `ReplayServer`; start, health,
-checkpoints and stop. The RPCs are in `servicer`, committing staged batches in `ingest`, the
-training loop of a served learner in `loop`.
+"""`serve` -> `ReplayServer`: start, health, checkpoints and stop (RPCs in `servicer`, commits
+in `ingest`, a served learner's training in `loop`).
 
-Who writes the table:
-
-- a served `Learner`: its training loop (`loop.run`, `loop.step`), between train
-  calls, on the training thread; nothing else does, not even `stop`;
-- a bare `ReplayTable` (``replaygpu serve``): a background committer thread.
+Only one thread writes the table: for a served `Learner` its training loop, between train
+calls (not even `stop` does); for a bare `ReplayTable` a background committer thread.
 """
 
 from __future__ import annotations
@@ -49,11 +45,7 @@ class ReplayServer:
 
     Attributes:
         address: ``host:port`` it listens on (the real port when 0 was asked for).
-        table: the served table.
-        learner: the served learner, or None for a bare table.
-        ledger: the sequence ledger; checkpoint it with the table
-            (``rg.Checkpointer(..., ledger=server.ledger)``).
-        config: its `ServerConfig`.
+        ledger: checkpoint it with the table (``rg.Checkpointer(..., ledger=server.ledger)``).
         checkpoints: checkpoints taken through `save` so far.
         checkpoint_seconds: how long the last of them took (0.0 before the first).
     """
@@ -109,7 +101,6 @@ class ReplayServer:
         queue = StagingQueue(
             config.staging_max_batches, config.staging_max_bytes, config.staging_timeout_s
         )
-        #: the journal of acknowledged batches (durable mode, ``config.journal_dir``) or None
         self.journal = Journal(config.journal_dir) if config.journal_dir else None
         self._ingest = Ingest(
             self.table,
@@ -146,7 +137,7 @@ class ReplayServer:
         logger.info("serving table '%s' at %s", self.table.name, self.address)
 
     def _sampled(self) -> int:
-        """Transitions the learner sampled, as its rate limiter counts them (for acks)."""
+        """As the learner's rate limiter counts them (for acks)."""
         learner = self.learner
         if learner is None:
             return 0
@@ -157,23 +148,21 @@ class ReplayServer:
     async def _start_grpc(
         self, address: str, token: str | None, tls: TLSConfig | None
     ) -> tuple[grpc.aio.Server, str]:
-        """Build, bind and start the asyncio gRPC server (on the event loop thread)."""
         interceptors = [TokenInterceptor(token)] if token is not None else []
         server = grpc.aio.server(
             interceptors=interceptors,
             options=[
                 # 2x so that our own check answers with the configured limit by name
                 ("grpc.max_receive_message_length", 2 * self.config.max_message_bytes),
-                # no window growth (it reaches 4 MiB+ per connection): a stream with no read
-                # pending, one waiting for the request budget, buffers one 64 KiB window, and
-                # a pending read still opens the window to its whole message
+                # no window growth (4 MiB+ per connection): a stream waiting for the budget
+                # buffers one 64 KiB window; a pending read still opens it to its whole message
                 ("grpc.http2.bdp_probe", 0),
                 ("grpc.max_send_message_length", self.config.max_message_bytes),
                 # actors' keepalive pings (every 20 s) are welcome, even on idle streams
                 ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
                 ("grpc.keepalive_permit_without_calls", 1),
-                # gRPC sets SO_REUSEPORT by default: a second server on a bound port would start
-                # and split the actors between two learners; binding must fail instead
+                # with gRPC's default SO_REUSEPORT a second server on a bound port would split
+                # the actors between two learners; binding must fail instead
                 ("grpc.so_reuseport", 0),
                 # ping idle connections so that a vanished actor frees its max_actors slot
                 ("grpc.keepalive_time_ms", 60_000),
@@ -208,7 +197,7 @@ class ReplayServer:
 
     @property
     def actor_settings(self) -> AgentSettings | None:
-        """What ``Info`` tells actors to run (a document of the learner's agent), or None."""
+        """What ``Info`` tells actors to run (`serve`'s ``actor_settings``)."""
         return self._servicer.actor_settings
 
     @actor_settings.setter
@@ -217,64 +206,58 @@ class ReplayServer:
 
     @property
     def open_streams(self) -> int:
-        """Append streams open now (at most ``config.max_actors``)."""
+        """At most ``config.max_actors``."""
         return self._servicer.streams
 
     @property
     def run_stats(self) -> RunStats:
-        """The run's figures (actors' episodes, the learner's loss and evals) for Info, /metrics."""
+        """Actors' episodes, the learner's loss and evals, for Info and /metrics."""
         return self._servicer.run_stats
 
     @property
     def run_finished(self) -> bool:
-        """Whether the run is over (`finish_run`, or the `finish_at` budget reached)."""
+        """`finish_run` was called, or the `finish_at` budget reached."""
         return self._ingest.run_finished
 
     def finish_run(self) -> None:
-        """End the run now: from now on every ack and Info carries ``run_finished``, and a
-        batch not committed yet is acknowledged without being inserted (``transitions`` 0,
-        ``committed_seq`` below its seq: the client drops it; no ack claims a row that is not
-        stored, so durable acks keep their meaning). Idempotent."""
+        """Every ack and Info carries ``run_finished`` from now on; an uncommitted batch is
+        acked with ``transitions`` 0, ``committed_seq`` below its seq (the client drops it; no
+        ack claims an unstored row, so durable acks keep their meaning). Idempotent."""
         self._ingest.run_finished = True
 
     def finish_at(self, rows: int) -> None:
-        """End the run once the table has inserted ``rows`` rows in all (restored ones too):
-        batches commit while it holds fewer, the one that reaches it whole (it overshoots by
-        less than one batch), then as `finish_run`."""
+        """`finish_run` once the table inserted ``rows`` in all (restored ones too); the batch
+        that reaches it commits whole (overshooting by less than one batch)."""
         self._ingest.row_limit = rows
         if self.table.total_inserted >= rows:
             self.finish_run()
 
     @property
     def finishing_rows(self) -> int:
-        """Transitions of the batch that reached `finish_at`'s budget (0: none yet)."""
+        """Rows of the batch that reached `finish_at`'s budget (0: none yet)."""
         return self._ingest.finishing_rows
 
     # -- committing and checkpoints -------------------------------------------------------------
 
     def commit_pending(self) -> int:
-        """Commit every staged batch now, on the calling thread; returns transitions inserted.
-        A served learner's training loop calls this between train calls (`loop.step`)."""
+        """On the calling thread (`loop.step`, between train calls); returns rows inserted."""
         return self._ingest.commit_pending()
 
     def wait_for_data(self, timeout: float) -> bool:
-        """Block up to ``timeout`` seconds until a batch is staged; returns whether one is."""
+        """Block up to ``timeout`` s for a staged batch; returns whether one is."""
         return self._ingest.wait_for_data(timeout)
 
     def training_turn(self) -> contextlib.AbstractContextManager[None]:
-        """A ``with`` block for one commit + train call of the training loop: no other thread
-        commits meanwhile, and a checkpoint asked for from another thread (`save`) goes first."""
+        """One commit + train call: no other thread commits; a pending `save` goes first."""
         return self._ingest.training_turn()
 
     def save(self, checkpointer: Any) -> str:
-        """``checkpointer.save(seal=False)`` while no commit runs, so table and ledger agree,
-        then ``checkpointer.seal`` (fsync, checksums) while commits go on; one at a time. In
-        durable mode the ledger notes the journal segment the checkpoint starts after, and once
-        it is sealed the segments only the previous checkpoint needed are deleted.
+        """Save while no commit runs (table and ledger agree), seal while commits go on; one
+        at a time. Durable mode notes the journal mark in the ledger (`Journal.checkpointed`).
 
         Raises:
-            CheckpointSaveError: the save failed (counted in ``checkpoint_failures``); the
-                journal is untouched, so log it and try again later: nothing is lost.
+            CheckpointSaveError: counted in ``checkpoint_failures``; the journal is untouched,
+                so log it and try again later: nothing is lost.
         """
         with self._ingest.exclusive():
             started = time.monotonic()
@@ -308,8 +291,7 @@ class ReplayServer:
     # -- metrics --------------------------------------------------------------------------------
 
     def stats(self) -> dict[str, float]:
-        """The service's counters and gauges now, read where they are kept (described in
-        `replaygpu.service.ops.metrics.METRICS`)."""
+        """The counters and gauges of `replaygpu.service.ops.metrics.METRICS`, read now."""
         servicer, queue = self._servicer, self._ingest.queue
         ingested = servicer.ingested
         return {
@@ -336,29 +318,24 @@ class ReplayServer:
         }
 
     def append_answers(self) -> dict[str, int]:
-        """Append answers so far by gRPC status code name: ``"OK"`` per acknowledged request
-        (duplicates too), an error code (``"INVALID_ARGUMENT"``, ...) per stream ended with it."""
+        """`Servicer.answered` (duplicates count as ``"OK"``)."""
         return dict(self._servicer.answered)
 
     # -- stopping -------------------------------------------------------------------------------
 
     def stop(self, grace: float | None = None, *, finish: bool = False) -> None:
-        """Shut down: NOT_SERVING, refuse new appends (UNAVAILABLE, clients retry), settle what
-        is staged, finish in-flight RPCs within ``grace`` seconds, and stop. Idempotent.
+        """NOT_SERVING, refuse new appends (UNAVAILABLE), settle what is staged, give in-flight
+        RPCs ``grace`` s (default ``config.shutdown_grace_s``). Idempotent.
 
-        What is staged: a bare table commits it (checkpoint after `stop`, as ``replaygpu
-        serve`` does); a served learner answers it UNAVAILABLE instead, because its training
-        loop took its final checkpoint already: a batch acknowledged now would be in no
-        checkpoint, so its client keeps it and resends it to the restarted learner.
+        A bare table commits what is staged (checkpoint after `stop`); a served learner answers
+        it UNAVAILABLE: its loop took its final checkpoint already, so the client keeps the
+        batch and resends it to the restarted learner.
 
         Args:
-            grace: seconds in-flight RPCs get (default ``config.shutdown_grace_s``).
-            finish: the server stops for good: once what is staged is settled the run is
-                finished (`finish_run`), and every open Append stream is told so (an ack of
-                seq 0 with ``run_finished``), so its actor exits instead of waiting for a
-                restarted server; the port closes once the clients closed their streams (or
-                ``grace`` passed), so none finds it closed before it has the notice. Without
-                it (a restart, say) the streams end with UNAVAILABLE and the clients retry.
+            finish: stopping for good: `finish_run`, and every open stream gets the notice
+                (`Servicer.tell_streams`), so its actor exits instead of waiting; the port
+                closes once they closed (or ``grace`` passed). Without it the streams end
+                with UNAVAILABLE and the clients retry.
         """
         if self._stopped:
             return
@@ -389,8 +366,7 @@ class ReplayServer:
         logger.info("stopped serving at %s", self.address)
 
     def _wait_for_streams_to_close(self, timeout: float) -> None:
-        """Wait (at most ``timeout`` s) until the clients told the run is finished closed their
-        Append streams; a client that keeps one open is ended with UNAVAILABLE after it."""
+        """Wait up to ``timeout`` s for notified clients to close their streams."""
         deadline = time.monotonic() + timeout
         while self._servicer.streams and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -419,24 +395,17 @@ def serve(
     ledger: SequenceLedger | None = None,
     actor_settings: AgentSettings | None = None,
 ) -> ReplayServer:
-    """Start serving a learner's table (and its published weights) over gRPC.
+    """Serve a learner's table (and its published weights) over gRPC; call ``stop()`` after.
 
     Args:
-        target: an `rg.Learner` (actors get what ``learner.publish_weights`` published; its
-            training loop, `loop.run` or `loop.step`, commits their appends) or a
-            bare `rg.ReplayTable` or `rg.ShardedReplayTable` (a background thread commits;
-            each append is split over the shards in one call).
-        address: ``host:port`` to bind; port 0 picks a free one (see ``server.address``).
-            The default is loopback; a non-loopback address without TLS or token logs a warning.
+        target: an `rg.Learner` (its training loop, `loop.run` or `loop.step`, commits the
+            appends; actors get ``learner.publish_weights``) or a bare `rg.ReplayTable` or
+            `rg.ShardedReplayTable` (a background thread commits, split over the shards).
+        address: port 0 picks a free one (``server.address``); a non-loopback address
+            without TLS or token logs a warning.
         token: require ``authorization: Bearer <token>`` on every replay RPC.
-        tls: serve TLS with these certificate files.
-        config: limits and threading (`ServerConfig`).
-        ledger: the sequence ledger to use, e.g. one just restored from a checkpoint.
-        actor_settings: what actors should run, a document of the agent's that ``Info``
-            passes on unread (`AgentSettings`), so that an actor needs only the address.
-
-    Returns:
-        the running `ReplayServer`; call ``stop()`` (or use it as a context manager).
+        ledger: e.g. one just restored from a checkpoint.
+        actor_settings: passed on unread by ``Info``, so an actor needs only the address.
 
     Raises:
         ConfigError: for a target of another type, a table served already, a field dtype the

@@ -1,24 +1,19 @@
 """The ReplayService RPCs: Append's admission path, GetWeights and Info, on an event loop.
 
 Every handler is a coroutine on the server's one asyncio loop (`eventloop.EventLoopThread`):
-an open Append stream costs a coroutine, not a thread, and health checks and Info never wait
-for a free worker. An ``Append`` stream reads top to bottom here:
+an open stream costs a coroutine, not a thread, and health checks and Info never wait for a
+free worker. An ``Append`` stream, top to bottom:
 
-1. **budget**: the stream waits for room in the server's one request budget
-   (`admission.RequestBudget`, ``inflight_max_bytes``) before it reads its next request, so
-   HTTP/2 flow control holds its sender back; gRPC hands the request over as the received
-   bytes (no deserializer), and its bytes stay counted until the batch is answered;
+1. **budget**: wait for room in `admission.RequestBudget` before reading the next request
+   (received as bytes, no deserializer), counted until the batch is answered;
 2. **parse** (`admission.parse_request`: tensor data stay views of the received bytes);
-3. **validate** the header (table, actor, seq, size) and every field's dtype and shape against
-   the table's host spec before decoding anything (`admission`);
-4. a replay of an already committed seq is acknowledged at once and dropped; otherwise
-5. **stage**: each array is copied once into an aligned pooled buffer and the whole batch put
-   on the bounded staging queue (`staging`); steps 2-5 run on the loop for small requests and
-   on one of ``admit_threads`` threads for large ones (1 MiB and over), and a full queue is
-   waited for without blocking the loop;
-6. **ack**: the committer (`ingest`) writes the batch and posts the ack back to the stream's
-   coroutine, which streams the acks out; an error ends the stream with its status code and
-   the failing seq in the trailing metadata.
+3. **validate** header and every field's dtype and shape before decoding anything;
+4. a replay of a committed seq is acknowledged at once and dropped; otherwise
+5. **stage**: each array copied once into an aligned pooled buffer, the batch put on the
+   bounded queue (`staging`); steps 2-5 run on the loop for small requests, on an admit
+   thread from 1 MiB, and a full queue is waited for without blocking the loop;
+6. **ack**: the committer (`ingest`) posts the ack back to the stream's coroutine; an error
+   ends the stream with its status code and the failing seq in the trailing metadata.
 """
 
 from __future__ import annotations
@@ -68,8 +63,8 @@ SERVICE_NAME = replay_pb2.DESCRIPTOR.services_by_name["ReplayService"].full_name
 #: requests this large are parsed and copied on an admit thread, smaller ones on the loop
 OFF_LOOP_BYTES = 2**20
 
-#: small requests admitted on the loop per turn: a burst from hundreds of streams is admitted
-#: in turns, with health checks, Info and acks answered between them (not after the burst)
+#: small requests admitted per loop turn: health checks, Info and acks are answered between
+#: the turns of a burst from hundreds of streams, not after it
 ADMIT_PER_TURN = 16
 
 #: the codes Append answers with, counted from 0 in `Servicer.answered` (others when first seen)
@@ -77,7 +72,7 @@ ANSWER_CODES = ("OK", "INVALID_ARGUMENT", "NOT_FOUND", "RESOURCE_EXHAUSTED", "UN
 
 
 class StreamEnd:
-    """End of an Append stream's requests: ``count`` requests were read."""
+    """End of an Append stream: ``count`` requests were read."""
 
     def __init__(self, count: int) -> None:
         self.count = count
@@ -86,24 +81,15 @@ class StreamEnd:
 class Servicer(replay_pb2_grpc.ReplayServiceServicer):
     """The RPC methods over one table, its ingest and (when serving a learner) the learner.
 
-    Args:
-        ingest: commits what this servicer stages into its table, from its buffer pool.
-        spec: the table's host spec (what each request is validated against).
-        learner: the learner that owns the table, or None for a bare table.
-        weights: the published weights handed to ``GetWeights``.
-        config: the server's limits.
-
     Attributes:
         address: where the server listens (for messages; set once bound).
-        closing: set when the server begins to stop: new appends get UNAVAILABLE.
-        run_stats: the run's figures for Info's ``learner_stats``; the episodes of each
-            committed seq are recorded here.
-        streams: Append streams open now.
+        closing: the server is stopping: new appends get UNAVAILABLE.
+        run_stats: Info's ``learner_stats``, with the episodes of each committed seq.
         refused_streams: Append streams refused for ``max_actors`` so far.
-        ingested: transitions of Append requests committed so far (not duplicates, not
-            journal replays); the committing thread counts them.
-        answered: Append answers so far by gRPC status code name: ``"OK"`` per acknowledged
-            request, an error code per stream ended with it (counted on the event loop).
+        ingested: transitions committed so far (not duplicates, not journal replays); the
+            committing thread counts them.
+        answered: Append answers by status code name: ``"OK"`` per acknowledged request, an
+            error code per stream ended with it (counted on the event loop).
     """
 
     def __init__(
@@ -124,9 +110,8 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         self.actor_settings: AgentSettings | None = None
         self.address = ""
         self.closing = False
-        #: the server stops for good (`ReplayServer.stop`'s ``finish``): appends that come
-        #: while it closes get the notice that it does (`tell_streams`), not an ack: an ack
-        #: says "stored", and they would be in no checkpoint
+        #: stopping for good (`ReplayServer.stop`'s ``finish``): late appends get the notice
+        #: (`tell_streams`), not an ack ("stored"): they would be in no checkpoint
         self.finishing = False
         self.run_stats = RunStats()
         self.streams = 0
@@ -136,38 +121,35 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         self._outboxes: set[asyncio.Queue[Any]] = set()  # of the open Append streams
         #: bytes of the requests read and not answered yet, over all streams (on the loop)
         self.budget = RequestBudget(config.inflight_max_bytes)
-        #: actor -> highest seq staged (maybe not committed yet), least recent first, for Info:
-        #: a client restarted under the same id starts past its batches still on their way
+        #: actor -> highest seq staged, least recent first, for Info: a client restarted
+        #: under the same id starts past its batches still on their way
         self._staged_seqs: collections.OrderedDict[str, int] = collections.OrderedDict()
         self._admit_pool = ThreadPoolExecutor(config.admit_threads, "replaygpu-admit")
         #: Info reads TensorFlow variables and the ledger, which can wait on a commit or a
-        #: train call: it runs here, never on the loop that answers health checks and appends
+        #: train call: never on the loop
         self._info_pool = ThreadPoolExecutor(1, "replaygpu-info")
-        #: small requests waiting for their turn on the loop (`_admit_in_turns`)
         self._waiting: collections.deque[tuple[bytes, Callable[[Any], None], asyncio.Future[Any]]]
         self._waiting = collections.deque()
         self._admitter: asyncio.Task[None] | None = None  # runs while any wait
         self._weights_cache: tuple[WeightSnapshot | None, Any] = (None, None)
 
     def tell_streams(self) -> None:
-        """Send every open Append stream the notice that the run is finished, an ack of seq 0
-        with ``run_finished`` (call on the loop, after the last commit): its client stops and
-        closes the stream. `ReplayServer.stop` waits for that, so that every client has the
-        notice before the port closes, and a closed port is then no outage to it."""
+        """Send every open stream the run-finished notice (an ack of seq 0; on the loop, after
+        the last commit): its client closes it. `ReplayServer.stop` waits for that, so that a
+        closed port is then no outage to any client."""
         for outbox in self._outboxes:
             outbox.put_nowait(replay_pb2.AppendAck(seq=0, run_finished=True))
 
     def end_streams(self) -> None:
-        """End every open Append stream with UNAVAILABLE once the acks already posted to it
-        are sent (call on the loop, after the last commit): idle streams need not wait out the
-        shutdown grace, and their clients reconnect to the next server."""
+        """End every open stream with UNAVAILABLE after its posted acks (on the loop, after the
+        last commit): idle streams skip the grace; their clients reconnect to the next server."""
         for outbox in self._outboxes:
             outbox.put_nowait(
                 ServiceUnavailableError(f"server at {self.address} stopped; reconnect")
             )
 
     def close(self) -> None:
-        """Stop the admit and Info threads (after the server stopped)."""
+        """Stop the admit and Info threads, after the server stopped."""
         self._admit_pool.shutdown(wait=True, cancel_futures=True)
         self._info_pool.shutdown(wait=True, cancel_futures=True)
 
@@ -231,13 +213,10 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         outbox: asyncio.Queue[Any],
         post: Callable[[Any], None],
     ) -> None:
-        """Admit each request of one stream, each read under the request budget (reserved
-        before the read, settled to its size after); errors and the end go to ``outbox``.
-
-        Reads with ``context.read()``: the request iterator's generator keeps the last request
-        it yielded until the next read, which, for a stream waiting for the budget, held one
-        whole request per stream outside the budget (measured: +45 MiB per stream sending
-        64 MiB requests)."""
+        """Admit one stream's requests, each reserved in the budget before its read; errors
+        and the end go to ``outbox``. ``context.read()``, as the request iterator keeps its
+        last request until the next read: outside the budget (+45 MiB per stream measured
+        with 64 MiB requests)."""
         count = 0
         budget = self.budget
         # a request takes twice its size (`admission`); a first one is taken as the largest
@@ -269,8 +248,7 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         outbox.put_nowait(StreamEnd(count))
 
     async def _admit(self, data: bytes, hold: Hold, post: Callable[[Any], None]) -> None:
-        """Parse, validate, copy and stage one request (or ack a replay at once); ``hold``
-        (its bytes in the budget) is released when it is answered, or here when it fails."""
+        """``hold`` is released when the request is answered, or here when it fails."""
         loop = asyncio.get_running_loop()
 
         def answer(item: Any) -> None:  # its ack or error, maybe from the committer thread
@@ -304,8 +282,7 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         self._note_staged(item.actor_id, item.seq)
 
     async def _admit_in_turns(self) -> None:
-        """Prepare the waiting small requests, `ADMIT_PER_TURN` per turn of the loop, in the
-        order they arrived (one task; runs while any wait)."""
+        """`ADMIT_PER_TURN` waiting small requests per turn, in order (one task, while any wait)."""
         try:
             while self._waiting:
                 for _ in range(min(ADMIT_PER_TURN, len(self._waiting))):
@@ -321,7 +298,7 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
             self._admitter = None
 
     def _note_staged(self, actor: str, seq: int) -> None:
-        """Remember ``actor``'s highest staged seq (on the loop; bounded like the ledger)."""
+        """On the loop; bounded like the ledger."""
         staged = self._staged_seqs
         staged[actor] = max(seq, staged.pop(actor, 0))
         while len(staged) > self.ingest.ledger.max_actors:
@@ -330,9 +307,8 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
     def prepare(
         self, data: bytes, post: Callable[[Any], None], replay: bool = False
     ) -> StagedBatch | None:
-        """Parse and validate one request (`admission`) and copy its arrays into pooled
-        buffers; a replay of a committed seq is acknowledged (``post``) and gives None.
-        ``replay``: read back from the journal (accepted under the limits of its time)."""
+        """Parse, validate and copy one request; a committed seq is acked and gives None.
+        ``replay``: from the journal (accepted under the limits of its time)."""
         request = parse_request(data)
         seq = request.seq
         finished = self.ingest.run_finished  # acknowledged below, not inserted
@@ -372,9 +348,7 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
     # -- GetWeights / Info ----------------------------------------------------------------------
 
     async def GetWeights(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        """The latest weights, or only the current version when the caller holds them. A
-        caller ahead of the current version got it from an earlier run of the learner: it gets
-        the latest weights, with a lower version (see `WeightStore.latest`)."""
+        """Only the version when the caller holds it; see `WeightStore.latest`."""
         snapshot = self.weights.latest(request.newer_than)
         if snapshot is None:
             return replay_pb2.Weights(version=self.weights.version)
@@ -386,8 +360,7 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         return message
 
     async def Info(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        """The table's spec and counters, the rate limiter, and the caller's last seq (read on
-        the Info thread: the loop never waits for TensorFlow or the ledger's lock)."""
+        """Read on the Info thread: the loop never waits for TensorFlow or the ledger's lock."""
         staged_seq = self._staged_seqs.get(request.actor_id, 0)  # the loop's own map
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._info_pool, self._info, request, staged_seq)
@@ -421,8 +394,7 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
 
 
 def handlers(servicer: Servicer) -> grpc.GenericRpcHandler:
-    """The generated service's handlers, but Append's requests arrive as their bytes (parsed
-    by `parse_request`, zero-copy)."""
+    """The generated handlers, but Append's requests arrive as bytes (zero-copy parsing)."""
     return grpc.method_handlers_generic_handler(
         SERVICE_NAME,
         {

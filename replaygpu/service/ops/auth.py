@@ -1,10 +1,9 @@
 """Transport security: bearer tokens checked by a server interceptor, TLS from certificate files.
 
-The token travels in the ``authorization`` metadata as ``Bearer <token>`` on every call. The
-server checks it on every ``replaygpu.v1.ReplayService`` RPC (Append, GetWeights, Info).
-Health checking and reflection stay open so that load balancers and orchestrator probes
-(which cannot send tokens) work; they reveal only service names and a serving status.
-When a connection fails, `connect_error` says why in the user's terms. Imports no TensorFlow.
+The server checks ``authorization: Bearer <token>`` on every ``replaygpu.v1.ReplayService``
+RPC; health checking and reflection stay open for probes (which cannot send tokens): they
+reveal only service names and a serving status. `connect_error` says why a connection failed
+in the user's terms. Imports no TensorFlow.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ from replaygpu.service.wire.status import (
 logger = logging.getLogger(__name__)
 
 AUTH_METADATA_KEY = "authorization"
-#: Services any caller may use without a token (probes, discovery).
+#: services open without a token (probes, discovery)
 OPEN_SERVICES = (
     "grpc.health.v1.Health",
     "grpc.reflection.v1alpha.ServerReflection",
@@ -47,15 +46,14 @@ OPEN_SERVICES = (
 class TLSConfig:
     """Certificate files for TLS, on either side of the wire.
 
-    Server: ``cert_file`` and ``key_file`` are its certificate chain and private key;
-    ``ca_file``, when given, makes the server require client certificates signed by it (mTLS).
-    Client: ``ca_file`` is the root certificate to trust (None: the system roots);
-    ``cert_file``/``key_file`` are its own certificate for mTLS; ``server_name`` overrides the
-    name checked against the server certificate (e.g. "localhost" when dialing an IP).
+    Server: ``cert_file``/``key_file`` its chain and key; a ``ca_file`` requires client
+    certificates signed by it (mTLS). Client: ``ca_file`` the root to trust (None: the system
+    roots), ``cert_file``/``key_file`` its mTLS certificate, ``server_name`` the name checked
+    against the server certificate (e.g. "localhost" when dialing an IP).
 
     Raises:
-        ConfigError: on construction, for a file that is missing or holds no PEM certificate
-            (key), an encrypted key, or a certificate and key that do not belong together.
+        ConfigError: a file missing or without a PEM certificate (key), an encrypted key, or a
+            certificate and key that do not belong together.
     """
 
     cert_file: str | None = None
@@ -87,7 +85,6 @@ class TLSConfig:
             return f.read()
 
     def server_credentials(self) -> grpc.ServerCredentials:
-        """Credentials for ``server.add_secure_port``."""
         if self.cert_file is None:
             raise ConfigError("TLSConfig for a server needs `cert_file` and `key_file`")
         key, cert = self._read("key_file"), self._read("cert_file")
@@ -97,7 +94,6 @@ class TLSConfig:
         )
 
     def channel_credentials(self) -> grpc.ChannelCredentials:
-        """Credentials for ``grpc.secure_channel``."""
         return grpc.ssl_channel_credentials(
             root_certificates=self._read("ca_file"),
             private_key=self._read("key_file"),
@@ -105,14 +101,13 @@ class TLSConfig:
         )
 
     def describe(self) -> str:
-        """The files and name this config uses, for error messages."""
+        """For error messages."""
         names = ("cert_file", "key_file", "ca_file", "server_name")
         given = [f"{n}={getattr(self, n)!r}" for n in names if getattr(self, n) is not None]
         return f"TLSConfig({', '.join(given)})"
 
 
 def _check_certificates(name: str, path: str) -> None:
-    """Raise ConfigError unless ``path`` holds at least one PEM certificate."""
     try:
         ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=path)
     except (ssl.SSLError, ValueError) as err:
@@ -123,9 +118,8 @@ def _check_certificates(name: str, path: str) -> None:
 
 
 def _check_key_pair(cert_file: str, key_file: str) -> None:
-    """Raise ConfigError unless ``key_file`` is the unencrypted private key of ``cert_file``'s
-    (first) certificate. Run before gRPC sees them: gRPC reports a bad pair only when the
-    server binds ("cannot bind") or the handshake fails."""
+    """Checked before gRPC sees them: gRPC reports a bad pair only as "cannot bind" or a
+    failed handshake."""
     try:  # the password callback keeps OpenSSL from prompting on a terminal
         ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(
             cert_file, key_file, password=lambda: b""
@@ -148,24 +142,20 @@ def _check_key_pair(cert_file: str, key_file: str) -> None:
 
 
 def token_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
-    """Call metadata carrying ``token`` (empty without one)."""
     return ((AUTH_METADATA_KEY, f"Bearer {token}"),) if token else ()
 
 
 def channel_options(tls: TLSConfig | None, max_message_bytes: int) -> list[tuple[str, Any]]:
     """Channel options shared by the client and tools.
 
-    Reconnects: gRPC waits 1 s after a failed connection attempt, then 1.6 times longer each
-    time up to 120 s, so after a long outage a client would find its server back only minutes
-    later; here the wait starts at 100 ms and stays under 1 s (plus 20 % jitter). The minimum
-    connect timeout (``grpc.min_reconnect_backoff_ms``) keeps gRPC's 20 s, so that a slow TCP
-    and TLS handshake to a distant server is not cut short.
+    Reconnects: gRPC's backoff (1 s, x1.6 up to 120 s) finds a server back minutes after a long
+    outage; here 100 ms up to 1 s (plus 20 % jitter). The minimum connect timeout keeps gRPC's
+    20 s, so a slow TCP and TLS handshake to a distant server is not cut short.
 
-    Keepalive: a ping every 20 s (on idle connections too), and a connection without an answer
-    in 10 s is closed, so a client notices a server that vanished without closing its sockets
-    (a killed VM, a network partition) within 30 s instead of at the TCP timeout. The server
-    (`replaygpu.serve`) accepts pings every 10 s with or without calls; a server with gRPC's
-    defaults (5 minutes) would answer these with GOAWAY "too_many_pings".
+    Keepalive: a ping every 20 s, idle too, closing after 10 s without answer: a server that
+    vanished (killed VM, partition) is noticed within 30 s, not at the TCP timeout.
+    `replaygpu.serve` accepts pings every 10 s; gRPC's defaults (5 minutes) would answer GOAWAY
+    "too_many_pings".
     """
     options: list[tuple[str, Any]] = [
         ("grpc.max_send_message_length", max_message_bytes),
@@ -187,9 +177,8 @@ _TARGET_SCHEMES = ("dns:", "unix:", "unix-abstract:", "ipv4:", "ipv6:", "vsock:"
 
 
 def require_server_address(address: str) -> None:
-    """Refuse a client's server address that is not ``host:port`` (``[v6]:port``) with a port
-    in 1-65535, or a gRPC target URI (``dns:///host:port``, ``unix:/path``, ...). Without a
-    port gRPC would dial port 443 and the user would read "connection refused".
+    """Accept ``host:port`` (``[v6]:port``, port 1-65535) or a gRPC target URI. Without a port
+    gRPC would dial 443 and the user would read "connection refused".
 
     Raises:
         ConfigError: the address, what is wrong with it, and an example.
@@ -213,11 +202,7 @@ def require_server_address(address: str) -> None:
 
 
 def make_channel(address: str, tls: TLSConfig | None, max_message_bytes: int) -> grpc.Channel:
-    """An insecure or TLS channel to ``address`` (`require_server_address` checks it).
-
-    Raises:
-        ConfigError: ``address`` is not ``host:port`` or a gRPC target URI.
-    """
+    """Raises `ConfigError` from `require_server_address`."""
     require_server_address(address)
     options = channel_options(tls, max_message_bytes)
     if tls is None:
@@ -225,21 +210,19 @@ def make_channel(address: str, tls: TLSConfig | None, max_message_bytes: int) ->
     return grpc.secure_channel(address, tls.channel_credentials(), options=options)
 
 
-#: gRPC details of a connection the server closed or reset (no reason given).
+#: gRPC details of a connection the server closed or reset (no reason given)
 _CLOSED = ("socket closed", "connection reset", "broken pipe", "end of tcp stream")
 
-#: The HTTP/2 client preface and an empty SETTINGS frame: what a gRPC client sends first.
+#: the HTTP/2 client preface and an empty SETTINGS frame: what a gRPC client sends first
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes.fromhex("000000040000000000")
 
 
 def connect_error(err: grpc.RpcError, address: str, tls: TLSConfig | None) -> ServiceError:
-    """The library exception for an RPC that failed to reach ``address``, naming TLS problems.
+    """The library error of an RPC that failed to reach ``address``, naming TLS problems.
 
-    `error_from_rpc` recognises the handshake failures gRPC names (an untrusted server
-    certificate, a wrong server name, TLS to a plaintext server). When gRPC says only that the
-    socket was closed, `probe_handshake` looks at the server: a plaintext client at a TLS
-    server, or a client without an accepted certificate at an mTLS server, becomes a `TLSError`
-    too; anything else (a server down or restarting) stays a retryable error.
+    `error_from_rpc` knows the handshake failures gRPC names; when gRPC says only "socket
+    closed", `probe_handshake` may find a TLS mismatch (a `TLSError` too); anything else (a
+    server down or restarting) stays retryable.
     """
     error = error_from_rpc(err, address)
     if error.code != grpc.StatusCode.UNAVAILABLE:
@@ -258,17 +241,12 @@ def connect_error(err: grpc.RpcError, address: str, tls: TLSConfig | None) -> Se
 
 
 def probe_handshake(address: str, tls: TLSConfig | None, timeout: float = 1.0) -> str | None:
-    """Why TLS stops a client configured with ``tls`` from talking to ``address``, from a TLS
-    handshake made with Python's ``ssl``, or None when the probe finds nothing certain.
-
-    - a plaintext client (``tls`` None): the handshake succeeds, so the server speaks TLS;
-    - a TLS client: the handshake succeeds (the server's certificate is not checked: gRPC did
-      that) and the server closes the connection or sends an alert instead of answering the
-      HTTP/2 preface; an mTLS server does so when it gets no client certificate or one it does
-      not trust. A second probe must agree, so a server closing connections while it restarts
-      is not taken for one.
-
-    Each probe takes one round of TCP and TLS handshakes (each bounded by ``timeout``).
+    """Why TLS stops this client talking to ``address``, from a handshake with Python's
+    ``ssl``, or None when nothing is certain: a plaintext client whose handshake succeeds; a
+    TLS client (server certificate unchecked: gRPC did that) whose HTTP/2 preface gets a close
+    or an alert, as from an mTLS server refusing its certificate. A second probe must agree, so
+    a restarting server is not taken for one. Each probe: one TCP and TLS handshake, each
+    bounded by ``timeout``.
     """
     host, _, port = address.rpartition(":")
     host = host.strip("[]")
@@ -308,9 +286,8 @@ def probe_handshake(address: str, tls: TLSConfig | None, timeout: float = 1.0) -
 
 
 def _probe(host: str, port: int, tls: TLSConfig | None, timeout: float) -> str:
-    """One TLS handshake with the server: "tls" (it then answered HTTP/2), "tls-closed" or
-    "tls-alert" (it then closed the connection or sent a TLS alert), "not-tls" (it answered the
-    handshake with something else) or "unknown" (unreachable, timed out, cut)."""
+    """One handshake: "tls" (then answered HTTP/2), "tls-closed", "tls-alert", "not-tls"
+    (answered the handshake otherwise) or "unknown" (unreachable, timed out, cut)."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE  # only the server's manner is probed, not its identity
@@ -340,8 +317,7 @@ def _probe(host: str, port: int, tls: TLSConfig | None, timeout: float) -> str:
 
 
 class TokenInterceptor(grpc.aio.ServerInterceptor):
-    """Rejects calls without ``authorization: Bearer <token>`` with UNAUTHENTICATED (for the
-    server's asyncio gRPC server); `OPEN_SERVICES` stay open (probes cannot send tokens)."""
+    """UNAUTHENTICATED for calls without the token, except to `OPEN_SERVICES` (asyncio server)."""
 
     def __init__(self, token: str) -> None:
         if not token:
@@ -366,7 +342,6 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):
 
 
 def _deny(handler: grpc.RpcMethodHandler | None, message: str) -> grpc.RpcMethodHandler:
-    """A handler of the same kind as ``handler`` that answers UNAUTHENTICATED."""
     error = AuthenticationError(message)
 
     async def refuse(request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -384,7 +359,7 @@ def _deny(handler: grpc.RpcMethodHandler | None, message: str) -> grpc.RpcMethod
 
 
 def is_loopback(address: str) -> bool:
-    """Whether a ``host:port`` bind address only listens on the local machine."""
+    """Whether a ``host:port`` bind address listens only on the local machine."""
     host = address.rsplit(":", 1)[0].strip("[]")
     if host in ("localhost", ""):
         return host == "localhost"
@@ -395,7 +370,6 @@ def is_loopback(address: str) -> bool:
 
 
 def warn_if_exposed(address: str, tls: TLSConfig | None, token: str | None) -> None:
-    """Log a warning when a non-loopback address is served without TLS or without a token."""
     if is_loopback(address):
         return
     missing = [name for name, value in (("TLS", tls), ("a token", token)) if value is None]

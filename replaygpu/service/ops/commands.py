@@ -33,9 +33,8 @@ _PARAMETER = re.compile(r"`(?:[A-Z]\w*\.)?([a-z][a-z0-9_]*)`")
 
 
 def with_flags(message: str) -> str:
-    """A library error's ``message`` as the command line says it: each parameter the library
-    names in backticks becomes its flag: ```checkpoint_dir``` -> ``--checkpoint-dir``,
-    ```TLSConfig.cert_file``` -> ``--tls-cert`` (`PARAMETER_FLAGS`)."""
+    """A library message with each backticked parameter as its flag: ```checkpoint_dir``` ->
+    ``--checkpoint-dir``, ```TLSConfig.cert_file``` -> ``--tls-cert`` (`PARAMETER_FLAGS`)."""
 
     def flag(match: re.Match[str]) -> str:
         name = match[1]
@@ -45,7 +44,6 @@ def with_flags(message: str) -> str:
 
 
 def register(subparsers: Any) -> None:
-    """Add the ``serve``, ``info`` and ``health`` subcommands."""
     serve = subparsers.add_parser(
         "serve",
         help="run a standalone replay service (table + ledger, checkpointed)",
@@ -142,11 +140,8 @@ def add_server_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def server_config(args: argparse.Namespace, **fields: Any) -> ServerConfig:
-    """The `ServerConfig` of `add_server_flags`' flags, with ``fields`` (others: defaults).
-
-    Raises:
-        ConfigError: ``--journal-dir`` without ``--checkpoint-dir`` (nothing is started).
-    """
+    """From `add_server_flags`' flags and ``fields``; `ConfigError` for ``--journal-dir``
+    without ``--checkpoint-dir``."""
     from replaygpu.errors import ConfigError
     from replaygpu.service.config import ServerConfig
 
@@ -165,12 +160,7 @@ def server_config(args: argparse.Namespace, **fields: Any) -> ServerConfig:
 
 
 def server_tls(args: argparse.Namespace) -> TLSConfig | None:
-    """The server's `TLSConfig` from ``--tls-cert/--tls-key/--tls-ca``, or None (plaintext).
-
-    Raises:
-        ConfigError: flags that do not go together, missing or unreadable files, or a
-            certificate and key that do not match (nothing is served).
-    """
+    """None for plaintext; `ConfigError` for flags that do not go together or bad files."""
     from replaygpu.errors import ConfigError
     from replaygpu.service.ops.auth import TLSConfig
 
@@ -188,12 +178,11 @@ def server_tls(args: argparse.Namespace) -> TLSConfig | None:
 
 
 def positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1 (checked as the flags are parsed, before any import)."""
+    """An argparse type, checked as the flags are parsed, before any import."""
     return _int_in(text, 1, math.inf, "an integer >= 1")
 
 
 def port_number(text: str) -> int:
-    """An argparse type: a TCP port, 0 to 65535."""
     return _int_in(text, 0, 65535, "a port number in 0..65535")
 
 
@@ -208,8 +197,7 @@ def _int_in(text: str, low: int, high: float, expected: str) -> int:
 
 
 def add_client_flags(parser: argparse.ArgumentParser) -> None:
-    """The token and TLS flags of a client command (``info``, ``health``, ``actor``); any
-    ``--tls-*`` or ``--server-name`` flag enables TLS."""
+    """Of ``info``, ``health``, ``actor``; any ``--tls-*`` or ``--server-name`` enables TLS."""
     parser.add_argument(
         "--token",
         default=os.environ.get("REPLAYGPU_TOKEN"),
@@ -228,12 +216,8 @@ def add_client_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def client_tls(args: Any) -> TLSConfig | None:
-    """The client's `TLSConfig` from ``--tls-ca/--tls-cert/--tls-key/--server-name`` (or an
-    `ActorConfig`'s fields of those names), or None (plaintext) when none is given.
-
-    Raises:
-        ConfigError: a file is missing or unreadable, or certificate and key do not match.
-    """
+    """From the flags (or an `ActorConfig`'s fields of those names); None: plaintext.
+    `ConfigError` for a missing file or a certificate and key that do not match."""
     from replaygpu.service.ops.auth import TLSConfig
 
     if not any((args.tls_ca, args.tls_cert, args.tls_key, args.server_name)):
@@ -247,7 +231,7 @@ def client_tls(args: Any) -> TLSConfig | None:
 
 
 def _load_spec(args: argparse.Namespace, env: Any) -> Any:
-    """The table's spec: that of ``env`` (closed here), or read from ``--spec``."""
+    """``env``'s (closed here), or read from ``--spec``."""
     import replaygpu as rg
     from replaygpu.specs import spec_from_json, specs_from_env
 
@@ -269,14 +253,10 @@ def _load_spec(args: argparse.Namespace, env: Any) -> Any:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    """Serve until SIGTERM/SIGINT; checkpoint periodically and on the way out. Ctrl-C (SIGINT)
-    stops the service for good: its actors are told the run is finished, and exit 0. SIGTERM
-    (what an orchestrator sends before a restart) tells them nothing: they wait for the next
-    server and resend what it had not acknowledged.
-
-    Raises:
-        ConfigError: for TLS flags that do not go together (nothing is served).
-    """
+    """Serve, checkpointing periodically and on the way out. SIGINT stops for good: actors are
+    told the run is finished and exit 0. SIGTERM (an orchestrator's restart) tells them
+    nothing: they wait for the next server and resend what was not acknowledged. Raises
+    `ConfigError` for TLS flags that do not go together (nothing is served)."""
     from replaygpu.service.learner.binding import require_free_ports
 
     tls = server_tls(args)
@@ -332,9 +312,8 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def message_json(message: Any) -> str:
-    """``message`` as indented JSON, every field included, its 64-bit integers as numbers:
-    protobuf's JSON writes them as strings (JavaScript's 53-bit numbers), which ``jq`` and
-    ``json.load`` readers would compare as strings; the counters here stay far below 2**53."""
+    """Indented JSON, all fields, int64 as numbers, not protobuf's strings (which ``jq`` would
+    compare as strings); the counters stay far below 2**53."""
     from google.protobuf import json_format
 
     value = json_format.MessageToDict(message, always_print_fields_with_no_presence=True)
@@ -342,7 +321,6 @@ def message_json(message: Any) -> str:
 
 
 def _int64_as_numbers(descriptor: Any, value: dict[str, Any]) -> dict[str, Any]:
-    """``value`` (`MessageToDict` of a ``descriptor`` message) with its int64 strings as ints."""
     from google.protobuf.descriptor import FieldDescriptor
 
     for field in descriptor.fields:
@@ -359,11 +337,7 @@ def _int64_as_numbers(descriptor: Any, value: dict[str, Any]) -> dict[str, Any]:
 
 
 def _call(args: argparse.Namespace, stub: Any, method: str, request: Any, timeout: float) -> Any:
-    """The answer of ``stub``'s ``method`` at ``args.address`` to ``request``.
-
-    Raises:
-        ServiceError: the call failed (`connect_error` names TLS problems).
-    """
+    """Raises `ServiceError` (`connect_error`) if the call failed."""
     import grpc
 
     from replaygpu.service.ops.auth import connect_error, make_channel, token_metadata
@@ -380,7 +354,6 @@ def _call(args: argparse.Namespace, stub: Any, method: str, request: Any, timeou
 
 
 def run_info(args: argparse.Namespace) -> int:
-    """Print the tables and counters of the server at ``args.address``."""
     from replaygpu.v1 import replay_pb2, replay_pb2_grpc
 
     reply = _call(args, replay_pb2_grpc.ReplayServiceStub, "Info", replay_pb2.InfoRequest(), 10)
@@ -427,9 +400,8 @@ def learner_line(reply: Any) -> str:
 
 
 def run_health(args: argparse.Namespace) -> int:
-    """Print the health status of ``args.service`` at ``args.address``; 0 when SERVING, else
-    1 with one line on stderr naming the address and the reason (never 2: Docker reserves it).
-    Imports no TensorFlow."""
+    """0 when SERVING, else 1 and the reason on stderr (never 2: Docker reserves it). Imports
+    no TensorFlow."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     from replaygpu.errors import ReplayError

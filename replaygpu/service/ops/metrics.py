@@ -1,10 +1,8 @@
 """Prometheus metrics of a replay service: ``/metrics`` over HTTP, read at each scrape.
 
-`start_metrics_server` serves one `ReplayServer`'s counters (and, for ``replaygpu learner``,
-the learner's) from a registry of its own, so several servers in one process do not collide.
-`ReplayCollector` reads the values where the server keeps them (`ReplayServer.stats`,
-`ReplayServer.append_answers`) when Prometheus scrapes: the request paths keep plain int
-counters and pay nothing for the endpoint. Imports no TensorFlow itself.
+One registry per `ReplayServer`, so several servers in one process do not collide. Values are
+read at each scrape (`ReplayServer.stats`, `ReplayServer.append_answers`): the request paths
+keep plain int counters and pay nothing for the endpoint. Imports no TensorFlow itself.
 """
 
 from __future__ import annotations
@@ -149,10 +147,8 @@ class ReplayCollector(Collector):
     """Reads a `ReplayServer`'s counters (and the learner's) at each scrape.
 
     Args:
-        server: the served table's server.
-        learner_stats: returns the learner's values by the keys of `METRICS` (``sgd_steps``,
-            ``sgd_steps_per_s``, ``checkpoints``, ``checkpoint_seconds``); other keys are
-            ignored. None: a bare table (``replaygpu serve``).
+        learner_stats: the learner's values by `METRICS` key (others ignored); None for a
+            bare table (``replaygpu serve``).
     """
 
     def __init__(
@@ -166,7 +162,6 @@ class ReplayCollector(Collector):
         self.last_scrape = -math.inf  # time.monotonic() of the last collect's values
 
     def collect(self) -> Iterator[Metric]:
-        """The metric families, with the values of now."""
         began = time.monotonic()
         yield from self._families()
         with self.scraped:
@@ -210,8 +205,7 @@ class MetricsServer:
     """A running ``/metrics`` endpoint; made by `start_metrics_server`.
 
     Attributes:
-        host: the host it is bound to.
-        port: the port it listens on (the real one when 0 was asked for).
+        port: the real one when 0 was asked for.
     """
 
     def __init__(
@@ -234,9 +228,8 @@ class MetricsServer:
         return f"http://{host}:{self.port}/metrics"
 
     def wait_scraped(self, since: float, timeout_s: float) -> bool:
-        """Wait until a scrape read values of ``since`` (a `time.monotonic` time) or later,
-        ``timeout_s`` seconds at most: a run that ends keeps its last values (its final
-        evaluation) up for the next scrape. Returns whether one did."""
+        """Wait up to ``timeout_s`` for a scrape of values from ``since`` (`time.monotonic`)
+        on, so an ending run's final evaluation is scraped. Returns whether one was."""
         collector = self._collector
         deadline = time.monotonic() + timeout_s
         with collector.scraped:
@@ -269,16 +262,11 @@ def start_metrics_server(
     learner_stats: Callable[[], Mapping[str, float]] | None = None,
     address: str = "0.0.0.0",
 ) -> MetricsServer:
-    """Serve ``server``'s metrics in the Prometheus text format at ``http://address:port/metrics``.
+    """Serve ``http://address:port/metrics`` (port 0: a free one); call ``close()`` after.
 
     Args:
-        port: TCP port; 0 picks a free one (see ``.port``).
-        server: the running replay server whose counters to serve.
-        learner_stats: the learner's values, read at each scrape (see `ReplayCollector`).
-        address: host to bind (``[::]`` and ``::`` both bind IPv6).
-
-    Returns:
-        the running `MetricsServer`; call ``close()`` (or use it as a context manager).
+        learner_stats: see `ReplayCollector`.
+        address: ``[::]`` and ``::`` both bind IPv6.
 
     Raises:
         ConfigError: the address cannot be bound (e.g. the port is in use).
