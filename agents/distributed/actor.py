@@ -1,17 +1,13 @@
 """The one actor loop: envs, a numpy behaviour policy, a `ReplayClient`.
 
-`run_actor` makes one batched numpy policy call per vector step, sends rows with ``add_batch``,
-pulls weights (``get_weights(newer_than=version)``) every ``weight_pull_interval`` env steps and
-follows the samples-per-insert limit (``wait_for_insert_room``): only `rg.ReplayClient`'s public
-API. Actor ``i`` of ``N`` explores with ``eps_i = epsilon_base ** (1 + epsilon_alpha * i / (N -
-1))`` (Ape-X). Kinds of actor differ only in their `Experience` (`make_experience`:
+`run_actor` makes one batched numpy policy call per vector step and uses only `rg.ReplayClient`'s
+public API. Actor ``i`` of ``N`` explores with ``eps_i = epsilon_base ** (1 + epsilon_alpha * i /
+(N - 1))`` (Ape-X). Kinds of actor differ only in their `Experience` (`make_experience`:
 `VectorExperience`, `experience.FrameExperience`, `experience.RecurrentExperience`).
 
-Config comes from the learner's ``Info`` settings (`ActorConfig.from_settings`), so ``replaygpu
-actor ADDRESS`` needs no other flags. Each finished episode's return (unclipped, the whole game)
-rides on the next request (``report_episode``); the actor stops, flushing, once the learner's
-run is finished (``run_finished``). No TensorFlow import, so actor processes start fast and stay
-small.
+Config comes from the learner's ``Info`` (`ActorConfig.from_settings`). Episode returns
+(unclipped, the whole game) ride on the next request (``report_episode``); the actor stops,
+flushing, once the run is finished (``run_finished``). No TensorFlow: processes start fast.
 """
 
 from __future__ import annotations
@@ -74,8 +70,6 @@ class Experience(Protocol):
     ``send(client, final=True)`` and `close`.
 
     Attributes:
-        num_envs: envs stepped together.
-        action_space: one env's action space.
         client_config: the `ClientConfig` the rows need (request sizes, retries).
     """
 
@@ -102,12 +96,10 @@ class Experience(Protocol):
 
 
 class VectorExperience:
-    """Vector transitions: ``num_envs`` envs (`make_vector_env`), the Q-network MLP as the
-    greedy policy, ``send_interval`` vector steps per ``add_batch``.
-
-    A `STREAM_FIELD` gets a global env id (``actor_index * num_envs + env``) and the batch goes
-    env-major, so ``rg.NStep(..., stream_field="stream")`` computes n-step returns across
-    interleaved actors."""
+    """Vector transitions of ``num_envs`` envs (`make_vector_env`), ``send_interval`` vector
+    steps per ``add_batch``. A `STREAM_FIELD` gets a global env id (``actor_index * num_envs +
+    env``) and the batch goes env-major, so ``rg.NStep(..., stream_field="stream")`` computes
+    n-step returns across interleaved actors."""
 
     def __init__(self, config: ActorConfig) -> None:
         self.config, self.num_envs = config, config.num_envs
@@ -139,8 +131,7 @@ class VectorExperience:
         return rows
 
     def _streams(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Fill a `STREAM_FIELD` and reorder the rows env-major (the chunk holds whole vector
-        steps: row ``r`` is env ``r % num_envs``)."""
+        """Fill a `STREAM_FIELD`; rows env-major (chunk row ``r`` is env ``r % num_envs``)."""
         if STREAM_FIELD not in batch:
             return batch
         n = self.num_envs
@@ -176,11 +167,9 @@ def run_actor(
     """Collect into the replay server at ``address`` until ``steps``, the run's end, or ``stop``.
 
     Returns:
-        ``{"env_steps", "episodes", "seconds", "env_steps_per_s", "weight_updates",
-        "acked_transitions", "unacked_transitions", "unacked_requests", "unacked_bytes",
-        "run_finished"}``: ``acked_transitions`` the rows the server committed; ``unacked_*``
-        what was unacknowledged at the stop (after `STOP_FLUSH_S`); ``run_finished`` 1.0 when
-        the learner ended the run.
+        stats: ``acked_transitions`` the rows the server committed; ``unacked_*`` what was
+        unacknowledged at the stop (after `STOP_FLUSH_S`); ``run_finished`` 1.0 when the
+        learner ended the run.
 
     Raises:
         ReplayError: the server is unreachable or rejects the data.

@@ -1,6 +1,5 @@
-"""`ActorConfig`, read by the actor loop (`actor.run_actor`), its experience kinds and the
-drivers that start actors, so none of them imports another for it. It holds every rule of an
-actor's config, and imports no TensorFlow.
+"""`ActorConfig` with every rule of an actor's config, without TensorFlow: the actor loop
+(`actor.run_actor`), its experience kinds and the drivers read it, importing none of each other.
 
 A learner decides the `SETTINGS_FIELDS` and announces them in ``Info`` as JSON
 (`ActorConfig.to_settings`); the library passes the document on unread, and

@@ -9,10 +9,9 @@ each ended table episode (a life, when a lost life is terminal) into rows with `
 (`segment_client_config` makes a request big enough).
 
 An episode longer than ``segment_steps`` is cut: its last step is marked truncated (the learner
-bootstraps from its ``next_obs``, as at a time limit) and the next segment starts with
-``first=True`` at the current frame. The first k-1 stacks after a cut are thus padded with that
-frame, but the actor acts on the same padded stacks the learner samples. With the default
-1000-step cap this touches 3 of 1000 stacks of long episodes only.
+bootstraps from its ``next_obs``) and the next segment starts (``first=True``) at that frame,
+which pads the first k-1 stacks after the cut, for the actor as for the learner; the default
+1000-step cap touches 3 of 1000 stacks of long episodes only.
 
 The policy is the learner's Nature CNN (`policies.greedy_cnn_policy`). No TensorFlow import.
 """
@@ -61,12 +60,9 @@ def segment_client_config(segment_steps: int, retry_deadline_s: float = 60.0) ->
 
 class SegmentWriter:
     """One env's steps as whole table episodes of at most ``segment_steps`` steps (0: no cap).
-
-    ``stack`` is the current ``[k, 84, 84]`` observation, padded as the `FrameStack` view
-    rebuilds it. Finished segments (`frame_rows`, ``first=True`` to ``final``) collect in
-    ``segments``; `take_rows` also flushes the unfinished one, continued in the next rows (for
-    a writer of one table, in order).
-    """
+    ``stack`` is the current ``[k, 84, 84]`` observation, padded as `FrameStack` rebuilds it.
+    Finished segments (`frame_rows`) collect in ``segments``; `take_rows` also flushes the
+    unfinished one, continued in the next rows (for a writer of one table, in order)."""
 
     def __init__(self, stack: int, segment_steps: int = 0) -> None:
         self.k, self.cap = stack, segment_steps
@@ -126,8 +122,7 @@ class SegmentWriter:
 def play(
     env: gym.Env, writer: SegmentWriter, action: int, lives: int, config: Any
 ) -> tuple[float, bool, int]:
-    """One step of an ALE game into ``writer``; after the last, a new game. See
-    `FrameExperience` for ``clip_rewards`` and ``terminal_on_life_loss``.
+    """One step of an ALE game into ``writer`` (a new game after the last); see `FrameExperience`.
 
     Returns:
         ``(reward, done, lives)``: the raw reward, whether the game ended, its lives now.
@@ -305,8 +300,7 @@ class SequenceWriter:
 
 
 class RecurrentExperience:
-    """Overlapping sequences (`SequenceWriter`) of ``num_envs`` envs (a vector env with
-    same-step autoreset) for an R2D2 learner.
+    """Overlapping sequences (`SequenceWriter`) of ``num_envs`` same-step-autoreset envs, for R2D2.
 
     Raises:
         ConfigError: an env id gymnasium does not know.

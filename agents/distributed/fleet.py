@@ -190,8 +190,7 @@ ACTOR_THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NU
 
 @contextlib.contextmanager
 def actor_threads() -> Iterator[None]:
-    """`ACTOR_THREAD_ENV` in this process's environment within the block, for the processes
-    started in it to inherit."""
+    """`ACTOR_THREAD_ENV` set within the block, for the processes started in it to inherit."""
     saved = {name: os.environ.get(name) for name in ACTOR_THREAD_ENV}
     os.environ.update(ACTOR_THREAD_ENV)
     try:

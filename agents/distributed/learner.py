@@ -131,8 +131,7 @@ class LearnerService:
         return int(self.learner.steps.numpy())
 
     def step(self, idle_wait_s: float = 0.5) -> int:
-        """Commit staged appends, train one call, publish weights, sync the target, checkpoint
-        when due. Returns the SGD steps run."""
+        """Commit, train one call, publish weights; sync and checkpoint when due. SGD steps run."""
         out = learner_step(self.server, self.learner, self.config.steps_per_call, idle_wait_s)
         ran = int(out["steps"])
         if ran:
@@ -205,9 +204,8 @@ def train(
     """The served demos' driver: a `LearnerService` with ``config.num_actors`` actor processes
     until ``steps`` arrived and the replay budget is spent (or a stop signal), then evaluate.
 
-    With ``run``: resume from its newest checkpoint (the actors collect the rest of ``steps``,
-    with new env seeds), save periodically, checkpoint and stop on SIGTERM or Ctrl-C.
-    ``steps`` 0 runs until stopped.
+    With ``run``: resume (actors collect the rest of ``steps``, with new env seeds), save
+    periodically, checkpoint and stop on SIGTERM or Ctrl-C. ``steps`` 0: until stopped.
 
     Raises:
         ConfigError: a config no builder takes, or an env its algorithm cannot run.
@@ -282,8 +280,7 @@ class Builder:
     def make_table(
         self, config: Any, env: gym.Env
     ) -> tuple[Table, contextlib.AbstractContextManager[Any]]:
-        """The replay table, and the scope the networks are made in (a strategy's, or the
-        table's device)."""
+        """The table and the scope for the networks (a strategy's, or the table's device)."""
         raise NotImplementedError
 
     def make_agent(self, config: Any, env: gym.Env) -> Any:

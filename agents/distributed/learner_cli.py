@@ -390,8 +390,7 @@ class LearnerReport:
         return returns
 
     def close(self) -> None:
-        """Log the last episodes and progress; close the event file (a running periodic
-        evaluation ends with the process)."""
+        """Log the last episodes and progress; close the event file (leaves a running eval)."""
         self._log_episodes()
         self.log_progress()
         self.recorder.close()

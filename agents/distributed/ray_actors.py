@@ -1,8 +1,7 @@
 """Actors as Ray actors: `run_actor` loops that Ray places and restarts when their process dies.
 
-Ray places the actors (``num_cpus_per_actor`` each) and restarts a dead one up to
-``max_restarts`` times; nothing here schedules. Each runs `run_actor` on a thread, so env, policy
-and batching are ``replaygpu actor``'s.
+Each reserves ``num_cpus_per_actor`` and is restarted up to ``max_restarts`` times; nothing here
+schedules. Each runs `run_actor` on a thread: env, policy and batching are ``replaygpu actor``'s.
 
 Exactly-once across a restart rests on three things:
 
@@ -75,8 +74,7 @@ class RayActorStatus:
 
 
 class RayActor:
-    """One actor loop inside a Ray actor process (the class that `start_ray_actors` makes
-    remote). It starts in ``__init__``, so a restarted actor resumes collecting by itself."""
+    """`run_actor` in a Ray actor, started in ``__init__`` so a restart resumes by itself."""
 
     def __init__(self, config: ActorConfig, address: str) -> None:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -271,8 +269,7 @@ def start_ray_actors(
     max_restarts: int = 3,
     ray_address: str | None = None,
 ) -> RayActorFleet:
-    """Start actors ``config.actor_index .. num_actors - 1`` as Ray actors collecting into the
-    replay server at ``address``.
+    """Start actors ``config.actor_index .. num_actors - 1`` as Ray actors, into ``address``.
 
     Ray: the one this process is connected to, else ``ray_address`` (``"auto"``: this machine's
     ``ray start``; or the head's ``HOST:6379``), else a local instance (or ``$RAY_ADDRESS``).

@@ -1,8 +1,6 @@
-"""DQN (double DQN optional) with a Huber loss, a target network, and linear epsilon and
-learning-rate schedules (Discrete actions).
-
-Reads top to bottom: the agent, the training loop, the kept best weights, the served form
-(`VectorDQN`).
+"""DQN (double DQN optional; Huber loss, target network, linear epsilon and learning-rate
+schedules; Discrete actions). Reads top to bottom: the agent, the training loop, the kept best
+weights, the served form (`VectorDQN`).
 
 Acting never calls TensorFlow: it uses a numpy copy of the Q-network weights (`numpy_mlp`),
 refreshed after each training call. Every ``train_freq`` env steps one training job appends the
@@ -115,10 +113,8 @@ class QAgent(tf.Module):
 
     def sync_and_mirror(self, sync: bool) -> list[np.ndarray]:
         """Sync the target if ``sync``; a numpy copy of the online weights (``[w0, b0, ...]``).
-
-        One graph call: between training calls it is on the critical path, where each eager
-        read or call costs about a millisecond from cold caches.
-        """
+        One graph call: it is on the critical path, where each eager read or call costs ~1 ms
+        from cold caches."""
         return [w.numpy() for w in self._sync_and_read(sync)]
 
     def _sync_and_read_graph(self, sync: bool) -> list[tf.Tensor]:
@@ -181,9 +177,8 @@ def greedy_policy(agent: DQN) -> Callable[[np.ndarray], np.ndarray]:
 def kept_policy(
     agent: DQN, checkpoint: str
 ) -> tuple[Callable[[np.ndarray], np.ndarray], str] | None:
-    """The greedy policy of the ``keep_best`` weights in ``checkpoint`` and what they are; None
-    where it holds none. The checkpoint decides, not the config: ``keep_best`` may change when a
-    run resumes."""
+    """The greedy policy of the ``keep_best`` weights in ``checkpoint`` and what they are, or
+    None. The checkpoint decides, not the config (``keep_best`` may change on resume)."""
     best = BestPolicy(agent.q.numpy_weights())
     tf.train.Checkpoint(best_policy=best).read(checkpoint).expect_partial()
     return (greedy_q_policy(best.numpy_weights()), best.describe()) if best.found else None
@@ -260,14 +255,12 @@ def train(
     def training_job(
         batch: dict[str, np.ndarray], num_steps: int, sync: bool, entering: Callable[[], None]
     ) -> JobResult:
-        """One chunk's training: append it, the SGD steps, the target sync and a weight read."""
         table.append(batch)  # the table is written only between training calls
         entering()
         metrics = timer.train(learner, num_steps)
         return metrics, agent.sync_and_mirror(sync)
 
     def finish_oldest() -> None:
-        """Wait for the oldest job; act with its weights from now on; record its metrics."""
         nonlocal act_weights, act_greedy, acted_since, sgd_steps
         (metrics, act_weights), at_steps = jobs.finish_oldest()
         acted_since = at_steps
@@ -372,8 +365,7 @@ class BestPolicy(tf.Module):
         return int(self.env_step.numpy()) >= 0
 
     def consider(self, env_step: int, returns: np.ndarray, weights: Sequence[np.ndarray]) -> bool:
-        """Keep ``weights`` if their ``returns`` have the best mean so far (ties: the later
-        wins); whether kept."""
+        """Keep ``weights`` if their ``returns`` have the best mean so far (ties: later wins)."""
         mean = float(np.mean(returns))
         self.evaluations.assign_add(1)
         if mean < float(self.mean_return.numpy()):

@@ -118,8 +118,7 @@ def train(
     config: AtariDQNConfig, recorder: Recorder | None = None, run: RunControl | None = None
 ) -> TrainResult:
     """Train with one env, then evaluate ``eval_episodes`` games. With ``run``: resume (a new
-    game starts; the table keeps its rows), save periodically, checkpoint and stop on SIGTERM /
-    Ctrl-C.
+    game; the table keeps its rows), save periodically, checkpoint and stop on SIGTERM / Ctrl-C.
 
     Raises:
         ConfigError: ale-py missing or not an ALE game id.
