@@ -1,8 +1,6 @@
 """replaygpu: device-resident replay buffers and fused multi-step learners for TensorFlow 2.
 
-The core, re-exported here: the tables, the sampler with its distributions and views, the
-learner with its rate limiter, the checkpointer, the server and the client. Everything else is
-imported from the module that holds it, for example:
+The core is re-exported here; everything else comes from its module, for example:
 
 - `replaygpu.errors`: the library's errors (`BatchError`, `CheckpointMismatchError`, ...), and
   `replaygpu.service.wire.status` the service's (`ServiceError`, `StagingFullError`, ...);
@@ -13,10 +11,8 @@ imported from the module that holds it, for example:
 - `replaygpu.service.config` (`ClientConfig`, `ServerConfig`), `replaygpu.service.learner.*`
   (`loop`, `ledger`, `server`), `replaygpu.service.ops.*` (`auth`, `metrics`).
 
-The names are imported on first use (PEP 562): ``import replaygpu`` and the actor side
-(``replaygpu.service.actor.client``) import no TensorFlow; ``replaygpu.ReplayTable`` does.
-`_EXPORTS` maps each name to its module; the ``TYPE_CHECKING`` imports below say the same for
-type checkers (tests/test_package.py checks that the two agree).
+Names are imported on first use (PEP 562), so ``import replaygpu`` and the actor side import no
+TensorFlow. `_EXPORTS` and the ``TYPE_CHECKING`` imports agree (tests/test_package.py checks).
 """
 
 from __future__ import annotations

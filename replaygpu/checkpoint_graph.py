@@ -1,9 +1,7 @@
-"""A checkpoint's saved object graph beside the live objects, read without restoring anything:
-what `replaygpu.Checkpointer` checks before a restore writes a single variable.
-
-A TensorFlow checkpoint names each value by its path of child names from the root
-(``learner/table/storage/x/.ATTRIBUTES/VARIABLE_VALUE``) and keeps the graph of those names in
-``_CHECKPOINTABLE_OBJECT_GRAPH``; a restore matches live objects to saved ones by walking both.
+"""A checkpoint's saved object graph beside the live objects, read without restoring: what
+`replaygpu.Checkpointer` checks before a restore writes anything. Values are keyed by child-name
+paths (``learner/table/storage/x/.ATTRIBUTES/VARIABLE_VALUE``), graph in
+``_CHECKPOINTABLE_OBJECT_GRAPH``; a restore matches live to saved objects by walking both.
 """
 
 from __future__ import annotations
@@ -22,17 +20,13 @@ def saved_graph(reader: Any) -> trackable_object_graph_pb2.TrackableObjectGraph:
 
 
 def saved_objects(reader: Any) -> set[str]:
-    """The names of the objects the checkpoint holds at its root (``table``, ``learner``, ...,
-    and ``save_counter``)."""
+    """Names of the checkpoint's root objects (``table``, ``learner``, ``save_counter``, ...)."""
     return {child.local_name for child in saved_graph(reader).nodes[0].children}
 
 
 def mismatched_variables(root: Any, reader: Any) -> list[str]:
-    """Live variables whose saved value has another shape or dtype, as readable lines.
-
-    Walks the live object graph from ``root`` beside the saved one (by child name), the way a
-    restore matches them, so it finds every conflict before a restore writes anything.
-    """
+    """Live variables whose saved value has another shape or dtype, as readable lines (matched
+    by child name, as a restore matches them)."""
     graph = saved_graph(reader)
     shapes = reader.get_variable_to_shape_map()
     dtypes = reader.get_variable_to_dtype_map()
@@ -63,8 +57,7 @@ def mismatched_variables(root: Any, reader: Any) -> list[str]:
 
 
 def object_paths(root: Any, targets: list[Any]) -> dict[int, str]:
-    """``{id(target): "its/checkpoint/path/"}`` for each of ``targets`` reachable from ``root``,
-    found by walking the checkpoint dependencies (so the keys follow the objects' layout)."""
+    """``{id(target): "its/checkpoint/path/"}`` for ``targets`` reachable from ``root``."""
     view = tf.train.TrackableView(root)
     wanted = {id(t) for t in targets}
     found: dict[int, str] = {}

@@ -8,17 +8,11 @@ from replaygpu.errors import ConfigError
 
 
 def resolve_device(device: str | None = None) -> str:
-    """The device string to place variables and the learner loop on.
-
-    Args:
-        device: a TensorFlow device name ("/GPU:0", "/CPU:0", "GPU", ...), or None for the first
-            GPU when there is one, else the CPU.
-
-    Returns:
-        a canonical device string such as "/job:localhost/replica:0/task:0/device:GPU:0".
+    """The canonical name ("/job:localhost/replica:0/task:0/device:GPU:0") of ``device``
+    ("/GPU:0", "GPU", ...; None: the first GPU, else the CPU).
 
     Raises:
-        ValueError: when the named device does not exist on this machine.
+        ConfigError: the device does not exist on this machine.
     """
     if device is None:
         device = "/GPU:0" if tf.config.list_logical_devices("GPU") else "/CPU:0"

@@ -1,8 +1,7 @@
-"""Free space on a file system, for the messages of writes that found none. No TensorFlow.
+"""Free space on a file system, for messages of writes that found none. No TensorFlow.
 
-A full disk is a condition to report and ride out, not a bug: the journal refuses appends
-retryably while it lasts and a failed checkpoint is tried again later. `is_full` tells such a
-failure from others, `free_bytes` and `describe_space` say how much room there is.
+A full disk is ridden out, not a bug: the journal refuses appends retryably and a failed
+checkpoint is retried later.
 """
 
 from __future__ import annotations
@@ -15,8 +14,8 @@ FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 def is_full(err: BaseException) -> bool:
-    """Whether ``err`` is a write that found no room (ENOSPC, EDQUOT; TensorFlow's file errors
-    carry the OS's words only: "No space left on device", "Disk quota exceeded")."""
+    """Whether ``err`` is a write that found no room (TensorFlow's errors carry only the OS's
+    words, "No space left on device")."""
     if isinstance(err, OSError):
         return err.errno in FULL_ERRNOS
     text = str(err)
@@ -24,8 +23,7 @@ def is_full(err: BaseException) -> bool:
 
 
 def free_bytes(path: str | os.PathLike[str]) -> int | None:
-    """Bytes an unprivileged write can still use on the file system of ``path`` (None when it
-    cannot be asked)."""
+    """Bytes an unprivileged write can still use at ``path``, or None."""
     try:
         stat = os.statvfs(path)
     except OSError:

@@ -1,8 +1,5 @@
-"""Frame-table rows from an actor's steps (`frame_rows`), without TensorFlow.
-
-The layout they fill is described in `replaygpu.samplers.frame_stack`; this module holds only the
-host-side row maker, so actor processes that write frame tables over gRPC import no TensorFlow.
-"""
+"""Frame-table rows (layout: `replaygpu.samplers.frame_stack`) from an actor's steps, without
+TensorFlow, for actors writing over gRPC."""
 
 from __future__ import annotations
 
@@ -22,13 +19,11 @@ def frame_rows(
     """Rows for ``n`` consecutive steps of one episode, ready for ``table.append``.
 
     Args:
-        frames: ``[n + 1, H, W]``: the newest frame of each step's observation, then the newest
-            frame of the last step's next observation.
-        actions, rewards, terminated, truncated: ``[n]`` per step; only the last step may end
-            the episode.
-        first: whether ``frames[0]`` is the episode's reset frame. When the chunk does not end
-            the episode, ``frames[n]`` is not stored: pass it as ``frames[0]`` of the next chunk
-            with ``first=False``.
+        frames: ``[n + 1, H, W]``: each step's newest observation frame, then the last
+            step's next-observation frame.
+        actions, rewards, terminated, truncated: ``[n]``; only the last step may end the episode.
+        first: whether ``frames[0]`` is the reset frame. If the episode goes on, ``frames[n]`` is
+            not stored: pass it as the next chunk's ``frames[0]`` with ``first=False``.
 
     Returns:
         ``n`` transition rows, plus the ``final`` row when the last step ended the episode.

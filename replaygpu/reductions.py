@@ -1,8 +1,7 @@
 """Integer reductions written with ops that have GPU kernels for int64.
 
-TensorFlow 2.21 registers no GPU kernel of ``Min`` (`tf.reduce_min`) for int64 (``Max`` has
-one), so a ``reduce_min`` over int64 rows, steps or sizes runs on the CPU with a copy out of
-device memory and back. These helpers say the same with ``reduce_max``; the graph check in
+TensorFlow 2.21 has no int64 GPU kernel of ``Min`` (``Max`` has one), so an int64 ``reduce_min``
+runs on the CPU with copies out of device memory and back; these use ``reduce_max``.
 ``tests/test_gpu_placement.py`` fails on any op without a GPU kernel.
 """
 
@@ -12,11 +11,8 @@ import tensorflow as tf
 
 
 def reduce_min_int(values: tf.Tensor) -> tf.Tensor:
-    """``tf.reduce_min(values)`` for signed integers, as ``-reduce_max(-values)``.
-
-    Exact for every value but the dtype's minimum (whose negation overflows); the callers
-    reduce sizes, rows and step counts, which are never negative.
-    """
+    """``-reduce_max(-values)``: exact but for the dtype's minimum (callers' values are never
+    negative)."""
     return -tf.reduce_max(-values)
 
 

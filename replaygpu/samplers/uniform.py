@@ -11,12 +11,8 @@ from replaygpu.storage import ReplayTable
 
 
 class UniformIndex(Index):
-    """Draws rows uniformly from ``[0, table.size)``.
-
-    The random stream comes from a `tf.random.Generator` this index owns, so checkpointing the
-    sampler checkpoints the stream: a restored learner draws the minibatches the original would
-    have drawn.
-    """
+    """Draws rows uniformly from ``[0, table.size)`` with its own generator, checkpointed with
+    the sampler: a restored learner draws the minibatches the original would have."""
 
     def __init__(self, table: ReplayTable, seed: int | None) -> None:
         super().__init__(name="uniform_index")
@@ -24,12 +20,8 @@ class UniformIndex(Index):
         self.generator = make_generator(seed, table.device)
 
     def draw(self, batch_size: int, stratified: bool = True) -> tuple[tf.Tensor, None]:
-        """``([B] int64 rows uniform over the filled rows, None)``.
-
-        Full-range int64 draws reduced modulo the size (a bias below ``size / 2**64``): a
-        bounded draw (``uniform(maxval=size)``) takes its bound in host memory on a GPU, which
-        would copy the size out of device memory at every step.
-        """
+        """``([B] int64 rows, None)``: full-range draws modulo the size (bias below ``size /
+        2**64``), since a bounded draw takes its bound in host memory on a GPU (a copy per step)."""
         size = tf.maximum(self.table.size_var.read_value(), 1)
         bits = self.generator.uniform_full_int([batch_size], dtype=tf.int64)
         return tf.math.floormod(bits, size), None
