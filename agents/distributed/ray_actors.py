@@ -18,11 +18,8 @@ starts; on a cluster, install replaygpu on every node or ship it in a ``runtime_
 
 Example::
 
-    fleet = start_ray_actors("learner:50051", ActorConfig(env_id="CartPole-v1"), 4)
-    try:
+    with start_ray_actors("learner:50051", ActorConfig(env_id="CartPole-v1"), 4) as fleet:
         fleet.wait(timeout=600)
-    finally:
-        results = fleet.stop()
 """
 
 from __future__ import annotations

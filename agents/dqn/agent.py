@@ -2,14 +2,13 @@
 schedules; Discrete actions). Reads top to bottom: the agent, the training loop, the kept best
 weights, the served form (`VectorDQN`).
 
-Acting never calls TensorFlow: it uses a numpy copy of the Q-network weights (`numpy_mlp`),
-refreshed after each training call. Every ``train_freq`` env steps one training job appends the
-chunk to the `ReplayTable`, runs ``gradient_steps`` SGD steps in one `Learner.train` call (one
-XLA graph execution), syncs the target and reads the new weights. With ``overlap_training`` the
-jobs run in order on a background thread while the next chunk is acted, so acting (Python, one
-core) and training (the graph, without the GIL) overlap (`runs.TrainingJobs`). Every
-``eval_every`` env steps the acting thread plays greedy episodes with the acting weights and
-keeps the best (``keep_best``, `BestPolicy`).
+Acting never calls TensorFlow: it uses a numpy copy of the Q-network weights (`numpy_mlp`).
+Every ``train_freq`` env steps a training job appends the chunk, runs ``gradient_steps`` SGD
+steps in one `Learner.train` call (one XLA graph execution), syncs the target and reads the new
+weights; with ``overlap_training`` jobs run in order on a background thread while the next chunk
+is acted, so acting (Python, one core) and training (the graph, without the GIL) overlap
+(`runs.TrainingJobs`). Every ``eval_every`` env steps the acting thread plays greedy episodes
+with the acting weights and keeps the best (``keep_best``, `BestPolicy`).
 """
 
 from __future__ import annotations
