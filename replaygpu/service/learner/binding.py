@@ -1,6 +1,5 @@
-"""Why a server could not bind its address, in the OS's words: gRPC says only "Failed to
-bind", so `bind_failure` probes the port itself; `require_free_address` asks the same before a
-command imports TensorFlow, so a port in use is refused at once."""
+"""Why a server could not bind, in the OS's words (gRPC says only "Failed to bind"); asked
+before a command imports TensorFlow too, so a port in use is refused at once."""
 
 from __future__ import annotations
 
@@ -18,16 +17,15 @@ def _in_use(port: str, parameter: str = "address") -> str:
 
 
 def _host_port(address: str) -> tuple[int, str, str]:
-    """``(socket family, host, port)`` of ``host:port`` (``[v6]:port``; an empty host: all)."""
+    """``(socket family, host, port)``; an empty host: all."""
     host, _, port = address.rpartition(":")
     host = host.strip("[]") or "0.0.0.0"
     return (socket.AF_INET6 if ":" in host else socket.AF_INET), host, port
 
 
 def require_free_ports(address: str, metrics_port: int | None) -> None:
-    """`require_free_address` for a server's ``address`` and, when given, its ``/metrics``
-    port on the same host (before TensorFlow: a metrics port in use would otherwise stop the
-    command after it had started serving).
+    """`require_free_address` for ``address`` and the ``/metrics`` port on its host, which
+    would otherwise fail only after serving started.
 
     Raises:
         ConfigError: an address is malformed or in use, or both ask for the same port.
@@ -44,15 +42,12 @@ def require_free_ports(address: str, metrics_port: int | None) -> None:
 
 
 def require_free_address(address: str, parameter: str = "address") -> None:
-    """Refuse ``address`` when it is not ``host:port`` with a port in 0-65535 (0: a free one),
-    or when another process listens on it, before a server is made (and TensorFlow imported).
-    Binds a probe with ``SO_REUSEADDR``, as gRPC's listener does, so a port a stopped server
-    left in TIME_WAIT passes. Any other failure (a host this machine does not have) is left to
-    the server, which reports it (`bind_failure`). Errors name the ``parameter`` the address
-    came from.
+    """Binds a probe with ``SO_REUSEADDR``, as gRPC does, so a port left in TIME_WAIT passes;
+    other failures (a host this machine lacks) are left to the server (`bind_failure`). Errors
+    name ``parameter``.
 
     Raises:
-        ConfigError: the address is malformed, or its port is in use.
+        ConfigError: not ``host:port`` with a port in 0-65535, or the port is in use.
     """
     family, host, port = _host_port(address)
     if not (":" in address and port.isdigit() and int(port) < 65536):
@@ -73,9 +68,7 @@ def require_free_address(address: str, parameter: str = "address") -> None:
 
 
 def bind_failure(address: str, err: Exception) -> str:
-    """Why ``address`` could not be bound, in the OS's words where gRPC gives only "Failed to
-    bind" (e.g. "address already in use: another process listens on port 50051; stop it or pick
-    another `address`")."""
+    """E.g. "address already in use: another process listens on port 50051; ..."."""
     family, host, port = _host_port(address)
     try:
         number = int(port)

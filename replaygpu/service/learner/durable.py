@@ -1,10 +1,5 @@
-"""Durable mode's parts of a `ReplayServer` (``ServerConfig(journal_dir=...)``): replaying the
-journal over the restored checkpoint at start, and health that follows the journal's disk.
-
-Checkpoints in durable mode (`ReplayServer.save`) note in the ledger the journal segment they
-start after; at start `Journal.resume_after` checks that the journal still reaches back to the
-restored checkpoint, and `replay_journal` commits what the checkpoint lacks.
-"""
+"""Durable mode (``ServerConfig(journal_dir=...)``): replaying the journal over the restored
+checkpoint (after `Journal.resume_after`), and health that follows the journal's disk."""
 
 from __future__ import annotations
 
@@ -35,12 +30,12 @@ _REPLAY_GROUP_BYTES = 256 * 2**20
 
 
 def replay_journal(journal: Journal, servicer: Servicer, ingest: Ingest, table: str) -> None:
-    """Commit the journalled batches that the restored checkpoint does not hold yet.
+    """Commit what the restored checkpoint lacks; records the table refused (never acked) are
+    skipped.
 
     Raises:
         ReplayError: a record cannot be read or committed (the server does not start: it
-            would delete the journal at its next checkpoint); records the table refused
-            when they came in (never acknowledged) are skipped.
+            would delete the journal at its next checkpoint).
     """
     records = inserted = 0
     pending: list[StagedBatch] = []
@@ -96,13 +91,10 @@ async def watch_storage(
     servicer: health.aio.HealthServicer,
     report: Callable[[str | None], None],
 ) -> None:
-    """Every `STORAGE_CHECK_S` seconds, let ``journal`` try to recover from a failed write (a
-    full disk: once there is room again), pass what still keeps appends out (None: nothing) to
-    ``report``, and make health follow it: while appends are refused, the replay service
-    (``replaygpu.v1.ReplayService``, the append path: what a readiness probe asks) answers
-    NOT_SERVING; the server as a whole (``""``: what a liveness probe asks) stays SERVING,
-    since a restart would not free the disk. Recovery needs no append, so a server taken out
-    of rotation by its readiness probe comes back by itself. Runs until cancelled.
+    """Every `STORAGE_CHECK_S` s, `Journal.check` and ``report`` what keeps appends out. While
+    they are refused ``replaygpu.v1.ReplayService`` (readiness) answers NOT_SERVING; ``""``
+    (liveness) stays SERVING: a restart would not free the disk. Recovery needs no append, so
+    a server out of rotation comes back by itself. Runs until cancelled.
     """
     codes = health_pb2.HealthCheckResponse
     problem: str | None = None

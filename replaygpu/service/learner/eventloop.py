@@ -1,10 +1,8 @@
 """An asyncio event loop on its own thread, for the server's gRPC handlers.
 
-The server answers every RPC on one event loop (grpc's asyncio server), so an open Append
-stream costs a coroutine and its buffers, not a thread: hundreds of idle or busy actor streams
-share the loop with the health and Info calls, which never wait for a free worker. The
-learner, the committer and whoever called `serve` stay on their own threads and talk to the
-loop through `run` (the handlers post back with ``call_soon_threadsafe``). No TensorFlow.
+Why one loop: see `servicer`. The learner, the committer and the caller of `serve` stay on
+their own threads and reach it through `run` (handlers post back with
+``call_soon_threadsafe``). No TensorFlow.
 """
 
 from __future__ import annotations
@@ -18,11 +16,7 @@ T = TypeVar("T")
 
 
 class EventLoopThread:
-    """Runs an asyncio event loop on a daemon thread until `close`.
-
-    Args:
-        name: the thread's name.
-    """
+    """Runs an asyncio event loop on a daemon thread ``name`` until `close`."""
 
     def __init__(self, name: str) -> None:
         self.loop = asyncio.new_event_loop()
@@ -34,7 +28,7 @@ class EventLoopThread:
         self.loop.run_forever()
 
     def run(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        """Run ``coroutine`` on the loop and wait for its result (from another thread)."""
+        """From another thread: run ``coroutine`` on the loop and wait for its result."""
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
 
     def close(self) -> None:

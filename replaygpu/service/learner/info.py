@@ -1,7 +1,5 @@
-"""The Info and Weights replies' messages: a table's spec and counters with its learner's rate
-limiter (`table_info`), and one published weight snapshot (`weights_message`). Built on the
-servicer's Info thread, never on the event loop (they read TensorFlow variables, and weights
-are megabytes)."""
+"""The Info and Weights replies' messages, built on the servicer's Info thread, never on the
+event loop (they read TensorFlow variables, and weights are megabytes)."""
 
 from __future__ import annotations
 
@@ -18,8 +16,7 @@ if TYPE_CHECKING:
 
 
 def table_info(table: Table, spec: HostSpec, learner: Learner | None) -> Any:
-    """The ``TableInfo`` of ``table`` (``spec``: its host spec), with the steps sampled and the
-    rate limiter of ``learner`` when the server has one."""
+    """With the learner's sampled count and rate limiter when there is one."""
     info = replay_pb2.TableInfo(
         name=table.name,
         capacity=table.capacity,
@@ -43,7 +40,6 @@ def table_info(table: Table, spec: HostSpec, learner: Learner | None) -> Any:
 
 
 def weights_message(snapshot: WeightSnapshot) -> Any:
-    """The ``Weights`` message of one published snapshot."""
     message = replay_pb2.Weights(version=snapshot.version, named=snapshot.names is not None)
     names = snapshot.names or tuple(str(i) for i in range(len(snapshot.arrays)))
     for name, array in zip(names, snapshot.arrays, strict=True):

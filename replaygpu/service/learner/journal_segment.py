@@ -1,11 +1,9 @@
-"""The segment a `Journal` writes: one file open for appending, how much of it is known to be on
-disk, and how it goes back to that after a failed write or fsync (an `Outage`); and opening a
-journal's segments, cutting a torn tail off the last one. No TensorFlow.
+"""The segment a `Journal` appends to, rolled back to its synced end after an `Outage`; and
+opening a journal's segments, cutting a torn tail off the last. No TensorFlow.
 
-Why going back is safe: every byte before `OpenSegment.synced` was fsynced before, and the
-bytes after it belong to records nobody acknowledged (an ack waits for `sync`). Cutting the file
-to `synced` and fsyncing that drops exactly those, whatever state a failed write or a failed
-fsync left in the page cache; a later fsync's success then covers everything kept.
+Rolling back is safe: bytes before `OpenSegment.synced` were fsynced, bytes after it belong to
+records nobody acknowledged (an ack waits for `sync`). Cutting to `synced` and fsyncing drops
+exactly those, whatever a failed write or fsync left in the page cache.
 """
 
 from __future__ import annotations
@@ -36,9 +34,6 @@ class OpenSegment:
     """Segment ``number``, open for appending at its end (created empty when ``create``).
 
     Attributes:
-        path: the segment file.
-        number: its number.
-        size: bytes written to it.
         synced: bytes known to be on disk: its size when opened, created or last synced.
 
     Raises:
@@ -56,18 +51,10 @@ class OpenSegment:
 
     @property
     def dirty(self) -> bool:
-        """Whether bytes were written since the last sync."""
         return self.size != self.synced
 
     def write(self, buffers: list[memoryview]) -> int:
-        """Write all of ``buffers`` at the end (``writev`` may write fewer: it is repeated).
-
-        Returns:
-            The bytes written.
-
-        Raises:
-            OSError: a write failed (`size` counts what was written before it).
-        """
+        """Returns the bytes written; an `OSError` leaves `size` counting those written before."""
         buffers = [b for b in buffers if b.nbytes]
         total = sum(b.nbytes for b in buffers)
         first = 0
@@ -84,32 +71,23 @@ class OpenSegment:
         return total
 
     def sync(self) -> None:
-        """fdatasync what was written since the last sync (nothing when nothing was)."""
         if self.dirty:
             _datasync(self.fd)
             self.synced = self.size
 
     def truncate(self, size: int) -> None:
-        """Cut the file to ``size`` bytes and make that durable."""
         os.ftruncate(self.fd, size)
         os.fsync(self.fd)
         self.size = self.synced = size
 
     def roll_back(self) -> int:
-        """Cut what was written since the last successful sync (see the module docstring).
-
-        Returns:
-            The bytes cut.
-
-        Raises:
-            OSError: the truncation or its fsync failed.
-        """
+        """Cut what was written since the last sync; returns the bytes cut. Raises `OSError`."""
         cut = self.size - self.synced
         self.truncate(self.synced)
         return cut
 
     def close(self) -> None:
-        """Close the file (without syncing it)."""
+        """Without syncing."""
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
@@ -120,8 +98,7 @@ class Outage:
     """A failed write, fsync or rotation of a journal, until it recovers.
 
     Attributes:
-        what: what failed, in the OS's words.
-        full: the file system was full (ENOSPC, EDQUOT).
+        full: ENOSPC or EDQUOT.
         needed: bytes the failed write wanted; a full disk recovers once they are free.
     """
 
@@ -131,16 +108,15 @@ class Outage:
 
     @classmethod
     def of(cls, what: str, exc: OSError, needed: int) -> Outage:
-        """The outage that ``exc``, raised while doing ``what``, starts."""
         return cls(f"{what} failed: {exc.strerror or exc}", is_full(exc), needed)
 
     def may_recover(self, directory: Path) -> bool:
-        """Whether to try a recovery now: not for a full disk that still lacks the room."""
+        """Not for a full disk that still lacks the room."""
         free = free_bytes(directory)
         return not self.full or free is None or free >= self.needed
 
     def error(self, directory: Path) -> JournalError:
-        """The error that appends get while it lasts (naming the folder and the free bytes)."""
+        """The error appends get while it lasts."""
         if self.full:
             return JournalFullError(
                 f"journal {directory}: its file system is full ({self.what}; "
@@ -154,8 +130,7 @@ class Outage:
 
 
 def open_segments(directory: Path) -> tuple[dict[int, int], OpenSegment, int]:
-    """Open a journal directory's segments for appending to the last (creating the first in an
-    empty one); a torn tail of the last is truncated with a warning.
+    """Open the last segment for appending (creating the first), truncating a torn tail.
 
     Returns:
         ``({closed segment number: bytes}, the last segment, bytes truncated off it)``.

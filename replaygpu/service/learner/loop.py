@@ -1,10 +1,8 @@
 """The training loop of a served learner: commit staged appends, train, publish, checkpoint.
 
-A served learner's table is written only here, on the training thread, between train calls
-(`step`), so sampling never sees a half-written table and TensorFlow is driven from one thread.
-`run` repeats `step` until told to stop, publishing weights for actors and checkpointing on the
-way; callers with per-iteration work of their own (Ape-X syncs its target network) call `step`
-in their own loop. Both also work without a server (``server=None``): then they just train.
+The only writer of a served learner's table (see `ingest`), so TensorFlow is driven from one
+thread. Callers with per-iteration work (Ape-X syncs its target network) call `step` in their
+own loop. Without a server (``server=None``) both just train.
 """
 
 from __future__ import annotations
@@ -42,25 +40,19 @@ def _check(server: ReplayServer | None, learner: Learner) -> None:
 def step(
     server: ReplayServer | None, learner: Learner, num_steps: int, idle_wait_s: float = 0.0
 ) -> dict[str, float]:
-    """One iteration: commit what the server staged, then ``learner.train(num_steps)``.
-
-    The commit and the train call hold the server's commit lock together, so no other thread
-    commits or checkpoints while this call samples the table.
+    """Commit what the server staged, then ``learner.train(num_steps)``, under one
+    `ReplayServer.training_turn`: no other thread commits or checkpoints while it samples.
 
     Args:
-        server: the server serving ``learner``, or None (then this only trains).
-        learner: the learner.
         num_steps: ``k`` of the train call (the rate limiter may allow fewer).
-        idle_wait_s: when nothing was committed and no step ran, wait up to this long for a
-            batch to be staged before returning (so a caller's loop does not spin).
+        idle_wait_s: if nothing was committed or trained, wait up to this long for data.
 
     Returns:
-        ``{"steps", "inserted"}`` and, when a train call was made, the means of
-        ``update_fn``'s metrics (NaN when it ran no step). No train call is made while the
-        table is empty and the learner has no rate limiter.
+        ``{"steps", "inserted"}`` and the means of ``update_fn``'s metrics (NaN when no step
+        ran). No train call while the table is empty and there is no rate limiter.
 
     Raises:
-        ConfigError: when ``server`` does not serve ``learner``.
+        ConfigError: ``server`` does not serve ``learner``.
     """
     _check(server, learner)
     lock = server.training_turn() if server is not None else contextlib.nullcontext()
@@ -110,23 +102,13 @@ def run(
     publication and checkpoint.
 
     Args:
-        server: the server serving ``learner`` (None: just train).
-        learner: the learner.
-        steps_per_call: ``k`` of each train call.
-        weights: what to publish for actors, read at each publication: the model or module
-            itself (a Keras model, a `tf.Module`), or a callable returning variables; None
-            publishes nothing.
+        weights: published for actors: a Keras model, a `tf.Module` or a callable returning
+            variables, read at each publication; None publishes nothing.
         publish_every: publish after every this many train calls that ran steps.
-        max_steps: stop after this many SGD steps (None: no limit).
-        max_seconds: stop after this long (None: no limit).
-        stop: stop when this event is set.
-        checkpointer: saved every ``checkpoint_every_s`` and once at the end, between train
-            calls; give it the server's ledger (``rg.Checkpointer(..., ledger=server.ledger)``)
-            for exactly-once appends across restarts. A periodic save that fails (a full
-            disk) is logged and tried again later (`CheckpointSchedule`): training goes on.
-        checkpoint_every_s: seconds between checkpoints (None: only at the end).
+        checkpointer: saved every ``checkpoint_every_s`` (None: only at the end) and at the
+            end; give it ``ledger=server.ledger`` for exactly-once across restarts. A failed
+            periodic save is logged and retried (`CheckpointSchedule`): training goes on.
         handle_sigterm: on SIGTERM, stop cleanly (main thread only).
-        idle_wait_s: how long to wait for data when there was nothing to train on.
 
     Returns:
         ``{"steps", "train_calls", "inserted", "seconds", "weights_version"}`` and the metric

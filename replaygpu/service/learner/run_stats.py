@@ -1,12 +1,8 @@
-"""What a served learner's run has learned so far, as ``Info`` (``learner_stats``), /metrics
-and ``replaygpu info`` show it.
+"""A served learner's run so far, for ``Info`` (``learner_stats``), /metrics, ``replaygpu info``.
 
-The server records the episodes that actors report in their Append requests (once per
-committed seq: a resent request's episodes are not counted again); the learner's driver
-records its latest loss and evaluations. A learner saves `RunStats.state` with its checkpoint
-and `RunStats.resume`s it at restart, so the episode count goes on; the episodes of journal
-records replayed at start (durable mode) are counted again, as the checkpoint lacks them.
-Imports no TensorFlow.
+Episodes actors report are counted once per committed seq (not again when resent); journal
+records replayed at start are counted, as the checkpoint lacks them. `RunStats.state` goes in
+the learner's checkpoint, `RunStats.resume` continues it. Imports no TensorFlow.
 """
 
 from __future__ import annotations
@@ -20,16 +16,15 @@ from typing import Any
 #: episodes the recent mean return and length are taken over
 RECENT_EPISODES = 100
 
-#: episodes kept for `RunStats.take_new` at most (the oldest go first when nobody takes them)
+#: episodes kept for `RunStats.take_new` at most (the oldest go first)
 NEW_EPISODES = 10_000
 
 
 class RunStats:
-    """A learner run's latest figures; thread-safe (the committer adds episodes, the training
-    thread the loss and evaluations, the Info thread and /metrics read).
+    """Thread-safe: the committer adds episodes, the training thread loss and evaluations.
 
     Args:
-        window: the mean return and length are over the last ``window`` episodes reported.
+        window: episodes the mean return and length are over.
 
     Attributes:
         target_steps: the run's budget (0: no end), as the learner gives it.
@@ -47,7 +42,7 @@ class RunStats:
         self.target_steps = 0
 
     def add_episodes(self, episodes: Iterable[tuple[float, int]]) -> None:
-        """Record ``(episode_return, length)`` of finished episodes."""
+        """``(episode_return, length)`` pairs."""
         with self._lock:
             for episode in episodes:
                 self._recent.append(episode)
@@ -55,16 +50,14 @@ class RunStats:
                 self._episodes += 1
 
     def state(self) -> dict[str, Any]:
-        """What a checkpoint keeps of the run's figures, JSON-able: the episode count, the
-        recent episodes and the last evaluation (`resume` takes it back)."""
+        """JSON-able: the episode count, recent episodes and last evaluation, for `resume`."""
         with self._lock:
             recent = [list(episode) for episode in self._recent]
             return {"episodes": self._episodes, "recent": recent, "eval": list(self._eval)}
 
     def resume(self, state: Mapping[str, Any]) -> None:
-        """Continue a restarted run from its saved `state`: its episodes come before those
-        recorded since this object was made (a journal replayed at start), and its evaluation
-        stands until a new one."""
+        """Saved episodes go before those since recorded (a journal replayed at start); the
+        saved evaluation stands until a new one."""
         with self._lock:
             since = list(self._recent)
             self._recent.clear()
@@ -76,24 +69,21 @@ class RunStats:
                 self._eval = (float(mean_return), int(sgd_step))
 
     def take_new(self) -> list[tuple[float, int]]:
-        """The episodes recorded since the last call (e.g. to log each one), oldest first."""
+        """Episodes recorded since the last call, oldest first (e.g. to log each)."""
         with self._lock:
             new = list(self._new)
             self._new.clear()
         return new
 
     def set_loss(self, loss: float) -> None:
-        """Record the learner's latest loss."""
         self._loss = float(loss)
 
     def set_eval(self, mean_return: float, sgd_step: int) -> None:
-        """Record a greedy evaluation's mean return, taken at SGD step ``sgd_step``."""
+        """A greedy evaluation's mean return."""
         self._eval = (float(mean_return), int(sgd_step))
 
     def values(self) -> dict[str, float]:
-        """``loss``, ``mean_return`` and ``mean_length`` (of the last ``recent_episodes``),
-        ``recent_episodes``, ``episodes`` (over the run), ``eval_return``, ``eval_step`` and
-        ``target_steps``; NaN for what is not known yet."""
+        """The fields of ``LearnerStats``; NaN for what is not known yet."""
         with self._lock:
             recent = list(self._recent)
             episodes = self._episodes
@@ -111,7 +101,6 @@ class RunStats:
         }
 
     def to_proto(self, message: Any) -> None:
-        """Fill a ``LearnerStats`` message."""
         values = self.values()
         for name in ("loss", "mean_return", "mean_length", "eval_return"):
             setattr(message, name, values[name])

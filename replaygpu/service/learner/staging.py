@@ -1,10 +1,8 @@
 """The bounded queue between the gRPC handlers and the thread that writes the table.
 
-Handlers put whole decoded batches; the learner thread (or the server's background committer)
-takes them all at once between train calls. The queue is bounded in batches and in bytes;
-a put that finds it full waits up to a deadline and then fails with RESOURCE_EXHAUSTED naming
-the limit, marked retryable (`StagingFullError`), so a stalled learner pushes back on actors
-(their clients keep the batch, back off and resend) instead of growing memory.
+Bounded in batches and bytes; a put that finds it full past a deadline fails retryably
+(`StagingFullError`), so a stalled learner pushes back on actors (they keep the batch and
+resend) instead of growing memory.
 """
 
 from __future__ import annotations
@@ -26,9 +24,8 @@ from replaygpu.service.wire.status import ServiceUnavailableError, StagingFullEr
 class StagedBatch:
     """One validated AppendRequest waiting to be committed.
 
-    ``done(ack_fields)`` is called after commit (or duplicate detection) with the ack's
-    values; ``fail(error)`` when it can no longer be committed (shutdown). ``raw`` is the
-    request as received, kept only when the server journals acknowledged batches.
+    ``done(ack_fields)`` after commit (or as a duplicate); ``fail(error)`` when it cannot be
+    committed. ``raw``: the request as received, kept only in durable mode.
     """
 
     actor_id: str
@@ -42,11 +39,8 @@ class StagedBatch:
 
 
 class StagingQueue:
-    """A FIFO of `StagedBatch` bounded by ``max_batches`` and ``max_bytes``.
-
-    A single batch larger than ``max_bytes`` is still admitted when the queue is empty, so the
-    byte bound cannot deadlock a batch that fits the message size limit.
-    """
+    """A FIFO of `StagedBatch`; a batch over ``max_bytes`` is admitted into an empty queue, so
+    the byte bound cannot deadlock."""
 
     def __init__(self, max_batches: int, max_bytes: int, put_timeout_s: float) -> None:
         self.max_batches = int(max_batches)
@@ -62,7 +56,6 @@ class StagingQueue:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the staged batches."""
         return self._bytes
 
     def _fits(self, nbytes: int) -> bool:
@@ -71,11 +64,7 @@ class StagingQueue:
         return len(self._items) < self.max_batches and self._bytes + nbytes <= self.max_bytes
 
     def try_put(self, item: StagedBatch) -> bool:
-        """Stage a batch if there is room now; returns whether it was staged.
-
-        Raises:
-            ServiceUnavailableError: the queue was closed (server shutting down).
-        """
+        """Returns whether there was room; `ServiceUnavailableError` once closed."""
         with self._cond:
             if self._closed:
                 raise ServiceUnavailableError("server shutting down; retry", seq=item.seq)
@@ -87,8 +76,7 @@ class StagingQueue:
             return True
 
     def full_error(self, seq: int) -> StagingFullError:
-        """The error for a batch that found the queue full for ``put_timeout_s`` (a
-        RESOURCE_EXHAUSTED that clients retry)."""
+        """For a batch that found the queue full for ``put_timeout_s``."""
         return StagingFullError(
             f"staging queue full for staging_timeout_s={self.put_timeout_s:g}: "
             f"{len(self._items)} batches / {self._bytes} bytes staged, limits "
@@ -99,7 +87,6 @@ class StagingQueue:
         )
 
     def take_all(self) -> list[StagedBatch]:
-        """Remove and return every staged batch."""
         with self._cond:
             items = list(self._items)
             self._items.clear()
@@ -108,22 +95,21 @@ class StagingQueue:
             return items
 
     def wait_nonempty(self, timeout: float) -> bool:
-        """Wait until something is staged (or the queue is closed)."""
+        """Or the queue is closed."""
         with self._cond:
             return bool(self._cond.wait_for(lambda: self._items or self._closed, timeout))
 
     def notify(self) -> None:
-        """Wake waiters (after a batch was taken and committed)."""
+        """After a batch was taken and committed."""
         with self._cond:
             self._cond.notify_all()
 
     @property
     def closed(self) -> bool:
-        """Whether `close` was called (puts are refused)."""
         return self._closed
 
     def close(self) -> list[StagedBatch]:
-        """Refuse further puts; returns what was still staged (to be failed or committed)."""
+        """Refuse further puts; returns what was still staged."""
         with self._cond:
             self._closed = True
             return self.take_all()
@@ -132,12 +118,10 @@ class StagingQueue:
 class BufferPool:
     """Reusable 64-byte aligned buffers for the arrays of staged batches.
 
-    The Append handlers copy a request's arrays into buffers taken here (aligned,
-    so TensorFlow wraps them without another copy), and the committer gives them back after
-    the table write. Reusing them spares the handlers a fresh multi-megabyte allocation per
-    request, whose pages fault on first touch (glibc unmaps emptied per-thread heaps whatever
-    ``keep_freed_memory`` says). A buffer is only reused when nothing else still refers to it
-    (CPython reference counts), e.g. a tensor TensorFlow has not released yet; free buffers are
+    Aligned, so TensorFlow wraps them without another copy; reused, to spare a fresh
+    multi-megabyte allocation per request whose pages fault on first touch (glibc unmaps
+    emptied per-thread heaps whatever ``keep_freed_memory`` says). Reused only when nothing
+    else refers to it (CPython reference counts: e.g. an unreleased tensor); free buffers are
     kept up to ``max_bytes``.
     """
 
@@ -154,13 +138,12 @@ class BufferPool:
         return -(-nbytes // step) * step
 
     def copy(self, array: np.ndarray) -> np.ndarray:
-        """A C-contiguous, aligned copy of ``array`` in a pooled buffer."""
         out = self.empty(array.shape, array.dtype)
         np.copyto(out, array)
         return out
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-        """An uninitialised C-contiguous, aligned array in a pooled buffer."""
+        """Uninitialised, C-contiguous and aligned."""
         dtype = np.dtype(dtype)
         nbytes = dtype.itemsize * math.prod(shape)
         size = self._size_class(max(1, nbytes))
@@ -175,10 +158,7 @@ class BufferPool:
         return raw[start : start + nbytes].view(dtype).reshape(shape)
 
     def release(self, columns: dict[str, np.ndarray]) -> None:
-        """Empty ``columns`` (arrays made by `copy`) and keep their buffers for reuse.
-
-        The caller must hold no other reference to the arrays.
-        """
+        """Empty ``columns`` (made by `copy`), keeping the buffers; hold no other reference."""
         raws = [a.base for a in columns.values()]
         columns.clear()
         with self._lock:

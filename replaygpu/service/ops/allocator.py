@@ -1,9 +1,7 @@
 """Process-wide memory tuning for the service: glibc malloc, and the garbage collector.
 
-Both ends of the service allocate and free a few large buffers per request: the actor one
-serialized request per batch (kept until acknowledged), the learner the received request bytes
-and the tensors TensorFlow converts them to. By default glibc serves and frees such blocks with
-``mmap``/``munmap`` (or trims them off the heap), and the first touch of every page of a fresh
+Both ends allocate and free a few large buffers per request. glibc serves such blocks with
+``mmap``/``munmap`` (or trims them off the heap), and the first touch of each page of a fresh
 block faults, which on a VM costs more than copying the data. Imports no TensorFlow.
 """
 
@@ -20,10 +18,9 @@ _kept_bytes = 0
 def keep_freed_memory(trim_bytes: int) -> bool:
     """Let glibc reuse freed multi-megabyte buffers instead of unmapping them.
 
-    Raises the mmap threshold to glibc's maximum (32 MiB) and keeps up to ``trim_bytes`` of
-    freed heap for reuse (the largest value any caller in this process asked for: the
-    server's staging bound, a client's buffer bound). Measured on 7 MB frame batches: a commit
-    3x faster, and an actor's page faults per request gone. A no-op returning False off glibc.
+    mmap threshold at glibc's maximum (32 MiB); up to ``trim_bytes`` (the largest any caller
+    asked for) of freed heap kept. On 7 MB frame batches: commits 3x faster, an actor's page
+    faults per request gone. Returns False (a no-op) off glibc.
     """
     global _kept_bytes
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
@@ -41,13 +38,10 @@ def keep_freed_memory(trim_bytes: int) -> bool:
 def freeze_long_lived_objects() -> float:
     """Collect garbage once, then exempt every object alive now from later collections.
 
-    A learner process holds hundreds of thousands of long-lived Python objects (TensorFlow's
-    traced graphs, modules, the table's metadata). Ingest allocates fast, which triggers full
-    collections, and each full collection walks all of them while holding the GIL: measured here
-    at 0.4 s per pass with 4e5 objects, and health checks and Info stalled 2-7 s behind a run of
-    them with 512 streams appending. `gc.freeze` moves the objects alive now to a permanent
-    generation that collections skip; objects made later are collected as before. Call it once
-    setup is done (the server does when it starts). Returns the seconds the collection took.
+    A learner holds hundreds of thousands of long-lived objects (TensorFlow's graphs, modules);
+    ingest triggers full collections, each walking them all under the GIL: 0.4 s per pass with
+    4e5 objects measured, health checks and Info stalled 2-7 s with 512 streams appending.
+    Call once setup is done; returns the seconds the collection took.
     """
     started = time.monotonic()
     gc.collect()

@@ -1,18 +1,12 @@
 """The ``AppendRequest`` wire format, both ways, without TensorFlow.
 
-`encode_append_request` (the client) writes a request with one copy of the array data;
-`parse_append_request` (the server) reads one without copying the data.
+`encode_append_request` (client) copies the array data once; `parse_append_request` (server)
+decodes header and tensor metadata in Python (a few dozen varints) and leaves each tensor's data
+a ``memoryview`` of the received bytes, for ``np.frombuffer`` without a copy. Protobuf's parser
+would copy each multi-megabyte data field twice (into its arena, then into a new ``bytes``).
 
-The server receives each AppendRequest as the raw bytes gRPC read off the socket and parses
-them here (on its event loop, or on an admit thread for large requests): the header fields and
-tensor metadata are decoded in Python (a few dozen varints), while every tensor's data stays a
-``memoryview`` slice of the received bytes, so ``np.frombuffer`` turns it into an array without
-a copy. Protobuf's own parser would copy each multi-megabyte data field twice (into its arena,
-then into a new ``bytes`` on attribute access).
-
-The reader accepts exactly the bytes protobuf's parser (upb, the Python default) accepts and
-reads the same values from them; ``tests/test_wire_fuzz.py`` checks this against
-``replay_pb2.AppendRequest.FromString``. Protobuf's rules, as measured there:
+The reader accepts exactly what protobuf's parser (upb, the Python default) accepts, with the
+same values (``tests/test_wire_fuzz.py`` checks it). Protobuf's rules, as measured there:
 
 - a tag is a varint of at most 5 bytes whose value fits 32 bits (so field numbers are below
   2**29); field number 0 is invalid in a message, wire types 6 and 7 everywhere;
@@ -62,8 +56,7 @@ class TensorView:
 
 @dataclass
 class AppendView:
-    """A parsed AppendRequest: header fields, ``(name, TensorView)`` per batch field and
-    ``(episode_return, length)`` per finished episode the actor reports."""
+    """A parsed AppendRequest; ``episodes``: ``(episode_return, length)`` pairs."""
 
     table: str = ""
     actor_id: str = ""
@@ -85,7 +78,7 @@ def _error(path: str, problem: str, pos: int) -> WireFormatError:
 def _varint(
     buf: memoryview, pos: int, end: int, path: str, max_bytes: int = 10, what: str = "varint"
 ) -> tuple[int, int]:
-    """A varint of at most ``max_bytes`` bytes in ``buf[pos:end]``; the value modulo 2**64."""
+    """The value modulo 2**64."""
     byte = buf[pos] if pos < end else 0x80
     if byte < 0x80:
         return byte, pos + 1
@@ -104,7 +97,6 @@ def _varint(
 
 
 def _tag(buf: memoryview, pos: int, end: int, path: str) -> tuple[int, int, int]:
-    """``(field number, wire type, next position)`` of the tag at ``pos``."""
     value, after = _varint(buf, pos, end, path, 5, "tag varint")
     if value > 0xFFFFFFFF:
         raise _error(path, f"tag {value} does not fit 32 bits (field number >= 2**29)", pos)
@@ -112,7 +104,6 @@ def _tag(buf: memoryview, pos: int, end: int, path: str) -> tuple[int, int, int]
 
 
 def _skip_value(buf: memoryview, pos: int, end: int, wire_type: int, path: str) -> int:
-    """The position after an unknown VARINT, I64, LEN or I32 value at ``pos``."""
     if wire_type == _VARINT:
         return _varint(buf, pos, end, path)[1]
     if wire_type == _LEN:
@@ -126,7 +117,6 @@ def _skip_value(buf: memoryview, pos: int, end: int, wire_type: int, path: str) 
 
 
 def _span(buf: memoryview, pos: int, end: int, path: str) -> tuple[int, int]:
-    """``(start, stop)`` of the length-delimited value whose length prefix is at ``pos``."""
     size, start = _varint(buf, pos, end, path, 5, "length varint")
     if size > _MAX_SIZE:
         raise _error(path, f"length {size} is over protobuf's limit of {_MAX_SIZE}", pos)
@@ -136,11 +126,8 @@ def _span(buf: memoryview, pos: int, end: int, path: str) -> tuple[int, int]:
 
 
 def _skip_group(buf: memoryview, pos: int, end: int, number: int, depth: int, path: str) -> int:
-    """The position after the end-group tag of the group ``number`` starting at ``pos``.
-
-    ``depth`` is the group's own nesting depth. Inside a group protobuf checks only the framing
-    (tags, lengths, wire types, matching end-group numbers, depth); field number 0 is allowed.
-    """
+    """Inside a group protobuf checks only the framing (tags, lengths, wire types, matching
+    end-group numbers, depth); field number 0 is allowed."""
     open_groups = [number]
     while open_groups:
         if pos >= end:
@@ -164,9 +151,8 @@ def _skip_group(buf: memoryview, pos: int, end: int, number: int, depth: int, pa
 def _fields(
     buf: memoryview, pos: int, end: int, path: str, names: dict[int, str], depth: int
 ) -> Iterator[tuple[int, int, Any, str]]:
-    """Yield ``(number, wire type, value, path)`` of the VARINT and LEN fields of the message
-    at ``depth`` in ``buf[pos:end]``; value is an int, or ``(start, stop)`` for LEN. Other
-    fields are checked and skipped (the message has no fixed-width or group fields)."""
+    """``(number, wire type, value, path)`` of VARINT (an int) and LEN (``(start, stop)``)
+    fields; others are checked and skipped (these messages have none)."""
     while pos < end:
         byte = buf[pos]
         if byte < 0x80:  # a one-byte tag, the common case
@@ -232,13 +218,11 @@ def _named(buf: memoryview, span: tuple[int, int], path: str) -> tuple[str, Tens
 
 
 def parse_append_request(data: bytes) -> AppendView:
-    """Parse serialized AppendRequest bytes; tensor data are views into ``data``.
-
-    Accepts exactly what ``replay_pb2.AppendRequest.FromString`` accepts, with the same values.
+    """Tensor data are views into ``data``.
 
     Raises:
-        WireFormatError: the bytes are not a valid AppendRequest; the message names the field
-            (e.g. ``AppendRequest.batch.fields[2].tensor.shape``) and the byte offset.
+        WireFormatError: not a valid AppendRequest; names the field (e.g.
+            ``AppendRequest.batch.fields[2].tensor.shape``) and the byte offset.
     """
     buf = memoryview(data)
     out = AppendView()
@@ -276,7 +260,6 @@ def _encode_varint(value: int) -> bytes:
 
 
 def _len_field(number: int, size: int) -> bytes:
-    """Tag and length prefix of a length-delimited field (wire type 2)."""
     return _encode_varint(number << 3 | 2) + _encode_varint(size)
 
 
@@ -287,12 +270,9 @@ def encode_append_request(
     columns: Mapping[str, np.ndarray],
     episodes: Sequence[tuple[float, int]] = (),
 ) -> bytes:
-    """A serialized ``AppendRequest``, built with one copy of the array data; ``episodes``:
-    ``(episode_return, length)`` of the episodes the actor finished since its last request.
-
-    Equivalent to filling the message and calling ``SerializeToString()`` (a test checks it),
-    but the data bytes go straight from the arrays into the output: protobuf's serializer
-    copies nested multi-megabyte bytes fields several times (10 ms for a 7 MB frame batch).
+    """As ``SerializeToString()`` (a test checks it), with one copy of the array data:
+    protobuf's serializer copies nested large bytes fields several times (10 ms for a 7 MB
+    frame batch). ``episodes``: finished since the actor's last request.
     """
     parts: list[Any] = []
     batch_size = 0

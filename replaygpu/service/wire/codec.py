@@ -1,11 +1,9 @@
 """Numpy arrays <-> ``replaygpu.v1.Tensor`` messages, without TensorFlow.
 
-Arrays travel as raw little-endian, C-order bytes with a numpy dtype name and a shape. Encoding
-is one ``tobytes`` per field and decoding one ``np.frombuffer`` (no copy, no per-element
-Python), so a batch of 16k transitions costs a handful of memcpys.
-
-The AppendRequest format itself (its one-copy encoder and zero-copy parser) is in
-`append_request`; field specs and the batch check in `replaygpu.fields`.
+Raw little-endian C-order bytes with a numpy dtype name and a shape: one ``tobytes`` per field
+to encode, one ``np.frombuffer`` to decode, so 16k transitions cost a handful of memcpys. The
+AppendRequest format is in `append_request`, field specs and the batch check in
+`replaygpu.fields`.
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ from replaygpu.v1 import replay_pb2
 
 
 def encode_tensor(array: np.ndarray, out: replay_pb2.Tensor) -> int:
-    """Fill ``out`` with ``array``; returns the number of data bytes."""
+    """Returns the number of data bytes."""
     arr = np.asarray(array)
     if arr.dtype.byteorder == ">":
         arr = arr.astype(arr.dtype.newbyteorder("<"))
@@ -32,7 +30,7 @@ def encode_tensor(array: np.ndarray, out: replay_pb2.Tensor) -> int:
     return arr.nbytes
 
 
-#: numpy's limits: at most 64 dimensions, sizes (zero dimensions left out) within its intp.
+#: numpy's limits: at most 64 dimensions, sizes (zero dimensions left out) within its intp
 _MAX_NDIM = 64
 _MAX_NBYTES = 2**63 - 1
 
@@ -40,10 +38,8 @@ _MAX_NBYTES = 2**63 - 1
 def decode_tensor(tensor: Any, field: str = "tensor") -> np.ndarray:
     """A read-only array view of a Tensor message's bytes (or an `append_request.TensorView`'s).
 
-    Every size is computed with Python integers (no wrap-around) and checked before the array
-    is made: the shape must have at most 64 non-negative dimensions, and the data exactly
-    ``prod(shape) * itemsize`` bytes. A ``bool`` tensor's bytes must each be 0 or 1 (numpy
-    would read any other byte as an invalid bool).
+    Sizes are computed with Python integers (no wrap-around) before the array is made. Bool
+    bytes must be 0 or 1 (numpy would read any other as an invalid bool).
 
     Raises:
         BatchError: naming ``field``, for an unknown dtype, a negative or oversized shape, a
@@ -94,7 +90,7 @@ def decode_tensor(tensor: Any, field: str = "tensor") -> np.ndarray:
 
 
 def decode_named(tensors: Sequence[replay_pb2.NamedTensor]) -> dict[str, np.ndarray]:
-    """``{name: array}`` of repeated NamedTensor messages (a Batch's fields, weights)."""
+    """Of repeated NamedTensor messages (a Batch's fields, weights)."""
     out: dict[str, np.ndarray] = {}
     for field in tensors:
         if field.name in out:
@@ -104,7 +100,7 @@ def decode_named(tensors: Sequence[replay_pb2.NamedTensor]) -> dict[str, np.ndar
 
 
 def as_field_array(value: Any, dtype: str, name: str, shape: tuple[int, ...] | None) -> np.ndarray:
-    """``value`` as an array of ``dtype``: plain Python is converted, arrays must match."""
+    """Plain Python is converted; arrays must have ``dtype``."""
     if hasattr(value, "dtype"):
         got = dtype_name(value.dtype)
         if got != dtype:
@@ -124,5 +120,4 @@ def as_field_array(value: Any, dtype: str, name: str, shape: tuple[int, ...] | N
 
 
 def host_spec_from_proto(fields: Sequence[replay_pb2.FieldSpec]) -> HostSpec:
-    """The host spec of a table described by ``Info``."""
     return {f.name: FieldSpec(f.dtype, tuple(int(d) for d in f.shape)) for f in fields}

@@ -1,9 +1,8 @@
 """Regenerate the checked-in protobuf and gRPC code from ``protos/replaygpu/v1/replay.proto``.
 
-The ``.proto`` path mirrors the Python package (``replaygpu.v1``), so compiling it with
-``-Iprotos`` into the repository root writes ``replaygpu/v1/replay_pb2{,_grpc}.py`` whose
-imports (``from replaygpu.v1 import replay_pb2``) work inside the package. Run from the
-repository root with the pinned grpcio-tools::
+The ``.proto`` path mirrors the package, so ``-Iprotos`` into the repository root writes
+``replaygpu/v1/replay_pb2{,_grpc}.py`` whose imports work inside the package. With the pinned
+grpcio-tools, from the repository root::
 
     python -m replaygpu.service.wire.generate_protos          # rewrite replaygpu/v1/
     python -m replaygpu.service.wire.generate_protos --out /tmp/gen   # write elsewhere (the test)
@@ -19,12 +18,12 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-#: The grpcio-tools version the checked-in code was generated with (pinned in the test extra).
+#: the grpcio-tools of the checked-in code (pinned in the test extra)
 GRPCIO_TOOLS_VERSION = "1.85.1"
 REPO_ROOT = Path(__file__).resolve().parents[3]
 PROTO_ROOT = REPO_ROOT / "protos"
 PROTO_FILES = ("replaygpu/v1/replay.proto",)
-#: Files the generator writes, relative to the output root.
+#: relative to the output root
 GENERATED_FILES = tuple(
     p.replace(".proto", suffix)
     for p in PROTO_FILES
@@ -33,13 +32,10 @@ GENERATED_FILES = tuple(
 
 
 def generate(out_root: Path = REPO_ROOT) -> list[Path]:
-    """Compile the protos into ``out_root`` (``out_root/replaygpu/v1/...``).
-
-    Returns:
-        the generated files.
+    """Returns the files written under ``out_root/replaygpu/v1/``.
 
     Raises:
-        RuntimeError: when grpcio-tools is missing, of another version, or protoc fails.
+        RuntimeError: grpcio-tools is missing or of another version, or protoc fails.
     """
     try:
         from grpc_tools import protoc
@@ -71,7 +67,6 @@ def generate(out_root: Path = REPO_ROOT) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line entry: ``python -m replaygpu.service.wire.generate_protos [--out DIR]``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO_ROOT, help="output root (default: repo)")
     args = parser.parse_args(argv)

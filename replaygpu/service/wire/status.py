@@ -1,9 +1,8 @@
 """The one place where library errors and gRPC status codes meet, in both directions.
 
-Server side, `code_of` picks the status code of an exception raised while serving an RPC and
-`abort` ends the RPC with it (the handlers and the token check both go through it);
-client side, `error_from_rpc` turns a failed RPC back into a library exception that says
-what happened and how to fix it. Imports no TensorFlow.
+Server side `code_of` and `abort` (the handlers and the token check); client side
+`error_from_rpc`, a library exception that says what happened and how to fix it. Imports no
+TensorFlow.
 """
 
 from __future__ import annotations
@@ -41,19 +40,17 @@ class ResourceExhaustedError(ServiceError):
 
 
 class StagingFullError(ResourceExhaustedError):
-    """The staging queue stayed full for ``staging_timeout_s``: the learner is behind. Unlike an
-    oversize message this is transient; clients keep the batch and resend it with backoff.
-    Clients get this class for every transient RESOURCE_EXHAUSTED, `DiskFullError` too (the
-    message says which)."""
+    """The staging queue stayed full for ``staging_timeout_s``: the learner is behind.
+    Transient: clients keep the batch and resend it. Clients get this class for every
+    transient RESOURCE_EXHAUSTED, `DiskFullError` too (the message says which)."""
 
     retryable = True
 
 
 class DiskFullError(ResourceExhaustedError):
-    """The journal's file system is full (durable acks): the batch was not acknowledged, and
-    appends are refused until space is freed, then resume by themselves. Transient: clients
-    keep the batch and resend it with backoff. The message names the folder and the free
-    bytes."""
+    """The journal's file system is full: the batch was not acknowledged (see
+    `replaygpu.service.learner.journal_files.JournalFullError`). Transient: clients keep the
+    batch and resend it."""
 
     retryable = True
 
@@ -72,12 +69,10 @@ class ServiceUnavailableError(ServiceError):
 
 
 class TLSError(ServiceError):
-    """The connection failed in the TLS handshake for a reason that retrying cannot fix: the
-    server's certificate is not signed by the CA the client trusts or does not carry the name
-    dialed, only one side speaks TLS, or the server requires a client certificate (mTLS) and got
-    none or one it does not trust. The message says which and what to pass. gRPC reports these
-    as UNAVAILABLE, like a server that is down; a client raises this at once instead of waiting
-    ``retry_deadline_s`` for a server that will never accept it."""
+    """A TLS handshake failed for good (untrusted or misnamed certificate, TLS on one side
+    only, mTLS without an accepted client certificate); the message says which (`TLS_FAILURES`).
+    gRPC says UNAVAILABLE, as for a server that is down; a client raises this at once instead of
+    waiting ``retry_deadline_s`` for a server that will never accept it."""
 
     code = grpc.StatusCode.UNAVAILABLE
     retryable = False
@@ -93,11 +88,10 @@ class InvalidBatchError(ServiceError, BatchError):
         self.field = None
 
 
-#: Trailing metadata key naming the seq of the AppendRequest an error is about.
+#: trailing metadata: the seq of the AppendRequest an error is about
 SEQ_METADATA_KEY = "replaygpu-seq"
 
-#: Trailing metadata key, value "1", marking an error whose batch may be resent later (a full
-#: staging queue answers RESOURCE_EXHAUSTED, as an oversize message does, but is transient).
+#: trailing metadata, "1": the batch may be resent (a full staging queue's RESOURCE_EXHAUSTED)
 RETRYABLE_METADATA_KEY = "replaygpu-retryable"
 
 _BY_CODE: dict[grpc.StatusCode, type[ServiceError]] = {
@@ -112,13 +106,10 @@ _BY_CODE: dict[grpc.StatusCode, type[ServiceError]] = {
 }
 _BY_CODE[grpc.StatusCode.DEADLINE_EXCEEDED] = ServiceUnavailableError
 
-#: ``(what gRPC's details say, lower case; what is wrong and how to fix it)`` for handshake
-#: failures, first match wins. gRPC 1.85 reports them as UNAVAILABLE with details like "failed
-#: to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:50051: Tls handshake failed
-#: (TSI_PROTOCOL_FAILURE): SSL_ERROR_SSL: error:1000007d:SSL routines:OPENSSL_internal:
-#: CERTIFICATE_VERIFY_FAILED: unable to get local issuer certificate". A plaintext client at a
-#: TLS server and a client without an accepted certificate at an mTLS server only see "Socket
-#: closed"; `replaygpu.service.ops.auth.connect_error` probes the server to tell those apart.
+#: ``(what gRPC's details say, lower case; what is wrong and how to fix it)``, first match
+#: wins. gRPC 1.85 says UNAVAILABLE, "... Tls handshake failed (TSI_PROTOCOL_FAILURE):
+#: SSL_ERROR_SSL: ...: CERTIFICATE_VERIFY_FAILED: ...". Where it says only "Socket closed",
+#: `replaygpu.service.ops.auth.connect_error` probes the server.
 TLS_FAILURES: tuple[tuple[tuple[str, ...], str], ...] = (
     (
         ("hostname verification check failed",),
@@ -157,9 +148,8 @@ TLS_FAILURES: tuple[tuple[tuple[str, ...], str], ...] = (
 
 
 def tls_failure(details: str) -> str | None:
-    """What is wrong and how to fix it, when gRPC's ``details`` of an UNAVAILABLE error describe
-    a TLS handshake that failed for good (see `TLS_FAILURES`); None otherwise (a server that is
-    down, restarting, or a connection cut: those may pass)."""
+    """The `TLS_FAILURES` hint for an UNAVAILABLE error's ``details``; None for what may pass
+    (a server down or restarting, a connection cut)."""
     text = details.lower()
     for needles, hint in TLS_FAILURES:
         if any(needle in text for needle in needles):
@@ -168,15 +158,13 @@ def tls_failure(details: str) -> str | None:
 
 
 def commit_failure(err: BaseException, message: str, seq: int) -> ServiceError:
-    """The answer to a batch whose commit failed on ``err`` (its client resends it later):
-    `DiskFullError` (RESOURCE_EXHAUSTED) when a file system is full, else UNAVAILABLE."""
+    """A retryable answer: `DiskFullError` for a full file system, else UNAVAILABLE."""
     if isinstance(err, StorageFullError):
         return DiskFullError(message, seq=seq)
     return ServiceUnavailableError(message, seq=seq)
 
 
 def code_of(err: BaseException) -> grpc.StatusCode:
-    """The status code to answer an RPC with when ``err`` was raised serving it."""
     if isinstance(err, ServiceError):
         return err.code
     if isinstance(err, (BatchError, ConfigError, ValueError, TypeError)):
@@ -185,7 +173,6 @@ def code_of(err: BaseException) -> grpc.StatusCode:
 
 
 def trailing_metadata_of(err: BaseException) -> tuple[tuple[str, str], ...]:
-    """The trailing metadata that carries ``err``'s seq and retryability to the client."""
     out = []
     seq = getattr(err, "seq", None)
     if seq is not None:
@@ -196,17 +183,12 @@ def trailing_metadata_of(err: BaseException) -> tuple[tuple[str, str], ...]:
 
 
 async def abort(context: grpc.aio.ServicerContext, err: BaseException) -> None:
-    """End the RPC with ``err``'s status code, message and trailing metadata (seq, retryable);
-    never returns."""
+    """End the RPC with ``err``'s code, message and trailing metadata; never returns."""
     await context.abort(code_of(err), str(err), trailing_metadata_of(err))
 
 
 def error_from_rpc(err: grpc.RpcError, address: str = "") -> ServiceError:
-    """The library exception for a failed RPC, keeping the server's message.
-
-    A TLS handshake failure that retrying cannot fix (see `tls_failure`) becomes a `TLSError`
-    (``retryable`` False) that says what to change.
-    """
+    """Keeps the server's message; a lasting TLS failure (`tls_failure`) becomes `TLSError`."""
     code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
     details = (err.details() if hasattr(err, "details") else None) or str(err)
     seq, retryable = None, False
