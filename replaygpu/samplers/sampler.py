@@ -37,7 +37,7 @@ class Sampler(tf.Module):
         seed: None for a nondeterministic stream; shards get distinct seeds derived from it.
         spare_draws: spare rows per minibatch row, replacing rows the view refuses; one left
             without is counted in ``invalid_draws``. 4 covers a view refusing up to about 3
-            rows in 4; raise it for sparser tables.
+            rows in 4 (more with larger batches); raise it for sparser tables.
         indexes: existing indexes (one per shard) to share random stream and priorities.
 
     ``sample`` stays a pure graph function of the table and the sampler's variables, so the
@@ -197,8 +197,8 @@ class Sampler(tf.Module):
 
         Raises:
             ConfigError: the sampler keeps no priorities.
-            BatchError: eagerly, for negative or non-finite priorities, a length other than
-                ``indices``', or rows that cannot have been drawn; nothing is written.
+            BatchError: eagerly, for negative or non-finite priorities, another length than
+                ``indices``, or rows that cannot have been drawn; nothing is written.
         """
         if not self.keeps_priorities:
             raise ConfigError(

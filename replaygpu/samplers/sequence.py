@@ -47,7 +47,7 @@ class Sequence(View):
 
     Args:
         length: window length T (after the burn-in).
-        pad, start_field, stream_field, state_field, state_start_field: see the module doc.
+        burn_in, pad, start_field, stream_field, state_field, state_start_field: module doc.
         n_step: n-step transitions at every step (1: the rows as stored).
         gamma: discount factor of the n-step returns.
 
