@@ -1,24 +1,13 @@
 """`replaygpu actor ADDRESS`: run actors against a running learner (or replay server).
 
-From a `replaygpu learner` the actors learn the env, the agent's policy and its exploration
-(``Info``'s actor settings), so the address is all they need; flags given here override those
-settings. Against a bare `replaygpu serve`, pass ``--env``. The actors need no TensorFlow: they
-act with a numpy copy of the weights the learner publishes.
-``--processes P`` starts P actor processes with indices ``actor_index .. actor_index + P - 1``
-of a fleet of ``--num-actors`` actors (each explores with its Ape-X epsilon). ``--ray`` runs
-them as Ray actors instead (``pip install "replaygpu[ray]"``): on a local Ray instance, or on a
-cluster with ``--ray-address auto``, each reserving ``--ray-num-cpus`` and restarted by Ray up to
-``--max-restarts`` times under the same actor id. Every actor process runs with one BLAS thread
-(`actor_threads`). Ctrl-C or SIGTERM stops them within 5 s, whatever the learner's state: each
-flushes what it collected for 3 s at most, and one line says what was left unacknowledged; the
-command exits 0. So does a learner that stops for good: its run finished (its ``--steps``), or it
-was stopped (Ctrl-C, SIGTERM) and said so.
-
-An address where no server answers within 1 s ends the command in one line (exit status 2);
-``--wait`` waits for a server that is still starting, until it answers (``--wait SECONDS``: at
-most SECONDS more). An outage during the run (a learner that crashed and restarts) is ridden
-out for ``--retry-deadline-s``, logged once when it begins and once when it ends. Each actor
-logs a progress line every ``--progress-interval-s``.
+From a `replaygpu learner` the actors take the env, policy and exploration from its actor
+settings, so the address is all they need; flags given here override them. Against a bare
+`replaygpu serve`, pass --env. They act with a numpy copy of the learner's weights (no
+TensorFlow), one BLAS thread per process. A server that does not answer within 1 s ends the
+command with exit status 2 (--wait: keep trying); an outage during the run is ridden out for
+--retry-deadline-s. Ctrl-C or SIGTERM stops the actors within 5 s (each flushes for 3 s at most,
+one line says what was left unacknowledged), exit status 0, as does a learner whose run ended or
+that was stopped. README.md ("Run a learner service", "Actors on Ray") has the details.
 """
 
 from __future__ import annotations

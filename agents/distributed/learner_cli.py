@@ -1,24 +1,15 @@
 """`replaygpu learner --agent dqn|sac|r2d2 --env ENV_ID`: the standalone learner service, its
 loop (`train_to_end`) and what it shows (`LearnerReport`).
 
-One `learner.LearnerService` runs every agent: it serves its replay table over gRPC, trains the
-agent's update under a rate limiter as the actors' rows arrive, and publishes weights;
-``replaygpu actor ADDRESS`` learns the rest from it. With ``--checkpoint-dir`` it resumes from
-the newest checkpoint there, saves one every ``--checkpoint-every-s`` and a last one on SIGTERM
-or Ctrl-C; acknowledged rows are safe as of the last checkpoint, or at once with
-``--journal-dir``. Once the run's ``--steps`` rows arrived it trains out its replay budget,
-evaluates ``--eval-episodes`` greedy episodes (`train_to_end`), and exits after a scrape of
-``--metrics-port`` read that evaluation (``--metrics-wait-s`` at most).
-
-TensorBoard (``--logdir``, by default the checkpoint folder) gets the demos' tags at the env
-step (rows inserted) they belong to: ``losses/*`` of each train call, ``charts/episodic_return``
-and ``charts/episodic_length`` of each episode the actors report over the wire, ``charts/SPS``,
-``charts/SGD_steps_per_s`` and ``charts/samples_per_insert`` at each progress line (every 10 s),
-and ``eval/mean_return`` of each greedy evaluation. A tag is written at most once per
-``--summary-every-s`` (the mean of its values since; `progress.EventsRecorder`), evaluations at
-once, so the file grows by the hour, whatever the rate of episodes and train calls. A periodic
-evaluation (``--eval-every-s``) runs on a thread of its own with the policy of its start, so
-training goes on meanwhile; its result is recorded at the next `LearnerReport.poll`.
+One `LearnerService` serves any agent's replay table over gRPC, trains as the actors' rows
+arrive (under a samples-per-insert rate limiter) and publishes weights; `replaygpu actor ADDRESS`
+learns the rest from it. With --checkpoint-dir it resumes from the newest checkpoint there and
+saves one every --checkpoint-every-s and a last one on SIGTERM or Ctrl-C; acknowledged rows are
+safe as of the last checkpoint, or at once with --journal-dir. Once --steps rows arrived it trains
+out their replay budget, evaluates --eval-episodes greedy episodes and exits (after a scrape of
+--metrics-port read it, --metrics-wait-s at most). TensorBoard (--logdir) gets the demos' tags at
+the env step (rows inserted) they belong to, each at most once per --summary-every-s. README.md
+("Run a learner service") has the details.
 """
 
 from __future__ import annotations
@@ -286,7 +277,8 @@ class LearnerReport:
     Args:
         service: its ``recorder`` becomes this report's TensorBoard one.
         logdir: the TensorBoard event file's folder; None: no events.
-        eval_every_s: seconds between greedy evaluations while training; 0: none.
+        eval_every_s: seconds between greedy evaluations while training, each on a thread of
+            its own with the weights of its start, recorded at the next `poll`; 0: none.
         log_every_s: seconds between progress lines (and rate scalars).
         summary_every_s: seconds between TensorBoard writes of one tag; 0: every value.
 
