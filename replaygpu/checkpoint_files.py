@@ -23,6 +23,8 @@ import os
 import re
 import shutil
 
+from replaygpu.disk import fsync_path
+
 MANIFEST_SUFFIX = ".manifest.json"
 #: TensorFlow's list of the checkpoints in a folder (`record_state`)
 STATE_FILE = "checkpoint"
@@ -118,14 +120,6 @@ def _tree_bytes(path: str) -> int:
     )
 
 
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_durably(path: str, text: str) -> None:
     """Write ``text`` to ``path.tmp``, fsync it and rename it to ``path``."""
     with open(path + ".tmp", "w") as file:
@@ -153,13 +147,13 @@ def seal(prefix: str) -> None:
     files = {}
     for name in data_files(prefix):
         path = os.path.join(folder, name)
-        _fsync(path)
+        fsync_path(path)
         files[name] = {"bytes": os.path.getsize(path), "sha256": _digest(path)}
     if not any(name.endswith(".index") for name in files):
         raise FileNotFoundError(2, "no index file was written", prefix + ".index")
-    _fsync(folder)  # the files' names are durable before the manifest that names them
+    fsync_path(folder)  # the files' names are durable before the manifest that names them
     _write_durably(manifest_path(prefix), json.dumps({"format": _FORMAT, "files": files}, indent=1))
-    _fsync(folder)
+    fsync_path(folder)
 
 
 def prune(folder: str, keep: int) -> list[str]:
@@ -168,7 +162,7 @@ def prune(folder: str, keep: int) -> list[str]:
     old = sealed(folder)[keep:]
     for prefix in old:
         os.unlink(manifest_path(prefix))
-        _fsync(folder)
+        fsync_path(folder)
         for name in data_files(prefix):
             os.unlink(os.path.join(folder, name))
     return old

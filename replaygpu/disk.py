@@ -1,4 +1,5 @@
-"""Free space on a file system, for messages of writes that found none. No TensorFlow.
+"""Free space on a file system, for messages of writes that found none, and `fsync_path`. No
+TensorFlow.
 
 A full disk is ridden out, not a bug: the journal refuses appends retryably and a failed
 checkpoint is retried later.
@@ -38,3 +39,12 @@ def describe_space(path: str | os.PathLike[str]) -> str:
     except OSError as err:
         return f"free space unknown ({err.strerror or err})"
     return f"{stat.f_bavail * stat.f_frsize} bytes free of {stat.f_blocks * stat.f_frsize}"
+
+
+def fsync_path(path: str | os.PathLike[str]) -> None:
+    """Make a file's bytes durable, or for a folder the names created or deleted in it."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

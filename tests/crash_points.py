@@ -22,7 +22,7 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from replaygpu import checkpoint_files
+from replaygpu import checkpoint_files, disk
 
 
 class Killed(BaseException):
@@ -89,20 +89,25 @@ def crash_at(checkpointer: Any, point: int | None, kill: bool = False) -> Iterat
             tracer.hit(op, prefix + "_temp")
         raise AssertionError("unreachable: the crash comes at stage {stage}")
 
-    patches = {"os": fake_os, "shutil": fake_shutil, "open": write_open}
-    saved = {name: checkpoint_files.__dict__.get(name) for name in patches}
-    checkpoint_files.__dict__.update(patches)
+    patches = [  # `checkpoint_files` fsyncs through `disk.fsync_path`
+        (checkpoint_files, {"os": fake_os, "shutil": fake_shutil, "open": write_open}),
+        (disk, {"os": fake_os}),
+    ]
+    saved = [(m, {name: m.__dict__.get(name) for name in p}) for m, p in patches]
+    for module, patch in patches:
+        module.__dict__.update(patch)
     checkpoint.write = tf_write
     try:
         yield tracer
     except Killed:
         pass
     finally:
-        for name, value in saved.items():
-            if value is None:
-                del checkpoint_files.__dict__[name]
-            else:
-                checkpoint_files.__dict__[name] = value
+        for module, values in saved:
+            for name, value in values.items():
+                if value is None:
+                    del module.__dict__[name]
+                else:
+                    module.__dict__[name] = value
         del checkpoint.write
 
 

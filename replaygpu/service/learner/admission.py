@@ -32,7 +32,7 @@ import numpy as np
 
 from replaygpu.errors import BatchError
 from replaygpu.fields import HostSpec, check_columns
-from replaygpu.service.config import actor_id_problem
+from replaygpu.service.config import MAX_ACTOR_ID_BYTES, actor_id_problem
 from replaygpu.service.wire import codec
 from replaygpu.service.wire.append_request import (
     AppendView,
@@ -89,7 +89,7 @@ def check_header(
     if problem is not None:
         raise InvalidBatchError(
             f"AppendRequest field 'actor_id' ({request.actor_id[:40]!r}...): {problem}; "
-            "expected 1 to 128 printable ASCII characters",
+            f"expected 1 to {MAX_ACTOR_ID_BYTES} printable ASCII characters",
             seq=seq,
         )
     if seq < 1:

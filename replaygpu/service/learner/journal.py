@@ -36,13 +36,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from replaygpu.disk import describe_space
+from replaygpu.disk import describe_space, fsync_path
 from replaygpu.errors import ConfigError
 from replaygpu.service.learner.journal_files import (
     HEADER_BYTES,
     JournalError,
     frame_records,
-    fsync_dir,
     lock_directory,
     segment_name,
     segment_records,
@@ -91,7 +90,7 @@ class Journal:
         try:
             if not self._dir.is_dir():
                 self._dir.mkdir(parents=True)
-                fsync_dir(self._dir.resolve().parent)
+                fsync_path(self._dir.resolve().parent)
         except OSError as exc:
             raise ConfigError(f"journal directory {self._dir}: cannot create it: {exc}") from exc
         self._lock = threading.Lock()
@@ -141,7 +140,7 @@ class Journal:
         segment = self._current
         try:
             cut = segment.roll_back()
-            fsync_dir(self._dir)
+            fsync_path(self._dir)
         except OSError as exc:
             raise self._fail(f"recovering (cutting {segment.path.name} back)", exc, 0) from exc
         self._outage = None
@@ -231,7 +230,7 @@ class Journal:
         self._segment = OpenSegment(self._path(old.number + 1), old.number + 1, create=True)
         self._sizes[old.number] = old.size
         old.close()
-        fsync_dir(self._dir)
+        fsync_path(self._dir)
 
     def rotate(self) -> int:
         """Start a new segment unless the current one is empty.
@@ -308,7 +307,7 @@ class Journal:
                 try:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(self._path(number))
-                    fsync_dir(self._dir)
+                    fsync_path(self._dir)
                 except OSError as exc:
                     with self._lock:
                         self._sizes.update({kept: sizes[kept] for kept in doomed[done:]})

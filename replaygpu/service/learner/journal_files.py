@@ -187,15 +187,6 @@ def valid_end(path: Path, size: int) -> tuple[int, BadRecord | None]:
     return offset, None
 
 
-def fsync_dir(directory: Path) -> None:
-    """Make files created or deleted in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def lock_directory(directory: Path) -> int:
     """The descriptor of ``journal.lock``, locked; `ConfigError` when another holds it."""
     fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)

@@ -14,11 +14,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from replaygpu.disk import describe_space, free_bytes, is_full
+from replaygpu.disk import describe_space, free_bytes, fsync_path, is_full
 from replaygpu.service.learner.journal_files import (
     JournalError,
     JournalFullError,
-    fsync_dir,
     segment_name,
     segment_numbers,
     valid_end,
@@ -142,7 +141,7 @@ def open_segments(directory: Path) -> tuple[dict[int, int], OpenSegment, int]:
     numbers = segment_numbers(directory)
     if not numbers:
         segment = OpenSegment(directory / segment_name(1), 1, create=True)
-        fsync_dir(directory)
+        fsync_path(directory)
         return {}, segment, 0
     *closed, last = numbers
     sizes = {number: (directory / segment_name(number)).stat().st_size for number in closed}
