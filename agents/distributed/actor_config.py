@@ -168,6 +168,13 @@ class ActorConfig:
         values = {f.name: f.default for f in fields} | dict(given)
         _check(SimpleNamespace(**values), known)
 
+    @classmethod
+    def settings_of(cls, learner: Any, agent: str, /, **values: Any) -> AgentSettings:
+        """The settings document a learner of ``agent`` announces: each of `SETTINGS_FIELDS`
+        its config ``learner`` has by name, then ``values`` (fields it names otherwise)."""
+        shared = {n: getattr(learner, n) for n in SETTINGS_FIELDS if hasattr(learner, n)}
+        return cls(**(shared | values)).to_settings(agent)
+
     def to_settings(self, agent: str) -> AgentSettings:
         """The document a learner of ``agent`` announces: `SETTINGS_FIELDS` as JSON."""
         values = {name: getattr(self, name) for name in SETTINGS_FIELDS}

@@ -300,15 +300,8 @@ class Builder:
 
     def actor_settings(self, config: Any) -> AgentSettings:
         """The settings document its actors run (`ActorConfig.to_settings`)."""
-        actor = ActorConfig(
-            env_id=config.env_id,
-            weight_pull_interval=config.weight_pull_interval,
-            num_envs=config.actor_envs,
-            seed=config.seed,
-            num_actors=config.num_actors,
-            **self.actor_fields(config),
-        )
-        return actor.to_settings(self.agent)
+        fields = self.actor_fields(config)
+        return ActorConfig.settings_of(config, self.agent, num_envs=config.actor_envs, **fields)
 
     def jit_compile(self, config: Any, table: Table) -> bool:
         return bool(config.jit_compile)

@@ -282,18 +282,5 @@ class ApexAtariConfig(
     @property
     def actor_settings(self) -> AgentSettings:
         """What the actors run (served in ``Info`` for ``replaygpu actor ADDRESS``)."""
-        actor = ActorConfig(
-            env_id=self.env_id,
-            num_envs=1,  # one ALE game per actor process
-            weight_pull_interval=self.weight_pull_interval,
-            seed=self.seed,
-            num_actors=self.num_actors,
-            frame_stack=self.frame_stack,
-            segment_steps=self.segment_steps,
-            repeat_action_probability=self.repeat_action_probability,
-            terminal_on_life_loss=self.terminal_on_life_loss,
-            clip_rewards=self.clip_rewards,
-            send_interval=256,  # finished segments go once they hold 256 steps
-            insert_slack=self.insert_slack,
-        )
-        return actor.to_settings("dqn")
+        # one ALE game per actor process; finished segments go once they hold 256 steps
+        return ActorConfig.settings_of(self, "dqn", num_envs=1, send_interval=256)
