@@ -9,5 +9,4 @@
 - `ops`: the ``serve`` / ``info`` / ``health`` `commands`, `metrics`, `auth`, `allocator`.
 
 `config` stays here: both sides read it, and it imports neither. The actor side never imports
-`learner`. Re-exports nothing, so importing the client never pulls in the server.
-"""
+`learner`. Re-exports nothing, so importing the client never pulls in the server."""

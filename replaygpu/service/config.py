@@ -1,6 +1,5 @@
-"""`ClientConfig` (actor side), `ServerConfig` (learner side), `AgentSettings`: frozen, validated
-on construction. Imports no TensorFlow.
-"""
+"""`ClientConfig` (actor), `ServerConfig` (learner), `AgentSettings`: frozen, validated on
+construction. Imports no TensorFlow."""
 
 from __future__ import annotations
 
@@ -43,9 +42,8 @@ class ClientConfig:
         retry_deadline_s: give up after this long without an ack (None: never); the next call
             raises, with the count dropped. 10 minutes outlasts a learner restart.
         rpc_timeout_s: deadline of unary calls (Info, GetWeights).
-        keep_freed_memory: reuse freed request buffers, no page faults per request
-            (process-wide, up to ``max_buffer_bytes``;
-            `replaygpu.service.ops.allocator.keep_freed_memory`).
+        keep_freed_memory: reuse freed request buffers, no page faults per request (process-wide,
+            up to ``max_buffer_bytes``; `replaygpu.service.ops.allocator.keep_freed_memory`).
     """
 
     max_batch_transitions: int = 8192
@@ -104,9 +102,8 @@ class ServerConfig:
         shutdown_grace_s: on `stop`, how long in-flight RPCs get to finish.
         keep_freed_memory: reuse freed batch buffers: 3x faster commits of large batches
             (process-wide; `replaygpu.service.ops.allocator.keep_freed_memory`).
-        freeze_gc: `gc.freeze` at start, so full collections during ingest do not walk
-            TensorFlow's objects and stall health checks
-            (`replaygpu.service.ops.allocator.freeze_long_lived_objects`).
+        freeze_gc: `gc.freeze` at start: full collections during ingest skip TensorFlow's objects
+            and do not stall health checks (`ops.allocator.freeze_long_lived_objects`).
     """
 
     max_message_bytes: int = 64 * MiB

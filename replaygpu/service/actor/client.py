@@ -1,12 +1,10 @@
 """The actor side: `ReplayClient` buffers transitions and streams them to the learner.
 
 Transitions collect in a columnar buffer, sealed into one ``AppendRequest`` at
-``max_batch_transitions`` rows, ``max_batch_bytes`` or ``max_delay_s`` (a background flusher).
-The `Outbox` streams sealed requests, keeps them until acknowledged (at most
-``max_buffer_bytes``: `add` blocks when full) and resends them in order after a reconnect:
-nothing is duplicated or lost. `Connection` holds the channel and the unary RPCs.
-Imports no TensorFlow: an actor process starts fast and stays small.
-"""
+``max_batch_transitions`` rows, ``max_batch_bytes`` or ``max_delay_s`` (a background flusher),
+then kept until acknowledged and resent after a reconnect by the `outbox` (`add` blocks while
+it is full). `Connection` holds the channel and the unary RPCs. Imports no TensorFlow: an
+actor process starts fast and stays small."""
 
 from __future__ import annotations
 
@@ -213,10 +211,9 @@ class ReplayClient:
                 self._seal_partial()
 
     def add_batch(self, columns: Mapping[str, Any]) -> None:
-        """Buffer columns ``{field: [n, ...] array}`` (nested or flat, as in `add`).
-
-        Small batches are packed with other calls into one request, large ones split at the
-        `ClientConfig` bounds. Blocks while the buffer is full.
+        """Buffer columns ``{field: [n, ...] array}`` (nested or flat, as in `add`); blocks while
+        full. Small batches share a request with other calls, large ones split at the
+        `ClientConfig` bounds.
 
         Raises:
             BatchError: naming the field, expected and received dtype/shape (nothing is added).
@@ -293,8 +290,7 @@ class ReplayClient:
 
         Raises:
             TimeoutError: not all acks came within ``timeout`` seconds.
-            ServiceError: a batch failed for good (e.g. rejected, or no server for
-                ``retry_deadline_s``).
+            ServiceError: a batch failed for good (rejected, or no server for ``retry_deadline_s``).
         """
         with self._cond:
             self._seal_partial()
@@ -327,10 +323,7 @@ class ReplayClient:
         The rule is `SampleToInsertRule.insert_room` on the latest ack's counters, this client's
         unacked rows counted as inserted (acks may lag behind a compiling learner); only while
         it says wait are fresh counters asked for (``Info``), backing off up to 50 ms.
-
-        Args:
-            slack: rows the table may run ahead beyond the limiter's ``error_buffer``.
-            stop: return early when this event is set.
+        ``slack``: rows the table may run ahead beyond the limiter's ``error_buffer``.
 
         Returns:
             whether it waited (False without a rate limiter); stops at `run_finished`.

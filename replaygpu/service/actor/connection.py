@@ -1,9 +1,7 @@
 """The client's connection to a replay server: the channel, connecting with retries, the RPCs.
 
-Each `ReplayClient` owns one; its `Connection.append` feeds the client's `Outbox`. Its `Outage`
-logs one line when the server stops answering and one when it answers again, however many
-retries lie between. Imports no TensorFlow.
-"""
+Each `ReplayClient` owns one; its `Connection.append` feeds the client's `Outbox`, and its
+`Outage` logs when the server stops and starts answering. Imports no TensorFlow."""
 
 from __future__ import annotations
 
@@ -78,10 +76,7 @@ class Outage:
     success `recovered`: one line per start and end, not per retry. An outage the append stream
     began ends only with an ack: a server shutting down refuses appends while it still answers
     the odd ``GetWeights``. After `finish` a silent server stopped for good: nothing is logged.
-
-    Args:
-        retry_deadline_s: how long the client retries (None: forever), for the first line.
-    """
+    ``retry_deadline_s``: how long the client retries (None: forever), for the first line."""
 
     def __init__(self, address: str, retry_deadline_s: float | None) -> None:
         self.address = address
@@ -126,12 +121,9 @@ class Outage:
 
 @dataclass(frozen=True)
 class ConnectReply:
-    """What a connecting client learns from the server's ``Info`` about its table.
-
-    Attributes:
-        last_seq: the last seq the server committed or staged for this actor (0: none).
-        actor_settings: as `ReplayClient.actor_settings`.
-    """
+    """What a connecting client learns from the server's ``Info`` about its table; ``last_seq``:
+    the last seq the server committed or staged for this actor (0: none); ``actor_settings``:
+    as `ReplayClient.actor_settings`."""
 
     spec: HostSpec
     last_seq: int
@@ -140,12 +132,9 @@ class ConnectReply:
 
 
 class Connection:
-    """A gRPC channel to one replay server, and the calls a `ReplayClient` makes on it.
-
-    Attributes:
-        outage: the `Outage` its calls (and the client's append stream) report to.
-        run_finished: an ``Info`` reply said the learner has finished its run.
-    """
+    """A gRPC channel to one replay server, and the calls a `ReplayClient` makes on it;
+    ``outage``: the `Outage` its calls (and the client's append stream) report to;
+    ``run_finished``: an ``Info`` reply said the learner has finished its run."""
 
     def __init__(
         self,

@@ -8,8 +8,7 @@ is duplicated or lost. A non-retryable error drops the batch it names (or everyt
 raised once by the client. Once the server said its run is finished, an ended stream is not
 retried: nothing more would be inserted, and the server may be gone for good.
 
-All state is guarded by ``cond``, which the client also uses for its own partial buffer.
-"""
+All state is guarded by ``cond``, which the client also uses for its own partial buffer."""
 
 from __future__ import annotations
 
@@ -48,14 +47,8 @@ class Unacked(NamedTuple):
 
 class Outbox:
     """Unacknowledged requests in seq order, and the thread that streams them to the server.
-
-    Args:
-        classify: the library error of a failed stream (`auth.connect_error`: a TLS mismatch
-            is never retried).
-
-    Attributes:
-        run_finished: an ack said the learner has finished its run.
-    """
+    ``classify``: the library error of a failed stream (`auth.connect_error`: a TLS mismatch is
+    never retried); ``run_finished``: an ack said the learner has finished its run."""
 
     def __init__(
         self,

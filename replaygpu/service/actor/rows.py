@@ -20,11 +20,8 @@ def is_nested(spec: HostSpec) -> bool:
 
 
 def flat_fields(spec: HostSpec, nested: bool, what: str, value: Any) -> Mapping[str, Any]:
-    """A transition or columns as ``{leaf path: value}``.
-
-    Raises:
-        BatchError: not a dict (nor nested like the spec).
-    """
+    """A transition or columns as ``{leaf path: value}``; `BatchError` if not a dict (nor
+    nested like the spec)."""
     if nested:
         value = flatten_batch(spec, value)
     if not isinstance(value, Mapping):

@@ -3,5 +3,4 @@
 In about the order an Append request meets them: `server` (`serve`, `ReplayServer`),
 `servicer` (the RPCs, on the loop of `eventloop`), `admission`, `staging`, `ingest` (exactly
 once per (actor, seq)), `ledger`, `journal` (durable acks; `journal_files`, `journal_segment`,
-`durable`), and `loop`, a served learner's training loop. Re-exports nothing.
-"""
+`durable`), and `loop`, a served learner's training loop. Re-exports nothing."""

@@ -19,8 +19,7 @@ first. With ``B`` the budget:
   buffers kept for reuse (``keep_freed_memory``, up to ``staging_max_bytes``).
 
 The cost: a stream holding a reservation while its sender is idle keeps the bytes from the
-others (served in arrival order), so the budget should hold many typical requests.
-"""
+others (served in arrival order), so the budget should hold many typical requests."""
 
 from __future__ import annotations
 
@@ -101,11 +100,8 @@ def check_header(
 def decode_columns(
     request: AppendView, spec: HostSpec, table: str
 ) -> tuple[dict[str, np.ndarray], int]:
-    """Checked columns as read-only views of the received bytes, and their number of rows.
-
-    Raises:
-        InvalidBatchError: a field repeated, missing, unexpected, or of a wrong dtype or shape.
-    """
+    """Checked columns as read-only views of the received bytes, and their number of rows;
+    `InvalidBatchError` for a field repeated, missing, unexpected, or of a wrong dtype or shape."""
     fields: dict[str, Any] = {}
     try:
         for name, tensor in request.fields:
@@ -125,11 +121,8 @@ def decode_columns(
 class RequestBudget:
     """Bytes of Append requests read or being read and not answered, over every stream, up to
     ``ServerConfig.inflight_max_bytes``. Reserved in arrival order; on the event loop only.
-
-    Attributes:
-        peak: the most ``used`` ever was (a lone oversize message or a growth can pass
-            ``max_bytes``).
-    """
+    ``peak``: the most ``used`` ever was (a lone oversize message or a growth can pass
+    ``max_bytes``)."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = int(max_bytes)

@@ -30,8 +30,7 @@ _REPLAY_GROUP_BYTES = 256 * 2**20
 
 
 def replay_journal(journal: Journal, servicer: Servicer, ingest: Ingest, table: str) -> None:
-    """Commit what the restored checkpoint lacks; records the table refused (never acked) are
-    skipped.
+    """Commit what the restored checkpoint lacks, skipping records the table refused (never acked).
 
     Raises:
         ReplayError: a record cannot be read or committed (the server does not start: it
@@ -94,8 +93,7 @@ async def watch_storage(
     """Every `STORAGE_CHECK_S` s, `Journal.check` and ``report`` what keeps appends out. While
     they are refused ``replaygpu.v1.ReplayService`` (readiness) answers NOT_SERVING; ``""``
     (liveness) stays SERVING: a restart would not free the disk. Recovery needs no append, so
-    a server out of rotation comes back by itself. Runs until cancelled.
-    """
+    a server out of rotation comes back by itself. Runs until cancelled."""
     codes = health_pb2.HealthCheckResponse
     problem: str | None = None
     while True:

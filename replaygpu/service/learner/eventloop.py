@@ -2,8 +2,7 @@
 
 Why one loop: see `servicer`. The learner, the committer and the caller of `serve` stay on
 their own threads and reach it through `run` (handlers post back with
-``call_soon_threadsafe``). No TensorFlow.
-"""
+``call_soon_threadsafe``). No TensorFlow."""
 
 from __future__ import annotations
 

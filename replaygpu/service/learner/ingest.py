@@ -8,8 +8,7 @@ Every commit holds `lock`, so checkpoints taken under it see table and ledger ag
 A seq not above its actor's last committed one is acknowledged and dropped. A batch the table
 refuses (`BatchError`) is answered INVALID_ARGUMENT, its actor's later seqs go on; any other
 failed write is answered UNAVAILABLE and that actor's later seqs wait for its resend, so its
-batches land in order. Acks carry the counters actors follow the samples-per-insert rule by.
-"""
+batches land in order. Acks carry the counters actors follow the samples-per-insert rule by."""
 
 from __future__ import annotations
 

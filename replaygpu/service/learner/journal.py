@@ -210,10 +210,7 @@ class Journal:
 
     def sync(self) -> None:
         """One fdatasync, when anything is new; acknowledge a record only after it returns.
-
-        Raises:
-            JournalError: the journal is closed or failed, or the fsync failed.
-        """
+        `JournalError` when the journal is closed or failed, or the fsync failed."""
         with self._lock:
             self._usable()
             segment = self._current
@@ -233,12 +230,8 @@ class Journal:
         fsync_path(self._dir)
 
     def rotate(self) -> int:
-        """Start a new segment unless the current one is empty.
-
-        Returns:
-            The segment now being written: records appended before are all below it (pass it to
-            `checkpointed`).
-        """
+        """Start a new segment unless the current one is empty; returns the segment now being
+        written: records appended before are all below it (pass it to `checkpointed`)."""
         with self._lock:
             self._usable()
             if self._current.size > 0:
@@ -377,11 +370,8 @@ class Journal:
         return self._bytes
 
     def close(self) -> None:
-        """Sync (unless failed) and release the directory. Idempotent.
-
-        Raises:
-            JournalError: the final fsync failed.
-        """
+        """Sync (unless failed) and release the directory. Idempotent; `JournalError` when the
+        final fsync failed."""
         with self._lock:
             if self._closed:
                 return

@@ -4,8 +4,7 @@ the directory lock (the rules of torn tails are in `journal`). No TensorFlow.
 Segments ``journal-000001.log``, ``journal-000002.log``, ... and a ``journal.lock`` held with
 ``flock`` while a `Journal` is open (one server per directory). A record is
 ``[magic "RGJ1"][u32 length][u32 crc32(payload)][u32 crc32(the 12 bytes before)][payload]``,
-little-endian; the header checksum makes a flipped length bit corruption, not a short record.
-"""
+little-endian; the header checksum makes a flipped length bit corruption, not a short record."""
 
 from __future__ import annotations
 
@@ -41,11 +40,8 @@ class JournalFullError(JournalError, StorageFullError):
 
 
 class JournalCorruptError(JournalError):
-    """A journal segment holds bytes that are not a valid record, and not as a torn tail.
-
-    Attributes:
-        offset: byte offset of the first bad record (the bytes before it are valid).
-    """
+    """A journal segment holds bytes that are not a valid record, and not as a torn tail;
+    ``offset``: byte offset of the first bad record (the bytes before it are valid)."""
 
     def __init__(self, path: Path, offset: int, reason: str, detail: str = "") -> None:
         super().__init__(

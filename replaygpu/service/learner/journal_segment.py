@@ -3,8 +3,7 @@ opening a journal's segments, cutting a torn tail off the last. No TensorFlow.
 
 Rolling back is safe: bytes before `OpenSegment.synced` were fsynced, bytes after it belong to
 records nobody acknowledged (an ack waits for `sync`). Cutting to `synced` and fsyncing drops
-exactly those, whatever a failed write or fsync left in the page cache.
-"""
+exactly those, whatever a failed write or fsync left in the page cache."""
 
 from __future__ import annotations
 
@@ -30,10 +29,8 @@ _datasync = getattr(os, "fdatasync", os.fsync)
 
 
 class OpenSegment:
-    """Segment ``number``, open for appending at its end (created empty when ``create``).
-
-    Attributes:
-        synced: bytes known to be on disk: its size when opened, created or last synced.
+    """Segment ``number``, open for appending at its end (created empty when ``create``);
+    ``synced``: bytes known to be on disk: its size when opened, created or last synced.
 
     Raises:
         OSError: the file cannot be opened or created (nothing was changed).
@@ -94,12 +91,8 @@ class OpenSegment:
 
 @dataclass(frozen=True)
 class Outage:
-    """A failed write, fsync or rotation of a journal, until it recovers.
-
-    Attributes:
-        full: ENOSPC or EDQUOT.
-        needed: bytes the failed write wanted; a full disk recovers once they are free.
-    """
+    """A failed write, fsync or rotation of a journal, until it recovers; ``full``: ENOSPC or
+    EDQUOT; ``needed``: bytes the failed write wanted (a full disk recovers once they are free)."""
 
     what: str
     full: bool

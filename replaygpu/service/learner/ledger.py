@@ -12,8 +12,7 @@ round, so its size is the per-commit cost.
 In durable mode it also holds `journal_segment`, so a restarted server can tell whether its
 journal reaches back to the restored checkpoint
 (`replaygpu.service.learner.journal.Journal.resume_after`); saved as
-``{"actors": {...}, "journal_segment": N}`` then, else as the bare map.
-"""
+``{"actors": {...}, "journal_segment": N}`` then, else as the bare map."""
 
 from __future__ import annotations
 
@@ -35,10 +34,8 @@ class _ActorSeqs(collections.OrderedDict[str, int]):
 
 
 class SequenceLedger(tf.Module):
-    """``actor_id -> last committed seq`` (0 for an actor never seen; seqs start at 1).
-
-    ``max_actors``: remembered at most (see the module docstring).
-    """
+    """``actor_id -> last committed seq`` (0 for an actor never seen; seqs start at 1), for at
+    most ``max_actors`` actors (see the module docstring)."""
 
     def __init__(self, name: str = "sequence_ledger", max_actors: int = 10_000) -> None:
         super().__init__(name=name)

@@ -2,8 +2,7 @@
 
 The only writer of a served learner's table (see `ingest`), so TensorFlow is driven from one
 thread. Callers with per-iteration work (Ape-X syncs its target network) call `step` in their
-own loop. Without a server (``server=None``) both just train.
-"""
+own loop. Without a server (``server=None``) both just train."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 Episodes actors report are counted once per committed seq (not again when resent); journal
 records replayed at start are counted, as the checkpoint lacks them. `RunStats.state` goes in
-the learner's checkpoint, `RunStats.resume` continues it. Imports no TensorFlow.
-"""
+the learner's checkpoint, `RunStats.resume` continues it. Imports no TensorFlow."""
 
 from __future__ import annotations
 
@@ -22,13 +21,8 @@ NEW_EPISODES = 10_000
 
 class RunStats:
     """Thread-safe: the committer adds episodes, the training thread loss and evaluations.
-
-    Args:
-        window: episodes the mean return and length are over.
-
-    Attributes:
-        target_steps: the run's budget (0: no end), as the learner gives it.
-    """
+    ``window``: episodes the mean return and length are over; ``target_steps``: the run's
+    budget (0: no end), as the learner gives it."""
 
     def __init__(self, window: int = RECENT_EPISODES) -> None:
         if window < 1:

@@ -2,8 +2,7 @@
 in `ingest`, a served learner's training in `loop`).
 
 Only one thread writes the table: for a served `Learner` its training loop, between train
-calls (not even `stop` does); for a bare `ReplayTable` a background committer thread.
-"""
+calls (not even `stop` does); for a bare `ReplayTable` a background committer thread."""
 
 from __future__ import annotations
 

@@ -219,7 +219,6 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         with 64 MiB requests)."""
         count = 0
         budget = self.budget
-        # a request takes twice its size (`admission`); a first one is taken as the largest
         expect = min(2 * self.config.max_message_bytes, budget.max_bytes)
         try:
             while True:

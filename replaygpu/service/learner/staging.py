@@ -2,8 +2,7 @@
 
 Bounded in batches and bytes; a put that finds it full past a deadline fails retryably
 (`StagingFullError`), so a stalled learner pushes back on actors (they keep the batch and
-resend) instead of growing memory.
-"""
+resend) instead of growing memory."""
 
 from __future__ import annotations
 
@@ -22,11 +21,9 @@ from replaygpu.service.wire.status import ServiceUnavailableError, StagingFullEr
 
 @dataclass
 class StagedBatch:
-    """One validated AppendRequest waiting to be committed.
-
-    ``done(ack_fields)`` after commit (or as a duplicate); ``fail(error)`` when it cannot be
-    committed. ``raw``: the request as received, kept only in durable mode.
-    """
+    """One validated AppendRequest waiting to be committed: ``done(ack_fields)`` after commit (or
+    as a duplicate), ``fail(error)`` when it cannot be; ``raw``: the request as received, kept
+    only in durable mode."""
 
     actor_id: str
     seq: int
@@ -122,8 +119,7 @@ class BufferPool:
     multi-megabyte allocation per request whose pages fault on first touch (glibc unmaps
     emptied per-thread heaps whatever ``keep_freed_memory`` says). Reused only when nothing
     else refers to it (CPython reference counts: e.g. an unreleased tensor); free buffers are
-    kept up to ``max_bytes``.
-    """
+    kept up to ``max_bytes``."""
 
     def __init__(self, max_bytes: int, alignment: int = 64) -> None:
         self.max_bytes = int(max_bytes)

@@ -3,8 +3,7 @@
 The server checks ``authorization: Bearer <token>`` on every ``replaygpu.v1.ReplayService``
 RPC; health checking and reflection stay open for probes (which cannot send tokens): they
 reveal only service names and a serving status. `connect_error` says why a connection failed
-in the user's terms. Imports no TensorFlow.
-"""
+in the user's terms. Imports no TensorFlow."""
 
 from __future__ import annotations
 
@@ -155,8 +154,7 @@ def channel_options(tls: TLSConfig | None, max_message_bytes: int) -> list[tuple
     Keepalive: a ping every 20 s, idle too, closing after 10 s without answer: a server that
     vanished (killed VM, partition) is noticed within 30 s, not at the TCP timeout.
     `replaygpu.serve` accepts pings every 10 s; gRPC's defaults (5 minutes) would answer GOAWAY
-    "too_many_pings".
-    """
+    "too_many_pings"."""
     options: list[tuple[str, Any]] = [
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.max_receive_message_length", max_message_bytes),
@@ -178,11 +176,8 @@ _TARGET_SCHEMES = ("dns:", "unix:", "unix-abstract:", "ipv4:", "ipv6:", "vsock:"
 
 def require_server_address(address: str) -> None:
     """Accept ``host:port`` (``[v6]:port``, port 1-65535) or a gRPC target URI. Without a port
-    gRPC would dial 443 and the user would read "connection refused".
-
-    Raises:
-        ConfigError: the address, what is wrong with it, and an example.
-    """
+    gRPC would dial 443 and the user would read "connection refused". `ConfigError` names the
+    address, what is wrong with it, and an example."""
     if address.startswith(_TARGET_SCHEMES):
         return
     host, _, port = address.rpartition(":")
@@ -222,8 +217,7 @@ def connect_error(err: grpc.RpcError, address: str, tls: TLSConfig | None) -> Se
 
     `error_from_rpc` knows the handshake failures gRPC names; when gRPC says only "socket
     closed", `probe_handshake` may find a TLS mismatch (a `TLSError` too); anything else (a
-    server down or restarting) stays retryable.
-    """
+    server down or restarting) stays retryable."""
     error = error_from_rpc(err, address)
     if error.code != grpc.StatusCode.UNAVAILABLE:
         return error
@@ -246,8 +240,7 @@ def probe_handshake(address: str, tls: TLSConfig | None, timeout: float = 1.0) -
     TLS client (server certificate unchecked: gRPC did that) whose HTTP/2 preface gets a close
     or an alert, as from an mTLS server refusing its certificate. A second probe must agree, so
     a restarting server is not taken for one. Each probe: one TCP and TLS handshake, each
-    bounded by ``timeout``.
-    """
+    bounded by ``timeout``."""
     host, _, port = address.rpartition(":")
     host = host.strip("[]")
     if not host or not port.isdigit():

@@ -2,8 +2,7 @@
 
 One registry per `ReplayServer`, so several servers in one process do not collide. Values are
 read at each scrape (`ReplayServer.stats`, `ReplayServer.append_answers`): the request paths
-keep plain int counters and pay nothing for the endpoint. Imports no TensorFlow itself.
-"""
+keep plain int counters and pay nothing for the endpoint. Imports no TensorFlow itself."""
 
 from __future__ import annotations
 
@@ -144,12 +143,8 @@ METRICS: tuple[tuple[str, str, str, str], ...] = (
 
 
 class ReplayCollector(Collector):
-    """Reads a `ReplayServer`'s counters (and the learner's) at each scrape.
-
-    Args:
-        learner_stats: the learner's values by `METRICS` key (others ignored); None for a
-            bare table (``replaygpu serve``).
-    """
+    """Reads a `ReplayServer`'s counters and ``learner_stats`` (the learner's values by
+    `METRICS` key, others ignored; None for a bare table, ``replaygpu serve``) at each scrape."""
 
     def __init__(
         self,
@@ -202,11 +197,8 @@ class ReplayCollector(Collector):
 
 
 class MetricsServer:
-    """A running ``/metrics`` endpoint; made by `start_metrics_server`.
-
-    Attributes:
-        port: the real one when 0 was asked for.
-    """
+    """A running ``/metrics`` endpoint, made by `start_metrics_server`; ``port`` is the real
+    one when 0 was asked for."""
 
     def __init__(
         self,
@@ -262,11 +254,8 @@ def start_metrics_server(
     learner_stats: Callable[[], Mapping[str, float]] | None = None,
     address: str = "0.0.0.0",
 ) -> MetricsServer:
-    """Serve ``http://address:port/metrics`` (port 0: a free one); call ``close()`` after.
-
-    Args:
-        learner_stats: see `ReplayCollector`.
-        address: ``[::]`` and ``::`` both bind IPv6.
+    """Serve ``http://address:port/metrics`` (port 0: a free one; ``[::]`` and ``::`` both bind
+    IPv6; ``learner_stats`` as in `ReplayCollector`); call ``close()`` after.
 
     Raises:
         ConfigError: the address cannot be bound (e.g. the port is in use).

@@ -218,12 +218,8 @@ def _named(buf: memoryview, span: tuple[int, int], path: str) -> tuple[str, Tens
 
 
 def parse_append_request(data: bytes) -> AppendView:
-    """Tensor data are views into ``data``.
-
-    Raises:
-        WireFormatError: not a valid AppendRequest; names the field (e.g.
-            ``AppendRequest.batch.fields[2].tensor.shape``) and the byte offset.
-    """
+    """Tensor data are views into ``data``; `WireFormatError` for an invalid AppendRequest names
+    the field (e.g. ``AppendRequest.batch.fields[2].tensor.shape``) and the byte offset."""
     buf = memoryview(data)
     out = AppendView()
     for number, wire_type, value, where in _fields(buf, 0, len(buf), "AppendRequest", _REQUEST, 0):
@@ -272,8 +268,7 @@ def encode_append_request(
 ) -> bytes:
     """As ``SerializeToString()`` (a test checks it), with one copy of the array data:
     protobuf's serializer copies nested large bytes fields several times (10 ms for a 7 MB
-    frame batch). ``episodes``: finished since the actor's last request.
-    """
+    frame batch). ``episodes``: finished since the actor's last request."""
     parts: list[Any] = []
     batch_size = 0
     for name, array in columns.items():

@@ -32,11 +32,8 @@ GENERATED_FILES = tuple(
 
 
 def generate(out_root: Path = REPO_ROOT) -> list[Path]:
-    """Returns the files written under ``out_root/replaygpu/v1/``.
-
-    Raises:
-        RuntimeError: grpcio-tools is missing or of another version, or protoc fails.
-    """
+    """Returns the files written under ``out_root/replaygpu/v1/``; `RuntimeError` when
+    grpcio-tools is missing or of another version, or protoc fails."""
     try:
         from grpc_tools import protoc
     except ImportError as err:  # pragma: no cover - depends on the environment

@@ -2,8 +2,7 @@
 
 Server side `code_of` and `abort` (the handlers and the token check); client side
 `error_from_rpc`, a library exception that says what happened and how to fix it. Imports no
-TensorFlow.
-"""
+TensorFlow."""
 
 from __future__ import annotations
 
@@ -48,9 +47,8 @@ class StagingFullError(ResourceExhaustedError):
 
 
 class DiskFullError(ResourceExhaustedError):
-    """The journal's file system is full: the batch was not acknowledged (see
-    `replaygpu.service.learner.journal_files.JournalFullError`). Transient: clients keep the
-    batch and resend it."""
+    """The journal's file system is full (`learner.journal_files.JournalFullError`): the batch was
+    not acknowledged. Transient: clients keep the batch and resend it."""
 
     retryable = True
 
