@@ -70,14 +70,11 @@ def check_writable(directory: str) -> None:
 
 
 class CheckpointSchedule:
-    """When periodic checkpoints are due; a failed one never stops the caller.
+    """Due every ``every_s`` seconds (None: never); a failed checkpoint never stops the caller.
 
-    On `CheckpointSaveError`, `run` logs one line and retries after ``retry_s`` (or the period,
-    if shorter): training goes on, and a durable server's journal keeps acknowledged batches.
-
-    Args:
-        every_s: seconds between checkpoints (None: never due).
-        retry_s: seconds before a failed one is tried again.
+    On `CheckpointSaveError`, `run` logs one line and retries after ``retry_s`` seconds (or the
+    period, if shorter): training goes on, and a durable server's journal keeps acknowledged
+    batches.
     """
 
     def __init__(self, every_s: float | None, retry_s: float = 30.0) -> None:
@@ -117,7 +114,6 @@ class Checkpointer:
 
     Args:
         directory: folder of the checkpoints (made if missing).
-        table: the replay table.
         sampler: its sampler (the RNG state makes restored sampling exact).
         learner: the learner (step counter, rate-limiter counters).
         max_to_keep: sealed checkpoints kept on disk.
@@ -126,10 +122,8 @@ class Checkpointer:
         **extra: more trackables: networks, optimizers, the service's sequence ledger, ...
 
     One `Checkpointer` per folder: an unsealed checkpoint there is a leftover, and removed.
-
-    Raises:
-        ConfigError: nothing to save, an ``optional`` name that is not one of the objects, or
-            a folder that is not writable.
+    `ConfigError`: nothing to save, an ``optional`` name that is not one of the objects, or a
+    folder that is not writable.
 
     Example::
 

@@ -1,5 +1,4 @@
-"""A checkpoint folder on disk: sealing, verifying, pruning, and removing leftovers. No
-TensorFlow.
+"""A checkpoint folder on disk (no TensorFlow): sealing, verifying, pruning, removing leftovers.
 
 Checkpoint ``ckpt-7`` is ``ckpt-7.index`` and ``ckpt-7.data-*-of-*``, written by TensorFlow
 through ``ckpt-7_temp``. `seal` fsyncs them, then durably writes ``ckpt-7.manifest.json`` (each
@@ -138,11 +137,8 @@ def _digest(path: str) -> str:
 
 
 def seal(prefix: str) -> None:
-    """Fsync ``prefix``'s files and folder, then durably write its manifest.
-
-    Raises:
-        OSError: a file could not be read, written or synced (it stays an unsealed leftover).
-    """
+    """Fsync ``prefix``'s files and folder, then durably write its manifest; `OSError` if a file
+    could not be read, written or synced (it stays an unsealed leftover)."""
     folder = os.path.dirname(prefix) or "."
     files = {}
     for name in data_files(prefix):

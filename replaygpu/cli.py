@@ -1,5 +1,4 @@
-"""The `replaygpu` command line: the library's commands (``serve``, ``info``, ``health``) and
-those installed packages add.
+"""The `replaygpu` command line: ``serve``, ``info``, ``health``, and those installed packages add.
 
 A subcommand's module has ``register(subparsers)``; the library's is
 `replaygpu.service.ops.commands`, others come from `COMMAND_GROUP` entry points (the agents'
@@ -65,8 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def command_modules() -> list[str]:
-    """Modules registering subcommands: the library's, then `COMMAND_GROUP`'s by name, once
-    each."""
+    """Modules registering subcommands: the library's, then `COMMAND_GROUP`'s by name, once each."""
     added = sorted(entry_points(group=COMMAND_GROUP), key=lambda entry: entry.name)
     return list(dict.fromkeys(["replaygpu.service.ops.commands", *(e.value for e in added)]))
 

@@ -9,11 +9,8 @@ from replaygpu.errors import ConfigError
 
 def resolve_device(device: str | None = None) -> str:
     """The canonical name ("/job:localhost/replica:0/task:0/device:GPU:0") of ``device``
-    ("/GPU:0", "GPU", ...; None: the first GPU, else the CPU).
-
-    Raises:
-        ConfigError: the device does not exist on this machine.
-    """
+    ("/GPU:0", "GPU", ...; None: the first GPU, else the CPU); `ConfigError` if it does not exist
+    on this machine."""
     if device is None:
         device = "/GPU:0" if tf.config.list_logical_devices("GPU") else "/CPU:0"
     names = [d.name for d in tf.config.list_logical_devices()]

@@ -121,11 +121,8 @@ def _shape(name: str, shape: Any) -> tuple[int, ...]:
 
 def check_columns(spec: HostSpec, columns: Mapping[str, Any]) -> int:
     """Check ``columns`` (field -> arrays, or Tensor messages with a dtype name and a shape
-    list) against ``spec``; n, the number of transitions.
-
-    Raises:
-        BatchError: naming the field, the expected and the received dtype/shape.
-    """
+    list) against ``spec``; n, the number of transitions. `BatchError` names the field, the
+    expected and the received dtype/shape."""
     missing = sorted(set(spec) - set(columns))
     extra = sorted(set(columns) - set(spec))
     if missing or extra:

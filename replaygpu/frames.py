@@ -16,7 +16,9 @@ def frame_rows(
     truncated: np.ndarray,
     first: bool,
 ) -> dict[str, np.ndarray]:
-    """Rows for ``n`` consecutive steps of one episode, ready for ``table.append``.
+    """``n`` transition rows for ``n`` consecutive steps of one episode, plus the ``final`` row
+    when the last step ended it, ready for ``table.append``. `BatchError` on inconsistent lengths
+    or an episode end before the last step.
 
     Args:
         frames: ``[n + 1, H, W]``: each step's newest observation frame, then the last
@@ -24,12 +26,6 @@ def frame_rows(
         actions, rewards, terminated, truncated: ``[n]``; only the last step may end the episode.
         first: whether ``frames[0]`` is the reset frame. If the episode goes on, ``frames[n]`` is
             not stored: pass it as the next chunk's ``frames[0]`` with ``first=False``.
-
-    Returns:
-        ``n`` transition rows, plus the ``final`` row when the last step ended the episode.
-
-    Raises:
-        BatchError: on inconsistent lengths or an episode end before the last step.
     """
     frames = np.asarray(frames)
     n = len(actions)

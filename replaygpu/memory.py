@@ -62,11 +62,8 @@ def resolve_storage_dtypes(
 ) -> dict[str, tf.DType]:
     """``{field: tf.DType}`` as stored: the spec dtype (bool as `BOOL_STORAGE`) unless
     ``storage_dtypes`` (``{field: tf.float16 / "bfloat16" / np.float16 ...}``) narrows it.
-
-    Raises:
-        ConfigError: a field the spec lacks, an unknown dtype, a target other than
-            float16/bfloat16, or a field that is not a float wider than 16 bits.
-    """
+    `ConfigError` for a field the spec lacks, an unknown dtype, a target other than
+    float16/bfloat16, or a field that is not a float wider than 16 bits."""
     spec = normalize_spec(spec)
     out = {name: default_storage_dtype(leaf.dtype) for name, leaf in spec.items()}
     if storage_dtypes is None:
@@ -142,17 +139,14 @@ def plan_capacity(
     *,
     available: int | None = None,
 ) -> int:
-    """The largest capacity whose table fits in ``fraction`` of ``device``'s free memory.
+    """The largest capacity whose table fits in ``fraction`` of ``device``'s free memory:
+    ``floor(fraction * available / row_bytes)``, 0 when not even one row fits.
 
     Args:
-        device: None picks the first GPU, else the CPU.
+        device, storage_dtypes: as `ReplayTable`'s.
         fraction: in (0, 1]; leave room for the networks and the rest of the learner.
-        storage_dtypes: as `ReplayTable`'s.
         available: free bytes to plan against instead of asking the device (another machine,
             or one replica's share).
-
-    Returns:
-        ``floor(fraction * available / row_bytes)``; 0 when not even one row fits.
 
     Raises:
         ConfigError: a fraction outside (0, 1], bad storage dtypes, or unknown free memory

@@ -50,12 +50,9 @@ def is_flat(structure: Any) -> bool:
 
 
 def flatten(structure: Any) -> dict[str, Any]:
-    """``{leaf path: leaf}`` of a nest, in the nest's order (dict insertion order).
-
-    Raises:
-        ConfigError: for a dict key that is not a non-empty string, or two leaves with the
-            same path (e.g. ``{"a/b": x, "a": {"b": y}}``).
-    """
+    """``{leaf path: leaf}`` of a nest, in the nest's order (dict insertion order); `ConfigError`
+    for a dict key that is not a non-empty string, or two leaves with the same path (e.g.
+    ``{"a/b": x, "a": {"b": y}}``)."""
     out: dict[str, Any] = {}
 
     def walk(prefix: str, node: Any) -> None:
@@ -107,12 +104,9 @@ def pack(structure: Any, flat: Mapping[str, Any]) -> Any:
 
 
 def flatten_batch(paths: Collection[str], batch: Any) -> Any:
-    """A batch, nested or flat, as ``{leaf path: value}``.
-
-    A value at a known path is a leaf (even a list of numbers); containers elsewhere are
-    descended. Unmatched values keep their own path, and a non-container comes back as is, for
-    the batch check to name.
-    """
+    """A batch, nested or flat, as ``{leaf path: value}``. A value at a known path is a leaf
+    (even a list of numbers); containers elsewhere are descended. Unmatched values keep their own
+    path, and a non-container comes back as is, for the batch check to name."""
     if _children(batch) is None:
         return batch
     if isinstance(batch, Mapping) and all(key in paths for key in batch):
@@ -135,12 +129,8 @@ def pack_batch(structure: Any, flat: Mapping[str, Any]) -> Any:
     """A sampled flat batch in the table's structure, with the keys samplers add.
 
     Extra keys (``importance_weights``, ``discount``, ``nstep``, ``mask``) go beside a top-level
-    dict's keys; a top-level tuple or namedtuple with extras becomes ``{"data": structure,
-    **extras}`` (`replaygpu.DATA`). A flat structure gets ``flat`` back.
-
-    Raises:
-        ConfigError: when an extra key clashes with a top-level key of the structure.
-    """
+    dict's keys (`ConfigError` if one clashes); a top-level tuple or namedtuple with extras becomes
+    ``{"data": structure, **extras}`` (`replaygpu.DATA`). A flat structure gets ``flat`` back."""
     if is_flat(structure):
         return flat
     leaves = flatten(structure)

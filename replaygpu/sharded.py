@@ -28,22 +28,19 @@ logger = logging.getLogger(__name__)
 
 
 class ShardedReplayTable(TableBase, tf.Module):
-    """A fixed-capacity ring of transitions split over the replicas of ``strategy``.
+    """A fixed-capacity ring of transitions split over the replicas of ``strategy``; `ConfigError`
+    when R does not divide the capacity, or ``shard_by`` is not an integer scalar field.
 
     Args:
-        spec: as for `ReplayTable`.
+        spec, name: as for `ReplayTable`.
         capacity: transitions in total, a multiple of R; each shard holds ``capacity / R``.
         strategy: one replica per local device.
         shard_by: None for round-robin, or an integer field picking the shard (module doc).
-        name: the table's name, as clients address it over gRPC.
         **table_kwargs: passed to each shard's `ReplayTable` (e.g. ``storage_dtypes``).
 
     Attributes:
         shards: the per-replica `ReplayTable` s, shard i on replica i's device.
         inserted_var, size_var: int64 totals over the shards (read by rate limiters).
-
-    Raises:
-        ConfigError: a capacity R does not divide, or ``shard_by`` not an integer scalar field.
     """
 
     def __init__(
@@ -185,10 +182,7 @@ def mirrored_strategy(devices: str | list[str]) -> tf.distribute.MirroredStrateg
 
     Extra CPU devices split the CPU into logical devices, possible only before TensorFlow's
     first op; for trying the data-parallel path without GPUs (no faster: shared cores).
-
-    Raises:
-        ConfigError: for an empty list, an unknown device, or a CPU split asked for too late.
-    """
+    `ConfigError` for an empty list, an unknown device, or a CPU split asked for too late."""
     names = [d.strip() for d in devices.split(",")] if isinstance(devices, str) else list(devices)
     names = [d if d.startswith("/") else f"/{d}" for d in names if d]
     if not names:
@@ -224,11 +218,8 @@ def mirrored_strategy(devices: str | list[str]) -> tf.distribute.MirroredStrateg
 
 
 def replica_index(strategy: tf.distribute.Strategy) -> int:
-    """The calling replica's index (a Python int) inside ``strategy.run``.
-
-    Raises:
-        ConfigError: outside ``strategy``'s replica context, or no static replica id (TPU).
-    """
+    """The calling replica's index (a Python int) inside ``strategy.run``; `ConfigError` outside
+    ``strategy``'s replica context, or with no static replica id (TPU)."""
     ctx = tf.distribute.get_replica_context()
     if ctx is None or tf.distribute.get_strategy() is not strategy:
         raise ConfigError(

@@ -29,11 +29,8 @@ def space_to_spec(space: gym.Space, name: str) -> Any:
     """The `tf.TensorSpec` (or nest of them) of one element of a gymnasium space.
 
     Box keeps dtype and shape; Discrete is scalar int64; MultiDiscrete int64 and MultiBinary
-    int8 of their shape; Dict and Tuple nest (leaves named by path, ``obs/position``).
-
-    Raises:
-        ConfigError: for other spaces (Text, Graph, Sequence, OneOf, ...).
-    """
+    int8 of their shape; Dict and Tuple nest (leaves named by path, ``obs/position``). Other
+    spaces (Text, Graph, Sequence, OneOf, ...) raise `ConfigError`."""
     if isinstance(space, gym.spaces.Box):
         return tf.TensorSpec(space.shape, tf.as_dtype(space.dtype), name=name)
     if isinstance(space, gym.spaces.Discrete):
@@ -61,12 +58,9 @@ def _renamed(spec: Any, name: str) -> Any:
 
 
 def specs_from_env(env: gym.Env | Any) -> dict[str, Any]:
-    """The transition spec of a gymnasium env (or vector env).
-
-    Returns:
-        ``{"obs", "action", "reward" (float32), "next_obs", "terminated" (bool),
-        "truncated" (bool)}``; ``obs`` and ``next_obs`` nest as the observation space does.
-    """
+    """The transition spec of a gymnasium env (or vector env): ``{"obs", "action", "reward"
+    (float32), "next_obs", "terminated" (bool), "truncated" (bool)}``; ``obs`` and ``next_obs``
+    nest as the observation space does."""
     obs_space = getattr(env, "single_observation_space", None) or env.observation_space
     act_space = getattr(env, "single_action_space", None) or env.action_space
     obs = space_to_spec(obs_space, "obs")
@@ -87,12 +81,9 @@ def normalize_spec(spec: NestedSpec) -> Spec:
 
 def normalize_structure(spec: NestedSpec) -> tuple[Spec, NestedSpec]:
     """``(flat spec, structure)`` of a non-empty nest of fully known `tf.TensorSpec`, leaves
-    named by path; the structure is the nest batches come back in.
-
-    Raises:
-        ConfigError: naming the leaf path for a leaf that is not a fully known `tf.TensorSpec`,
-            for non-string keys, clashing paths or an empty spec.
-    """
+    named by path; the structure is the nest batches come back in. `ConfigError` names the leaf
+    path of a leaf that is not a fully known `tf.TensorSpec`; also for non-string keys, clashing
+    paths or an empty spec."""
     if not isinstance(spec, (Mapping, tuple, list)) or not spec:
         raise ConfigError(
             f"spec: got {type(spec).__name__}, expected a non-empty dict (or tuple, namedtuple, "
@@ -117,12 +108,9 @@ def normalize_structure(spec: NestedSpec) -> tuple[Spec, NestedSpec]:
 
 def validate_batch(spec: Spec, batch: Mapping[str, Any]) -> dict[str, np.ndarray | tf.Tensor]:
     """The batch checked, as ``{name: [n] + spec[name].shape}`` of the spec dtypes. Arrays and
-    tensors must match the dtype exactly; lists and scalars are converted.
-
-    Raises:
-        BatchError: naming the field, expected and received dtype/shape; for missing or extra
-            fields, an empty batch, or disagreeing leading dimensions.
-    """
+    tensors must match the dtype exactly; lists and scalars are converted. `BatchError` names the
+    field, expected and received dtype/shape; also for missing or extra fields, an empty batch,
+    or disagreeing leading dimensions."""
     if not isinstance(batch, Mapping):
         raise BatchError(
             f"batch: got {type(batch).__name__}, expected a dict with fields {sorted(spec)}"

@@ -2,12 +2,10 @@
 
 A ring: the cursor advances by each append and wraps at ``capacity``; filled rows are always
 ``[0, size)``. Writes are one `scatter_update` per field with 1-D int64 indices, never a slice
-assignment (which copies the whole variable), cheap on GPU and CPU. Bools are stored as uint8
-(`memory.BOOL_STORAGE`: a GPU has no bool scatter for int64 indices).
-
-A float field may be stored as float16/bfloat16 (``storage_dtypes``): cast on append,
-cast back by `ReplayTable.read`, so all outside the table keeps the spec dtype. A table checks
-its bytes against the device's free memory before allocating (`replaygpu.memory`).
+assignment (which copies the whole variable), cheap on GPU and CPU. Bools are stored as
+`memory.BOOL_STORAGE`; a float field may be stored as float16/bfloat16 (``storage_dtypes``):
+cast on append, cast back by `ReplayTable.read`, so all outside the table keeps the spec dtype.
+A table checks its bytes against the device's free memory before allocating (`replaygpu.memory`).
 """
 
 from __future__ import annotations

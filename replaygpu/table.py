@@ -137,14 +137,10 @@ class TableBase:
         return self.size
 
     def append(self, batch: Any) -> int:
-        """Write ``n >= 1`` transitions; when ``n > capacity`` only the newest ``capacity`` stay.
+        """Write ``n >= 1`` transitions, return n; if ``n > capacity`` the newest ``capacity`` stay.
 
-        Args:
-            batch: ``{field: [n] + spec[field].shape}`` arrays, tensors or lists; for a nested
-                spec, in its structure or flat by leaf path.
-
-        Returns:
-            n.
+        ``batch`` is ``{field: [n] + spec[field].shape}`` arrays, tensors or lists; for a nested
+        spec, in its structure or flat by leaf path.
 
         Raises:
             BatchError: the batch does not match the spec (naming the leaf path); every shard

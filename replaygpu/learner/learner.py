@@ -39,7 +39,8 @@ MAX_STEPS_PER_CALL = 2**31 - 1
 
 
 class Learner(tf.Module):
-    """Runs ``update_fn`` on in-graph minibatches, many steps per call.
+    """Runs ``update_fn`` on in-graph minibatches, many steps per call; `ConfigError` for a batch
+    size below 1, or a sampler not an `rg.Sampler` of this table.
 
     Args:
         table: the replay table, or a `ShardedReplayTable` (one shard per replica; then make
@@ -61,9 +62,6 @@ class Learner(tf.Module):
         weights_version: version of the last `publish_weights` (int64 variable on the CPU,
             checkpointed, so versions keep growing across restarts).
         weight_store: the published weights that a server hands to actors.
-
-    Raises:
-        ConfigError: a batch size below 1, or a sampler not an `rg.Sampler` of this table.
     """
 
     def __init__(
@@ -158,16 +156,10 @@ class Learner(tf.Module):
         return int(self._train_fn.experimental_get_tracing_count())
 
     def train(self, num_steps: int) -> dict[str, float]:
-        """Run up to ``num_steps`` SGD steps in one graph call.
-
-        Returns:
-            ``{"steps": steps run, name: mean of update_fn's scalar over those steps}``; the
-            means are NaN when no step ran (the rate limiter allowed none).
-
-        Raises:
-            EmptyTableError: without a rate limiter, when the table is empty.
-            ConfigError: when num_steps is negative or above `MAX_STEPS_PER_CALL`.
-        """
+        """Run up to ``num_steps`` SGD steps in one graph call; ``{"steps": steps run, name:
+        mean of update_fn's scalar over those steps}`` (means NaN when the rate limiter allowed
+        no step). `EmptyTableError` on an empty table without a rate limiter; `ConfigError` when
+        num_steps is negative or above `MAX_STEPS_PER_CALL`."""
         if not 0 <= num_steps <= MAX_STEPS_PER_CALL:
             raise ConfigError(
                 f"num_steps: got {num_steps}, expected 0 <= num_steps <= {MAX_STEPS_PER_CALL} "
@@ -183,13 +175,9 @@ class Learner(tf.Module):
     def publish_weights(self, source: Any) -> int:
         """Snapshot ``source``'s variables for actors' ``get_weights``; the version.
 
-        Args:
-            source: a Keras model, `tf.Module`, dict or list of variables, or a callable
-                returning one (see `WeightStore.publish`).
-
-        Raises:
-            ConfigError: when ``source`` holds no variables (e.g. an unbuilt Keras model).
-        """
+        ``source``: a Keras model, `tf.Module`, dict or list of variables, or a callable returning
+        one (see `WeightStore.publish`); `ConfigError` when it holds no variables (e.g. an unbuilt
+        Keras model)."""
         version = self.weight_store.publish(source)
         logger.debug("published weights version %d", version)
         return version

@@ -17,13 +17,11 @@ class SampleToInsertRatio(tf.Module):
     Reverb's SampleToInsertRatio from the sampling side: ``allowed_steps =
     floor(rule.sample_room(inserted, sampled) / B)``, with samples counted in transitions;
     actors apply the same rule when inserting (`ReplayClient.wait_for_insert_room`).
+    `ConfigError` for out-of-range values.
 
     Args:
         samples_per_insert, min_size_to_sample: as `SampleToInsertRule`'s.
         error_buffer: slack in transitions; it must allow at least one minibatch.
-
-    Raises:
-        ConfigError: for out-of-range values.
     """
 
     def __init__(

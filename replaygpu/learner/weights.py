@@ -77,14 +77,10 @@ class WeightStore:
     def publish(self, source: Any) -> int:
         """Snapshot ``source``'s variables now as the latest version; the new version.
 
-        Args:
-            source: a Keras model (``weights``), a `tf.Module` (``variables``), a mapping
-                ``{name: variable or array}``, a sequence of them, or a callable returning one.
-                Pass the model itself: a Keras model has no variables before its first call.
-
-        Raises:
-            ConfigError: for anything else, or when ``source`` holds no variables.
-        """
+        ``source``: a Keras model (``weights``), a `tf.Module` (``variables``), a mapping ``{name:
+        variable or array}``, a sequence of them, or a callable returning one; `ConfigError` for
+        anything else, or when it holds no variables. Pass the model itself: a Keras model has no
+        variables before its first call."""
         names, values = _read(source)
         if not values:
             raise ConfigError(

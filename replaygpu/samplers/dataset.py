@@ -23,13 +23,9 @@ def make_dataset(
     ``n`` steps stale. The slow path: one call per SGD step, where `rg.Learner` runs many
     (`benchmarks/dataset_bridge.py` compares them).
 
-    Args:
-        sample: ``sample(B) -> (indices [B] int64, batch)``.
-        owner: the sampler's name, for messages.
-
-    Raises:
-        ConfigError: a batch size below 1, or a sharded table (sampled in ``strategy.run``).
-        tf.errors.InvalidArgumentError: from the iterator, on an empty table.
+    ``sample(B) -> (indices [B] int64, batch)``; ``owner``: the sampler's name, for messages.
+    `ConfigError` for a batch size below 1, or a sharded table (sampled in ``strategy.run``);
+    the iterator raises `tf.errors.InvalidArgumentError` on an empty table.
     """
     if (
         not isinstance(batch_size, numbers.Integral)

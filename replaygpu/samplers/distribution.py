@@ -67,12 +67,8 @@ class Index(tf.Module):
 
 @dataclasses.dataclass(frozen=True)
 class Distribution:
-    """Base of the distribution configs: ``build`` makes the `Index` of one shard.
-
-    Attributes:
-        keeps_priorities: whether ``update_priorities`` stores anything.
-        xla: compile draw and priority write as XLA clusters in an uncompiled loop.
-    """
+    """Base of the distribution configs: ``build`` makes the `Index` of one shard;
+    ``keeps_priorities``: ``update_priorities`` stores them; ``xla``: as `Prioritized`'s."""
 
     keeps_priorities: ClassVar[bool] = False
     xla = False  # a plain class attribute: a subclass may make it a field

@@ -1,5 +1,4 @@
-"""N-step returns at sample time from consecutive rows, for the `NStep`, `FrameStack` and
-`Sequence` views.
+"""N-step returns at sample time from consecutive rows (`NStep`, `FrameStack`, `Sequence`).
 
 From row ``i`` the window reads rows ``i .. i+n-1`` (mod capacity) and stops at the first step
 ``k`` that ends the episode, is the n-th, is followed by an unwritten row, or that the view cuts
@@ -53,7 +52,9 @@ def n_step_window(
     next_written: int = 1,
     cut: Cut | None = None,
 ) -> tuple[dict[str, tf.Tensor], tf.Tensor, tf.Tensor]:
-    """The n-step fields of the samples at first rows ``rows`` ([N] int64).
+    """The n-step fields of the samples at first rows ``rows`` ([N] int64): ``({"reward",
+    "terminated", "truncated", DISCOUNT, NSTEP}: [N]``, ``step_rows [N, n]``, ``last [N]`` the
+    index of the last step taken).
 
     Args:
         table: the shard, with ``reward``, ``terminated`` and ``truncated`` fields.
@@ -61,10 +62,6 @@ def n_step_window(
         next_written: step ``j + 1`` needs row ``i + j + next_written`` written (1 for vector
             transitions; 2 for frame tables, whose next frame is the row after the step's row).
         cut: ``cut(step_rows [N, n]) -> [N, n] bool``: also stop after step j where True.
-
-    Returns:
-        ``({"reward", "terminated", "truncated", DISCOUNT, NSTEP}: [N]``, ``step_rows [N, n]``,
-        ``last [N]`` the index of the last step taken).
     """
     capacity = table.capacity
     steps = tf.range(n, dtype=tf.int64)

@@ -45,8 +45,7 @@ _TINY = np.finfo(np.float64).tiny
 
 @dataclasses.dataclass(frozen=True)
 class LinearSchedule:
-    """``start`` -> ``end`` linearly over ``steps`` sampler steps (int64), then ``end``
-    (float64)."""
+    """``start`` -> ``end`` linearly over ``steps`` sampler steps (int64), then flat (float64)."""
 
     start: float = 0.4
     end: float = 1.0

@@ -31,7 +31,6 @@ class Sampler(tf.Module):
     """Draws minibatches in-graph: ``distribution`` picks rows, ``view`` makes them samples.
 
     Args:
-        table: any `replaygpu.table.Table`.
         distribution: `Uniform()` (default) or `Prioritized(...)`.
         view: `Transition()` (default), `NStep(...)`, `FrameStack(...)` or `Sequence(...)`.
         seed: None for a nondeterministic stream; shards get distinct seeds derived from it.
@@ -134,11 +133,7 @@ class Sampler(tf.Module):
 
     @property
     def index(self) -> Index:
-        """The index of a plain table's one shard.
-
-        Raises:
-            ConfigError: on a sharded table (use ``indexes[i]``).
-        """
+        """A plain table's one shard's index; `ConfigError` on a sharded table (``indexes[i]``)."""
         if self.table.num_shards != 1:
             raise ConfigError(
                 f"index: table '{self.table.name}' has {self.table.num_shards} shards, each "
@@ -154,10 +149,7 @@ class Sampler(tf.Module):
     def sample(self, batch_size: int) -> tuple[tf.Tensor, Any]:
         """``(rows [B] int64, batch)``; the batch in the table's structure plus the view's keys
         (``"importance_weights"`` [B] float32 with `Prioritized`; see `replaygpu.nest.pack_batch`).
-
-        Raises:
-            EmptyTableError: when called eagerly on an empty table.
-        """
+        `EmptyTableError` when called eagerly on an empty table."""
         if not tf.inside_function():
             self.table.local_index()  # a sharded table's shards are sampled in strategy.run
             check_not_empty(self.table)
@@ -192,13 +184,10 @@ class Sampler(tf.Module):
     def update_priorities(self, indices: Any, priorities: Any) -> None:
         """Set priorities of rows ``indices`` ([B] int64, from ``sample``).
 
-        In a graph, a non-finite priority gets the max priority and is counted; eagerly, a bad
-        update is refused whole.
-
-        Raises:
-            ConfigError: the sampler keeps no priorities.
-            BatchError: eagerly, for negative or non-finite priorities, another length than
-                ``indices``, or rows that cannot have been drawn; nothing is written.
+        In a graph, a non-finite priority gets the max priority and is counted. Eagerly, a bad
+        update is refused whole with `BatchError` (negative or non-finite priorities, another
+        length than ``indices``, or rows that cannot have been drawn). `ConfigError` when the
+        sampler keeps no priorities.
         """
         if not self.keeps_priorities:
             raise ConfigError(
@@ -213,11 +202,8 @@ class Sampler(tf.Module):
         self._checked_update(indices, priorities)
 
     def probabilities(self) -> np.ndarray:
-        """Sampling probability of every row of a plain table, ``[capacity]`` float64.
-
-        Raises:
-            ConfigError: for a sampler without priorities, or on a sharded table.
-        """
+        """Sampling probability of every row of a plain table, ``[capacity]`` float64; `ConfigError`
+        for a sampler without priorities, or on a sharded table."""
         index = self.index
         if not self.keeps_priorities:
             raise ConfigError("probabilities: this sampler draws uniformly; every row is equal")
@@ -242,11 +228,8 @@ class Sampler(tf.Module):
         )
 
     def as_dataset(self, batch_size: int) -> tf.data.Dataset:
-        """An endless `tf.data.Dataset` of ``sample(batch_size)`` (see `samplers.dataset`).
-
-        Raises:
-            ConfigError: for a batch size below 1, or a sampler of a sharded table.
-        """
+        """An endless `tf.data.Dataset` of ``sample(batch_size)`` (see `samplers.dataset`);
+        `ConfigError` for a batch size below 1, or a sampler of a sharded table."""
         return make_dataset(self.sample, self.table, batch_size, type(self).__name__)
 
     def _draw(self, shard_index: int, batch_size: int) -> tuple[tf.Tensor, tf.Tensor | None]:

@@ -177,8 +177,7 @@ class Sequence(View):
         return ok & tf.reduce_all(self.window_mask(table, rows), axis=1)
 
     def settled_invalid(self, table: ReplayTable, rows: tf.Tensor) -> tf.Tensor | None:
-        """Starts crossing an episode or stream in the written rows, or without a stored
-        state."""
+        """Starts crossing an episode or stream in the written rows, or without a stored state."""
         dead = tf.logical_not(self._holds_state(table, rows))
         if self.pad:
             return dead if self.state_start_field is not None else None
