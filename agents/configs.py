@@ -51,8 +51,7 @@ def require_widths(config: Any, name: str = "hidden_sizes") -> None:
 
 
 def require_env_actions(config: Any) -> None:
-    """The config's env id is known and the class's ``ENV_CHECK`` accepts its env. ALE ids are
-    left to `envs.atari_env` (the demo runs it before it makes any folder)."""
+    """Known env id, ``ENV_CHECK`` accepts its env; ALE: `envs.atari_env`, run before any folder."""
     from .envs import require_env_id
 
     require_env_id(config.env_id)
@@ -62,9 +61,8 @@ def require_env_actions(config: Any) -> None:
 
 
 def require_vector_loop(config: Any, *positive: str) -> None:
-    """A vector training loop's (DQN's, SAC's) checks beyond its groups': ``steps``,
-    ``eval_episodes`` and ``positive`` >= 1; ``train_freq`` and ``steps`` multiples of
-    ``num_envs`` (every chunk holds whole vector steps)."""
+    """A vector loop's (DQN's, SAC's) checks beyond its groups': ``steps``, ``eval_episodes``,
+    ``positive`` >= 1; ``train_freq``, ``steps`` multiples of ``num_envs`` (whole vector steps)."""
     require_positive_ints(config, "steps", "eval_episodes", *positive)
     n = config.num_envs
     whole = f"a multiple of num_envs ({n}), as each vector step takes {n} env steps"
@@ -102,9 +100,8 @@ class NoTrainingError(rg.ConfigError):
 
 
 def require_trains(config: Any) -> None:
-    """Raise `NoTrainingError` unless ``steps`` >= the config's ``steps_to_train`` (the least
-    run length its loop trains in); ``steps`` 0 (until stopped) and configs without
-    ``steps_to_train`` pass. Every command checks it in `config_from_args`."""
+    """Raise `NoTrainingError` unless ``steps`` >= ``steps_to_train`` (the least that trains);
+    ``steps`` 0 and configs without it pass. Every command checks it in `config_from_args`."""
     first = getattr(config, "steps_to_train", None)
     if first is not None and config.steps and config.steps < first:
         raise NoTrainingError(config.steps, first, config.learning_starts)
@@ -121,8 +118,7 @@ def next_chunk(config: Any, env_steps: int) -> tuple[int, int]:
 
 
 def training_calls(config: Any) -> list[int]:
-    """The SGD steps of each of a vector loop's training calls: one after each chunk that ends
-    past ``learning_starts``."""
+    """SGD steps of a vector loop's training calls: one per chunk ending past learning_starts."""
     calls, env_steps = [], 0
     while env_steps < config.steps:
         size, sgd_steps = next_chunk(config, env_steps)
@@ -162,8 +158,7 @@ def _parse_int_tuple(text: str) -> tuple[int, ...]:
 def _or_none(
     parse: Callable[[str], Any], expected: str, choices: tuple[Any, ...] | None = None
 ) -> Callable[[str], Any]:
-    """``parse`` with ``none`` (any case) as None, checking ``choices`` itself (argparse's would
-    list None as ``None``)."""
+    """``parse`` with ``none`` (any case) as None; checks ``choices`` (argparse's shows None)."""
 
     def parse_or_none(text: str) -> Any:
         if text.strip().lower() == "none":
@@ -253,8 +248,7 @@ def add_config_flags(
     defaults: Any | None = None,
     skip: tuple[str, ...] = (),
 ) -> None:
-    """Add one flag per field of ``config_cls`` but ``skip``; ``defaults`` (an instance)
-    overrides the fields' defaults. Raises TypeError for a type with no flag form."""
+    """A flag per field but ``skip``, ``defaults`` (an instance) overriding; TypeError: no form."""
     hints = typing.get_type_hints(config_cls)  # resolves `from __future__ import annotations`
     for f in dataclasses.fields(config_cls):
         if f.name in skip:
@@ -305,7 +299,6 @@ def _is_default(
 
 
 def flag_message(err: ValueError, names: Collection[str]) -> str:
-    """A config's error about a field in ``names`` as its flag's (``batch_size: ...`` ->
-    ``--batch-size: ...``); any other error as it is."""
+    """An error about a field in ``names`` as its flag's (``--batch-size: ...``), others as is."""
     field_name, sep, rest = str(err).partition(": ")
     return f"{flag_name(field_name)}: {rest}" if sep and field_name in names else str(err)

@@ -27,15 +27,13 @@ from .registry import DEMOS, algorithm
 
 @contextlib.contextmanager
 def imports_frozen() -> Iterator[None]:
-    """Import with the cyclic garbage collector paused, then freeze what was built, and again
-    at exit.
+    """Import with the cyclic GC paused, then freeze what was built, and again at exit.
 
-    TensorFlow's import builds about 360k Python objects, none garbage; full passes over them
-    cost 0.4 s during the import and 0.6 s at interpreter exit (`demo cartpole`, 2 cores).
-    Frozen objects (`gc.freeze`) are left out of both; later objects are collected as usual,
-    and finalizers still run at exit but for objects in reference cycles, which the commands
-    here close explicitly. A process that imported TensorFlow before (a test session) is left
-    as it is.
+    TensorFlow's import builds about 360k Python objects, none garbage; full passes over them cost
+    0.4 s during the import and 0.6 s at interpreter exit (`demo cartpole`, 2 cores). Frozen objects
+    (`gc.freeze`) are left out of both; later objects are collected as usual, and finalizers still
+    run at exit but for objects in reference cycles, which the commands here close explicitly. A
+    process that imported TensorFlow before (a test session) is left as it is.
     """
     if "tensorflow" in sys.modules:
         yield
@@ -116,8 +114,7 @@ def demo_parser(name: str) -> tuple[argparse.ArgumentParser, type]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run (or resume) the demo ``args.name`` with ``args.options``, checked before TensorFlow
-    is imported."""
+    """Run (or resume) demo ``args.name`` with ``args.options``, checked before importing TF."""
     from .configs import config_from_args
 
     _require_demo_extras()
@@ -224,8 +221,7 @@ def register_eval(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    """Print the greedy mean return of the newest checkpoint under ``args.path`` (flags and run
-    file checked before TensorFlow is imported)."""
+    """Print ``args.path``'s newest checkpoint's greedy mean return, checked before TF loads."""
     import replaygpu as rg
 
     from .registry import read_run_file

@@ -238,8 +238,7 @@ def discrete_actions_env(env_id: str) -> Any:
 
 
 def box_actions_env(env_id: str) -> Any:
-    """Make ``env_id`` (close it) and raise ConfigError unless its actions are a bounded Box and
-    its observations a Box (SAC); an unknown id raises gymnasium's own error."""
+    """As `discrete_actions_env`, for SAC: bounded Box actions and Box observations."""
     import gymnasium as gym
 
     env = gym.make(env_id)

@@ -17,9 +17,8 @@ import replaygpu as rg
 
 
 class MLP(tf.Module):
-    """A ReLU MLP with a linear output layer; ``sizes``: ``[in, hidden..., out]`` widths.
-    Weights start like PyTorch's ``nn.Linear`` (uniform in +-1/sqrt(fan_in)), the initialisation
-    the rl-zoo3 hyperparameters were tuned with."""
+    """A ReLU MLP, linear output layer; ``sizes``: ``[in, hidden..., out]``. Weights start as
+    PyTorch's ``nn.Linear`` (uniform in +-1/sqrt(fan_in)), what rl-zoo3's values were tuned with."""
 
     def __init__(self, sizes: Sequence[int], seed: int, name: str = "mlp") -> None:
         super().__init__(name=name)

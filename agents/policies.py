@@ -49,8 +49,7 @@ def numpy_mlp(weights: Weights, x: np.ndarray) -> np.ndarray:
 
 
 def greedy_q_policy(weights: Weights) -> Callable[[np.ndarray], np.ndarray]:
-    """``[B, *obs] -> [B]`` int64 argmax actions of a Q-network (nested observations are
-    flattened, see `flat_features`)."""
+    """``[B, *obs] -> [B]`` int64 argmax actions of a Q-network (nested obs: `flat_features`)."""
 
     def act(obs: np.ndarray) -> np.ndarray:
         x = flat_features(obs)

@@ -93,9 +93,8 @@ class TrainResult:
 
 
 class TrainTimer:
-    """Times a training loop (from the timer's making) and its `Learner.train` calls, the first
-    (tracing, XLA compilation) apart; ``env_steps``: those a resumed run had taken, so rates
-    count this process's work only."""
+    """Times a loop (from the timer's making) and its `Learner.train` calls, the first (tracing,
+    XLA) apart; ``env_steps``: a resumed run's earlier ones, so rates count this process's only."""
 
     def __init__(self, env_steps: int = 0) -> None:
         self.start_env_steps = env_steps
@@ -255,9 +254,8 @@ class EventsRecorder:
 
 
 class RunRecorder(NullRecorder):
-    """Writes TensorBoard events and the learning curve into ``run_dir`` (created if missing)
-    and shows a tqdm bar of ``total_steps`` env steps, titled ``title``; ``start``: the
-    ``(env steps, SGD steps)`` a resumed run starts from (the bar and the first rates)."""
+    """TensorBoard events and learning curve into ``run_dir`` (made if missing), a tqdm bar of
+    ``total_steps`` env steps; ``start``: a resumed run's ``(env, SGD steps)`` (bar, 1st rates)."""
 
     def __init__(
         self, run_dir: str, total_steps: int, title: str, start: tuple[int, int] = (0, 0)

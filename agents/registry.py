@@ -129,8 +129,7 @@ def is_atari(env_id: str) -> bool:
 
 
 def served(agent: str, env_id: str | None) -> str:
-    """The algorithm ``replaygpu learner --agent AGENT --env ENV_ID`` runs: the one on frames
-    for an ALE game, if the agent has one."""
+    """What ``learner --agent AGENT --env ENV_ID`` runs: for an ALE game, its frame one if any."""
     choices = [name for name, a in ALGORITHMS.items() if a.learner_agent == agent]
     if not choices:
         raise ConfigError(f"agent: got {agent!r}, expected one of {list(LEARNER_AGENTS)}")

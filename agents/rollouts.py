@@ -32,8 +32,7 @@ def true_next_obs(obs: Any, done: np.ndarray, info: Mapping) -> Any:
 
 
 def _with_rows(obs: Any, rows: np.ndarray, values: list[Any]) -> Any:
-    """A copy of ``obs`` (``[N, ...]`` or a nest of them) with row ``rows[j]`` set to
-    ``values[j]`` (one env's observation, nested alike)."""
+    """``obs`` (``[N, ...]`` or a nest) copied, row ``rows[j]`` = ``values[j]`` (nested alike)."""
     if isinstance(obs, Mapping):
         return {k: _with_rows(v, rows, [x[k] for x in values]) for k, v in obs.items()}
     if isinstance(obs, tuple):
@@ -104,8 +103,7 @@ class TransitionChunk:
         truncated: np.ndarray,
         info: dict,
     ) -> None:
-        """Add one vector-env step, with the true last observation (`true_next_obs`) where an
-        episode ended."""
+        """Add a vector-env step, with the true last obs (`true_next_obs`) where episodes ended."""
         done = terminated | truncated
         if self._flat:  # the acting loops' per-step path: assignment casts as astype does
             n, i = len(actions), self.count

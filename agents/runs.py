@@ -131,9 +131,8 @@ def checkpoint_when_due(
     final: bool,
     settle: Callable[[], None] | None = None,
 ) -> bool:
-    """At a chunk boundary, when a checkpoint is due (or ``final``): ``settle`` (e.g. wait for
-    training calls in flight), capture ``loop``, save. Returns whether the loop should stop now
-    (a stop signal arrived; it was just checkpointed)."""
+    """At a chunk boundary, if a checkpoint is due (or ``final``): ``settle`` (e.g. wait for calls
+    in flight), capture ``loop``, save. Whether to stop now (a stop signal came; just saved)."""
     if run is None or not (run.due() or final):
         return False
     if settle is not None:
@@ -252,8 +251,7 @@ class RunControl:
 
 
 def _progress(directory: str) -> RunProgress | None:
-    """The step counts of the newest checkpoint in ``directory`` (None: none, or unreadable:
-    restoring it reports why)."""
+    """Newest checkpoint's step counts in ``directory``; None: none, unreadable (restore says)."""
     latest = tf.train.latest_checkpoint(directory)
     if latest is None:
         return None
@@ -308,8 +306,7 @@ def _check_run_file(
 
 
 def _check_budget(directory: str, steps: int, saved: int, resumed: RunProgress | None) -> None:
-    """Raises ConfigError when a resumed run's new ``steps`` falls below the env steps it
-    already took (0, "until stopped", never does)."""
+    """ConfigError if a resumed run's new ``steps`` is below the env steps taken (0 never is)."""
     if resumed is None or not steps or steps >= resumed.env_steps:
         return
     raise rg.ConfigError(

@@ -66,11 +66,8 @@ Report = Callable[[str, int, object], None]
 class Experience(Protocol):
     """What an actor collects: its envs, the network it acts with, the rows its steps become.
 
-    `run_actor` calls `start`, then per vector step `observation`, `step` and `send`; at the end
-    ``send(client, final=True)`` and `close`.
-
-    Attributes:
-        client_config: the `ClientConfig` the rows need (request sizes, retries).
+    `run_actor` calls `start`, per vector step `observation`, `step` and `send`, at the end
+    ``send(client, final=True)`` and `close`. ``client_config``: the rows' request sizes, retries.
     """
 
     num_envs: int
@@ -285,8 +282,7 @@ def connect(
 
 
 class _ActionChooser:
-    """Uniform actions until weights arrive, then the behaviour policy (dqn: epsilon-greedy at
-    the actor's epsilon; sac: a sampled action)."""
+    """Uniform actions until weights come, then dqn: epsilon-greedy at its epsilon, sac: sampled."""
 
     def __init__(self, config: ActorConfig, experience: Experience, rng: np.random.Generator):
         self.config, self.space, self.rng = config, experience.action_space, rng

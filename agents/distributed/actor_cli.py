@@ -160,8 +160,7 @@ def _config(args: argparse.Namespace) -> ActorConfig:
 
 
 def _learner_settings(args: argparse.Namespace) -> AgentSettings | None:
-    """The learner's actor settings from ``Info`` (None: a bare server); past
-    `CONNECT_TIMEOUT_S` only with ``--wait``.
+    """Actor settings from ``Info`` (None: a bare server); past `CONNECT_TIMEOUT_S` only if --wait.
 
     Raises:
         ServiceUnavailableError: the server cannot be reached, or not within ``--wait``.

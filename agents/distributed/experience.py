@@ -45,8 +45,7 @@ ROW_BYTES = 84 * 84 + 64
 
 
 def segment_client_config(segment_steps: int, retry_deadline_s: float = 60.0) -> ClientConfig:
-    """A `ClientConfig` for `send_segments`: requests of 3 segments (each at most
-    ``segment_steps + 1`` rows)."""
+    """`send_segments`'s `ClientConfig`: requests of 3 segments (each <= segment_steps + 1 rows)."""
     rows = 3 * segment_steps + 2
     batch = rows * ROW_BYTES
     return ClientConfig(
@@ -124,8 +123,7 @@ def play(
 ) -> tuple[float, bool, int]:
     """One step of an ALE game into ``writer`` (a new game after the last); see `FrameExperience`.
 
-    Returns:
-        ``(reward, done, lives)``: the raw reward, whether the game ended, its lives now.
+    Returns ``(reward, done, lives)``: the raw reward, whether the game ended, its lives now.
     """
     frame, reward, terminated, truncated, info = env.step(action)
     life_lost = config.terminal_on_life_loss and info.get("lives", 0) < lives

@@ -52,8 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def learner_parser(agent: str, env_id: str | None = None) -> argparse.ArgumentParser:
-    """The full flag parser of ``replaygpu learner --agent AGENT --env ENV_ID`` (the env picks
-    the config: an ALE game runs DQN on frames)."""
+    """Full flag parser of ``replaygpu learner``; the env picks the config (ALE: DQN on frames)."""
     from replaygpu.cli import CommandParser
     from replaygpu.service.ops.commands import (
         add_server_flags,
@@ -226,8 +225,7 @@ def _wait_for_scrape(
 def train_to_end(
     service: LearnerService, report: LearnerReport | None = None, grace_s: float = FINISH_GRACE_S
 ) -> bool:
-    """``replaygpu learner``'s loop: ``service.step`` until ``service.done``, polling ``report``
-    (None: one without TensorBoard).
+    """``replaygpu learner``'s loop: ``service.step`` until done, polling ``report`` (None: no TB).
 
     At ``steps`` rows the run finishes for the fleet (`ReplayServer.finish_at`: later appends
     are acked, not inserted); the learner trains out its replay budget, evaluates, and serves

@@ -183,8 +183,7 @@ class RayActorFleet:
         self._ray.kill(self._handles[index], no_restart=not restart)
 
     def stop(self, timeout: float = STOP_FLUSH_S + 10.0) -> list[dict[str, float]]:
-        """Stop every actor (each flushes), kill them, and shut down Ray if the fleet started it.
-        Idempotent.
+        """Stop (each flushes) and kill every actor, and Ray if the fleet started it; idempotent.
 
         Returns:
             each actor's `run_actor` result (of its last incarnation), by position.
@@ -245,8 +244,7 @@ class RayActorFleet:
 
 
 def check_ray_options(num_cpus_per_actor: float, max_restarts: int) -> None:
-    """`start_ray_actors`' checks of its Ray options (``replaygpu actor --ray`` makes them
-    before it asks the learner anything)."""
+    """`start_ray_actors`' option checks (``actor --ray`` runs them before asking the learner)."""
     if not num_cpus_per_actor > 0:
         raise rg.ConfigError(
             f"num_cpus_per_actor (--ray-num-cpus): got {num_cpus_per_actor}, expected > 0"

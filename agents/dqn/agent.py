@@ -143,8 +143,7 @@ JobResult = tuple[dict[str, float], list[np.ndarray]]
 
 
 def flat_obs(obs: Any) -> tf.Tensor:
-    """``[B, ...]`` -> ``[B, D]`` float32; nested (Dict, Tuple) leaves as the actors'
-    `flat_features`: in leaf-path order, each ``[B, -1]``, concatenated."""
+    """``[B, ...]`` -> ``[B, D]`` float32; nested (Dict, Tuple) as the actors' `flat_features`."""
     if isinstance(obs, (dict, tuple)):
         leaves = flatten_nest(obs)
         n = tf.shape(next(iter(leaves.values())))[0]
@@ -191,8 +190,7 @@ def distribution(config: Any) -> rg.Uniform | rg.Prioritized:
 
 
 def fused_learner(table: rg.ReplayTable, sampler: Any, agent: Any, config: Any) -> rg.Learner:
-    """The `rg.Learner` of a demo agent (DQN, R2D2); no autograph (the update has no Python
-    control flow on tensors)."""
+    """A demo agent's (DQN, R2D2) `rg.Learner`, no autograph: no Python control flow on tensors."""
     return rg.Learner(
         table,
         sampler,

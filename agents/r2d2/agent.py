@@ -113,8 +113,7 @@ def mixed_priorities(abs_td: tf.Tensor, has: tf.Tensor, eta: float) -> tf.Tensor
 
 
 class R2D2(tf.Module):
-    """Online and target `LSTMQNetwork` (``obs_dim``: flat observation size), Adam, and the fused
-    sequence update."""
+    """Online, target `LSTMQNetwork` (``obs_dim``: flat obs size), Adam, fused sequence update."""
 
     def __init__(self, obs_dim: int, num_actions: int, config: R2D2Config) -> None:
         super().__init__(name="r2d2")
@@ -259,9 +258,8 @@ def train(
     config: R2D2Config, recorder: Recorder | None = None, run: RunControl | None = None
 ) -> TrainResult:
     """Train R2D2 on ``config.env_id`` with one env, then evaluate the greedy policy. Every
-    ``train_freq`` env steps: one table append, ``gradient_steps`` SGD steps in one
-    `Learner.train` call. ``run``: see `runs.RunControl`. Raises ConfigError when the env's
-    actions are not Discrete."""
+    ``train_freq`` env steps: one table append, ``gradient_steps`` SGD steps in one `Learner.train`
+    call. ``run``: see `runs.RunControl`. Raises ConfigError unless the actions are Discrete."""
     recorder = recorder or NullRecorder()
     env = check_env(config.env_id)
     num_actions = int(env.action_space.n)
