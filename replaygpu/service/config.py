@@ -83,20 +83,16 @@ class ServerConfig:
         staging_max_batches: staged batches waiting for the committer, at most.
         staging_max_bytes: staged bytes, at most (one batch is always admitted).
         staging_timeout_s: wait for room in a full staging queue before RESOURCE_EXHAUSTED.
-        inflight_max_bytes: memory of Append requests read and not yet committed or refused,
-            over all streams (a request counts twice: received, then copied). A stream waits
-            for room before reading on, so HTTP/2 flow control holds its sender back; the
-            exact bound is in `replaygpu.service.learner.admission`. A larger request is still
-            served, alone. The default holds 4 of the largest requests (16 of a default
+        inflight_max_bytes: memory of Append requests read and not yet answered, over all
+            streams, bounded as `replaygpu.service.learner.admission` says; a larger request is
+            still served, alone. The default holds 4 of the largest requests (16 of a default
             client's), enough to keep the admit threads and the committer busy.
         max_actors: concurrent Append streams at most; one more is refused RESOURCE_EXHAUSTED
             at once. Streams are event-loop coroutines: this bounds memory, not threads.
-        journal_dir: durable acknowledgements (off when None): each commit round is journaled
-            and fsynced before its ack, and replayed over the restored checkpoint at start, so
-            an ack means "on disk": a kill -9 loses and duplicates nothing acknowledged.
-            Segments older than the previous `ReplayServer.save` are deleted (it plus the
-            journal restores all should the newest be corrupt): checkpoint regularly. A full
-            disk refuses appends retryably (RESOURCE_EXHAUSTED) until space is freed.
+        journal_dir: durable acknowledgements (off when None; `learner.journal`): an ack means
+            "on disk", a kill -9 loses and duplicates nothing acknowledged. Segments older than
+            the previous `ReplayServer.save` are deleted: checkpoint regularly. A full disk
+            refuses appends retryably (RESOURCE_EXHAUSTED) until space is freed.
         admit_threads: threads that parse and copy requests of 1 MiB and over off the event
             loop, so health checks and Info never wait behind them.
         shutdown_grace_s: on `stop`, how long in-flight RPCs get to finish.

@@ -97,8 +97,7 @@ class ReplayClient:
         self.spec: HostSpec = reply.spec
         #: the rule of the learner's rate limiter (None without one), see `wait_for_insert_room`
         self.rate_limit: SampleToInsertRule | None = reply.rate_limit
-        #: what the learner asks its actors to run (its agent's document, read by the caller);
-        #: None from a server that sets none (``replaygpu serve``)
+        #: the learner's `AgentSettings`, for the caller; None from ``replaygpu serve`` and the like
         self.actor_settings: AgentSettings | None = reply.actor_settings
         self._next_seq = reply.last_seq + 1
         row = row_nbytes(self.spec)
@@ -366,14 +365,10 @@ class ReplayClient:
     def get_weights(
         self, newer_than: int = 0
     ) -> tuple[int, dict[str, np.ndarray] | list[np.ndarray]] | None:
-        """The learner's latest weights unless their version is ``newer_than`` (the one held).
+        """``(version, weights)`` as published (dict or list of read-only arrays), or None when
+        nothing is published or its version is ``newer_than`` (the one held).
 
-        A restarted learner publishes lower versions: they come back too; keep the lower one.
-
-        Returns:
-            ``(version, weights)``, weights as published (dict or list of read-only arrays), or
-            None when nothing newer was published.
-        """
+        A restarted learner publishes lower versions: they come back too; keep the lower one."""
         reply = self._connection.get_weights(newer_than)
         if not reply.tensors or reply.version == newer_than:
             return None

@@ -1,8 +1,6 @@
-"""An asyncio event loop on its own thread, for the server's gRPC handlers.
-
-Why one loop: see `servicer`. The learner, the committer and the caller of `serve` stay on
-their own threads and reach it through `run` (handlers post back with
-``call_soon_threadsafe``). No TensorFlow."""
+"""An asyncio event loop on its own thread, for the server's gRPC handlers (why: `servicer`).
+The learner, the committer and the caller of `serve` stay on their own threads and reach it
+through `run` (handlers post back with ``call_soon_threadsafe``). No TensorFlow."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """The journal's files on disk: segment names, record format, reading and checking records,
-the directory lock (the rules of torn tails are in `journal`). No TensorFlow.
-
-Segments ``journal-000001.log``, ``journal-000002.log``, ... and a ``journal.lock`` held with
-``flock`` while a `Journal` is open (one server per directory). A record is
+the directory lock (the rules of torn tails are in `journal`). No TensorFlow. Segments
+``journal-000001.log``, ``journal-000002.log``, ... and a ``journal.lock`` held with ``flock``
+while a `Journal` is open (one server per directory). A record is
 ``[magic "RGJ1"][u32 length][u32 crc32(payload)][u32 crc32(the 12 bytes before)][payload]``,
 little-endian; the header checksum makes a flipped length bit corruption, not a short record."""
 

@@ -1,9 +1,8 @@
-"""The segment a `Journal` appends to, rolled back to its synced end after an `Outage`; and
-opening a journal's segments, cutting a torn tail off the last. No TensorFlow.
-
-Rolling back is safe: bytes before `OpenSegment.synced` were fsynced, bytes after it belong to
-records nobody acknowledged (an ack waits for `sync`). Cutting to `synced` and fsyncing drops
-exactly those, whatever a failed write or fsync left in the page cache."""
+"""The segment a `Journal` appends to, rolled back to its synced end after an `Outage`; and opening
+a journal's segments, cutting a torn tail off the last. No TensorFlow. Rolling back is safe: bytes
+before `OpenSegment.synced` were fsynced, bytes after it belong to records nobody acknowledged (an
+ack waits for `sync`). Cutting to `synced` and fsyncing drops exactly those, whatever a failed write
+or fsync left in the page cache."""
 
 from __future__ import annotations
 

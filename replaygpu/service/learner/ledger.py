@@ -1,17 +1,14 @@
 """The sequence ledger: the last committed append seq of each actor, checkpointed with the table.
-
 Exactly-once appends rest on it. A `tf.Module` with one string variable (the map as JSON), so
 ``rg.Checkpointer(..., ledger=ledger)`` restores it with the table, all or nothing. Only the
 committing thread advances it.
-
 Past ``max_actors`` the least recently committed actor is forgotten (logged): a batch it
 resends from before is inserted again (a new client under that id restarts at seq 1, which is
 safe). Keep ``max_actors`` above the actor ids in use; the map is rewritten once per commit
 round, so its size is the per-commit cost.
 
 In durable mode it also holds `journal_segment`, so a restarted server can tell whether its
-journal reaches back to the restored checkpoint
-(`replaygpu.service.learner.journal.Journal.resume_after`); saved as
+journal reaches back to the restored checkpoint (`journal.Journal.resume_after`); saved as
 ``{"actors": {...}, "journal_segment": N}`` then, else as the bare map."""
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """A served learner's run so far, for ``Info`` (``learner_stats``), /metrics, ``replaygpu info``.
-
-Episodes actors report are counted once per committed seq (not again when resent); journal
-records replayed at start are counted, as the checkpoint lacks them. `RunStats.state` goes in
-the learner's checkpoint, `RunStats.resume` continues it. Imports no TensorFlow."""
+Episodes actors report are counted once per committed seq (not again when resent); journal records
+replayed at start are counted, as the checkpoint lacks them. `RunStats.state` goes in the learner's
+checkpoint, `RunStats.resume` continues it. Imports no TensorFlow."""
 
 from __future__ import annotations
 

@@ -153,15 +153,13 @@ class ReplayServer:
             options=[
                 # 2x so that our own check answers with the configured limit by name
                 ("grpc.max_receive_message_length", 2 * self.config.max_message_bytes),
-                # no window growth (4 MiB+ per connection): a stream waiting for the budget
-                # buffers one 64 KiB window; a pending read still opens it to its whole message
+                # no window growth (4 MiB+ per connection): the 64 KiB window of `admission`
                 ("grpc.http2.bdp_probe", 0),
                 ("grpc.max_send_message_length", self.config.max_message_bytes),
                 # actors' keepalive pings (every 20 s) are welcome, even on idle streams
                 ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
                 ("grpc.keepalive_permit_without_calls", 1),
-                # with gRPC's default SO_REUSEPORT a second server on a bound port would split
-                # the actors between two learners; binding must fail instead
+                # default SO_REUSEPORT: a 2nd server on a bound port would split the actors
                 ("grpc.so_reuseport", 0),
                 # ping idle connections so that a vanished actor frees its max_actors slot
                 ("grpc.keepalive_time_ms", 60_000),

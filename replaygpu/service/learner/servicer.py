@@ -121,12 +121,9 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         self._outboxes: set[asyncio.Queue[Any]] = set()  # of the open Append streams
         #: bytes of the requests read and not answered yet, over all streams (on the loop)
         self.budget = RequestBudget(config.inflight_max_bytes)
-        #: actor -> highest seq staged, least recent first, for Info: a client restarted
-        #: under the same id starts past its batches still on their way
+        #: actor -> highest seq staged, least recent first, for Info
         self._staged_seqs: collections.OrderedDict[str, int] = collections.OrderedDict()
         self._admit_pool = ThreadPoolExecutor(config.admit_threads, "replaygpu-admit")
-        #: Info reads TensorFlow variables and the ledger, which can wait on a commit or a
-        #: train call: never on the loop
         self._info_pool = ThreadPoolExecutor(1, "replaygpu-info")
         self._waiting: collections.deque[tuple[bytes, Callable[[Any], None], asyncio.Future[Any]]]
         self._waiting = collections.deque()
@@ -359,7 +356,7 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         return message
 
     async def Info(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        """Read on the Info thread: the loop never waits for TensorFlow or the ledger's lock."""
+        """On the Info thread: the loop never waits on TensorFlow (a train call) or the ledger."""
         staged_seq = self._staged_seqs.get(request.actor_id, 0)  # the loop's own map
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._info_pool, self._info, request, staged_seq)

@@ -1,8 +1,6 @@
-"""The bounded queue between the gRPC handlers and the thread that writes the table.
-
-Bounded in batches and bytes; a put that finds it full past a deadline fails retryably
-(`StagingFullError`), so a stalled learner pushes back on actors (they keep the batch and
-resend) instead of growing memory."""
+"""The bounded queue (in batches and bytes) between the gRPC handlers and the thread that writes the
+table; a put that finds it full past a deadline fails retryably (`StagingFullError`), so a stalled
+learner pushes back on actors (they keep the batch and resend) instead of growing memory."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """Transport security: bearer tokens checked by a server interceptor, TLS from certificate files.
-
-The server checks ``authorization: Bearer <token>`` on every ``replaygpu.v1.ReplayService``
-RPC; health checking and reflection stay open for probes (which cannot send tokens): they
-reveal only service names and a serving status. `connect_error` says why a connection failed
-in the user's terms. Imports no TensorFlow."""
+The server checks ``authorization: Bearer <token>`` on every ``replaygpu.v1.ReplayService`` RPC;
+health checking and reflection stay open for probes (which cannot send tokens): they reveal only
+service names and a serving status. `connect_error` says why a connection failed in the user's
+terms. Imports no TensorFlow."""
 
 from __future__ import annotations
 
@@ -145,11 +144,10 @@ def token_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
 
 
 def channel_options(tls: TLSConfig | None, max_message_bytes: int) -> list[tuple[str, Any]]:
-    """Channel options shared by the client and tools.
-
-    Reconnects: gRPC's backoff (1 s, x1.6 up to 120 s) finds a server back minutes after a long
-    outage; here 100 ms up to 1 s (plus 20 % jitter). The minimum connect timeout keeps gRPC's
-    20 s, so a slow TCP and TLS handshake to a distant server is not cut short.
+    """Channel options shared by the client and tools. Reconnects: gRPC's backoff (1 s, x1.6
+    up to 120 s) finds a server back minutes after a long outage; here 100 ms up to 1 s (plus
+    20 % jitter). The minimum connect timeout keeps gRPC's 20 s, so a slow TCP and TLS handshake
+    to a distant server is not cut short.
 
     Keepalive: a ping every 20 s, idle too, closing after 10 s without answer: a server that
     vanished (killed VM, partition) is noticed within 30 s, not at the TCP timeout.

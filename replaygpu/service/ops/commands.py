@@ -253,9 +253,8 @@ def _load_spec(args: argparse.Namespace, env: Any) -> Any:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    """Serve, checkpointing periodically and on the way out. SIGINT stops for good: actors are
-    told the run is finished and exit 0. SIGTERM (an orchestrator's restart) tells them
-    nothing: they wait for the next server and resend what was not acknowledged. Raises
+    """Serve, checkpointing periodically and on the way out. SIGINT stops for good (actors exit
+    0), SIGTERM (an orchestrator's restart) not: see `ReplayServer.stop`'s ``finish``. Raises
     `ConfigError` for TLS flags that do not go together (nothing is served)."""
     from replaygpu.service.learner.binding import require_free_ports
 

@@ -1,8 +1,7 @@
-"""Prometheus metrics of a replay service: ``/metrics`` over HTTP, read at each scrape.
-
-One registry per `ReplayServer`, so several servers in one process do not collide. Values are
-read at each scrape (`ReplayServer.stats`, `ReplayServer.append_answers`): the request paths
-keep plain int counters and pay nothing for the endpoint. Imports no TensorFlow itself."""
+"""Prometheus metrics of a replay service: ``/metrics`` over HTTP. One registry per `ReplayServer`,
+so several servers in one process do not collide. Values are read at each scrape
+(`ReplayServer.stats`, `ReplayServer.append_answers`): the request paths keep plain int counters and
+pay nothing for the endpoint. Imports no TensorFlow itself."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
-"""The ``AppendRequest`` wire format, both ways, without TensorFlow.
-
-`encode_append_request` (client) copies the array data once; `parse_append_request` (server)
-decodes header and tensor metadata in Python (a few dozen varints) and leaves each tensor's data
-a ``memoryview`` of the received bytes, for ``np.frombuffer`` without a copy. Protobuf's parser
-would copy each multi-megabyte data field twice (into its arena, then into a new ``bytes``).
-
+"""The ``AppendRequest`` wire format, both ways, without TensorFlow. `encode_append_request`
+(client) copies the array data once; `parse_append_request` (server) decodes header and tensor
+metadata in Python (a few dozen varints) and leaves each tensor's data a ``memoryview`` of the
+received bytes, for ``np.frombuffer`` without a copy. Protobuf's parser would copy each
+multi-megabyte data field twice (into its arena, then into a new ``bytes``).
 The reader accepts exactly what protobuf's parser (upb, the Python default) accepts, with the
 same values (``tests/test_wire_fuzz.py`` checks it). Protobuf's rules, as measured there:
 

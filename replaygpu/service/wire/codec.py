@@ -1,9 +1,7 @@
-"""Numpy arrays <-> ``replaygpu.v1.Tensor`` messages, without TensorFlow.
-
-Raw little-endian C-order bytes with a numpy dtype name and a shape: one ``tobytes`` per field
-to encode, one ``np.frombuffer`` to decode, so 16k transitions cost a handful of memcpys. The
-AppendRequest format is in `append_request`, field specs and the batch check in
-`replaygpu.fields`."""
+"""Numpy arrays <-> ``replaygpu.v1.Tensor`` messages, without TensorFlow: raw little-endian C-order
+bytes with a numpy dtype name and a shape, one ``tobytes`` per field to encode, one
+``np.frombuffer`` to decode, so 16k transitions cost a handful of memcpys. The AppendRequest format
+is in `append_request`, field specs and the batch check in `replaygpu.fields`."""
 
 from __future__ import annotations
 

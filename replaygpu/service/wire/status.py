@@ -1,8 +1,6 @@
-"""The one place where library errors and gRPC status codes meet, in both directions.
-
-Server side `code_of` and `abort` (the handlers and the token check); client side
-`error_from_rpc`, a library exception that says what happened and how to fix it. Imports no
-TensorFlow."""
+"""The one place where library errors and gRPC status codes meet, in both directions: server side
+`code_of` and `abort` (the handlers and the token check); client side `error_from_rpc`, a library
+exception that says what happened and how to fix it. Imports no TensorFlow."""
 
 from __future__ import annotations
 
