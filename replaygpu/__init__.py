@@ -12,7 +12,8 @@ The core is re-exported here; everything else comes from its module, for example
   (`loop`, `ledger`, `server`), `replaygpu.service.ops.*` (`auth`, `metrics`).
 
 Names are imported on first use (PEP 562), so ``import replaygpu`` and the actor side import no
-TensorFlow. `_EXPORTS` and the ``TYPE_CHECKING`` imports agree (tests/test_package.py checks)."""
+TensorFlow. `_EXPORTS` and the ``TYPE_CHECKING`` imports agree (tests/test_package.py checks).
+"""
 
 from __future__ import annotations
 

@@ -7,7 +7,8 @@ anything is read, and all but the table storage are snapshotted and put back if 
 A checkpoint counts once sealed (see `checkpoint_files`), so a kill mid-save leaves a leftover,
 removed (logged) at start and before each save; numbers are never reused. A failed save raises
 `CheckpointSaveError` and leaves nothing. A restore skips a corrupt newest checkpoint (with a
-warning) for the previous one; with none intact, `CheckpointCorruptError` names the files."""
+warning) for the previous one; with none intact, `CheckpointCorruptError` names the files.
+"""
 
 from __future__ import annotations
 
@@ -73,7 +74,8 @@ class CheckpointSchedule:
 
     On `CheckpointSaveError`, `run` logs one line and retries after ``retry_s`` seconds (or the
     period, if shorter): training goes on, and a durable server's journal keeps acknowledged
-    batches."""
+    batches.
+    """
 
     def __init__(self, every_s: float | None, retry_s: float = 30.0) -> None:
         self.every_s = every_s

@@ -10,7 +10,8 @@ Crash safety, one rule per function: a manifest only after its files are durable
 ``checkpoint`` state file names only sealed ones and is written before pruning (`record_state`);
 pruning deletes the manifest before the files (`prune`); new numbers exceed every number in the
 folder (`next_number`). A kill at any instant leaves sealed checkpoints intact and leftovers
-that `remove_leftovers` recognises by name."""
+that `remove_leftovers` recognises by name.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """A checkpoint's saved object graph beside the live objects, read without restoring: what
 `replaygpu.Checkpointer` checks before a restore writes anything. Values are keyed by child-name
 paths (``learner/table/storage/x/.ATTRIBUTES/VARIABLE_VALUE``), graph in
-``_CHECKPOINTABLE_OBJECT_GRAPH``; a restore matches live to saved objects by walking both."""
+``_CHECKPOINTABLE_OBJECT_GRAPH``; a restore matches live to saved objects by walking both.
+"""
 
 from __future__ import annotations
 

@@ -7,7 +7,8 @@ here: `replaygpu --help` starts fast.
 
 Expected failures (bad flags, values or files, unknown env id, unwritable folder, unreachable
 server, missing optional dependency) end with one stderr line and exit status 2 (``--debug``:
-the traceback), at once, as flags are checked before TensorFlow is imported."""
+the traceback), at once, as flags are checked before TensorFlow is imported.
+"""
 
 from __future__ import annotations
 

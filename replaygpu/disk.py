@@ -1,7 +1,8 @@
 """Free space on a file system, for messages of writes that found none, and `fsync_path`.
 
 No TensorFlow. A full disk is ridden out, not a bug: the journal refuses appends retryably and a
-failed checkpoint is retried later."""
+failed checkpoint is retried later.
+"""
 
 from __future__ import annotations
 

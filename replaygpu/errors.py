@@ -7,7 +7,8 @@ with `OutOfDeviceMemoryError`, `BatchError`, `EmptyTableError`, `StorageFullErro
 The service's errors live in `replaygpu.service.wire.status`, the one place where errors and
 gRPC status codes meet (no TensorFlow): `ServiceError` (the base of all), `InvalidBatchError`
 (also a `BatchError`), `TableNotFoundError`, `ResourceExhaustedError` with `StagingFullError`
-and `DiskFullError`, `AuthenticationError`, `ServiceUnavailableError`, `TLSError`."""
+and `DiskFullError`, `AuthenticationError`, `ServiceUnavailableError`, `TLSError`.
+"""
 
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 
 A `HostSpec` (``{field: FieldSpec}``, from `replaygpu.specs.host_spec`, carried by ``Info``)
 is the spec of all that handles transitions outside TensorFlow. `check_columns` is the one
-batch check: `ReplayTable.append`, the gRPC server per request, and the client before sending."""
+batch check: `ReplayTable.append`, the gRPC server per request, and the client before sending.
+"""
 
 from __future__ import annotations
 

@@ -5,7 +5,8 @@ Use them instead of string literals in an ``update_fn``::
     weights = batch.get(IMPORTANCE_WEIGHTS)        # present with rg.Prioritized()
     return {"loss": loss, PRIORITIES: abs_td_error}
 
-Imports nothing, so the actor side can use them without TensorFlow."""
+Imports nothing, so the actor side can use them without TensorFlow.
+"""
 
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ with ``'/'``: dict keys, tuple/list indexes, namedtuple field names (``obs/image
 Batches are flattened on the way in and packed back on the way out (`pack_batch`); a flat dict
 spec is its own structure.
 
-No TensorFlow import, so the actor side can flatten nested transitions."""
+No TensorFlow import, so the actor side can flatten nested transitions.
+"""
 
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 
 TensorFlow 2.21 has no int64 GPU kernel of ``Min`` (``Max`` has one), so an int64 ``reduce_min``
 runs on the CPU with copies out of device memory and back; these use ``reduce_max``.
-``tests/test_gpu_placement.py`` fails on any op without a GPU kernel."""
+``tests/test_gpu_placement.py`` fails on any op without a GPU kernel.
+"""
 
 from __future__ import annotations
 

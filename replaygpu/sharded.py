@@ -7,7 +7,8 @@ whole history (row ``g`` to shard ``g % replicas``: even fill, whatever the batc
 stream's rows stay in one shard in order, as n-step, sequence and frame-stack views need.
 
 No row crosses devices. ``inserted_var`` and ``size_var`` are totals over the shards, so a rate
-limiter and the service see one table."""
+limiter and the service see one table.
+"""
 
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 
 A spec is any `tf.nest` structure of `tf.TensorSpec`, each leaf the shape of *one* transition's
 field. Inside the library it is flat, ``{leaf path: tf.TensorSpec}`` (``obs/image``; see
-`replaygpu.nest`); a batch has the same keys, values ``[n] + leaf.shape`` with one ``n >= 1``."""
+`replaygpu.nest`); a batch has the same keys, values ``[n] + leaf.shape`` with one ``n >= 1``.
+"""
 
 from __future__ import annotations
 

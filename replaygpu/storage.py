@@ -5,7 +5,8 @@ A ring: the cursor advances by each append and wraps at ``capacity``; filled row
 assignment (which copies the whole variable), cheap on GPU and CPU. Bools are stored as
 `memory.BOOL_STORAGE`; a float field may be stored as float16/bfloat16 (``storage_dtypes``):
 cast on append, cast back by `ReplayTable.read`, so all outside the table keeps the spec dtype.
-A table checks its bytes against the device's free memory before allocating (`replaygpu.memory`)."""
+A table checks its bytes against the device's free memory before allocating (`replaygpu.memory`).
+"""
 
 from __future__ import annotations
 

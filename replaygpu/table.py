@@ -1,7 +1,8 @@
 """The table protocol: what the learner, samplers, checkpoints and the server ask of a table.
 
 `ReplayTable` (one ring, one device) and `ShardedReplayTable` (one per replica) implement it,
-so no caller branches on the kind: a plain table has ``shards == [table]`` and no strategy."""
+so no caller branches on the kind: a plain table has ``shards == [table]`` and no strategy.
+"""
 
 from __future__ import annotations
 
@@ -90,7 +91,8 @@ class TableBase:
 
     A subclass calls `_init_spec`, makes ``size_var`` and ``inserted_var``, then `_init_append`
     once the state its ``_append_graph`` (one graph: write ``{leaf path: [n, ...]}``, advance
-    both counters) writes exists."""
+    both counters) writes exists.
+    """
 
     spec: Spec
     size_var: tf.Variable

@@ -2,4 +2,5 @@
 the TF-free rule in `ratio`) and the published weights (`weights`).
 
 Re-exports nothing: import from the modules, or use ``replaygpu.Learner`` and friends, so that
-the TF-free modules (`ratio`, `weights`) can be imported by actors without TensorFlow."""
+the TF-free modules (`ratio`, `weights`) can be imported by actors without TensorFlow.
+"""

@@ -9,7 +9,8 @@ On a `ShardedReplayTable` each step is one ``strategy.run``: each replica sample
 ``batch_size / replicas`` rows of its shard (only ``update_fn``'s gradient all-reduce crosses
 devices); metrics are averaged. XLA cannot compile a loop spanning devices, so
 ``jit_compile=True`` compiles each replica's step instead, which TensorFlow supports (all-reduce
-inside) only when every device is a GPU; on CPUs the step runs without XLA."""
+inside) only when every device is a GPU; on CPUs the step runs without XLA.
+"""
 
 from __future__ import annotations
 

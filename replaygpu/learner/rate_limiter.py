@@ -1,7 +1,8 @@
 """Rate limiters: how many SGD steps the learner may take now, computed inside the graph.
 
 Never blocking: the learner runs ``min(k, allowed_steps)`` of k steps asked; callers given fewer
-insert more and call again. The rule is `SampleToInsertRule`, shared with the insert side."""
+insert more and call again. The rule is `SampleToInsertRule`, shared with the insert side.
+"""
 
 from __future__ import annotations
 

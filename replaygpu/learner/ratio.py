@@ -1,7 +1,8 @@
 """The samples-per-insert rule, written once for both sides of the wire (no TensorFlow).
 
 Plain arithmetic, so the same expressions run on Python numbers in an actor
-(`ReplayClient.wait_for_insert_room`) and on float64 tensors in the learner's graph."""
+(`ReplayClient.wait_for_insert_room`) and on float64 tensors in the learner's graph.
+"""
 
 from __future__ import annotations
 

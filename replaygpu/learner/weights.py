@@ -2,7 +2,8 @@
 
 Publishing copies the source's variables to numpy on the learner thread and bumps the version;
 gRPC threads read the latest snapshot without touching TensorFlow. A checkpointed counter
-(``Learner.weights_version``) lets a restarted learner continue its numbering. No TensorFlow."""
+(``Learner.weights_version``) lets a restarted learner continue its numbering. No TensorFlow.
+"""
 
 from __future__ import annotations
 

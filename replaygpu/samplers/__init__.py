@@ -1,6 +1,7 @@
 """Samplers: an index distribution (which rows) times a view (what a row becomes), in the graph.
 
-`Sampler` puts one of each together: ``Sampler(table, Prioritized(), NStep(3))``."""
+`Sampler` puts one of each together: ``Sampler(table, Prioritized(), NStep(3))``.
+"""
 
 from replaygpu.frames import frame_rows
 from replaygpu.samplers.distribution import Distribution, Index

@@ -25,7 +25,8 @@ def make_dataset(
 
     ``sample(B) -> (indices [B] int64, batch)``; ``owner``: the sampler's name, for messages.
     `ConfigError` for a batch size below 1, or a sharded table (sampled in ``strategy.run``);
-    the iterator raises `tf.errors.InvalidArgumentError` on an empty table."""
+    the iterator raises `tf.errors.InvalidArgumentError` on an empty table.
+    """
     if (
         not isinstance(batch_size, numbers.Integral)
         or isinstance(batch_size, bool)

@@ -3,7 +3,8 @@
 A distribution is a frozen config (`Uniform`, `Prioritized`) building one `Index` per shard (its
 generator, sum tree, ...); what a row becomes is the view's part (`replaygpu.samplers.view`).
 A new one (recency, say) is a config with ``build`` and an `Index` with ``draw``; sampler,
-learner loop, sharding and checkpoints need no change."""
+learner loop, sharding and checkpoints need no change.
+"""
 
 from __future__ import annotations
 

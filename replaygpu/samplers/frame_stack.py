@@ -19,7 +19,8 @@ Writers make rows with `replaygpu.frames.frame_rows` (no TensorFlow).
 
 One writer per frame table: rows of several actors must not interleave, as row ``i + 1`` must
 hold the frame after row ``i``. Give each actor (gRPC ``actor_id``) its own table, or append
-whole episodes. (Vector transitions take a ``stream_field`` instead.)"""
+whole episodes. (Vector transitions take a ``stream_field`` instead.)
+"""
 
 from __future__ import annotations
 
@@ -81,7 +82,8 @@ class FrameStack(View):
         gamma: discount factor of the n-step return, in ``[0, 1]``.
 
     Batch: ``obs``, ``next_obs`` ``[B, k, H, W]``, ``action``, ``reward``, ``terminated``,
-    ``truncated`` (and ``discount``, ``nstep`` with n > 1)."""
+    ``truncated`` (and ``discount``, ``nstep`` with n > 1).
+    """
 
     stack: int = 4
     n_step: int = 1

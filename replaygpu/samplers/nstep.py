@@ -10,7 +10,8 @@ From row ``i`` the window reads rows ``i .. i+n-1`` (mod capacity) and stops at 
   multiplier (a truncated or cut window still bootstraps);
 - ``nstep`` ([B] int64): ``k + 1``, the number of rewards summed.
 
-Each stream's rows are consecutive in time order: one table per actor, or a ``stream_field``."""
+Each stream's rows are consecutive in time order: one table per actor, or a ``stream_field``.
+"""
 
 from __future__ import annotations
 

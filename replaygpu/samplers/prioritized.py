@@ -14,7 +14,8 @@ New rows need no hook in the table: ``synced`` is the table's ``inserted`` at th
 rows appended since get the max priority, in fixed-size chunks (static shapes under XLA); the
 ``view.lookahead`` rows before them are looked at again, as new rows may settle them. The learner
 syncs once per ``Learner.train`` call (`Sampler.loop_scope`); a row appended during a call keeps
-its slot's old priority (0 if never filled) until the next."""
+its slot's old priority (0 if never filled) until the next.
+"""
 
 from __future__ import annotations
 
@@ -82,7 +83,8 @@ class Prioritized(Distribution):
 
     Batches hold ``"importance_weights"`` ([B] float32). Non-finite priorities from the learner
     loop become the max priority so far (this batch included) and are counted in
-    ``nonfinite_priorities``, so one NaN loss cannot poison the tree; eagerly they are refused."""
+    ``nonfinite_priorities``, so one NaN loss cannot poison the tree; eagerly they are refused.
+    """
 
     alpha: float = 0.6
     beta: float | BetaSchedule = 0.4

@@ -6,7 +6,8 @@ every combination, e.g. ``rg.Sampler(table, rg.Prioritized(), rg.NStep(3))`` for
 
 Sharding goes through `replaygpu.table.Table`: one index per shard, each with its own seed;
 ``sample`` inside ``strategy.run`` draws from the calling replica's shard. No row crosses
-devices; prioritized weights are renormalised over all shards (`PrioritizedIndex.across_shards`)."""
+devices; prioritized weights are renormalised over all shards (`PrioritizedIndex.across_shards`).
+"""
 
 from __future__ import annotations
 
@@ -186,7 +187,8 @@ class Sampler(tf.Module):
         In a graph, a non-finite priority gets the max priority and is counted. Eagerly, a bad
         update is refused whole with `BatchError` (negative or non-finite priorities, another
         length than ``indices``, or rows that cannot have been drawn). `ConfigError` when the
-        sampler keeps no priorities."""
+        sampler keeps no priorities.
+        """
         if not self.keeps_priorities:
             raise ConfigError(
                 f"update_fn returned 'priorities', but {self!r} keeps no priorities; sample "
@@ -235,7 +237,8 @@ class Sampler(tf.Module):
 
         ``spare_draws * B`` unstratified spares are drawn too; the i-th refused row takes the
         i-th accepted spare, so the marginal over accepted rows stays exact. One fixed-shape
-        step: a redraw loop would wait on the device (a GPU-to-host copy) every SGD step."""
+        step: a redraw loop would wait on the device (a GPU-to-host copy) every SGD step.
+        """
         shard, index = self.table.shards[shard_index], self.indexes[shard_index]
         rows, odds = index.draw(batch_size)
         if self.view.checks_rows:

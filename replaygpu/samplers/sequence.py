@@ -21,7 +21,8 @@ Recurrent state (R2D2): ``state_field`` (a leaf or nest) holds the state an acto
 each row's step, at every row or every ``period``-th. The batch holds it once, ``[B, ...]``, at
 the window's first real row (first kept burn-in row), from where the network unrolls. With
 ``state_start_field`` (bool, set where a state was stored) only windows whose first real row
-holds one are drawn; others are redrawn, and get priority 0."""
+holds one are drawn; others are redrawn, and get priority 0.
+"""
 
 from __future__ import annotations
 
@@ -51,7 +52,8 @@ class Sequence(View):
         gamma: discount factor of the n-step returns.
 
     Every field comes as ``[B, L, ...]`` (``L = burn_in + T``), padded steps zero, with
-    ``mask`` ([B, L] float32, 1 where a step is real)."""
+    ``mask`` ([B, L] float32, 1 where a step is real).
+    """
 
     length: int = 16
     burn_in: int = 0

@@ -19,7 +19,8 @@ recomputed whole, cheaper than a gather and a scatter.
 No drift, no rebuild: no delta is ever added; each parent is the deterministically ordered
 float64 sum of its children, so duplicate indices in an update are harmless too. A variable per
 level: no scatter writes the buffer it gathered from, so XLA scatters in place instead of
-copying the tree every step."""
+copying the tree every step.
+"""
 
 from __future__ import annotations
 
@@ -151,7 +152,8 @@ class SumTree(tf.Module):
         Leaf ``i`` owns ``[sum of leaves < i, sum of leaves <= i)``, so a zero leaf is never
         returned while the total is positive; a target at or past the total (rounding, an
         infinite total) lands on the last positive leaf, a negative one on the first. A zero
-        total gives leaf 0."""
+        total gives leaf 0.
+        """
         t = tf.maximum(tf.reshape(tf.cast(targets, tf.float64), [-1, 1]), 0.0)
         node = tf.zeros_like(t[:, 0], dtype=tf.int64)
         child = tf.range(self.fanout, dtype=tf.int64)

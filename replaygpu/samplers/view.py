@@ -10,7 +10,8 @@ variables, it serves every shard and distribution. The `Sampler` acts on what it
 - ``settled_invalid`` and ``lookahead``: those that never will be (priority 0 when prioritized);
 - ``added_keys``: the keys ``read`` adds beside the table's fields.
 
-A sample's priority, weight and ``update_priorities`` address the row it was drawn at."""
+A sample's priority, weight and ``update_priorities`` address the row it was drawn at.
+"""
 
 from __future__ import annotations
 
