@@ -124,31 +124,6 @@ class TrainTimer:
             return 0.0
         return self.steps / self.seconds if self.seconds > 0 else math.nan
 
-    def result(
-        self,
-        eval_returns: np.ndarray,
-        env_steps: int,
-        sgd_steps: int,
-        train_seconds: float,
-        recorder: object,
-        stopped: bool,
-        evaluated: str = FINAL_WEIGHTS,
-    ) -> TrainResult:
-        """The loop's `TrainResult` (episodes counted from ``recorder.episodes`` if it has one)."""
-        ran = env_steps - self.start_env_steps
-        return TrainResult(
-            eval_returns=eval_returns,
-            env_steps=env_steps,
-            sgd_steps=sgd_steps,
-            train_seconds=train_seconds,
-            env_steps_per_s=ran / train_seconds if train_seconds > 0 else math.nan,
-            sgd_steps_per_s=self.steps_per_second,
-            compile_seconds=self.compile_seconds,
-            episodes=len(getattr(recorder, "episodes", [])),
-            stopped=stopped,
-            evaluated=evaluated,
-        )
-
     def finish(
         self,
         stopped: bool,
@@ -161,10 +136,19 @@ class TrainTimer:
         """The `TrainResult` of a loop that ends now, with ``evaluate()``'s returns, skipped when
         the run ``stopped`` early or had nothing to do (a finished run resumed)."""
         train_seconds = time.perf_counter() - self.started
-        idle = env_steps == self.start_env_steps and self.calls == 0
-        returns = np.zeros(0) if stopped or idle else evaluate()
-        return self.result(
-            returns, env_steps, sgd_steps, train_seconds, recorder, stopped, evaluated
+        ran = env_steps - self.start_env_steps
+        idle = ran == 0 and self.calls == 0
+        return TrainResult(
+            eval_returns=np.zeros(0) if stopped or idle else evaluate(),
+            env_steps=env_steps,
+            sgd_steps=sgd_steps,
+            train_seconds=train_seconds,
+            env_steps_per_s=ran / train_seconds if train_seconds > 0 else math.nan,
+            sgd_steps_per_s=self.steps_per_second,
+            compile_seconds=self.compile_seconds,
+            episodes=len(getattr(recorder, "episodes", [])),  # a recorder that keeps them
+            stopped=stopped,
+            evaluated=evaluated,
         )
 
 

@@ -39,8 +39,7 @@ import tensorflow as tf
 import replaygpu as rg
 from replaygpu.checkpoint import CheckpointSchedule, check_writable
 
-from .registry import RUN_FILE as RUN_FILE
-from .registry import name_of, read_json
+from .registry import RUN_FILE, name_of, read_json
 
 logger = logging.getLogger(__name__)
 

@@ -38,8 +38,7 @@ from ..policies import epsilon_greedy_actions, greedy_q_policy
 from ..progress import FINAL_WEIGHTS, PERIODIC_EVAL, NullRecorder, Recorder, TrainResult, TrainTimer
 from ..rollouts import ChunkCollector, evaluate
 from ..runs import RunControl, TrainingJobs
-from .config import ApexConfig
-from .config import DQNConfig as DQNConfig
+from .config import ApexConfig, DQNConfig
 
 
 class QAgent(tf.Module):

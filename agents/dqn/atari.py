@@ -36,8 +36,7 @@ from ..progress import NullRecorder, Recorder, TrainResult, TrainTimer
 from ..rollouts import EpisodeStats
 from ..runs import RunControl, checkpoint_when_due, resume, stopped_early
 from .agent import QAgent, distribution
-from .config import ApexAtariConfig
-from .config import AtariDQNConfig as AtariDQNConfig
+from .config import ApexAtariConfig, AtariDQNConfig
 
 try:  # register the ALE/* ids for `replaygpu eval`'s gym.make
     import ale_py

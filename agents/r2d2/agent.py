@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from typing import Any
 
 import gymnasium as gym
@@ -31,17 +30,16 @@ from replaygpu.specs import host_spec, specs_from_env
 from replaygpu.table import Table
 
 from ..distributed.experience import STATE_FIELD as STATE
-from ..distributed.experience import STATE_STORED as STATE_STORED
+from ..distributed.experience import STATE_STORED
 from ..distributed.learner import Builder
-from ..dqn.agent import check_env as check_env
 from ..dqn.agent import fused_learner, obs_size
+from ..envs import discrete_actions_env as check_env
 from ..networks import Adam, LSTMQNetwork, copy_weights
 from ..policies import RecurrentQPolicy
 from ..progress import NullRecorder, Recorder, TrainResult, TrainTimer
 from ..rollouts import EpisodeStats, evaluate
-from ..runs import RunControl, checkpoint_when_due, resume
-from .config import R2D2Config as R2D2Config
-from .config import R2D2LearnerConfig
+from ..runs import RunControl, checkpoint_when_due, resume, stopped_early
+from .config import R2D2Config, R2D2LearnerConfig
 
 logger = logging.getLogger(__name__)
 
@@ -275,12 +273,11 @@ def train(
     host = host_spec(spec)
     columns = {k: np.zeros((config.train_freq, *f.shape), f.numpy_dtype) for k, f in host.items()}
     actor = RecurrentQPolicy(agent.acting_weights(), num_actions)
-    timer = TrainTimer(env_steps)  # rates over this process's work (a resumed run)
     sgd_steps = int(learner.steps.numpy())
     stats = EpisodeStats(1)
     obs, _ = env.reset(seed=config.seed + env_steps)
     env.action_space.seed(config.seed)
-    start = time.perf_counter()
+    timer = TrainTimer(env_steps)  # rates over this process's work (a resumed run)
     while env_steps < config.steps:
         for i in range(config.train_freq):
             stored = stats.lengths[0] % config.period == 0  # every period steps of an episode
@@ -307,15 +304,14 @@ def train(
         recorder.progress(env_steps, sgd_steps, stats.recent_mean)
         if checkpoint_when_due(run, loop, env_steps, 0, rng, final=env_steps >= config.steps):
             break
-    elapsed = time.perf_counter() - start
     env.close()
-    stopped = run is not None and run.stop.is_set() and env_steps < config.steps
-    returns = (
-        np.zeros(0)
-        if stopped
-        else evaluate_agent(config, agent, config.eval_episodes, seed=config.seed + 10_000)
+    return timer.finish(
+        stopped_early(run, env_steps, config.steps),
+        lambda: evaluate_agent(config, agent, config.eval_episodes, seed=config.seed + 10_000),
+        env_steps,
+        sgd_steps,
+        recorder,
     )
-    return timer.result(returns, env_steps, sgd_steps, elapsed, recorder, stopped)
 
 
 #: the order of a row's values in `train`'s acting loop

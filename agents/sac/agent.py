@@ -25,8 +25,7 @@ from ..policies import LOG_STD_MAX, LOG_STD_MIN, squashed_gaussian_policy
 from ..progress import NullRecorder, Recorder, TrainResult, TrainTimer
 from ..rollouts import ChunkCollector, evaluate
 from ..runs import RunControl
-from .config import SACConfig as SACConfig
-from .config import SACLearnerConfig
+from .config import SACConfig, SACLearnerConfig
 
 
 class SAC(tf.Module):
