@@ -119,6 +119,49 @@ def _shape(name: str, shape: Any) -> tuple[int, ...]:
     )
 
 
+def as_field_array(value: Any, dtype: str, name: str, shape: tuple[int, ...] | None) -> np.ndarray:
+    """``value`` as an array of ``dtype`` (a name): arrays and tensors must have it; Python
+    numbers and lists are converted only where every value fits exactly (bools only into bool
+    fields, integers into integer fields in range, numbers into float fields without overflow),
+    else refused with the array's message: ``[1.7]`` is no action and ``[2]`` no bool."""
+    got, note = getattr(value, "dtype", None), ""
+    if got is None:
+        note = f" (from a {type(value).__name__}: not every value fits {dtype} exactly)"
+        try:
+            value = np.asarray(value)
+        except (TypeError, ValueError) as err:  # ragged lists, objects
+            message = f"field '{name}': cannot convert {value!r} to {dtype}: {err}"
+            raise BatchError(message, name) from err
+        if dtype_name(value.dtype) != dtype and _fits(value, numpy_dtype(dtype)):
+            return value.astype(numpy_dtype(dtype))
+        got = value.dtype
+    if dtype_name(got) != dtype:
+        want = f"dtype {dtype}" if shape is None else f"dtype {dtype} with shape {list(shape)}"
+        raise BatchError(
+            f"field '{name}': expected {want}, got dtype {dtype_name(got)}{note} with shape "
+            f"{list(np.shape(value))}; convert it, e.g. np.asarray(x, np.{dtype})",
+            field=name,
+        )
+    return np.asarray(value)
+
+
+def _fits(values: np.ndarray, want: np.dtype) -> bool:
+    """Whether every one of ``values`` (converted Python numbers) is exactly a ``want`` value."""
+    kind = values.dtype.kind
+    if want.kind in "iu":
+        if kind not in "iu":
+            return False
+        limits = np.iinfo(want)
+        return values.size == 0 or (limits.min <= values.min() and values.max() <= limits.max)
+    if want.kind == "f" or want.name == "bfloat16":
+        if kind not in "iuf":
+            return False
+        with np.errstate(over="ignore"):
+            converted = values.astype(want)
+        return bool(np.all(np.isfinite(converted.astype(np.float64)) | ~np.isfinite(values)))
+    return False  # bool fields take bools; complex ones take arrays
+
+
 def check_columns(spec: HostSpec, columns: Mapping[str, Any]) -> int:
     """Check ``columns`` (field -> arrays, or Tensor messages with a dtype name and a shape
     list) against ``spec``; n, the number of transitions. `BatchError` names the field, the

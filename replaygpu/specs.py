@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from replaygpu.errors import BatchError, ConfigError
-from replaygpu.fields import FieldSpec, HostSpec, check_columns
+from replaygpu.fields import FieldSpec, HostSpec, as_field_array, check_columns, dtype_name
 from replaygpu.nest import flatten, is_flat, pack
 
 #: A flat spec: ``{leaf path: tf.TensorSpec}``.
@@ -108,9 +108,10 @@ def normalize_structure(spec: NestedSpec) -> tuple[Spec, NestedSpec]:
 
 def validate_batch(spec: Spec, batch: Mapping[str, Any]) -> dict[str, np.ndarray | tf.Tensor]:
     """The batch checked, as ``{name: [n] + spec[name].shape}`` of the spec dtypes. Arrays and
-    tensors must match the dtype exactly; lists and scalars are converted. `BatchError` names the
-    field, expected and received dtype/shape; also for missing or extra fields, an empty batch,
-    or disagreeing leading dimensions."""
+    tensors must match the dtype exactly; lists and scalars are converted where their values fit
+    it exactly (`fields.as_field_array`). `BatchError` names the field, expected and received
+    dtype/shape; also for missing or extra fields, an empty batch, or disagreeing leading
+    dimensions."""
     if not isinstance(batch, Mapping):
         raise BatchError(
             f"batch: got {type(batch).__name__}, expected a dict with fields {sorted(spec)}"
@@ -118,7 +119,7 @@ def validate_batch(spec: Spec, batch: Mapping[str, Any]) -> dict[str, np.ndarray
     out = {
         name: value
         if hasattr(value, "dtype") or name not in spec
-        else np.asarray(value, dtype=spec[name].dtype.as_numpy_dtype)
+        else as_field_array(value, dtype_name(spec[name].dtype.as_numpy_dtype), name, None)
         for name, value in batch.items()
     }
     check_columns(host_spec(spec), out)

@@ -99,6 +99,27 @@ def test_add_converts_python_values_and_rejects_wrong_arrays_without_adding(empt
     np.testing.assert_array_equal(empty_table.storage["obs"].numpy()[0], [0.5, 1, 2, 3])
 
 
+def test_add_refuses_python_numbers_that_do_not_fit_the_field_exactly(empty_table):
+    mixed = rg.ReplayTable(
+        {
+            "a": tf.TensorSpec([], tf.int32),
+            "d": tf.TensorSpec([], tf.bool),
+            "r": tf.TensorSpec([], tf.float32),
+        },
+        8,
+        device="/CPU:0",
+    )
+    with rg.serve(mixed) as server, rg.ReplayClient(server.address) as client:
+        for field, value in [("a", 1.7), ("a", True), ("a", 2**40), ("d", 2), ("r", 1e40)]:
+            row = {"a": 1, "d": False, "r": 0.5, field: value}
+            with pytest.raises(BatchError, match=rf"field '{field}': expected dtype"):
+                client.add(row)
+        client.add({"a": 2, "d": True, "r": 3})  # an int reward fits float32
+        client.flush(timeout=30)
+    assert mixed.size == 1
+    assert mixed.storage["r"].numpy()[0] == 3.0 and mixed.storage["d"].numpy()[0]
+
+
 def test_buffer_is_sealed_after_max_delay_without_flush(empty_table):
     config = ClientConfig(max_batch_transitions=1000, max_delay_s=0.05)
     with rg.serve(empty_table) as server, rg.ReplayClient(server.address, config=config) as client:

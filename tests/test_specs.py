@@ -5,8 +5,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from replaygpu.errors import BatchError
 from replaygpu.fields import TRANSITION_FIELDS
 from replaygpu.specs import specs_from_env, validate_batch
+from replaygpu.storage import ReplayTable
 
 
 class _SpaceEnv(gym.Env):
@@ -54,3 +56,35 @@ def test_validate_batch_converts_python_lists_to_spec_dtype():
     spec = {"r": tf.TensorSpec([], tf.float32)}
     out = validate_batch(spec, {"r": [1.0, 2.0]})
     assert out["r"].dtype == np.float32 and out["r"].shape == (2,)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "got"),
+    [
+        ("action", [1.7], "float64"),  # no rounding to an action
+        ("action", [True], "bool"),  # a bool is not an action
+        ("action", [2**40], "int64"),  # out of int32's range
+        ("done", [2], "int64"),  # no truthiness
+        ("done", [0], "int64"),
+        ("reward", [1e40], "float64"),  # would overflow float32 to inf
+    ],
+)
+def test_table_refuses_python_values_that_do_not_fit_the_dtype_exactly(field, value, got):
+    spec = {
+        "action": tf.TensorSpec([], tf.int32),
+        "done": tf.TensorSpec([], tf.bool),
+        "reward": tf.TensorSpec([], tf.float32),
+    }
+    table = ReplayTable(spec, 8, device="/CPU:0")
+    batch = {"action": [1], "done": [False], "reward": [0.5], field: value}
+    want = spec[field].dtype.name
+    with pytest.raises(
+        BatchError,
+        match=rf"field '{field}': expected dtype {want}, got dtype "
+        rf"{got} \(from a list: not every value fits {want} exactly\)",
+    ):
+        table.append(batch)
+    assert table.size == 0 and table.total_inserted == 0
+    table.append({"action": [1, -3], "done": [True, False], "reward": [0.1, float("inf")]})
+    np.testing.assert_array_equal(table.storage["action"].numpy()[:2], [1, -3])
+    np.testing.assert_array_equal(table.storage["reward"].numpy()[:2], np.float32([0.1, np.inf]))

@@ -8,6 +8,7 @@ actor process starts fast and stays small."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Mapping
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from replaygpu.errors import BatchError, ConfigError
-from replaygpu.fields import HostSpec, check_columns, row_nbytes
+from replaygpu.fields import HostSpec, as_field_array, check_columns, row_nbytes
 from replaygpu.learner.ratio import SampleToInsertRule
 from replaygpu.service.actor.connection import Connection
 from replaygpu.service.actor.outbox import Outbox, Unacked
@@ -32,6 +33,14 @@ from replaygpu.service.ops.auth import TLSConfig
 from replaygpu.service.wire import codec
 from replaygpu.service.wire.append_request import encode_append_request
 from replaygpu.service.wire.status import TableNotFoundError
+
+
+def _plain(dtype: np.dtype) -> tuple[type | None, float]:
+    """The Python type `ReplayClient.add` writes into a column of ``dtype`` as it is, and the
+    largest float magnitude that does not overflow it (bool, int and float fields)."""
+    if dtype.kind == "f":
+        return float, float(np.finfo(dtype).max)
+    return {"b": bool, "i": int, "u": int}.get(dtype.kind), math.inf
 
 
 class _NotPlain(Exception):
@@ -181,10 +190,10 @@ class ReplayClient:
             if self._partial_n == 0:
                 self._new_partial()
             i = self._partial_n
-            try:  # the fast path: arrays of the field's dtype and shape, plain numbers
+            try:  # the fast path: arrays of the field's dtype and shape, plain numbers of its kind
                 if len(transition) != len(self._layout):
                     raise _NotPlain
-                for name, column, dtype, shape in self._layout:
+                for name, column, dtype, shape, plain, largest in self._layout:
                     value = transition[name]
                     kind = type(value)
                     if kind is np.ndarray:
@@ -192,8 +201,8 @@ class ReplayClient:
                             value.dtype is not dtype and value.dtype != dtype
                         ):
                             raise _NotPlain
-                    elif kind is float or kind is int or kind is bool:
-                        if shape:
+                    elif kind is plain:  # an int out of range raises OverflowError
+                        if shape or (kind is float and abs(value) > largest):
                             raise _NotPlain
                     elif shape or not isinstance(value, np.generic) or value.dtype != dtype:
                         raise _NotPlain
@@ -201,7 +210,7 @@ class ReplayClient:
             except (_NotPlain, KeyError, ValueError, TypeError, OverflowError):
                 # field by field, raising the error that names the field; row i is only kept
                 # once `_partial_n` counts it
-                for (_, column, _, _), value in zip(
+                for (_, column, *_), value in zip(
                     self._layout, checked_row(self.spec, transition), strict=True
                 ):
                     column[i] = value
@@ -219,7 +228,7 @@ class ReplayClient:
         """
         columns = flat_fields(self.spec, self._nested, "batch", columns)
         cols = {
-            k: codec.as_field_array(v, self.spec[k][0], k, None) if k in self.spec else v
+            k: as_field_array(v, self.spec[k][0], k, None) if k in self.spec else v
             for k, v in columns.items()
         }
         n = check_columns(self.spec, cols)
@@ -249,7 +258,7 @@ class ReplayClient:
             k: np.empty((self._rows, *f.shape), f.numpy_dtype) for k, f in self.spec.items()
         }
         self._layout = [
-            (k, self._partial[k], np.dtype(f.numpy_dtype.type), f.shape)
+            (k, self._partial[k], np.dtype(f.numpy_dtype.type), f.shape, *_plain(f.numpy_dtype))
             for k, f in self.spec.items()
         ]
         self._partial_since = time.monotonic()

@@ -9,9 +9,8 @@ from typing import Any
 import numpy as np
 
 from replaygpu.errors import BatchError
-from replaygpu.fields import HostSpec
+from replaygpu.fields import HostSpec, as_field_array
 from replaygpu.nest import SEP, flatten_batch
-from replaygpu.service.wire import codec
 
 
 def is_nested(spec: HostSpec) -> bool:
@@ -42,7 +41,7 @@ def checked_row(spec: HostSpec, transition: Mapping[str, Any]) -> list[np.ndarra
                 f"exactly {sorted(spec)}, got {sorted(transition)}",
                 field=name,
             )
-        value = codec.as_field_array(transition[name], dtype, name, shape)
+        value = as_field_array(transition[name], dtype, name, shape)
         if value.shape != shape:
             raise BatchError(
                 f"field '{name}': expected shape {list(shape)}, got {list(value.shape)} "

@@ -96,25 +96,5 @@ def decode_named(tensors: Sequence[replay_pb2.NamedTensor]) -> dict[str, np.ndar
     return out
 
 
-def as_field_array(value: Any, dtype: str, name: str, shape: tuple[int, ...] | None) -> np.ndarray:
-    """Plain Python is converted; arrays must have ``dtype``."""
-    if hasattr(value, "dtype"):
-        got = dtype_name(value.dtype)
-        if got != dtype:
-            want = f"dtype {dtype}" if shape is None else f"dtype {dtype} with shape {list(shape)}"
-            raise BatchError(
-                f"field '{name}': expected {want}, got dtype {got} with shape "
-                f"{list(np.shape(value))}; convert it, e.g. np.asarray(x, np.{dtype})",
-                field=name,
-            )
-        return np.asarray(value)
-    try:
-        return np.asarray(value, dtype=numpy_dtype(dtype))
-    except (TypeError, ValueError) as err:
-        raise BatchError(
-            f"field '{name}': cannot convert {value!r} to {dtype}: {err}", name
-        ) from err
-
-
 def host_spec_from_proto(fields: Sequence[replay_pb2.FieldSpec]) -> HostSpec:
     return {f.name: FieldSpec(f.dtype, tuple(int(d) for d in f.shape)) for f in fields}
