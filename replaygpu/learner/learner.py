@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from replaygpu.errors import ConfigError, check_int
 from replaygpu.keys import PRIORITIES
+from replaygpu.learner import update_checks
 from replaygpu.learner.rate_limiter import SampleToInsertRatio
 from replaygpu.learner.weights import WeightStore
 from replaygpu.samplers.sampler import Sampler, check_not_empty
@@ -167,8 +168,14 @@ class Learner(tf.Module):
             )
         if self.rate_limiter is None:
             check_not_empty(self.table)
-        with tf.device(self.table.device):
-            values = self.train_function(tf.constant(num_steps, tf.int64)).numpy()
+        first = self._metric_names is None or self.trace_count == 0
+        try:
+            with tf.device(self.table.device):
+                values = self.train_function(tf.constant(num_steps, tf.int64)).numpy()
+        except Exception as err:
+            if first:
+                update_checks.explain_first_call_error(err)
+            raise
         names = ["steps", *self.metric_names]
         return {k: float(v) for k, v in zip(names, values, strict=True)}
 
@@ -207,25 +214,12 @@ class Learner(tf.Module):
                 self.strategy.run(replica_probe)
 
         with tf.device(self.table.device):
-            tf.function(probe, autograph=self.autograph).get_concrete_function()
-        out = traced[0]
-        if not isinstance(out, Mapping):
-            raise ConfigError(
-                f"update_fn must return a dict of scalar tensors, got {type(out).__name__}"
-            )
-        if PRIORITIES in out and not sampler.keeps_priorities:
-            raise ConfigError(
-                f"update_fn returned '{PRIORITIES}' but {type(sampler).__name__} keeps no "
-                "priorities; sample with rg.Prioritized() or drop the key"
-            )
-        for name, value in out.items():
-            if name != PRIORITIES and getattr(value, "shape", None) != ():
-                raise ConfigError(
-                    f"update_fn output '{name}': got shape {getattr(value, 'shape', value)}, "
-                    f"expected a scalar metric (only '{PRIORITIES}' may be [B]); reduce it "
-                    "with tf.reduce_mean"
-                )
-        return sorted(k for k in out if k != PRIORITIES)
+            graph = tf.function(probe, autograph=self.autograph).get_concrete_function().graph
+        names = update_checks.check_outputs(
+            traced[0], sampler.keeps_priorities, type(sampler).__name__
+        )
+        update_checks.warn_outer_broadcasts(graph, self.replica_batch_size)
+        return names
 
     def _replica_step(self) -> tf.Tensor:
         """One `_step`; its metrics as a float64 vector in `metric_names` order."""
