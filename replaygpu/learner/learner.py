@@ -166,6 +166,7 @@ class Learner(tf.Module):
                 f"num_steps: got {num_steps}, expected 0 <= num_steps <= {MAX_STEPS_PER_CALL} "
                 "(the loop counts in int32); call train more often"
             )
+        self.table.flush_writers()  # rows staged one at a time are sampled too
         if self.rate_limiter is None:
             check_not_empty(self.table)
         first = self._metric_names is None or self.trace_count == 0

@@ -8,7 +8,6 @@ actor process starts fast and stays small."""
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Mapping
@@ -19,9 +18,9 @@ import numpy as np
 from replaygpu.errors import BatchError, ConfigError
 from replaygpu.fields import HostSpec, as_field_array, check_columns, row_nbytes
 from replaygpu.learner.ratio import SampleToInsertRule
+from replaygpu.rows import RowBuffer, flat_fields, is_nested
 from replaygpu.service.actor.connection import Connection
 from replaygpu.service.actor.outbox import Outbox, Unacked
-from replaygpu.service.actor.rows import checked_row, flat_fields, is_nested
 from replaygpu.service.config import (
     MAX_ACTOR_ID_BYTES,
     AgentSettings,
@@ -33,18 +32,6 @@ from replaygpu.service.ops.auth import TLSConfig
 from replaygpu.service.wire import codec
 from replaygpu.service.wire.append_request import encode_append_request
 from replaygpu.service.wire.status import TableNotFoundError
-
-
-def _plain(dtype: np.dtype) -> tuple[type | None, float]:
-    """The Python type `ReplayClient.add` writes into a column of ``dtype`` as it is, and the
-    largest float magnitude that does not overflow it (bool, int and float fields)."""
-    if dtype.kind == "f":
-        return float, float(np.finfo(dtype).max)
-    return {"b": bool, "i": int, "u": int}.get(dtype.kind), math.inf
-
-
-class _NotPlain(Exception):
-    """A transition `ReplayClient.add` checks field by field instead (not a plain row)."""
 
 
 class ReplayClient:
@@ -118,9 +105,7 @@ class ReplayClient:
         self._bool_fields = [k for k, f in self.spec.items() if f.dtype == "bool"]
         # a nested spec travels as leaf paths: nested transitions are flattened on the way in
         self._nested = is_nested(self.spec)
-        #: ``(name, column being filled, dtype, shape)`` per field for `add`; native dtype
-        #: objects, so that most checks are identity checks
-        self._layout: list[tuple[str, np.ndarray, np.dtype, tuple[int, ...]]] = []
+        self._rows_buffer: RowBuffer | None = None  # the request being filled, row by row
         self._partial_since = 0.0
         self._episodes: list[tuple[float, int]] = []  # reported, for the next request
         self._outbox = Outbox(
@@ -177,8 +162,9 @@ class ReplayClient:
         """Buffer one transition ``{field: value of the field's shape}``; blocks while full.
 
         With a nested spec it may be nested like the spec (dicts, tuples, namedtuples) or flat
-        by leaf path (``{"obs/image": ...}``). Python numbers and lists are converted to the
-        field dtype; arrays must have it. `add` and `add_batch` calls fill the same request.
+        by leaf path (``{"obs/image": ...}``). Python numbers and lists are converted where they
+        fit the field dtype exactly; arrays must have it. `add` and `add_batch` calls fill the
+        same request.
 
         Raises:
             BatchError: naming the field, expected and received dtype/shape (nothing is added).
@@ -189,32 +175,8 @@ class ReplayClient:
             self._outbox.raise_pending_error()
             if self._partial_n == 0:
                 self._new_partial()
-            i = self._partial_n
-            try:  # the fast path: arrays of the field's dtype and shape, plain numbers of its kind
-                if len(transition) != len(self._layout):
-                    raise _NotPlain
-                for name, column, dtype, shape, plain, largest in self._layout:
-                    value = transition[name]
-                    kind = type(value)
-                    if kind is np.ndarray:
-                        if value.shape != shape or (
-                            value.dtype is not dtype and value.dtype != dtype
-                        ):
-                            raise _NotPlain
-                    elif kind is plain:  # an int out of range raises OverflowError
-                        if shape or (kind is float and abs(value) > largest):
-                            raise _NotPlain
-                    elif shape or not isinstance(value, np.generic) or value.dtype != dtype:
-                        raise _NotPlain
-                    column[i] = value
-            except (_NotPlain, KeyError, ValueError, TypeError, OverflowError):
-                # field by field, raising the error that names the field; row i is only kept
-                # once `_partial_n` counts it
-                for (_, column, *_), value in zip(
-                    self._layout, checked_row(self.spec, transition), strict=True
-                ):
-                    column[i] = value
-            self._partial_n = i + 1
+            self._rows_buffer.write(self._partial_n, transition)  # a refused row: not counted
+            self._partial_n += 1
             if self._partial_n >= self._rows:
                 self._seal_partial()
 
@@ -254,13 +216,8 @@ class ReplayClient:
     def _new_partial(self) -> None:
         """Start filling a new request buffer (room for it reserved in the outbox)."""
         self._outbox.wait_for_room(self._rows * row_nbytes(self.spec))
-        self._partial = {
-            k: np.empty((self._rows, *f.shape), f.numpy_dtype) for k, f in self.spec.items()
-        }
-        self._layout = [
-            (k, self._partial[k], np.dtype(f.numpy_dtype.type), f.shape, *_plain(f.numpy_dtype))
-            for k, f in self.spec.items()
-        ]
+        self._rows_buffer = RowBuffer(self.spec, self._rows)
+        self._partial = self._rows_buffer.columns
         self._partial_since = time.monotonic()
         self._filling.set()
 
