@@ -50,18 +50,6 @@ class MLP(tf.Module):
         return [v.numpy() for v in self.weights]
 
 
-def copy_weights(source: Sequence[tf.Variable], target: Sequence[tf.Variable]) -> None:
-    """``target <- source``, variable by variable (hard target-network update)."""
-    for s, t in zip(source, target, strict=True):
-        t.assign(s)
-
-
-def polyak_update(source: Sequence[tf.Variable], target: Sequence[tf.Variable], tau: float) -> None:
-    """``target <- tau * source + (1 - tau) * target`` (soft target-network update)."""
-    for s, t in zip(source, target, strict=True):
-        t.assign(tau * s + (1.0 - tau) * t)
-
-
 #: ``f(step) -> step size``, called in the graph with the steps taken before this one
 Schedule = Callable[[tf.Tensor], tf.Tensor]
 

@@ -26,6 +26,7 @@ import replaygpu as rg
 from replaygpu.keys import DISCOUNT, IMPORTANCE_WEIGHTS, PRIORITIES
 from replaygpu.nest import flatten as flatten_nest
 from replaygpu.specs import host_spec, specs_from_env
+from replaygpu.targets import update_target
 
 from .. import runs
 from ..configs import next_chunk
@@ -33,7 +34,7 @@ from ..distributed.actor import STREAM_FIELD
 from ..distributed.learner import Table, VectorBuilder
 from ..envs import discrete_actions_env as check_env
 from ..envs import make_vector_env
-from ..networks import MLP, Adam, Schedule, copy_weights
+from ..networks import MLP, Adam, Schedule
 from ..policies import epsilon_greedy_actions, greedy_q_policy
 from ..progress import FINAL_WEIGHTS, PERIODIC_EVAL, NullRecorder, Recorder, TrainResult, TrainTimer
 from ..rollouts import ChunkCollector, evaluate
@@ -71,8 +72,8 @@ class QAgent(tf.Module):
         self.target = target
         lr = config.learning_rate if learning_rate is None else learning_rate
         self.optimizer = Adam(self.q.weights, lr, config.max_grad_norm)
-        copy_weights(self.q.weights, self.target.weights)
-        self._sync = tf.function(lambda: copy_weights(self.q.weights, self.target.weights))
+        update_target(self.target.weights, self.q.weights)
+        self._sync = tf.function(lambda: update_target(self.target.weights, self.q.weights))
         self._sync_and_read = tf.function(self._sync_and_read_graph)  # a trace per bool
 
     def inputs(self, obs: Any) -> tf.Tensor:
@@ -117,7 +118,7 @@ class QAgent(tf.Module):
 
     def _sync_and_read_graph(self, sync: bool) -> list[tf.Tensor]:
         if sync:
-            copy_weights(self.q.weights, self.target.weights)
+            update_target(self.target.weights, self.q.weights)
         return [tf.identity(w) for w in self.q.weights]
 
 

@@ -28,13 +28,14 @@ import replaygpu as rg
 from replaygpu.keys import IMPORTANCE_WEIGHTS, MASK, PRIORITIES
 from replaygpu.specs import host_spec, specs_from_env
 from replaygpu.table import Table
+from replaygpu.targets import update_target
 
 from ..distributed.experience import STATE_FIELD as STATE
 from ..distributed.experience import STATE_STORED
 from ..distributed.learner import Builder
 from ..dqn.agent import fused_learner, obs_size
 from ..envs import discrete_actions_env as check_env
-from ..networks import Adam, LSTMQNetwork, copy_weights
+from ..networks import Adam, LSTMQNetwork
 from ..policies import RecurrentQPolicy
 from ..progress import NullRecorder, Recorder, TrainResult, TrainTimer
 from ..rollouts import EpisodeStats, evaluate
@@ -120,7 +121,7 @@ class R2D2(tf.Module):
         sizes = (obs_dim, num_actions, config.torso_size, config.lstm_units, config.seed)
         self.q = LSTMQNetwork(*sizes, name="q")
         self.target = LSTMQNetwork(*sizes, name="q_target")
-        copy_weights(self.q.weights, self.target.weights)
+        update_target(self.target.weights, self.q.weights)
         self.optimizer = Adam(self.q.weights, config.learning_rate, config.max_grad_norm)
         self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
         self._read = tf.function(lambda: [tf.identity(w) for w in self.q.weights])

@@ -14,13 +14,14 @@ import tensorflow as tf
 
 import replaygpu as rg
 from replaygpu.specs import host_spec, specs_from_env
+from replaygpu.targets import update_target
 
 from .. import runs
 from ..configs import next_chunk
 from ..distributed.learner import Table, VectorBuilder
 from ..envs import box_actions_env as check_env
 from ..envs import make_vector_env
-from ..networks import MLP, Adam, polyak_update
+from ..networks import MLP, Adam
 from ..policies import LOG_STD_MAX, LOG_STD_MIN, squashed_gaussian_policy
 from ..progress import NullRecorder, Recorder, TrainResult, TrainTimer
 from ..rollouts import ChunkCollector, evaluate
@@ -107,7 +108,7 @@ class SAC(tf.Module):
             )
         self.alpha_opt.apply(tape.gradient(alpha_loss, [self.log_alpha]))
 
-        polyak_update(self.critic_weights, self.target_weights, self.config.tau)
+        update_target(self.target_weights, self.critic_weights, self.config.tau)
         return {
             "losses/critic_loss": critic_loss,
             "losses/actor_loss": actor_loss,
