@@ -50,6 +50,9 @@ def default_storage_dtype(dtype: tf.DType) -> tf.DType:
 #: the rest (5%) stays for networks, optimizer slots, sum trees, append and sample buffers.
 TABLE_MEMORY_FRACTION = 0.95
 
+#: A table above this share of the free memory gets the one line of `advise_layout`.
+ADVICE_MEMORY_FRACTION = 0.25
+
 #: cgroup file system root (v2 files at the top, v1 under ``memory/``).
 CGROUP_ROOT = "/sys/fs/cgroup"
 
@@ -184,6 +187,7 @@ def check_table_fits(
     available = available_bytes(device)
     row = row_bytes(spec, storage)
     needed = capacity * row
+    advise_layout(name, spec, needed, available)
     if available is None:
         logger.info(
             "table %s: the free memory of %s is unknown; %s not checked before allocating",
@@ -218,6 +222,29 @@ def check_table_fits(
         available=available,
         device=device,
         capacity_that_fits=fits,
+    )
+
+
+def advise_layout(name: str, spec: Spec, needed: int, available: int | None) -> None:
+    """Log one line naming the frame table and `plan_capacity` for a table of image rows (a
+    field of rank 3 or more, such as stacked frames, or two of rank 2 such as ``obs`` and
+    ``next_obs`` frames) or one above `ADVICE_MEMORY_FRACTION` of the free memory."""
+    images = [k for k, leaf in spec.items() if leaf.shape.rank and leaf.shape.rank >= 2]
+    stacked = any(spec[k].shape.rank >= 3 for k in images) or len(images) >= 2
+    large = available is not None and needed > ADVICE_MEMORY_FRACTION * available
+    if not (stacked or large):
+        return
+    logger.warning(
+        "table %s: %s%s; %splan_capacity(spec, device, fraction) in replaygpu.memory sizes a "
+        "capacity to the free memory",
+        name,
+        human_bytes(needed),
+        f" of {human_bytes(available)} free" if available is not None else "",
+        f"image fields {images} store every frame of every stack twice: a frame table "
+        "(replaygpu.samplers.make_frame_table) stores each frame once and stacks them in the "
+        "graph, about 8x smaller for 4-frame obs and next_obs; "
+        if stacked
+        else "",
     )
 
 

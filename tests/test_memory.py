@@ -1,6 +1,7 @@
 """Device memory planning: row bytes, free memory (RAM, cgroups), plan_capacity, and tables that
 refuse to allocate past their device's free memory."""
 
+import logging
 import math
 import os
 import subprocess
@@ -15,7 +16,7 @@ import tensorflow as tf
 import replaygpu as rg
 from replaygpu import memory
 from replaygpu.errors import OutOfDeviceMemoryError
-from replaygpu.memory import plan_capacity
+from replaygpu.memory import advise_layout, plan_capacity
 
 SPEC = {
     "obs": tf.TensorSpec([4], tf.float32),
@@ -203,3 +204,22 @@ def test_check_memory_false_skips_the_check_and_leaves_allocation_to_tensorflow(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env
     )
     assert out.stdout.split() == ["checked", "tensorflow", "refused"], out.stderr[-2000:]
+
+
+def test_a_table_of_stacked_frames_logs_one_line_naming_the_frame_table(caplog):
+    frames = tf.TensorSpec([84, 84, 4], tf.uint8)
+    with caplog.at_level(logging.WARNING, logger="replaygpu.memory"):
+        rg.ReplayTable({"obs": tf.TensorSpec([4], tf.float32)}, 100, device="/CPU:0")
+        assert not caplog.records
+        rg.ReplayTable({"obs": frames, "next_obs": frames}, 100, device="/CPU:0")
+    [record] = caplog.records
+    assert "make_frame_table" in record.message and "plan_capacity" in record.message
+    assert "['obs', 'next_obs']" in record.message
+
+
+def test_a_table_above_a_quarter_of_the_free_memory_logs_plan_capacity(caplog):
+    with caplog.at_level(logging.WARNING, logger="replaygpu.memory"):
+        advise_layout("t", {"obs": tf.TensorSpec([4], tf.float32)}, 300, available=1000)
+        advise_layout("t", {"obs": tf.TensorSpec([4], tf.float32)}, 200, available=1000)
+    [record] = caplog.records
+    assert "plan_capacity" in record.message and "frame table" not in record.message
