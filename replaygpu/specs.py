@@ -60,7 +60,12 @@ def _renamed(spec: Any, name: str) -> Any:
 def specs_from_env(env: gym.Env | Any) -> dict[str, Any]:
     """The transition spec of a gymnasium env (or vector env): ``{"obs", "action", "reward"
     (float32), "next_obs", "terminated" (bool), "truncated" (bool)}``; ``obs`` and ``next_obs``
-    nest as the observation space does."""
+    nest as the observation space does.
+
+    Shapes are one transition's: ``reward``, the flags and a Discrete action are scalars, so a
+    sampled batch holds them as ``[B]``, while a Keras model's one-unit output is ``[B, 1]``:
+    squeeze it (``keras.ops.squeeze(q, -1)``) before it meets them, or ``reward + gamma * q``
+    broadcasts to ``[B, B]`` without an error (the learner logs a warning when it sees one)."""
     obs_space = getattr(env, "single_observation_space", None) or env.observation_space
     act_space = getattr(env, "single_action_space", None) or env.action_space
     obs = space_to_spec(obs_space, "obs")
