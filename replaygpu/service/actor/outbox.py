@@ -62,8 +62,6 @@ class Outbox:
         self.run_finished = False
         self.acked_transitions = 0
         self.last_table_size = 0
-        #: the largest (table inserted, learner sampled) counts any ack carried
-        self.counters = (0, 0)
         self.closing = False
         self._open_stream = open_stream
         self._classify = classify
@@ -201,8 +199,6 @@ class Outbox:
             if self._pop(ack.seq) is not None:
                 self.acked_transitions += ack.transitions
             self.last_table_size = ack.table_size
-            inserted, sampled = self.counters
-            self.counters = (max(inserted, ack.table_inserted), max(sampled, ack.sampled))
             self.run_finished = self.run_finished or ack.run_finished
             self.cond.notify_all()
         self._outage.recovered(stream=True)
