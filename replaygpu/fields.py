@@ -132,8 +132,9 @@ def as_field_array(value: Any, dtype: str, name: str, shape: tuple[int, ...] | N
         except (TypeError, ValueError) as err:  # ragged lists, objects
             message = f"field '{name}': cannot convert {value!r} to {dtype}: {err}"
             raise BatchError(message, name) from err
-        if dtype_name(value.dtype) != dtype and _fits(value, numpy_dtype(dtype)):
-            return value.astype(numpy_dtype(dtype))
+        target = numpy_dtype(dtype)
+        if dtype_name(value.dtype) != dtype and _fits(value, target):
+            return value.astype(target)
         got = value.dtype
     if dtype_name(got) != dtype:
         want = f"dtype {dtype}" if shape is None else f"dtype {dtype} with shape {list(shape)}"

@@ -169,7 +169,7 @@ class Learner(tf.Module):
         self.table.flush_writers()  # rows staged one at a time are sampled too
         if self.rate_limiter is None:
             check_not_empty(self.table)
-        first = self._metric_names is None or self.trace_count == 0
+        first = self.trace_count == 0  # the loop's first trace: update_fn's too
         try:
             with tf.device(self.table.device):
                 values = self.train_function(tf.constant(num_steps, tf.int64)).numpy()
