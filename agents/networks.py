@@ -155,17 +155,29 @@ class NatureCNN(tf.Module):
 class LSTMQNetwork(tf.Module):
     """A recurrent Q-network: a ReLU dense torso (``torso`` wide), an LSTM cell, a linear Q head.
 
-    Plain variables and a Python loop over time, so its unroll compiles under XLA inside the
-    learner's ``tf.while_loop`` and acting can mirror it in numpy. The state is one
-    ``[B, 2 * units]`` float32 tensor, ``concat([h, c])`` (one table field). Initialisation:
-    PyTorch-like uniform bounds, forget-gate bias 1.
+    Plain variables, so acting can mirror it in numpy. The state is one ``[B, 2 * units]``
+    float32 tensor, ``concat([h, c])`` (one table field). Initialisation: PyTorch-like uniform
+    bounds, forget-gate bias 1.
+
+    ``loop``: unroll in a loop over time in the graph (`tf.scan`), which XLA compiles in seconds
+    at any length (a static unroll of R2D2's 120 steps took 407 s). Without XLA, set it False:
+    the static unroll is one graph of L cells, while a loop's gradient reads its step indices
+    back from the device at every step on a GPU.
     """
 
     def __init__(
-        self, obs_dim: int, num_actions: int, torso: int, units: int, seed: int, name: str = "lstm"
+        self,
+        obs_dim: int,
+        num_actions: int,
+        torso: int,
+        units: int,
+        seed: int,
+        loop: bool = True,
+        name: str = "lstm",
     ) -> None:
         super().__init__(name=name)
         self.units = int(units)
+        self.loop = loop
         self.torso = MLP([obs_dim, torso], seed=seed, name=f"{name}_torso")
         rng = tf.random.Generator.from_seed(seed + 1)
         bound = 1.0 / np.sqrt(self.units)
@@ -199,19 +211,33 @@ class LSTMQNetwork(tf.Module):
             tf.matmul(x, self.kernel[: -self.units]) + self.bias, [batch, steps, -1]
         )
         recurrent = self.kernel[-self.units :]
-        h, c = state[:, : self.units], state[:, self.units :]
-        outputs = []
-        for t in range(steps):  # static L: unrolled in the graph
-            z = gates_in[:, t] + tf.matmul(h, recurrent)
-            i, f, g, o = tf.split(z, 4, axis=1)
+        if mask is None:
+            mask = tf.ones([batch, steps])
+
+        def step(
+            h: tf.Tensor, c: tf.Tensor, gates: tf.Tensor, keep: tf.Tensor
+        ) -> tuple[tf.Tensor, tf.Tensor]:
+            i, f, g, o = tf.split(gates + tf.matmul(h, recurrent), 4, axis=1)
             c_new = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
             h_new = tf.sigmoid(o) * tf.tanh(c_new)
-            if mask is not None:
-                keep = mask[:, t : t + 1] > 0
-                h_new, c_new = tf.where(keep, h_new, h), tf.where(keep, c_new, c)
-            h, c = h_new, c_new
-            outputs.append(h)
-        q = self.head(tf.reshape(tf.stack(outputs, axis=1), [batch * steps, self.units]))
+            return tf.where(keep, h_new, h), tf.where(keep, c_new, c)
+
+        h, c = state[:, : self.units], state[:, self.units :]
+        keep = mask > 0
+        if self.loop:
+            hs, cs = tf.scan(
+                lambda carry, x: step(*carry, *x),
+                (tf.transpose(gates_in, [1, 0, 2]), tf.transpose(keep)[:, :, None]),
+                initializer=(h, c),
+            )
+            outputs, h, c = tf.transpose(hs, [1, 0, 2]), hs[-1], cs[-1]
+        else:
+            each = []
+            for t in range(steps):  # static L: L cells in the graph
+                h, c = step(h, c, gates_in[:, t], keep[:, t : t + 1])
+                each.append(h)
+            outputs = tf.stack(each, axis=1)
+        q = self.head(tf.reshape(outputs, [batch * steps, self.units]))
         return tf.reshape(q, [batch, steps, -1]), tf.concat([h, c], axis=1)
 
     def numpy_weights(self) -> list[np.ndarray]:

@@ -231,7 +231,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="+", choices=list(RUNS), help="these demos only")
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--write", metavar="JSON", help="record the fingerprints into JSON")
+    group.add_argument(
+        "--write", metavar="JSON", help="record the fingerprints into JSON (with --only: those)"
+    )
     group.add_argument("--check", metavar="JSON", help="compare with JSON; exit 1 if any differs")
     args = parser.parse_args(argv)
     names = args.only or list(RUNS)
@@ -257,6 +259,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.check:
             found += differences(name, recorded["runs"][name], runs[name])
     if args.write:
+        if args.only and os.path.exists(args.write):  # re-record some: keep the others
+            with open(args.write) as f:
+                runs = {**json.load(f)["runs"], **runs}
         document = {**here, "seed": SEED, "env": PINNED_ENV, "flags": RUNS, "runs": runs}
         with open(args.write, "w") as f:
             json.dump(document, f, indent=1, sort_keys=True)

@@ -21,8 +21,9 @@ Sections:
            trained by `rg.Learner` on that table: ``train(--sgd-steps)`` calls, SGD steps/s the
            median of --repeats calls, at two shapes: the demo's (batch 32, burn-in 10 + T 20,
            LSTM 64, torso 64, a state every 10 rows; XLA) and R2D2's paper shape at CartPole
-           width (batch 64, burn-in 40 + T 80, LSTM 64, a state every 40 rows; without XLA,
-           whose CPU compile of the 120-step unroll took minutes and ran slower; --xla-all).
+           width (batch 64, burn-in 40 + T 80, LSTM 64, a state every 40 rows), with XLA (the
+           LSTM unrolled in a loop over time) and without (a static unroll); "first call" is
+           the first ``train(1)``, compilation included.
 
 benchmarks/peers/r2d2_acme.py measures Acme's R2D2 on Reverb at the same shapes. Run:
 
@@ -50,11 +51,11 @@ import replaygpu as rg
 from replaygpu.agents.r2d2 import agent as r2d2
 
 OBS_DIM, NUM_ACTIONS = 2, 2  # masked CartPole: position and angle; left, right
-#: (name, batch, burn-in, T, LSTM units, state period, XLA) of the learner section; XLA's CPU
-#: compile of the 120-step unroll (online, target and gradient) took 407 s here and the result
-#: ran slower than without XLA (benchmarks/README.md); --xla-all runs it
+#: (name, batch, burn-in, T, LSTM units, state period, XLA) of the learner section; with XLA the
+#: LSTM unrolls in a loop over time (`tf.scan`), without it statically (`LSTMQNetwork`'s ``loop``)
 LEARNER_SHAPES = (
     ("demo", 32, 10, 20, 64, 10, True),
+    ("R2D2 paper", 64, 40, 80, 64, 40, True),
     ("R2D2 paper", 64, 40, 80, 64, 40, False),
 )
 
@@ -176,7 +177,6 @@ def bench_learner(args: argparse.Namespace) -> None:
         "windows), 5-step double Q, h(x) rescaling, eta 0.9 priorities written back"
     )
     for name, batch, burn_in, T, units, period, xla in LEARNER_SHAPES:
-        xla = xla or args.xla_all
         config = r2d2.R2D2Config(
             sequence_length=burn_in + T,
             burn_in=burn_in,
@@ -184,6 +184,7 @@ def bench_learner(args: argparse.Namespace) -> None:
             lstm_units=units,
             torso_size=units,
             batch_size=batch,
+            jit_compile=xla,
         )
         rows = args.sequences + config.sequence_length - 1
         table = filled_table(config, rows)
@@ -220,9 +221,6 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=100, help="batches per sampling call")
     parser.add_argument("--sgd-steps", type=int, default=50, help="SGD steps per learner call")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument(
-        "--xla-all", action="store_true", help="learner: the paper shape with XLA too"
-    )
     parser.add_argument("--quick", action="store_true", help="1e4 sequences, 3 repeats")
     args = parser.parse_args()
     if args.quick:

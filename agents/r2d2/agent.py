@@ -119,8 +119,8 @@ class R2D2(tf.Module):
         self.config = config
         self.num_actions = int(num_actions)
         sizes = (obs_dim, num_actions, config.torso_size, config.lstm_units, config.seed)
-        self.q = LSTMQNetwork(*sizes, name="q")
-        self.target = LSTMQNetwork(*sizes, name="q_target")
+        self.q = LSTMQNetwork(*sizes, loop=config.jit_compile, name="q")
+        self.target = LSTMQNetwork(*sizes, loop=config.jit_compile, name="q_target")
         update_target(self.target.weights, self.q.weights)
         self.optimizer = Adam(self.q.weights, config.learning_rate, config.max_grad_norm)
         self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
