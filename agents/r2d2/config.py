@@ -115,15 +115,18 @@ class R2D2LearnerConfig(
     """R2D2 served to remote actors: `R2D2Config`'s network and update, prioritized sequences
     that actors send overlapping (one of ``sequence_length`` steps every ``period`` steps, with
     the LSTM state before its first step), and a samples-per-insert rate limit in place of the
-    demo's train_freq/gradient_steps. A sequence's rows are stored once per sequence, so each
-    env step inserts about sequence_length / period rows (3 with the defaults); the default
-    limit of 1.5 sequences per inserted row is about the demo's 4 sequences per env step.
+    demo's train_freq/gradient_steps. A sequence's rows are stored once per sequence, so an env
+    step is stored in up to sequence_length / period rows (3 with the defaults) once episodes
+    are that long, in fewer while they are short (an episode of n < period steps: n rows); the
+    default limit of 1.5 sequences per inserted row is about the demo's 4 per env step.
     The demo's epsilon schedule does not apply: actor i of N explores with Ape-X's epsilon."""
 
     steps: int = option(
         180_000,
-        "table rows inserted by all actors (about sequence_length / period per env step: "
-        "the default is about the demo's 60k env steps); 0: run until stopped (a service)",
+        "table rows inserted by all actors, not env steps: each step is stored once in every "
+        "sequence that holds it, up to sequence_length / period rows per env step (3 by "
+        "default) once episodes are that long, about 1 while they are shorter than period; "
+        "0: run until stopped (a service)",
     )
     learning_starts: int = option(5000, "table rows before the first SGD step")
     samples_per_insert: float = option(1.5, "rate limit: sampled sequences per inserted row")
