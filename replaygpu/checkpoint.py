@@ -18,7 +18,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
@@ -117,13 +117,10 @@ class Checkpointer:
         sampler: its sampler (the RNG state makes restored sampling exact).
         learner: the learner (step counter, rate-limiter counters).
         max_to_keep: sealed checkpoints kept on disk.
-        optional: names of objects (``"run_stats"``) a checkpoint may lack (written before they
-            existed); they are then left as they are (logged). All others must be present.
         **extra: more trackables: networks, optimizers, the service's sequence ledger, ...
 
     One `Checkpointer` per folder: an unsealed checkpoint there is a leftover, and removed.
-    `ConfigError`: nothing to save, an ``optional`` name that is not one of the objects, or a
-    folder that is not writable.
+    `ConfigError`: nothing to save, or a folder that is not writable.
 
     Example::
 
@@ -141,25 +138,12 @@ class Checkpointer:
         sampler: Any = None,
         learner: Any = None,
         max_to_keep: int = 3,
-        optional: Collection[str] = (),
         **extra: Any,
     ) -> None:
         named = {"table": table, "sampler": sampler, "learner": learner, **extra}
         self.objects = {k: v for k, v in named.items() if v is not None}
         if not self.objects:
             raise ConfigError("Checkpointer: nothing to save; pass table=, learner= or others")
-        if isinstance(optional, str):
-            raise ConfigError(
-                f"Checkpointer: optional={optional!r} is one string, expected a collection of "
-                f"object names; pass optional=({optional!r},)"
-            )
-        unknown = sorted(set(optional) - set(self.objects))
-        if unknown:
-            raise ConfigError(
-                f"Checkpointer: optional names {unknown}, expected names of the objects it "
-                f"saves {sorted(self.objects)}; name only objects passed to it (and not None)"
-            )
-        self.optional = frozenset(optional)
         self.directory = os.fspath(directory)
         check_writable(self.directory)  # now, not at the first save hours later
         self.table = table if table is not None else getattr(learner, "table", None)
@@ -302,8 +286,7 @@ class Checkpointer:
     def _restore(self, path: str) -> None:
         try:
             reader = tf.train.load_checkpoint(path)
-            absent = sorted(self.optional - checkpoint_graph.saved_objects(reader))
-            if self.table is not None and self._table_prefix.split("/")[0] not in absent:
+            if self.table is not None:
                 self._check_table(path, reader)
             mismatches = checkpoint_graph.mismatched_variables(self._checkpoint, reader)
         except _DAMAGED as err:
@@ -320,11 +303,8 @@ class Checkpointer:
         found = [v for obj in self.objects.values() for v in checkpoint_graph.variables_of(obj)]
         others = list({id(v): v for v in found if id(v) not in skip}.values())
         snapshot = [tf.identity(v) for v in others]
-        read = self._checkpoint
-        if absent:
-            read = tf.train.Checkpoint(**{k: v for k, v in self.objects.items() if k not in absent})
         try:
-            read.read(path).expect_partial().assert_existing_objects_matched()
+            self._checkpoint.read(path).expect_partial().assert_existing_objects_matched()
         except (ValueError, AssertionError, IndexError, tf.errors.OpError) as err:
             for var, old in zip(others, snapshot, strict=True):
                 var.assign(old)
@@ -334,12 +314,6 @@ class Checkpointer:
                 f"checkpoint {path} does not fit the objects it was restored into: {err}; "
                 "nothing was restored. Build the networks and table as in the saved run."
             ) from err
-        if absent:
-            logger.info(
-                "checkpoint %s holds no %s (written before it existed): left as it was",
-                path,
-                ", ".join(absent),
-            )
         logger.info("restored checkpoint %s", path)
 
     def _check_table(self, path: str, reader: Any) -> None:

@@ -12,22 +12,11 @@ import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 
-def saved_graph(reader: Any) -> trackable_object_graph_pb2.TrackableObjectGraph:
-    """The object graph of the checkpoint ``reader`` reads (`tf.train.load_checkpoint`)."""
-    graph = trackable_object_graph_pb2.TrackableObjectGraph()
-    graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
-    return graph
-
-
-def saved_objects(reader: Any) -> set[str]:
-    """Names of the checkpoint's root objects (``table``, ``learner``, ``save_counter``, ...)."""
-    return {child.local_name for child in saved_graph(reader).nodes[0].children}
-
-
 def mismatched_variables(root: Any, reader: Any) -> list[str]:
     """Live variables whose saved value has another shape or dtype, as readable lines (matched
-    by child name, as a restore matches them)."""
-    graph = saved_graph(reader)
+    by child name, as a restore matches them); ``reader`` from `tf.train.load_checkpoint`."""
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
     shapes = reader.get_variable_to_shape_map()
     dtypes = reader.get_variable_to_dtype_map()
     view = tf.train.TrackableView(root)

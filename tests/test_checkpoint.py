@@ -248,52 +248,18 @@ def test_a_lost_or_damaged_checkpoint_state_file_hides_no_checkpoint(tmp_path, s
     assert saved_ids(tmp_path) == (newest, list(range(8)))
 
 
-def test_a_checkpoint_written_before_an_optional_object_existed_restores_the_others(
-    tmp_path, caplog
-):
+def test_a_checkpoint_lacking_an_object_is_refused_and_restores_nothing(tmp_path):
     table, sampler, learner, w, _ = build()
     fill(table, 0, 10)
     learner.train(4)
     rg.Checkpointer(tmp_path, table=table, sampler=sampler, learner=learner, w=w).save()
 
     table2, sampler2, learner2, w2, _ = build(seed=5)
-    stats = tf.Variable(7, dtype=tf.int64)  # an object added to the checkpoint since
+    stats = tf.Variable(7, dtype=tf.int64)  # an object the saved run did not have
     objects = {"table": table2, "sampler": sampler2, "learner": learner2, "w": w2, "stats": stats}
-    with pytest.raises(CheckpointMismatchError):  # only an optional one may be missing
+    with pytest.raises(CheckpointMismatchError):
         rg.Checkpointer(tmp_path, **objects).restore()
     assert table2.size == 0 and int(learner2.steps.numpy()) == 0
-
-    ckpt = rg.Checkpointer(tmp_path, optional=("stats",), **objects)
-    with caplog.at_level("INFO", logger="replaygpu.checkpoint"):
-        assert ckpt.restore().endswith("ckpt-1")
-    assert table2.size == 10 and int(learner2.steps.numpy()) == 4
-    np.testing.assert_array_equal(w2.numpy(), w.numpy())
-    np.testing.assert_array_equal(
-        sampler2.index.generator.state.numpy(), sampler.index.generator.state.numpy()
-    )
-    assert int(stats.numpy()) == 7
-    assert "holds no stats" in caplog.text
-    stats.assign(9)
-    assert ckpt.save().endswith("ckpt-2")  # numbered after the restored one, with stats
-    again = tf.Variable(0, dtype=tf.int64)
-    rg.Checkpointer(tmp_path, **{**objects, "stats": again}).restore()
-    assert int(again.numpy()) == 9
-
-
-@pytest.mark.parametrize(
-    ("optional", "pattern"),
-    [
-        (("stats", "nets"), r"optional names \['nets'\], expected names of the objects it saves"),
-        ("table", r"optional='table' is one string, expected a collection"),
-    ],
-    ids=["unknown", "string"],
-)
-def test_an_optional_name_that_is_not_an_object_is_refused(tmp_path, optional, pattern):
-    table = rg.ReplayTable(SPEC, capacity=32, device="CPU")
-    stats = tf.Variable(7)
-    with pytest.raises(rg.ConfigError, match=pattern):
-        rg.Checkpointer(tmp_path / "run", optional=optional, table=table, stats=stats)
-    assert not (tmp_path / "run").exists()
 
 
 def test_a_checkpoint_with_bool_storage_is_refused_by_name_and_restores_nothing(tmp_path):
