@@ -12,7 +12,7 @@ import dataclasses
 import json
 import math
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Literal
 
@@ -21,7 +21,8 @@ from replaygpu.service.config import AgentSettings
 from replaygpu.service.ops.auth import TLSConfig
 from replaygpu.service.ops.commands import client_tls
 
-from ..configs import helptext, require_positive_ints, require_unit_interval
+from ..config_fields import option
+from ..configs import require, require_positive, require_positive_ints, require_unit_interval
 
 #: the fields a learner decides for its actors and announces in its settings document
 SETTINGS_FIELDS = (
@@ -54,103 +55,74 @@ SETTINGS_AGENTS = ("dqn", "sac", "r2d2")
 class ActorConfig:
     """How one actor collects: vector transitions (``frame_stack`` 0) or ALE frames (k > 0)."""
 
-    env_id: str = field(default="CartPole-v1", metadata=helptext("gymnasium env id"))
-    agent: Literal["dqn", "sac"] = field(
-        default="dqn",
-        metadata=helptext(
-            "policy: dqn (epsilon-greedy Q-network, Discrete actions) or sac (squashed "
-            "Gaussian, Box actions)"
-        ),
+    env_id: str = option("CartPole-v1", "gymnasium env id")
+    agent: Literal["dqn", "sac"] = option(
+        "dqn",
+        "policy: dqn (epsilon-greedy Q-network, Discrete actions) or sac (squashed Gaussian, "
+        "Box actions)",
     )
-    actor_index: int = field(default=0, metadata=helptext("this actor's index i in [0, N)"))
-    num_actors: int = field(default=1, metadata=helptext("N, actors in the whole run"))
-    actor_id_prefix: str = field(
-        default="",
-        metadata=helptext(
-            "actor ids are PREFIX-INDEX, unique per actor (the learner's exactly-once ledger "
-            "keys on them); empty: HOSTNAME-PID, so actors on other hosts, in other "
-            "containers or in other processes never share an id"
-        ),
+    actor_index: int = option(0, "this actor's index i in [0, N)")
+    num_actors: int = option(1, "N, actors in the whole run")
+    actor_id_prefix: str = option(
+        "",
+        "actor ids are PREFIX-INDEX, unique per actor (the learner's exactly-once ledger keys on "
+        "them); empty: HOSTNAME-PID, so actors on other hosts, in other containers or in other "
+        "processes never share an id",
     )
-    num_envs: int = field(default=8, metadata=helptext("envs stepped together per actor"))
-    seed: int = field(default=1, metadata=helptext("base seed (offset by the actor index)"))
-    steps: int = field(default=0, metadata=helptext("env steps to collect; 0: until stopped"))
-    weight_pull_interval: int = field(
-        default=400, metadata=helptext("env steps between get_weights(newer_than=version) calls")
+    num_envs: int = option(8, "envs stepped together per actor")
+    seed: int = option(1, "base seed (offset by the actor index)")
+    steps: int = option(0, "env steps to collect; 0: until stopped")
+    weight_pull_interval: int = option(
+        400, "env steps between get_weights(newer_than=version) calls"
     )
-    send_interval: int = field(
-        default=32, metadata=helptext("vector steps per send (frames: of whole finished segments)")
+    send_interval: int = option(32, "vector steps per send (frames: of whole finished segments)")
+    epsilon_base: float = option(0.4, "Ape-X epsilon base")
+    epsilon_alpha: float = option(7.0, "Ape-X epsilon exponent spread")
+    insert_slack: int = option(
+        2048,
+        "follow the server's samples-per-insert limit on the insert side: wait while the table "
+        "is more than this many rows ahead of what the learner has sampled; -1: never wait",
     )
-    epsilon_base: float = field(default=0.4, metadata=helptext("Ape-X epsilon base"))
-    epsilon_alpha: float = field(default=7.0, metadata=helptext("Ape-X epsilon exponent spread"))
-    insert_slack: int = field(
-        default=2048,
-        metadata=helptext(
-            "follow the server's samples-per-insert limit on the insert side: wait while the "
-            "table is more than this many rows ahead of what the learner has sampled; "
-            "-1: never wait"
-        ),
+    frame_stack: int = option(
+        0,
+        "k > 0: play an ALE game for a frame-table learner, acting with the Nature CNN on "
+        "[k, 84, 84] frame stacks; 0: vector transitions",
     )
-    frame_stack: int = field(
-        default=0,
-        metadata=helptext(
-            "k > 0: play an ALE game for a frame-table learner, acting with the Nature CNN on "
-            "[k, 84, 84] frame stacks; 0: vector transitions"
-        ),
+    segment_steps: int = option(
+        1000,
+        "frames: longest table episode sent in one request; longer ones are cut as truncations "
+        "(the first k-1 stacks after a cut are padded)",
     )
-    segment_steps: int = field(
-        default=1000,
-        metadata=helptext(
-            "frames: longest table episode sent in one request; longer ones are cut as "
-            "truncations (the first k-1 stacks after a cut are padded)"
-        ),
+    repeat_action_probability: float = option(
+        0.25, "frames: ALE sticky actions (Machado et al. 2018)"
     )
-    repeat_action_probability: float = field(
-        default=0.25, metadata=helptext("frames: ALE sticky actions (Machado et al. 2018)")
+    terminal_on_life_loss: bool = option(
+        True, "frames: a lost life is terminal (the game plays on)"
     )
-    terminal_on_life_loss: bool = field(
-        default=True, metadata=helptext("frames: a lost life is terminal (the game plays on)")
+    clip_rewards: bool = option(True, "frames: send sign(reward)")
+    sequence_period: int = option(
+        0,
+        "p > 0: act with an R2D2 learner's LSTM Q-network and send a sequence of "
+        "sequence_length steps, with the LSTM state before its first step, every p steps "
+        "(agents/distributed/experience.py); 0: not recurrent",
     )
-    clip_rewards: bool = field(default=True, metadata=helptext("frames: send sign(reward)"))
-    sequence_period: int = field(
-        default=0,
-        metadata=helptext(
-            "p > 0: act with an R2D2 learner's LSTM Q-network and send a sequence of "
-            "sequence_length steps, with the LSTM state before its first step, every p steps "
-            "(agents/distributed/experience.py); 0: not recurrent"
-        ),
+    sequence_length: int = option(0, "recurrent: steps per sequence, the burn-in included")
+    retry_deadline_s: float = option(
+        60.0,
+        "give up when the server stops answering this long during the run (an outage logs one "
+        "line when it begins and one when it ends)",
     )
-    sequence_length: int = field(
-        default=0, metadata=helptext("recurrent: steps per sequence, the burn-in included")
+    progress_interval_s: float = option(
+        30.0,
+        "seconds between progress lines (env steps/s, episodes, last return, transitions "
+        "acknowledged); 0: none",
     )
-    retry_deadline_s: float = field(
-        default=60.0,
-        metadata=helptext(
-            "give up when the server stops answering this long during the run (an outage "
-            "logs one line when it begins and one when it ends)"
-        ),
-    )
-    progress_interval_s: float = field(
-        default=30.0,
-        metadata=helptext(
-            "seconds between progress lines (env steps/s, episodes, last return, transitions "
-            "acknowledged); 0: none"
-        ),
-    )
-    table: str = field(default="replay", metadata=helptext("table name on the server"))
-    token: str | None = field(
-        default=None, metadata=helptext("bearer token, if the server needs one")
-    )
-    tls_ca: str | None = field(
-        default=None, metadata=helptext("CA certificate that signed the server's (enables TLS)")
-    )
-    tls_cert: str | None = field(
-        default=None, metadata=helptext("client certificate, for a server that requires one")
-    )
-    tls_key: str | None = field(default=None, metadata=helptext("private key of tls_cert"))
-    server_name: str | None = field(
-        default=None, metadata=helptext("name to check the server certificate against")
-    )
+    table: str = option("replay", "table name on the server")
+    token: str | None = option(None, "bearer token, if the server needs one")
+    tls_ca: str | None = option(None, "CA certificate that signed the server's (enables TLS)")
+    tls_cert: str | None = option(None, "client certificate, for a server that requires one")
+    tls_key: str | None = option(None, "private key of tls_cert")
+    server_name: str | None = option(None, "name to check the server certificate against")
 
     def __post_init__(self) -> None:
         _check(self)
@@ -256,21 +228,12 @@ def _check(config: Any, known: Collection[str] | None = None) -> None:
         if not 0 <= config.actor_index < top:
             bound = "num_actors" + (f"={top}" if reads("num_actors") else "")
             raise rg.ConfigError(f"actor_index: got {config.actor_index}, expected in [0, {bound})")
-    if not config.retry_deadline_s > 0:
-        raise rg.ConfigError(f"retry_deadline_s: got {config.retry_deadline_s}, expected > 0")
-    if not config.progress_interval_s >= 0:
-        raise rg.ConfigError(
-            f"progress_interval_s: got {config.progress_interval_s}, expected >= 0 (0: no "
-            "progress lines)"
-        )
-    if config.insert_slack < -1:
-        raise rg.ConfigError(f"insert_slack: got {config.insert_slack}, expected >= -1")
-    if config.steps < 0:
-        raise rg.ConfigError(f"steps: got {config.steps}, expected >= 0 (0: until stopped)")
-    if reads("frame_stack") and config.frame_stack < 0:
-        raise rg.ConfigError(
-            f"frame_stack: got {config.frame_stack}, expected >= 0 (0: vector transitions)"
-        )
+    require_positive(config, "retry_deadline_s")
+    require(config, ["progress_interval_s"], lambda v: v >= 0, ">= 0 (0: no progress lines)")
+    require(config, ["insert_slack"], lambda v: v >= -1, ">= -1")
+    require(config, ["steps"], lambda v: v >= 0, ">= 0 (0: until stopped)")
+    if reads("frame_stack"):
+        require(config, ["frame_stack"], lambda v: v >= 0, ">= 0 (0: vector transitions)")
     if reads("frame_stack", "agent") and config.frame_stack and config.agent != "dqn":
         raise rg.ConfigError(
             f"agent: got {config.agent!r} with frame_stack {config.frame_stack}, expected dqn "
