@@ -349,3 +349,38 @@ def save_learning_curve(
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def save_wall_clock_curves(
+    path: str,
+    curves: Mapping[str, Sequence[tuple[np.ndarray, np.ndarray]]],
+    title: str,
+    window: int = 10,
+) -> str:
+    """Plot learning curves over wall-clock time, one colour per label: for each seed's
+    ``(seconds, returns)`` of its training episodes, the moving average of ``window`` episodes;
+    the median over seeds as a line, their range shaded. A PNG at ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, runs in curves.items():
+        smooth = []
+        for seconds, returns in runs:
+            w = min(window, len(returns))
+            smooth.append((seconds[w - 1 :], np.convolve(returns, np.ones(w) / w, "valid")))
+        end = min(t[-1] for t, _ in smooth)  # where every seed still has episodes
+        grid = np.linspace(max(t[0] for t, _ in smooth), end, 200)
+        ys = np.array([np.interp(grid, t, y) for t, y in smooth])
+        (line,) = ax.plot(grid, np.median(ys, axis=0), label=f"{label} ({len(runs)} seeds)")
+        ax.fill_between(grid, ys.min(axis=0), ys.max(axis=0), color=line.get_color(), alpha=0.2)
+    ax.set_xlabel("wall-clock seconds from the process's start")
+    ax.set_ylabel(f"training episode return (mean of {window})")
+    ax.set_title(title)
+    ax.legend(loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -15,6 +15,11 @@ SB3 / replaygpu and the ratio of each seed's pair. Targets (issue 23, as DESIGN.
     .venv/bin/python benchmarks/peers/cartpole_sb3.py   # seeds 0 1 2
     .venv/bin/python benchmarks/peers/cartpole_sb3.py --seeds 0
     .venv/bin/python benchmarks/peers/cartpole_sb3.py --demo-flags=--double-q  # not SB3's DQN
+    .venv/bin/python benchmarks/peers/cartpole_sb3.py --figure benchmarks/figures/cartpole_sb3.png
+
+--figure draws both sides' learning curves over wall-clock time from each process's start
+(training episodes' returns, a moving average of 10; median over seeds, range shaded), with the
+project's own plotting (`progress.save_wall_clock_curves`).
 """
 
 from __future__ import annotations
@@ -28,6 +33,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
+
+import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -49,20 +57,46 @@ def timed(cmd: list[str]) -> tuple[float, str]:
     return seconds, proc.stdout
 
 
-def run_replaygpu(seed: int, root: str, flags: list[str]) -> dict[str, float]:
+def episodes_of_run(run_dir: str) -> list[tuple[float, float]]:
+    """``[(unix time, return)]`` of a demo run's training episodes, from its TensorBoard events."""
+    import tensorflow as tf
+
+    episodes = []
+    for name in sorted(os.listdir(run_dir)):
+        if name.startswith("events.out.tfevents."):
+            for event in tf.compat.v1.train.summary_iterator(os.path.join(run_dir, name)):
+                for value in event.summary.value:
+                    if value.tag == "charts/episodic_return":
+                        episodes.append((event.wall_time, float(value.tensor.float_val[0])))
+    return episodes
+
+
+def run_replaygpu(seed: int, root: str, flags: list[str]) -> dict[str, Any]:
     run_dir = os.path.join(root, f"cartpole-s{seed}")
     cli = [sys.executable, "-m", "replaygpu"]
     demo = [*cli, "demo", "cartpole", "--seed", str(seed), "--run-dir", run_dir, *flags]
+    started = time.time()
     wall, out = timed(demo)
     own = float(RETURN.findall(out)[-1][1])
     _, out = timed([*cli, "eval", run_dir, "--episodes", "20"])
-    return {"wall_s": wall, "eval_mean": float(RETURN.findall(out)[-1][1]), "own_eval": own}
+    return {
+        "wall_s": wall,
+        "eval_mean": float(RETURN.findall(out)[-1][1]),
+        "own_eval": own,
+        "episodes": [(t - started, r) for t, r in episodes_of_run(run_dir)],
+    }
 
 
-def run_sb3(seed: int) -> dict[str, float]:
+def run_sb3(seed: int) -> dict[str, Any]:
+    started = time.time()
     wall, out = timed([PEERS_PYTHON, os.path.join(HERE, "sb3_dqn.py"), "--seed", str(seed)])
     result = json.loads(out.strip().splitlines()[-1])
-    return {"wall_s": wall, "eval_mean": result["eval_mean"], "train_s": result["train_s"]}
+    return {
+        "wall_s": wall,
+        "eval_mean": result["eval_mean"],
+        "train_s": result["train_s"],
+        "episodes": [(t - started, r) for t, r in result["episodes"]],
+    }
 
 
 def main() -> None:
@@ -74,11 +108,12 @@ def main() -> None:
         help="extra flags of `replaygpu demo cartpole`, e.g. --double-q (then the two sides no "
         "longer train the same algorithm: SB3's DQN is not double DQN)",
     )
+    parser.add_argument("--figure", help="save both sides' learning curves to this PNG")
     args = parser.parse_args()
     if not os.path.exists(PEERS_PYTHON):
         sys.exit(f"no peers venv at {PEERS_PYTHON}: run bash benchmarks/peers/setup.sh first")
     print(f"cartpole DQN 50k env steps, whole processes, {os.cpu_count()} CPUs, {load()}")
-    runs: dict[str, list[dict[str, float]]] = {"replaygpu": [], "sb3": []}
+    runs: dict[str, list[dict[str, Any]]] = {"replaygpu": [], "sb3": []}
 
     def ours(seed: int, root: str) -> None:
         r = run_replaygpu(seed, root, args.demo_flags.split())
@@ -125,6 +160,19 @@ def main() -> None:
         f"wall-clock ratio SB3 / replaygpu (medians): {ratio:.2f}x (target >= 3.3x); "
         f"seed by seed {pairs}"
     )
+
+    if args.figure:
+        from replaygpu.agents.progress import save_wall_clock_curves
+
+        curves = {
+            {"replaygpu": "replaygpu demo cartpole", "sb3": "Stable-Baselines3 DQN"}[name]: [
+                tuple(np.array(column) for column in zip(*r["episodes"], strict=True)) for r in rs
+            ]
+            for name, rs in runs.items()
+        }
+        seeds = " ".join(map(str, args.seeds))
+        title = f"DQN on CartPole-v1, rl-zoo3 values, 50k env steps (seeds {seeds})"
+        print(f"figure: {save_wall_clock_curves(args.figure, curves, title)}")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 Runs in the peers venv (``bash benchmarks/peers/setup.sh``), started by ``cartpole_sb3.py`` as a
 whole process, so its wall-clock counts the imports as the replaygpu demo's does. Prints one
-JSON line: ``{"seed", "train_s", "eval_mean", "eval_min"}``.
+JSON line: ``{"seed", "train_s", "eval_mean", "eval_min", "episodes"}``, ``episodes`` the
+training episodes as ``[unix time at its end, return]`` (for the learning-curve figure).
 
     benchmarks/peers/.venv-peers/bin/python benchmarks/peers/sb3_dqn.py --seed 0
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -51,12 +53,30 @@ def evaluate(model: DQN, episodes: int, seed: int) -> np.ndarray:
     return returns
 
 
+class EpisodeTimes(gym.Wrapper):
+    """Records ``[unix time, return]`` at the end of each training episode."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.episodes: list[list[float]] = []
+        self._return = 0.0
+
+    def step(self, action: Any) -> tuple[Any, ...]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._return += float(reward)
+        if terminated or truncated:
+            self.episodes.append([time.time(), self._return])
+            self._return = 0.0
+        return obs, reward, terminated, truncated, info
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--episodes", type=int, default=20)
     args = parser.parse_args()
-    model = DQN(env=gym.make("CartPole-v1"), seed=args.seed, device="cpu", **ZOO_CARTPOLE)
+    env = EpisodeTimes(gym.make("CartPole-v1"))
+    model = DQN(env=env, seed=args.seed, device="cpu", **ZOO_CARTPOLE)
     start = time.perf_counter()
     model.learn(total_timesteps=STEPS)
     train_s = time.perf_counter() - start
@@ -68,6 +88,7 @@ def main() -> None:
                 "train_s": train_s,
                 "eval_mean": float(returns.mean()),
                 "eval_min": float(returns.min()),
+                "episodes": env.episodes,
             }
         )
     )
