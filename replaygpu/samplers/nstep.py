@@ -151,11 +151,6 @@ class NStep(View):
     def lookahead(self) -> int:
         return self.n - 1
 
-    def for_table(self, table: Table) -> NStep:
-        if self.stream_field is None and table.shard_by is not None:
-            return dataclasses.replace(self, stream_field=table.shard_by)
-        return self
-
     def check(self, table: Table) -> None:
         check_transition_fields(table, self.stream_field, "n-step returns")
         super().check(table)

@@ -92,11 +92,6 @@ class Sequence(View):
     def lookahead(self) -> int:
         return self.length - 1
 
-    def for_table(self, table: Table) -> Sequence:
-        if self.stream_field is None and table.shard_by is not None:
-            return dataclasses.replace(self, stream_field=table.shard_by)
-        return self
-
     def check(self, table: Table) -> None:
         capacity = table.shards[0].capacity
         if self.burn_in + self.length > capacity:

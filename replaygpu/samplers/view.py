@@ -47,7 +47,10 @@ class View:
         return 0
 
     def for_table(self, table: Table) -> View:
-        """This view for ``table`` (e.g. the table's ``shard_by`` as default stream field)."""
+        """This view for ``table``: one with a ``stream_field`` (`NStep`, `Sequence`) left None
+        takes the table's ``shard_by``."""
+        if getattr(self, "stream_field", "") is None and table.shard_by is not None:
+            return dataclasses.replace(self, stream_field=table.shard_by)
         return self
 
     def check(self, table: Table) -> None:
