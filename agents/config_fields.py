@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import replaygpu as rg
 
 from .configs import (
-    helptext,
     require,
     require_positive,
     require_positive_ints,
@@ -49,7 +48,7 @@ G = TypeVar("G")
 
 def option(default: Any, help: str) -> Any:
     """A field with a default and a flag's help: ``gamma: float = option(0.99, "discount")``."""
-    return field(default=default, metadata=helptext(help))
+    return field(default=default, metadata={"help": help})
 
 
 def defaults(group: type[G], **values: Any) -> type[G]:

@@ -4,9 +4,10 @@ builds and checks a config before TensorFlow is imported, so a bad flag is repor
 - Checks: `require` and its kin, each raising `ConfigError` with the field's name.
 - Chunks of a vector training loop: `next_chunk`, `training_calls`. Field groups: `config_fields`.
 - Flags (`add_config_flags`, `config_from_args`): each field becomes ``--field-name`` with its
-  type, default and ``helptext``. Types: ``bool`` (``--flag`` / ``--no-flag``), ``int``,
-  ``float``, ``str``, ``tuple[int, ...]`` (``256,256``), ``Literal[...]`` of str, int or float,
-  and any but ``bool`` as ``X | None`` (``none``); any other raises TypeError naming the field.
+  type, default and the ``help`` of its metadata (`config_fields.option`). Types: ``bool``
+  (``--flag`` / ``--no-flag``), ``int``, ``float``, ``str``, ``tuple[int, ...]`` (``256,256``),
+  ``Literal[...]`` of str, int or float, and any but ``bool`` as ``X | None`` (``none``); any
+  other raises TypeError naming the field.
 """
 
 from __future__ import annotations
@@ -142,11 +143,6 @@ _SCALARS: dict[type, str] = {int: "an integer", float: "a number", str: "a strin
 _INT_TUPLE = "comma-separated integers such as 256,256"
 
 
-def helptext(text: str) -> dict[str, str]:
-    """Field metadata carrying a flag's help: ``field(default=..., metadata=helptext("..."))``."""
-    return {"help": text}
-
-
 def _parse_int_tuple(text: str) -> tuple[int, ...]:
     try:
         values = tuple(int(x) for x in text.split(",") if x.strip())
@@ -195,10 +191,6 @@ def _literal_values(kind: Any) -> tuple[Any, ...] | None:
     return values
 
 
-def _type_name(kind: Any) -> str:
-    return kind.__name__ if isinstance(kind, type) and not typing.get_args(kind) else repr(kind)
-
-
 def _flag_kwargs(where: str, kind: Any, metavar: str) -> dict[str, Any]:
     """argparse keyword arguments for a field typed ``kind``; TypeError for an unsupported one."""
     inner, optional = _split_optional(kind)
@@ -216,8 +208,9 @@ def _flag_kwargs(where: str, kind: Any, metavar: str) -> dict[str, Any]:
         kwargs["metavar"] = "{" + ",".join(map(str, values)) + "}"
         expected = _SCALARS[type(values[0])]
     else:
+        name = kind.__name__ if isinstance(kind, type) and not typing.get_args(kind) else repr(kind)
         raise TypeError(
-            f"{where}: cannot make a command-line flag for type {_type_name(kind)}; supported "
+            f"{where}: cannot make a command-line flag for type {name}; supported "
             "types are bool, int, float, str, tuple[int, ...] and Literal[...] of str, int or "
             "float values, and any of these but bool with `| None`. Change the field's type, or "
             "pass the field in `skip` and set it yourself."
@@ -282,20 +275,17 @@ def config_from_args(
             require_env_actions(config)
         return config
     except NoTrainingError as err:
-        defaulted = [n for n in ("steps", "learning_starts") if _is_default(parser, args, n)]
+        defaulted = [  # the flags holding the parser's default (passed or not)
+            n
+            for n in ("steps", "learning_starts")
+            if parser is not None and getattr(args, n) == parser.get_default(n)
+        ]
         message = err.message(flag_name, defaulted, parser.prog if parser is not None else "")
     except ValueError as err:  # rg.ConfigError is one
         message = flag_message(err, names)
     if parser is not None:
         parser.error(message)
     raise ConfigError(message) from None
-
-
-def _is_default(
-    parser: argparse.ArgumentParser | None, args: argparse.Namespace, name: str
-) -> bool:
-    """Whether flag ``name`` holds ``parser``'s default (passed or not)."""
-    return parser is not None and getattr(args, name) == parser.get_default(name)
 
 
 def flag_message(err: ValueError, names: Collection[str]) -> str:

@@ -51,12 +51,6 @@ def imports_frozen() -> Iterator[None]:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``demo`` and ``eval`` subcommands."""
-    register_demo(subparsers)
-    register_eval(subparsers)
-
-
-def register_demo(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``demo`` subcommand."""
     lines = "\n".join(f"  {name:14s} {demo.summary}" for name, demo in DEMOS.items())
     parser = subparsers.add_parser(
         "demo",
@@ -76,6 +70,17 @@ def register_demo(subparsers: argparse._SubParsersAction) -> None:
         help="flags of the demo (see replaygpu demo NAME --help)",
     )
     parser.set_defaults(func=run)
+
+    parser = subparsers.add_parser(
+        "eval",
+        help="evaluate the greedy policy of a saved run (demo or learner)",
+        description="Rebuild the networks of a run from its run.json, restore its newest "
+        "checkpoint and play greedy episodes.",
+    )
+    parser.add_argument("path", help="run folder (with checkpoints/) or checkpoint folder")
+    parser.add_argument("--episodes", type=int, default=20, help="episodes (default 20)")
+    parser.add_argument("--seed", type=int, default=10_000, help="seed of the first episode")
+    parser.set_defaults(func=run_eval)
 
 
 def demo_parser(name: str) -> tuple[argparse.ArgumentParser, type]:
@@ -128,9 +133,8 @@ def run(args: argparse.Namespace) -> int:
         from .runs import RunControl
 
         module = algorithm(demo.algorithm).load()
-    type(config).ENV_CHECK(
-        config.env_id
-    ).close()  # before any folder is made (ALE games: only here)
+    # before any folder is made (ALE games: only here)
+    type(config).ENV_CHECK(config.env_id).close()
     run_dir = opts.run_dir or os.path.join(
         "runs", f"{args.name}-s{config.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
@@ -204,20 +208,6 @@ def _require_demo_extras() -> None:
             f"the demos need {' and '.join(missing)}, which are not installed; "
             'install them with: pip install "replaygpu[demos]"'
         )
-
-
-def register_eval(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``eval`` subcommand."""
-    parser = subparsers.add_parser(
-        "eval",
-        help="evaluate the greedy policy of a saved run (demo or learner)",
-        description="Rebuild the networks of a run from its run.json, restore its newest "
-        "checkpoint and play greedy episodes.",
-    )
-    parser.add_argument("path", help="run folder (with checkpoints/) or checkpoint folder")
-    parser.add_argument("--episodes", type=int, default=20, help="episodes (default 20)")
-    parser.add_argument("--seed", type=int, default=10_000, help="seed of the first episode")
-    parser.set_defaults(func=run_eval)
 
 
 def run_eval(args: argparse.Namespace) -> int:

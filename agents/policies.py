@@ -93,7 +93,9 @@ def squashed_gaussian_policy(
         mean, log_std = np.split(out, 2, axis=1)
         u = mean
         if rng is not None:
-            std = np.exp(squash_log_std(log_std))
+            # log_std squashed into [LOG_STD_MIN, LOG_STD_MAX] smoothly, as the TF update does
+            log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (1.0 + np.tanh(log_std))
+            std = np.exp(log_std)
             u = mean + std * rng.standard_normal(mean.shape)
         return (np.tanh(u) * scale + bias).astype(np.float32)
 
@@ -102,11 +104,6 @@ def squashed_gaussian_policy(
 
 #: range of a SAC actor's log standard deviation (the TF update squashes it the same way).
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
-
-
-def squash_log_std(log_std: np.ndarray) -> np.ndarray:
-    """Map a raw network output into ``[LOG_STD_MIN, LOG_STD_MAX]`` smoothly."""
-    return LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (1.0 + np.tanh(log_std))
 
 
 def numpy_lstm_step(

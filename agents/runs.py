@@ -81,12 +81,6 @@ class LoopState(tf.Module):
         if rng is not None:
             self.rng_state.assign(json.dumps(rng.bit_generator.state))
 
-    def restore_rng(self, rng: np.random.Generator) -> None:
-        """Put the saved exploration RNG state back into ``rng`` (no-op if none was saved)."""
-        saved = self.rng_state.numpy().decode()
-        if saved:
-            rng.bit_generator.state = json.loads(saved)
-
 
 class JsonState(tf.Module):
     """A JSON value (e.g. `RunStats.state`) a checkpoint holds in one string variable."""
@@ -115,7 +109,8 @@ def resume(
     if run is None or not run.attach(learner=learner, loop=loop, **objects):
         return rng, loop, 0, 0
     env_steps, last_sync = int(loop.env_steps.numpy()), int(loop.last_sync.numpy())
-    loop.restore_rng(rng)
+    if saved_rng := loop.rng_state.numpy().decode():  # none saved: left as seeded
+        rng.bit_generator.state = json.loads(saved_rng)
     logger.info("resumed at env step %d, SGD step %d", env_steps, int(learner.steps.numpy()))
     return rng, loop, env_steps, last_sync
 
@@ -269,7 +264,7 @@ def _check_run_file(
     """Check ``run.json`` describes the same run but for its length; returns what to write with
     the next checkpoint (None: the saved one stands)."""
     path = os.path.join(directory, RUN_FILE)
-    values = _jsonable(dataclasses.asdict(config))
+    values = json.loads(json.dumps(dataclasses.asdict(config)))  # as read back: lists, not tuples
     algorithm = name_of(config)
     current = {"algorithm": algorithm, "config": values}
     if os.path.exists(path) and tf.train.latest_checkpoint(directory) is not None:
@@ -319,11 +314,6 @@ def _write_json(path: str, value: Any) -> None:
     with open(path + ".tmp", "w") as f:
         json.dump(value, f, indent=2)
     os.replace(path + ".tmp", path)
-
-
-def _jsonable(value: Any) -> Any:
-    """``value`` as it reads back from JSON (tuples become lists)."""
-    return json.loads(json.dumps(value))
 
 
 R = TypeVar("R")

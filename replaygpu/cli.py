@@ -58,15 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--debug", action="store_true", help="show tracebacks of errors (and DEBUG logs)"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module_name in command_modules():
+    # the library's module, then `COMMAND_GROUP`'s by entry name, each once
+    added = sorted(entry_points(group=COMMAND_GROUP), key=lambda entry: entry.name)
+    for module_name in dict.fromkeys(["replaygpu.service.ops.commands", *(e.value for e in added)]):
         importlib.import_module(module_name).register(sub)
     return parser
-
-
-def command_modules() -> list[str]:
-    """Modules registering subcommands: the library's, then `COMMAND_GROUP`'s by name, once each."""
-    added = sorted(entry_points(group=COMMAND_GROUP), key=lambda entry: entry.name)
-    return list(dict.fromkeys(["replaygpu.service.ops.commands", *(e.value for e in added)]))
 
 
 def expected_errors() -> tuple[type[BaseException], ...]:

@@ -4,24 +4,25 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal, Optional
 
 import pytest
 
-from replaygpu.agents.configs import add_config_flags, config_from_args, helptext
+from replaygpu.agents.config_fields import option
+from replaygpu.agents.configs import add_config_flags, config_from_args
 
 
 @dataclass(frozen=True)
 class OptionalConfig:
-    max_grad_norm: float | None = field(default=None, metadata=helptext("clip norm"))
+    max_grad_norm: float | None = option(None, "clip norm")
     eval_every: int | None = 1000
     run_name: Optional[str] = None  # noqa: UP045 - the typing spelling must work too
 
 
 @dataclass(frozen=True)
 class LiteralConfig:
-    loss: Literal["huber", "mse"] = field(default="huber", metadata=helptext("TD loss"))
+    loss: Literal["huber", "mse"] = option("huber", "TD loss")
     n_step: Literal[1, 3, 5] = 1
     device: Literal["cpu", "gpu"] | None = None
 

@@ -22,13 +22,13 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-import grpc
 import gymnasium as gym
 import numpy as np
 
 import replaygpu as rg
 from replaygpu.errors import ReplayError
 from replaygpu.fields import HostSpec
+from replaygpu.service.actor.connection import OUTAGE_CODES
 from replaygpu.service.config import ClientConfig
 from replaygpu.service.wire.status import ServiceError, TLSError
 
@@ -46,10 +46,6 @@ from .experience import FrameExperience, RecurrentExperience
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-#: gRPC codes of a learner that is restarting: calls in flight are cancelled, then UNAVAILABLE
-_TRANSIENT = frozenset(
-    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED}
-)
 
 #: Seconds a stopped actor waits for its last acks before dropping them: short, so ``replaygpu
 #: actor`` stops within 5 s of Ctrl-C (a live learner acks within milliseconds).
@@ -370,7 +366,7 @@ def _retrying(call: Callable[[], T], config: ActorConfig, stopped: Callable[[], 
             return call()
         except ServiceError as err:
             # a learner going down cancels calls in flight; one that is down is UNAVAILABLE
-            transient = err.code in _TRANSIENT and not isinstance(err, TLSError)
+            transient = err.code in OUTAGE_CODES and not isinstance(err, TLSError)
             if transient and stopped():
                 return None
             if not transient or time.monotonic() + wait > deadline:

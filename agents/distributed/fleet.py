@@ -34,17 +34,14 @@ _QUEUE_SIZE = 10_000
 _STOP_S = 30.0
 
 
-def split_steps(steps: int, num_actors: int) -> list[int]:
-    """``steps`` split over the actors as evenly as possible (0: that actor is not needed)."""
-    return [steps // num_actors + (i < steps % num_actors) for i in range(num_actors)]
-
-
 def actor_configs(
     config: Any, settings: AgentSettings, steps: int, seed_offset: int = 0
 ) -> list[ActorConfig]:
     """A served run's actor configs: the learner's ``settings`` plus each one's index, id prefix
-    and share of ``steps``. With ``config.steps`` 0 every actor runs until stopped."""
-    shares = split_steps(steps, config.num_actors) if config.steps else [0] * config.num_actors
+    and share of ``steps``, split as evenly as possible (a share of 0: that actor is not
+    needed). With ``config.steps`` 0 every actor runs until stopped."""
+    n = config.num_actors
+    shares = [steps // n + (i < steps % n) if config.steps else 0 for i in range(n)]
     return [
         ActorConfig.from_settings(
             settings,
