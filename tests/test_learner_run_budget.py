@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 import replaygpu as rg
-from replaygpu.agents.distributed.actor import STREAM_FIELD
+from replaygpu.agents.distributed.experience import STREAM_FIELD
 from replaygpu.agents.distributed.learner import LearnerService
 from replaygpu.agents.distributed.learner_cli import LearnerReport, train_to_end
 from replaygpu.agents.dqn.config import ApexConfig

@@ -2,8 +2,8 @@
 
 `run_actor` makes one batched numpy policy call per vector step and uses only `rg.ReplayClient`'s
 public API. Actor ``i`` of ``N`` explores with ``eps_i = epsilon_base ** (1 + epsilon_alpha * i /
-(N - 1))`` (Ape-X). Kinds of actor differ only in their `Experience` (`make_experience`:
-`VectorExperience`, `experience.FrameExperience`, `experience.RecurrentExperience`).
+(N - 1))`` (Ape-X). Kinds of actor differ only in their `Experience` (`make_experience`: one
+of the kinds in `experience`).
 
 Config comes from the learner's ``Info`` (`ActorConfig.from_settings`). Episode returns
 (unclipped, the whole game) ride on the next request (``report_episode``); the actor stops,
@@ -32,16 +32,10 @@ from replaygpu.service.actor.connection import OUTAGE_CODES
 from replaygpu.service.config import ClientConfig
 from replaygpu.service.wire.status import ServiceError, TLSError
 
-from ..envs import make_vector_env
-from ..policies import (
-    batch_size_of,
-    epsilon_greedy_actions,
-    greedy_q_policy,
-    squashed_gaussian_policy,
-)
-from ..rollouts import EpisodeStats, Policy, TransitionChunk
+from ..policies import batch_size_of, epsilon_greedy_actions, squashed_gaussian_policy
+from ..rollouts import EpisodeStats, Policy
 from .actor_config import ActorConfig
-from .experience import FrameExperience, RecurrentExperience
+from .experience import FrameExperience, RecurrentExperience, VectorExperience
 
 logger = logging.getLogger(__name__)
 
@@ -50,9 +44,6 @@ T = TypeVar("T")
 #: Seconds a stopped actor waits for its last acks before dropping them: short, so ``replaygpu
 #: actor`` stops within 5 s of Ctrl-C (a live learner acks within milliseconds).
 STOP_FLUSH_S = 3.0
-
-#: Optional int64 table field: the env (stream) that produced each row.
-STREAM_FIELD = "stream"
 
 #: ``report(kind, actor_index, payload)``: "episode" with (env_steps, return, length), "sent"
 #: with (env_steps, env steps sent), or "done" with the actor's final stats dict.
@@ -86,58 +77,6 @@ class Experience(Protocol):
         """Send the rows that are ready (``final``: all); the env steps sent (0: none)."""
 
     def close(self) -> None: ...
-
-
-class VectorExperience:
-    """Vector transitions of ``num_envs`` envs (`make_vector_env`), ``send_interval`` vector
-    steps per ``add_batch``. A `STREAM_FIELD` gets a global env id (``actor_index * num_envs +
-    env``) and the batch goes env-major, so ``rg.NStep(..., stream_field="stream")`` computes
-    n-step returns across interleaved actors."""
-
-    def __init__(self, config: ActorConfig) -> None:
-        self.config, self.num_envs = config, config.num_envs
-        self.env = make_vector_env(config.env_id, config.num_envs, config.env_seed)
-        self.action_space = self.env.single_action_space
-        self.client_config = ClientConfig(retry_deadline_s=config.retry_deadline_s)
-
-    def greedy(self, weights: list[np.ndarray]) -> Policy:
-        return greedy_q_policy(weights)
-
-    def start(self, seed: int, spec: HostSpec) -> None:
-        self.obs, _ = self.env.reset(seed=seed)
-        self.chunk = TransitionChunk(spec, self.config.send_interval * self.num_envs)
-
-    def observation(self) -> Any:
-        return self.obs
-
-    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        next_obs, reward, terminated, truncated, info = self.env.step(actions)
-        self.chunk.add_step(self.obs, actions, reward, next_obs, terminated, truncated, info)
-        self.obs = next_obs
-        return reward, terminated | truncated
-
-    def send(self, client: rg.ReplayClient, final: bool = False) -> int:
-        rows = self.chunk.count
-        if not rows or (rows < self.chunk.size and not final):
-            return 0
-        client.add_batch(self._streams(self.chunk.take()))
-        return rows
-
-    def _streams(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Fill a `STREAM_FIELD`; rows env-major (chunk row ``r`` is env ``r % num_envs``)."""
-        if STREAM_FIELD not in batch:
-            return batch
-        n = self.num_envs
-        rows = len(batch[STREAM_FIELD])
-        env = np.arange(rows) % n
-        batch[STREAM_FIELD] = (self.config.actor_index * n + env).astype(batch[STREAM_FIELD].dtype)
-        if n == 1:
-            return batch
-        order = np.arange(rows).reshape(-1, n).T.ravel()
-        return {k: v[order] for k, v in batch.items()}
-
-    def close(self) -> None:
-        self.env.close()
 
 
 def make_experience(config: ActorConfig) -> Experience:

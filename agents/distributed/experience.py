@@ -1,5 +1,7 @@
-"""What makes an actor a frame actor (`FrameExperience`, the piece `actor.run_actor` takes): ALE
-games preprocessed to 84x84 grey frames, a numpy Nature CNN, whole episode segments per request.
+"""The kinds of actor, each an `Experience` that `actor.run_actor` takes: `VectorExperience`
+(transitions of vector envs), `RecurrentExperience` (R2D2's overlapping sequences) and
+`FrameExperience`: ALE games preprocessed to 84x84 grey frames, a numpy Nature CNN, whole
+episode segments per request.
 
 A frame table (`make_frame_table`) needs each episode's rows contiguous (row ``i + 1`` holds
 the frame after row ``i``), and actors' rows interleave per request (the server commits each
@@ -13,7 +15,8 @@ bootstraps from its ``next_obs``) and the next segment starts (``first=True``) a
 which pads the first k-1 stacks after the cut, for the actor as for the learner; the default
 1000-step cap touches 3 of 1000 stacks of long episodes only.
 
-The policy is the learner's Nature CNN (`policies.greedy_cnn_policy`). No TensorFlow import.
+A frame actor's policy is the learner's Nature CNN (`policies.greedy_cnn_policy`). No TensorFlow
+import.
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ from replaygpu.frames import frame_rows
 from replaygpu.service.config import ClientConfig
 
 from ..envs import make_atari_env, make_vector_env
-from ..policies import flat_features, greedy_cnn_policy, numpy_lstm_step
-from ..rollouts import Policy
+from ..policies import flat_features, greedy_cnn_policy, greedy_q_policy, numpy_lstm_step
+from ..rollouts import Policy, TransitionChunk
 from .actor_config import ActorConfig
 
 #: R2D2 table fields: the LSTM state before the step, and whether the row stores it (a
@@ -42,6 +45,8 @@ STATE_FIELD = "recurrent_state"
 STATE_STORED = "state_stored"
 #: bytes of one frame-table row: an 84x84 frame plus room for the small fields
 ROW_BYTES = 84 * 84 + 64
+#: Optional int64 table field: the env (stream) that produced each row.
+STREAM_FIELD = "stream"
 
 
 def segment_client_config(segment_steps: int, retry_deadline_s: float = 60.0) -> ClientConfig:
@@ -171,6 +176,58 @@ def send_segments(client: rg.ReplayClient, segments: Sequence[dict[str, np.ndarr
             rows += n
 
 
+class VectorExperience:
+    """Vector transitions of ``num_envs`` envs (`make_vector_env`), ``send_interval`` vector
+    steps per ``add_batch``. A `STREAM_FIELD` gets a global env id (``actor_index * num_envs +
+    env``) and the batch goes env-major, so ``rg.NStep(..., stream_field="stream")`` computes
+    n-step returns across interleaved actors."""
+
+    def __init__(self, config: ActorConfig) -> None:
+        self.config, self.num_envs = config, config.num_envs
+        self.env = make_vector_env(config.env_id, config.num_envs, config.env_seed)
+        self.action_space = self.env.single_action_space
+        self.client_config = ClientConfig(retry_deadline_s=config.retry_deadline_s)
+
+    def greedy(self, weights: list[np.ndarray]) -> Policy:
+        return greedy_q_policy(weights)
+
+    def start(self, seed: int, spec: HostSpec) -> None:
+        self.obs, _ = self.env.reset(seed=seed)
+        self.chunk = TransitionChunk(spec, self.config.send_interval * self.num_envs)
+
+    def observation(self) -> Any:
+        return self.obs
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        next_obs, reward, terminated, truncated, info = self.env.step(actions)
+        self.chunk.add_step(self.obs, actions, reward, next_obs, terminated, truncated, info)
+        self.obs = next_obs
+        return reward, terminated | truncated
+
+    def send(self, client: rg.ReplayClient, final: bool = False) -> int:
+        rows = self.chunk.count
+        if not rows or (rows < self.chunk.size and not final):
+            return 0
+        client.add_batch(self._streams(self.chunk.take()))
+        return rows
+
+    def _streams(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Fill a `STREAM_FIELD`; rows env-major (chunk row ``r`` is env ``r % num_envs``)."""
+        if STREAM_FIELD not in batch:
+            return batch
+        n = self.num_envs
+        rows = len(batch[STREAM_FIELD])
+        env = np.arange(rows) % n
+        batch[STREAM_FIELD] = (self.config.actor_index * n + env).astype(batch[STREAM_FIELD].dtype)
+        if n == 1:
+            return batch
+        order = np.arange(rows).reshape(-1, n).T.ravel()
+        return {k: v[order] for k, v in batch.items()}
+
+    def close(self) -> None:
+        self.env.close()
+
+
 class FrameExperience:
     """Frames of ``num_envs`` ALE games (`envs.make_atari_env`) as whole table episodes
     (`SegmentWriter`); the CNN acts on the writers' stacks. Rewards clipped to their sign
@@ -297,18 +354,16 @@ class SequenceWriter:
         return blocks
 
 
-class RecurrentExperience:
-    """Overlapping sequences (`SequenceWriter`) of ``num_envs`` same-step-autoreset envs, for R2D2.
+class RecurrentExperience(VectorExperience):
+    """Overlapping sequences (`SequenceWriter`) of ``num_envs`` same-step-autoreset envs, for R2D2:
+    `VectorExperience`'s envs, with the LSTM policy's state and rows of its own.
 
     Raises:
         ConfigError: an env id gymnasium does not know.
     """
 
     def __init__(self, config: ActorConfig) -> None:
-        self.config, self.num_envs = config, config.num_envs
-        self.env = make_vector_env(config.env_id, config.num_envs, config.env_seed)
-        self.action_space = self.env.single_action_space
-        self.client_config = ClientConfig(retry_deadline_s=config.retry_deadline_s)
+        super().__init__(config)
         self.writers = [
             SequenceWriter(config.sequence_length, config.sequence_period)
             for _ in range(config.num_envs)
@@ -340,9 +395,6 @@ class RecurrentExperience:
         self.state = np.zeros((self.num_envs, state.shape[0]), np.float32)
         self._next = None
 
-    def observation(self) -> Any:
-        return self.obs
-
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # the state moves on with every step, explored or greedy
         state = self._step_network()[1] if self.weights is not None else self.state
@@ -365,6 +417,3 @@ class RecurrentExperience:
         blocks = [b for writer in self.writers for b in writer.take()]
         send_segments(client, [{k: v.astype(self.dtypes[k]) for k, v in b.items()} for b in blocks])
         return ready
-
-    def close(self) -> None:
-        self.env.close()

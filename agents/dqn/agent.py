@@ -30,7 +30,7 @@ from replaygpu.targets import update_target
 
 from .. import runs
 from ..configs import next_chunk
-from ..distributed.actor import STREAM_FIELD
+from ..distributed.experience import STREAM_FIELD
 from ..distributed.learner import Table, VectorBuilder
 from ..envs import discrete_actions_env as check_env
 from ..envs import make_vector_env
