@@ -385,17 +385,15 @@ NODE_START_TIMEOUT = "timed out during startup"
 START_ATTEMPTS = 3
 
 
-def init_ray(ray: Any, address: str | None, attempts: int = START_ATTEMPTS, **kwargs: Any) -> int:
+def init_ray(ray: Any, address: str | None, **kwargs: Any) -> int:
     """``ray.init``, retried (after ``ray.shutdown()``) when Ray's node start-up times out,
-    ``attempts`` tries in all. Returns the try that started Ray (1: the first).
+    `START_ATTEMPTS` tries in all. Returns the try that started Ray (1: the first).
 
     Raises:
         ConfigError: every try timed out; the message says how to start Ray beforehand.
-        ValueError: ``attempts`` < 1.
         ConnectionError: and any other error of ``ray.init``, as raised.
     """
-    if attempts < 1:
-        raise ValueError(f"init_ray: attempts: got {attempts}, expected >= 1")
+    attempts = START_ATTEMPTS
     for attempt in range(1, attempts + 1):
         try:
             ray.init(address=address, **kwargs)
