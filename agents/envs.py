@@ -238,10 +238,16 @@ def discrete_actions_env(env_id: str) -> Any:
 
 
 def box_actions_env(env_id: str) -> Any:
-    """As `discrete_actions_env`, for SAC: bounded Box actions and Box observations."""
+    """As `discrete_actions_env`, for SAC: bounded Box actions and Box observations. MuJoCo's
+    envs (HalfCheetah-v5, ...) need ``replaygpu[mujoco]``."""
     import gymnasium as gym
 
-    env = gym.make(env_id)
+    try:
+        env = gym.make(env_id)
+    except gym.error.DependencyNotInstalled as err:
+        raise rg.ConfigError(
+            f"env {env_id}: {err}; for MuJoCo's envs: pip install 'replaygpu[mujoco]'"
+        ) from None
     space = env.action_space
     if not (isinstance(space, gym.spaces.Box) and space.is_bounded()):
         env.close()

@@ -202,6 +202,20 @@ DEMOS: dict[str, Demo] = {
         "MountainCar-v0", 120_000, 4e-3, 10_000, 1000, 0.98, 600, 32, 0.2, 0.07
     ),
     "pendulum": Demo("sac", "SAC on Pendulum-v1 (twin critics, auto entropy)"),
+    # rl-zoo3's SAC values for MuJoCo (SB3's defaults, learning_starts 10k; 1e6 steps there)
+    "halfcheetah": Demo(
+        "sac",
+        "SAC on HalfCheetah-v5 (rl-zoo3 hyperparameters, updates batched per 64 steps; "
+        "needs replaygpu[mujoco])",
+        dict(
+            env_id="HalfCheetah-v5",
+            steps=300_000,
+            learning_rate=3e-4,
+            buffer_size=1_000_000,
+            learning_starts=10_000,
+            eval_episodes=10,
+        ),
+    ),
     "breakout": Demo(
         "atari-dqn",
         "DQN with the Nature CNN on ALE/Breakout-v5 (needs replaygpu[atari]; a frame table)",

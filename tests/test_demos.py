@@ -53,6 +53,10 @@ DEMO_FLAGS = {
         "64",
         *SMALL,
     ],
+    "halfcheetah": [  # an episode is 1000 steps: the run ends one
+        *("--steps", "1000", "--learning-starts", "64", "--train-freq", "64"),
+        *("--gradient-steps", "8", "--batch-size", "64", "--buffer-size", "2000", *SMALL),
+    ],
     "breakout": [  # a game of random play lasts about 200-250 steps: 400 ends one
         "--steps",
         "400",
