@@ -58,6 +58,7 @@ def learner_parser(agent: str, env_id: str | None = None) -> argparse.ArgumentPa
         add_server_flags,
         add_server_security_flags,
         port_number,
+        seconds,
     )
 
     from ..configs import add_config_flags
@@ -84,7 +85,7 @@ def learner_parser(agent: str, env_id: str | None = None) -> argparse.ArgumentPa
     )
     parser.add_argument(
         "--metrics-wait-s",
-        type=_seconds,
+        type=seconds,
         default=60.0,
         help="once a run with --steps is finished and evaluated, keep --metrics-port up until "
         "a scrape read the final evaluation (replaygpu_eval_return), this many seconds at "
@@ -99,14 +100,14 @@ def learner_parser(agent: str, env_id: str | None = None) -> argparse.ArgumentPa
     )
     parser.add_argument(
         "--eval-every-s",
-        type=_seconds,
+        type=seconds,
         default=0.0,
         help="run a greedy evaluation of --eval-episodes episodes every this many seconds, "
         "beside training (default 0: only the one at the end of a run with --steps)",
     )
     parser.add_argument(
         "--summary-every-s",
-        type=_seconds,
+        type=seconds,
         default=SUMMARY_EVERY_S,
         help="write each TensorBoard tag at most every this many seconds, the mean of its "
         "values since (evaluations at once; default %(default)g; 0: every value, which for a "
@@ -186,17 +187,6 @@ def run(args: argparse.Namespace) -> int:
     if control.signal_name:
         logger.info("stopped by %s at SGD step %d", control.signal_name, service.sgd_steps)
     return 0
-
-
-def _seconds(text: str) -> float:
-    """A number of seconds >= 0 (argparse type)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0.0:  # also NaN
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected seconds >= 0 (0: off)")
-    return value
 
 
 def _wait_for_scrape(
@@ -412,8 +402,7 @@ class LearnerReport:
             returns = self._run_eval(max(1, self.service.config.eval_episodes))
         except Exception:  # an evaluation never stops training
             logger.exception("periodic evaluation at SGD step %d failed", sgd_step)
-            returns = None
-        if returns is not None:
+        else:
             self._eval_result = (returns, sgd_step, env_step)
 
     def _record_eval(self, returns: np.ndarray, sgd_step: int, env_step: int) -> None:

@@ -179,18 +179,23 @@ def server_tls(args: argparse.Namespace) -> TLSConfig | None:
 
 def positive_int(text: str) -> int:
     """An argparse type, checked as the flags are parsed, before any import."""
-    return _int_in(text, 1, math.inf, "an integer >= 1")
+    return _number_in(text, int, 1, math.inf, "an integer >= 1")
 
 
 def port_number(text: str) -> int:
-    return _int_in(text, 0, 65535, "a port number in 0..65535")
+    return _number_in(text, int, 0, 65535, "a port number in 0..65535")
 
 
-def _int_in(text: str, low: int, high: float, expected: str) -> int:
+def seconds(text: str) -> float:
+    """A number of seconds >= 0 (an argparse type, as `positive_int`)."""
+    return _number_in(text, float, 0.0, math.inf, "seconds >= 0 (0: off)")
+
+
+def _number_in(text: str, kind: type, low: float, high: float, expected: str) -> Any:
     try:
-        value = int(text)
+        value = kind(text)
     except ValueError:
-        value = low - 1
+        value = math.nan  # out of every range, as NaN itself is
     if not low <= value <= high:
         raise argparse.ArgumentTypeError(f"got {text!r}, expected {expected}")
     return value
