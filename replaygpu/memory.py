@@ -129,9 +129,7 @@ def available_bytes(device: str | None = None) -> int | None:
     except ValueError:  # the device's allocator keeps no statistics
         return None
     limit = info.get("limit") or (_gpu_limit(index) if kind == "GPU" else None)
-    if limit is None:
-        return None
-    return max(0, int(limit) - int(info.get("current", 0)))
+    return None if limit is None else max(0, int(limit) - int(info.get("current", 0)))
 
 
 def plan_capacity(

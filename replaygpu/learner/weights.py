@@ -106,8 +106,6 @@ class WeightStore:
         ahead of this store holds an earlier run's version (restart from an older checkpoint)
         and gets the latest, lower-numbered, snapshot."""
         latest = self._latest
-        if latest is None:
-            return None
-        if latest.version <= newer_than <= self._version:
+        if latest is None or latest.version <= newer_than <= self._version:
             return None
         return latest

@@ -287,9 +287,7 @@ class Ingest:
         """0 once the run is finished, None without a budget."""
         if self.run_finished:
             return 0
-        if self.row_limit is None:
-            return None
-        return self.row_limit - self.table.total_inserted
+        return None if self.row_limit is None else self.row_limit - self.table.total_inserted
 
     def _commit_run(self, run: list[StagedBatch], done: list[tuple[StagedBatch, bool]]) -> int:
         """One table write of distinct (actor, seq); on failure batch by batch, so a bad batch
