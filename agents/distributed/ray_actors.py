@@ -110,27 +110,27 @@ class RayActor:
         if kind != "done":  # (env_steps, ...)
             self.env_steps = int(payload[0])
 
-    def status(self) -> dict[str, Any]:
-        """This incarnation's `RayActorStatus` fields."""
-        return {
-            "index": self.config.actor_index,
-            "actor_id": self.actor_id,
-            "pid": os.getpid(),
-            "restarted": self.restarted,
-            "resumed_after_seq": self.resumed_after_seq,
-            "seed": self.config.seed,
-            "env_steps": self.env_steps,
-            "running": self._thread.is_alive(),
-            "result": self.result,
-            "error": self.error,
-        }
+    def status(self) -> RayActorStatus:
+        """This incarnation's status."""
+        return RayActorStatus(
+            index=self.config.actor_index,
+            actor_id=self.actor_id,
+            pid=os.getpid(),
+            restarted=self.restarted,
+            resumed_after_seq=self.resumed_after_seq,
+            seed=self.config.seed,
+            env_steps=self.env_steps,
+            running=self._thread.is_alive(),
+            result=self.result,
+            error=self.error,
+        )
 
     def wait(self, timeout: float | None) -> bool:
         """Wait up to ``timeout`` seconds for the loop to end; whether it ended."""
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
-    def stop(self, timeout: float) -> dict[str, Any]:
+    def stop(self, timeout: float) -> RayActorStatus:
         """Stop the loop (it flushes what it collected within `STOP_FLUSH_S`); the status."""
         self._stop.set()
         self._thread.join(timeout)
@@ -160,8 +160,7 @@ class RayActorFleet:
             ReplayError: an actor is dead for good (restarted ``max_restarts`` times already).
             TimeoutError: not every actor answered within ``timeout`` seconds.
         """
-        got = self._get([h.status.remote() for h in self._handles], timeout, "status")
-        return [RayActorStatus(**s) for s in got]
+        return self._get([h.status.remote() for h in self._handles], timeout, "status")
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait up to ``timeout`` seconds (None: no limit) for every actor's loop to end (each
@@ -204,11 +203,11 @@ class RayActorFleet:
                     problems.append(f"actor {i} ({self.actor_ids[i]}): {err}")
                     results.append({})
                     continue
-                if status["error"] is not None:
-                    problems.append(f"actor {i} ({self.actor_ids[i]}): {status['error']}")
-                elif status["running"]:
+                if status.error is not None:
+                    problems.append(f"actor {i} ({self.actor_ids[i]}): {status.error}")
+                elif status.running:
                     problems.append(f"actor {i} ({self.actor_ids[i]}) did not stop in {timeout} s")
-                results.append(status["result"] or {})
+                results.append(status.result or {})
         finally:
             for handle in self._handles:
                 self._ray.kill(handle, no_restart=True)
