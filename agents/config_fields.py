@@ -11,6 +11,7 @@ first: each group's ``__post_init__`` after those before it, a config's after al
 | group | fields |
 | --- | --- |
 | `Run` | env_id, seed, steps, eval_episodes (checked by each config: their rules differ) |
+| `BestOfEvaluations` | eval_every, periodic_eval_episodes, keep_best (DQN's and R2D2's loops) |
 | `LearningRate`, `DecayedLearningRate` | learning_rate; final_learning_rate |
 | `Replay`, `FrameReplay` | batch_size, buffer_size, learning_starts, gamma |
 | `TrainingCalls` | train_freq, gradient_steps (of a single-process loop) |
@@ -89,6 +90,31 @@ class Run(Group):
         "follow the new length)",
     )
     eval_episodes: int = option(20, "greedy evaluation episodes")
+
+
+@dataclass(frozen=True)
+class BestOfEvaluations(Group):
+    """Greedy evaluations while training, and the best one's weights handed back
+    (`runs.BestPolicy`)."""
+
+    eval_every: int = option(
+        5000,
+        "env steps between greedy evaluations while training (TensorBoard "
+        "eval/periodic_return); 0: none",
+    )
+    periodic_eval_episodes: int = option(
+        10, "episodes of each evaluation while training (same seeds)"
+    )
+    keep_best: bool = option(
+        True,
+        "hand back the weights of the best evaluation while training, the final weights "
+        "included (rl-zoo3's best model): the run's evaluation and replaygpu eval play "
+        "them; no: the final weights",
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self, ["eval_every"], lambda v: v >= 0, ">= 0 (0: no evaluation while training)")
 
 
 @dataclass(frozen=True)

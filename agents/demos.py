@@ -238,13 +238,16 @@ def run_eval(args: argparse.Namespace) -> int:
     env.close()
     tf.train.Checkpoint(agent=agent).read(latest).expect_partial().assert_existing_objects_matched()
     evaluated = FINAL_WEIGHTS
-    if hasattr(module, "evaluate_agent"):  # its own env wrappers (Atari preprocessing)
+    # the weights the run handed back (keep_best), else the final ones
+    kept = module.kept_policy(agent, latest) if hasattr(module, "kept_policy") else None
+    if kept is not None:
+        policy, evaluated = kept
+        reset = getattr(policy, "reset", None)  # a recurrent policy starts each episode afresh
+        returns = evaluate(policy, config.env_id, args.episodes, args.seed, on_reset=reset)
+    elif hasattr(module, "evaluate_agent"):  # its own env wrappers (Atari preprocessing)
         returns = module.evaluate_agent(config, agent, args.episodes, seed=args.seed)
     else:
-        policy = module.greedy_policy(agent)
-        if hasattr(module, "kept_policy"):  # the weights the run handed back (keep_best)
-            policy, evaluated = module.kept_policy(agent, latest) or (policy, evaluated)
-        returns = evaluate(policy, config.env_id, args.episodes, args.seed)
+        returns = evaluate(module.greedy_policy(agent), config.env_id, args.episodes, args.seed)
     # An ALE env in a reference cycle would outlive its finalizer at exit (`imports_frozen`) and
     # ale_py would print ~25 "nanobind: leaked" lines: collect the run's objects now.
     del env, agent

@@ -14,10 +14,9 @@ import tensorflow as tf
 
 import replaygpu as rg
 from replaygpu.agents.dqn import agent as dqn
-from replaygpu.agents.dqn.agent import PERIODIC_EVAL_SEED, BestPolicy, evaluation_due
 from replaygpu.agents.progress import NullRecorder
 from replaygpu.agents.rollouts import evaluate
-from replaygpu.agents.runs import RunControl
+from replaygpu.agents.runs import PERIODIC_EVAL_SEED, BestPolicy, RunControl, evaluation_due
 
 SMALL = dict(
     steps=3_000,

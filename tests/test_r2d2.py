@@ -4,6 +4,7 @@ solves, and ``replaygpu demo r2d2-cartpole`` end to end."""
 
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 
@@ -233,9 +234,10 @@ def test_a_recurrent_agent_learns_a_cue_recall_task_a_feed_forward_one_cannot():
     assert dqn.train(feed_forward).eval_returns.mean() < 0.6
 
 
-def test_demo_r2d2_cartpole_runs_end_to_end(tmp_path):
+def test_demo_r2d2_cartpole_runs_end_to_end_and_hands_back_its_best_weights(tmp_path):
     run_dir = tmp_path / "run"
     flags = ["--steps", "400", "--learning-starts", "200", "--train-freq", "100"]
+    flags += ["--eval-every", "100", "--periodic-eval-episodes", "2"]  # at 200, 300, 400
     flags += ["--gradient-steps", "2", "--lstm-units", "8", "--torso-size", "8"]
     flags += ["--sequence-length", "6", "--burn-in", "2", "--period", "2", "--eval-episodes", "1"]
     cmd = [sys.executable, "-m", "replaygpu.cli", "demo", "r2d2-cartpole", "--seed", "3"]
@@ -244,6 +246,8 @@ def test_demo_r2d2_cartpole_runs_end_to_end(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "greedy evaluation over 1 episodes: mean return" in proc.stdout
+    kept = re.search(r"the weights of env step (\d+), the best of 3 greedy evaluation", proc.stdout)
+    assert kept and int(kept.group(1)) in (200, 300, 400), proc.stdout
     assert (run_dir / "learning_curve.png").exists()
     assert any(f.startswith("events.out.tfevents") for f in os.listdir(run_dir))
     eval_proc = subprocess.run(
@@ -254,6 +258,7 @@ def test_demo_r2d2_cartpole_runs_end_to_end(tmp_path):
     )
     assert eval_proc.returncode == 0, eval_proc.stderr[-3000:]
     assert f"greedy evaluation on {CARTPOLE_NO_VELOCITY} over 2 episodes" in eval_proc.stdout
+    assert f"the weights of env step {kept.group(1)}, the best of 3" in eval_proc.stdout
 
 
 def test_cartpole_no_velocity_shows_the_position_and_angle_of_cartpole_only():

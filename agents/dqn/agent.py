@@ -14,8 +14,7 @@ with the acting weights and keeps the best (``keep_best``, `BestPolicy`).
 from __future__ import annotations
 
 import functools
-import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -38,7 +37,7 @@ from ..networks import MLP, Adam, Schedule
 from ..policies import epsilon_greedy_actions, greedy_q_policy
 from ..progress import FINAL_WEIGHTS, PERIODIC_EVAL, NullRecorder, Recorder, TrainResult, TrainTimer
 from ..rollouts import ChunkCollector, evaluate
-from ..runs import RunControl, TrainingJobs
+from ..runs import PERIODIC_EVAL_SEED, BestPolicy, RunControl, TrainingJobs, evaluation_due
 from .config import ApexConfig, DQNConfig
 
 
@@ -328,65 +327,6 @@ def train(
         recorder,
         evaluated,
     )
-
-
-logger = logging.getLogger(__name__)
-
-#: periodic evaluations' first seed above the run's; the final one uses ``seed + 10_000 + i``,
-#: so its episodes are not those the weights were picked on
-PERIODIC_EVAL_SEED = 30_000
-
-
-def evaluation_due(every: int, before: int, after: int) -> bool:
-    """Whether a multiple of ``every`` (0: never) falls in the env steps ``(before, after]``."""
-    return every > 0 and after // every > before // every
-
-
-class BestPolicy(tf.Module):
-    """The best greedy evaluation's weights (shaped as ``like``), mean return and env step."""
-
-    def __init__(self, like: Sequence[np.ndarray]) -> None:
-        super().__init__(name="best_policy")
-        with tf.device("CPU:0"):  # a host copy: read only to act, written only on a new best
-            self.weights = [
-                tf.Variable(np.zeros(w.shape, w.dtype), trainable=False, name=f"w{i}")
-                for i, w in enumerate(like)
-            ]
-            self.mean_return = tf.Variable(-np.inf, dtype=tf.float64, trainable=False)
-            self.env_step = tf.Variable(-1, dtype=tf.int64, trainable=False)
-            self.evaluations = tf.Variable(0, dtype=tf.int64, trainable=False)
-
-    @property
-    def found(self) -> bool:
-        """Whether any evaluation was considered."""
-        return int(self.env_step.numpy()) >= 0
-
-    def consider(self, env_step: int, returns: np.ndarray, weights: Sequence[np.ndarray]) -> bool:
-        """Keep ``weights`` if their ``returns`` have the best mean so far (ties: later wins)."""
-        mean = float(np.mean(returns))
-        self.evaluations.assign_add(1)
-        if mean < float(self.mean_return.numpy()):
-            return False
-        for variable, value in zip(self.weights, weights, strict=True):
-            variable.assign(value)
-        self.mean_return.assign(mean)
-        self.env_step.assign(env_step)
-        logger.debug("best policy: env step %d, mean return %.1f", env_step, mean)
-        return True
-
-    def numpy_weights(self) -> list[np.ndarray]:
-        return [v.numpy() for v in self.weights]
-
-    def describe(self) -> str:
-        """Where the kept weights come from, for the run's report."""
-        step, count = int(self.env_step.numpy()), int(self.evaluations.numpy())
-        mean = float(self.mean_return.numpy())
-        if count == 1:
-            return f"the weights of env step {step}, its one greedy evaluation (mean {mean:.1f})"
-        return (
-            f"the weights of env step {step}, the best of {count} greedy evaluations during "
-            f"training (mean return {mean:.1f} there)"
-        )
 
 
 class VectorDQN(VectorBuilder):

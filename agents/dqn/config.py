@@ -16,6 +16,7 @@ from ..config_fields import (
     ActorEnvs,
     ApeX,
     AtariGame,
+    BestOfEvaluations,
     ClippedGradients,
     DataParallel,
     DecayedLearningRate,
@@ -47,6 +48,7 @@ from ..envs import atari_env, discrete_actions_env
 
 @dataclass(frozen=True)
 class DQNConfig(
+    BestOfEvaluations,
     Device,
     VectorEnvs,
     ClippedGradients,
@@ -60,7 +62,7 @@ class DQNConfig(
     """DQN hyperparameters; the defaults are rl-zoo3's tuned values for CartPole-v1, with its
     algorithm (SB3's DQN: not double DQN) and its constant learning rate (``--final-learning-rate``
     decays it, `DecayedLearningRate`). The run hands back the weights of its best greedy
-    evaluation while training (``keep_best``, `dqn.BestPolicy`)."""
+    evaluation while training (``keep_best``, `runs.BestPolicy`)."""
 
     #: makes the env and checks it has the actions its agent takes (the CLI, before TensorFlow)
     ENV_CHECK: ClassVar[Callable[[str], Any]] = discrete_actions_env
@@ -72,20 +74,6 @@ class DQNConfig(
         "after training calls, so an interval below train_freq syncs after every call",
     )
     double_q: bool = option(False, "double DQN targets (rl-zoo3's SB3 DQN: no)")
-    eval_every: int = option(
-        5000,
-        "env steps between greedy evaluations while training (TensorBoard "
-        "eval/periodic_return); 0: none",
-    )
-    periodic_eval_episodes: int = option(
-        10, "episodes of each evaluation while training (same seeds)"
-    )
-    keep_best: bool = option(
-        True,
-        "hand back the weights of the best evaluation while training, the final weights "
-        "included (rl-zoo3's best model): the run's evaluation and replaygpu eval play "
-        "them; no: the final weights",
-    )
     overlap_training: bool = option(
         True,
         "run each training call on a background thread while the next chunk is acted, "
@@ -103,7 +91,6 @@ class DQNConfig(
     def __post_init__(self) -> None:
         super().__post_init__()
         require_vector_loop(self, "target_update_interval", "periodic_eval_episodes")
-        require(self, ["eval_every"], lambda v: v >= 0, ">= 0 (0: no evaluation while training)")
         self.require_fraction_in_unit_interval()
 
     @property

@@ -37,9 +37,24 @@ from ..dqn.agent import fused_learner, obs_size
 from ..envs import discrete_actions_env as check_env
 from ..networks import Adam, LSTMQNetwork
 from ..policies import RecurrentQPolicy
-from ..progress import NullRecorder, Recorder, TrainResult, TrainTimer
+from ..progress import (
+    FINAL_WEIGHTS,
+    PERIODIC_EVAL,
+    NullRecorder,
+    Recorder,
+    TrainResult,
+    TrainTimer,
+)
 from ..rollouts import EpisodeStats, evaluate
-from ..runs import RunControl, checkpoint_when_due, resume, stopped_early
+from ..runs import (
+    PERIODIC_EVAL_SEED,
+    BestPolicy,
+    RunControl,
+    checkpoint_when_due,
+    evaluation_due,
+    resume,
+    stopped_early,
+)
 from .config import R2D2Config, R2D2LearnerConfig
 
 logger = logging.getLogger(__name__)
@@ -245,18 +260,37 @@ def sequence_sampler(
     return rg.Sampler(table, distribution, view, seed=config.seed)
 
 
-def evaluate_agent(config: R2D2Config, agent: R2D2, episodes: int, seed: int) -> np.ndarray:
-    """Greedy returns of ``episodes`` episodes (seeds ``seed + i``), state reset at each start."""
+def evaluate_weights(
+    config: R2D2Config, weights: list[np.ndarray], episodes: int, seed: int
+) -> np.ndarray:
+    """Greedy returns of the network ``weights`` (`R2D2.acting_weights`) over ``episodes``
+    episodes (seeds ``seed + i``), the state reset at each start."""
     env = gym.make(config.env_id)
-    policy = RecurrentQPolicy(agent.acting_weights(), int(env.action_space.n))
+    policy = RecurrentQPolicy(weights, int(env.action_space.n))
     env.close()
     return evaluate(policy, config.env_id, episodes, seed, on_reset=policy.reset)
+
+
+def evaluate_agent(config: R2D2Config, agent: R2D2, episodes: int, seed: int) -> np.ndarray:
+    """`evaluate_weights` of the agent's online network."""
+    return evaluate_weights(config, agent.acting_weights(), episodes, seed)
+
+
+def kept_policy(agent: R2D2, checkpoint: str) -> tuple[RecurrentQPolicy, str] | None:
+    """The greedy recurrent policy of the ``keep_best`` weights in ``checkpoint`` and what they
+    are, or None (as `dqn.agent.kept_policy`)."""
+    best = BestPolicy(agent.acting_weights())
+    tf.train.Checkpoint(best_policy=best).read(checkpoint).expect_partial()
+    if not best.found:
+        return None
+    return RecurrentQPolicy(best.numpy_weights(), agent.num_actions), best.describe()
 
 
 def train(
     config: R2D2Config, recorder: Recorder | None = None, run: RunControl | None = None
 ) -> TrainResult:
-    """Train R2D2 on ``config.env_id`` with one env, then evaluate the greedy policy. Every
+    """Train R2D2 on ``config.env_id`` with one env, then evaluate the weights it hands back
+    (with ``keep_best`` the best of the periodic and final evaluations, else the final). Every
     ``train_freq`` env steps: one table append, ``gradient_steps`` SGD steps in one `Learner.train`
     call. ``run``: see `runs.RunControl`. Raises ConfigError unless the actions are Discrete."""
     recorder = recorder or NullRecorder()
@@ -268,8 +302,10 @@ def train(
         agent = make_agent(config, env)
     sampler = make_sampler(config, table, agent)
     learner = fused_learner(table, sampler, agent, config)
+    best = BestPolicy(agent.acting_weights()) if config.keep_best else None  # handed back
+    kept = {} if best is None else {"best_policy": best}
     rng, loop, env_steps, _ = resume(
-        run, config.seed, learner, table=table, sampler=sampler, agent=agent
+        run, config.seed, learner, table=table, sampler=sampler, agent=agent, **kept
     )
     host = host_spec(spec)
     columns = {k: np.zeros((config.train_freq, *f.shape), f.numpy_dtype) for k, f in host.items()}
@@ -303,15 +339,34 @@ def train(
             metrics["charts/epsilon"] = config.epsilon(env_steps)
             recorder.metrics(env_steps, metrics)
         recorder.progress(env_steps, sgd_steps, stats.recent_mean)
-        if checkpoint_when_due(run, loop, env_steps, 0, rng, final=env_steps >= config.steps):
+        final = env_steps >= config.steps
+        trained = env_steps >= config.learning_starts
+        if trained and (
+            evaluation_due(config.eval_every, env_steps - config.train_freq, env_steps)
+            or (final and best is not None)
+        ):
+            returns = evaluate_weights(
+                config,
+                actor.weights,
+                config.periodic_eval_episodes,
+                config.seed + PERIODIC_EVAL_SEED,
+            )
+            recorder.metrics(env_steps, {PERIODIC_EVAL: float(returns.mean())})
+            if best is not None:
+                best.consider(env_steps, returns, actor.weights)
+        if checkpoint_when_due(run, loop, env_steps, 0, rng, final=final):
             break
     env.close()
+    weights, evaluated = actor.weights, FINAL_WEIGHTS
+    if best is not None and best.found:
+        weights, evaluated = best.numpy_weights(), best.describe()
     return timer.finish(
         stopped_early(run, env_steps, config.steps),
-        lambda: evaluate_agent(config, agent, config.eval_episodes, seed=config.seed + 10_000),
+        lambda: evaluate_weights(config, weights, config.eval_episodes, seed=config.seed + 10_000),
         env_steps,
         sgd_steps,
         recorder,
+        evaluated,
     )
 
 

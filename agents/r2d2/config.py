@@ -16,6 +16,7 @@ import replaygpu as rg
 
 from ..config_fields import (
     ActorEnvs,
+    BestOfEvaluations,
     ClippedGradients,
     Device,
     LearningRate,
@@ -34,6 +35,7 @@ from ..envs import CARTPOLE_NO_VELOCITY, discrete_actions_env
 
 @dataclass(frozen=True)
 class R2D2Config(
+    BestOfEvaluations,
     Device,
     defaults(LinearEpsilon, exploration_fraction=0.3),
     ClippedGradients,
@@ -44,7 +46,9 @@ class R2D2Config(
 ):
     """Recurrent replay DQN (Kapturowski et al. 2019) at CartPole scale: an LSTM Q-network on
     prioritized, overlapping sequences with a stored state and a burn-in, n-step double Q with
-    value rescaling, priorities eta * max + (1 - eta) * mean of |TD| over each sequence."""
+    value rescaling, priorities eta * max + (1 - eta) * mean of |TD| over each sequence. The run
+    hands back the weights of its best greedy evaluation while training (``keep_best``), as
+    DQN's does."""
 
     #: makes the env and checks it has the actions its agent takes (the CLI, before TensorFlow)
     ENV_CHECK: ClassVar[Callable[[str], Any]] = discrete_actions_env
