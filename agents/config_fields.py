@@ -38,7 +38,6 @@ from .configs import (
     require_positive,
     require_positive_ints,
     require_unit_interval,
-    require_widths,
 )
 
 if TYPE_CHECKING:
@@ -222,7 +221,7 @@ class Mlp(Group):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require_widths(self)
+        require(self, ["hidden_sizes"], lambda v: v and min(v) >= 1, "positive widths like 256,256")
 
 
 @dataclass(frozen=True)

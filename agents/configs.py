@@ -46,11 +46,6 @@ def require_positive(config: Any, *names: str) -> None:
     require(config, names, lambda v: v > 0, "> 0")
 
 
-def require_widths(config: Any, name: str = "hidden_sizes") -> None:
-    """The named tuple of layer widths is non-empty and positive."""
-    require(config, [name], lambda v: bool(v) and min(v) >= 1, "positive widths like 256,256")
-
-
 def require_env_actions(config: Any) -> None:
     """Known env id, ``ENV_CHECK`` accepts its env; ALE: `envs.atari_env`, run before any folder."""
     from .envs import require_env_id
