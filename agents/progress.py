@@ -358,7 +358,8 @@ def save_wall_clock_curves(
     window: int = 10,
 ) -> str:
     """Plot learning curves over wall-clock time, one colour per label: for each seed's
-    ``(seconds, returns)`` of its training episodes, the moving average of ``window`` episodes;
+    ``(seconds, returns)`` of its training episodes, the moving average of ``window`` episodes
+    (of a fifth of them where a seed has fewer than ``5 * window``: MuJoCo's 1000-step episodes);
     the median over seeds as a line, their range shaded. A PNG at ``path``."""
     import matplotlib
 
@@ -369,7 +370,7 @@ def save_wall_clock_curves(
     for label, runs in curves.items():
         smooth = []
         for seconds, returns in runs:
-            w = min(window, len(returns))
+            w = max(1, min(window, len(returns) // 5))
             smooth.append((seconds[w - 1 :], np.convolve(returns, np.ones(w) / w, "valid")))
         end = min(t[-1] for t, _ in smooth)  # where every seed still has episodes
         grid = np.linspace(max(t[0] for t, _ in smooth), end, 200)
@@ -377,7 +378,7 @@ def save_wall_clock_curves(
         (line,) = ax.plot(grid, np.median(ys, axis=0), label=f"{label} ({len(runs)} seeds)")
         ax.fill_between(grid, ys.min(axis=0), ys.max(axis=0), color=line.get_color(), alpha=0.2)
     ax.set_xlabel("wall-clock seconds from the process's start")
-    ax.set_ylabel(f"training episode return (mean of {window})")
+    ax.set_ylabel(f"training episode return (moving mean, up to {window})")
     ax.set_title(title)
     ax.legend(loc="best")
     fig.tight_layout()

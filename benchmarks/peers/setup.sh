@@ -15,6 +15,7 @@ peers_pins=(
   "torch==2.13.0"
   "stable-baselines3==2.9.2"
   "gymnasium==1.4.0"
+  "mujoco==4.0.0"                      # sb3_sac.py (MuJoCo envs: the [mujoco] extra resolved to it)
   "cpprb==11.0.0"
   "numpy==2.4.6"
   "ale-py==0.12.1"                     # breakout_sb3.py (the versions replaygpu's atari extra
