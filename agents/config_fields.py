@@ -114,6 +114,7 @@ class BestOfEvaluations(Group):
     def __post_init__(self) -> None:
         super().__post_init__()
         require(self, ["eval_every"], lambda v: v >= 0, ">= 0 (0: no evaluation while training)")
+        require_positive_ints(self, "periodic_eval_episodes")
 
 
 @dataclass(frozen=True)

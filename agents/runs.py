@@ -105,6 +105,12 @@ class BestPolicy(tf.Module):
         logger.debug("best policy: env step %d, mean return %.1f", env_step, mean)
         return True
 
+    def forget(self) -> None:
+        """Found nothing yet (a resumed run without ``keep_best`` hands back no earlier best)."""
+        self.mean_return.assign(-np.inf)
+        self.env_step.assign(-1)
+        self.evaluations.assign(0)
+
     def numpy_weights(self) -> list[np.ndarray]:
         return [v.numpy() for v in self.weights]
 

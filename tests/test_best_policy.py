@@ -15,6 +15,7 @@ import tensorflow as tf
 import replaygpu as rg
 from replaygpu.agents.dqn import agent as dqn
 from replaygpu.agents.progress import NullRecorder
+from replaygpu.agents.r2d2.config import R2D2Config
 from replaygpu.agents.rollouts import evaluate
 from replaygpu.agents.runs import PERIODIC_EVAL_SEED, BestPolicy, RunControl, evaluation_due
 
@@ -158,6 +159,7 @@ def test_without_keep_best_the_final_weights_are_handed_back(tmp_path):
         ({"periodic_eval_episodes": 0}, "periodic_eval_episodes: got 0, expected >= 1"),
     ],
 )
-def test_bad_evaluation_settings_are_refused(flag, message):
+@pytest.mark.parametrize("config_class", [dqn.DQNConfig, R2D2Config])
+def test_bad_evaluation_settings_are_refused(flag, message, config_class):
     with pytest.raises(rg.ConfigError, match=message):
-        dqn.DQNConfig(**flag)
+        config_class(**flag)

@@ -16,6 +16,7 @@ import tensorflow as tf
 import replaygpu as rg
 from replaygpu.agents.dqn import agent as dqn
 from replaygpu.agents.envs import CARTPOLE_NO_VELOCITY
+from replaygpu.agents.networks import LSTMQNetwork
 from replaygpu.agents.r2d2 import agent as r2d2
 from replaygpu.agents.r2d2.config import R2D2Config
 from replaygpu.keys import IMPORTANCE_WEIGHTS, MASK
@@ -234,31 +235,48 @@ def test_a_recurrent_agent_learns_a_cue_recall_task_a_feed_forward_one_cannot():
     assert dqn.train(feed_forward).eval_returns.mean() < 0.6
 
 
-def test_demo_r2d2_cartpole_runs_end_to_end_and_hands_back_its_best_weights(tmp_path):
-    run_dir = tmp_path / "run"
-    flags = ["--steps", "400", "--learning-starts", "200", "--train-freq", "100"]
-    flags += ["--eval-every", "100", "--periodic-eval-episodes", "2"]  # at 200, 300, 400
-    flags += ["--gradient-steps", "2", "--lstm-units", "8", "--torso-size", "8"]
-    flags += ["--sequence-length", "6", "--burn-in", "2", "--period", "2", "--eval-episodes", "1"]
-    cmd = [sys.executable, "-m", "replaygpu.cli", "demo", "r2d2-cartpole", "--seed", "3"]
+def _run(*args, timeout=300):
     proc = subprocess.run(
-        [*cmd, "--run-dir", str(run_dir), *flags], capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "greedy evaluation over 1 episodes: mean return" in proc.stdout
-    kept = re.search(r"the weights of env step (\d+), the best of 3 greedy evaluation", proc.stdout)
-    assert kept and int(kept.group(1)) in (200, 300, 400), proc.stdout
-    assert (run_dir / "learning_curve.png").exists()
-    assert any(f.startswith("events.out.tfevents") for f in os.listdir(run_dir))
-    eval_proc = subprocess.run(
-        [sys.executable, "-m", "replaygpu.cli", "eval", str(run_dir), "--episodes", "2"],
+        [sys.executable, "-m", "replaygpu.cli", *args],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
     )
-    assert eval_proc.returncode == 0, eval_proc.stderr[-3000:]
-    assert f"greedy evaluation on {CARTPOLE_NO_VELOCITY} over 2 episodes" in eval_proc.stdout
-    assert f"the weights of env step {kept.group(1)}, the best of 3" in eval_proc.stdout
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+SMALL_DEMO = [
+    *("--steps", "400", "--learning-starts", "200", "--train-freq", "100"),
+    *("--eval-every", "100", "--periodic-eval-episodes", "2"),  # at 100, 200, 300, 400
+    *("--gradient-steps", "2", "--lstm-units", "8", "--torso-size", "8"),
+    *("--sequence-length", "6", "--burn-in", "2", "--period", "2", "--eval-episodes", "1"),
+]
+MEAN = re.compile(r"over 1 episodes: mean return ([-\d.]+)")
+
+
+def test_demo_r2d2_cartpole_runs_end_to_end_and_hands_back_its_best_weights(tmp_path):
+    run_dir = tmp_path / "run"
+    out = _run("demo", "r2d2-cartpole", "--seed", "3", "--run-dir", str(run_dir), *SMALL_DEMO)
+    assert "greedy evaluation over 1 episodes: mean return" in out
+    kept = re.search(r"the weights of env step (\d+), the best of 4 greedy evaluation", out)
+    assert kept and int(kept.group(1)) in (100, 200, 300, 400), out
+    assert (run_dir / "learning_curve.png").exists()
+    assert any(f.startswith("events.out.tfevents") for f in os.listdir(run_dir))
+    replayed = _run("eval", str(run_dir), "--episodes", "2")
+    assert f"greedy evaluation on {CARTPOLE_NO_VELOCITY} over 2 episodes" in replayed
+    assert f"the weights of env step {kept.group(1)}, the best of 4" in replayed
+    # the run's own evaluation (episode seed 3 + 10000) played the kept weights
+    again = _run("eval", str(run_dir), "--episodes", "1", "--seed", "10003")
+    assert MEAN.search(again).group(1) == MEAN.search(out).group(1)
+
+
+def test_without_keep_best_r2d2_hands_back_its_final_weights(tmp_path):
+    run_dir = tmp_path / "run"
+    flags = ["--run-dir", str(run_dir), "--no-keep-best", *SMALL_DEMO]
+    out = _run("demo", "r2d2-cartpole", "--seed", "3", *flags)
+    assert "of the final weights" in out and "best of" not in out, out
+    assert "of the final weights" in _run("eval", str(run_dir), "--episodes", "1")
 
 
 def test_cartpole_no_velocity_shows_the_position_and_angle_of_cartpole_only():
@@ -277,3 +295,31 @@ def test_cartpole_no_velocity_shows_the_position_and_angle_of_cartpole_only():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "(2,)"
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_the_loop_over_time_unrolls_as_the_static_unroll_does(masked):
+    """`LSTMQNetwork(loop=True)` (XLA's path) gives the static unroll's Q-values, final state
+    and gradients; masked steps (padding at both ends) carry the state over in both."""
+    nets = [LSTMQNetwork(3, 2, torso=5, units=4, seed=0, loop=loop) for loop in (True, False)]
+    obs = tf.random.stateless_normal([2, 7, 3], seed=[1, 2])
+    state = tf.random.stateless_normal([2, 8], seed=[3, 4])
+    mask = tf.constant([[0, 0, 1, 1, 1, 1, 0], [1] * 7], tf.float32) if masked else None
+
+    def outputs(net, xla):
+        @tf.function(jit_compile=xla, autograph=False)
+        def run():
+            with tf.GradientTape() as tape:
+                q, final = net.unroll(obs, state, mask)
+                total = tf.reduce_sum(q * q) + tf.reduce_sum(final)
+            return [q, final, *tape.gradient(total, net.weights)]
+
+        return [t.numpy() for t in run()]
+
+    static = outputs(nets[1], xla=False)
+    for xla in (False, True):
+        for got, want in zip(outputs(nets[0], xla), static, strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    if masked:  # the first window's last step is padding: its final state is step 5's
+        _, final = nets[1].unroll(obs[:1, :6], state[:1], mask[:1, :6])
+        np.testing.assert_allclose(static[1][:1], final.numpy(), rtol=1e-6)

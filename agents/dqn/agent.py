@@ -230,11 +230,13 @@ def train(
         agent = DQN(obs_dim, num_actions, config, config.learning_rate_schedule)
     sampler = rg.Sampler(table, seed=config.seed)
     learner = fused_learner(table, sampler, agent, config)
-    best = BestPolicy(agent.q.numpy_weights()) if config.keep_best else None  # handed back
-    kept = {} if best is None else {"best_policy": best}
+    # in every checkpoint, whatever keep_best says, so a resumed run may change it
+    best = BestPolicy(agent.q.numpy_weights())
     rng, loop, env_steps, last_sync = runs.resume(
-        run, config.seed, learner, table=table, sampler=sampler, agent=agent, **kept
+        run, config.seed, learner, table=table, sampler=sampler, agent=agent, best_policy=best
     )
+    if not config.keep_best:
+        best.forget()
     acting = ChunkCollector(
         env, host_spec(spec), config.train_freq, recorder.episode, config.seed, env_steps
     )
@@ -278,7 +280,7 @@ def train(
             config.seed + PERIODIC_EVAL_SEED,
         )
         recorder.metrics(acted_since, {PERIODIC_EVAL: float(returns.mean())})
-        if best is not None:
+        if config.keep_best:
             best.consider(acted_since, returns, act_weights)
 
     timer = TrainTimer(env_steps)
@@ -305,7 +307,7 @@ def train(
             if final:
                 finish_all()  # the final weights are evaluated too
             if evaluation_due(config.eval_every, env_steps - size, env_steps) or (
-                final and best is not None
+                final and config.keep_best
             ):
                 evaluate_while_training()
             if runs.checkpoint_when_due(
@@ -317,7 +319,7 @@ def train(
         jobs.close()
     acting.close()
     evaluated = FINAL_WEIGHTS
-    if best is not None and best.found:
+    if best.found:
         act_greedy, evaluated = greedy_q_policy(best.numpy_weights()), best.describe()
     return timer.finish(
         runs.stopped_early(run, env_steps, config.steps),

@@ -90,7 +90,7 @@ class DQNConfig(
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require_vector_loop(self, "target_update_interval", "periodic_eval_episodes")
+        require_vector_loop(self, "target_update_interval")
         self.require_fraction_in_unit_interval()
 
     @property

@@ -55,7 +55,7 @@ from ..runs import (
     resume,
     stopped_early,
 )
-from .config import R2D2Config, R2D2LearnerConfig
+from .config import R2D2Config, R2D2LearnerConfig, R2D2Settings
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ def mixed_priorities(abs_td: tf.Tensor, has: tf.Tensor, eta: float) -> tf.Tensor
 class R2D2(tf.Module):
     """Online, target `LSTMQNetwork` (``obs_dim``: flat obs size), Adam, fused sequence update."""
 
-    def __init__(self, obs_dim: int, num_actions: int, config: R2D2Config) -> None:
+    def __init__(self, obs_dim: int, num_actions: int, config: R2D2Settings) -> None:
         super().__init__(name="r2d2")
         self.config = config
         self.num_actions = int(num_actions)
@@ -208,12 +208,12 @@ class R2D2(tf.Module):
         return [w.numpy() for w in self._read()]
 
 
-def make_agent(config: R2D2Config, env: gym.Env) -> R2D2:
+def make_agent(config: R2D2Settings, env: gym.Env) -> R2D2:
     """The agent for ``env`` (its networks; what ``replaygpu eval`` restores)."""
     return R2D2(obs_size(env.observation_space), int(env.action_space.n), config)
 
 
-def table_spec(config: R2D2Config, env: gym.Env) -> dict[str, tf.TensorSpec]:
+def table_spec(config: R2D2Settings, env: gym.Env) -> dict[str, tf.TensorSpec]:
     """One row: obs, action, reward, terminated, truncated, the state before the step
     (``[2 * lstm_units]``) and whether it is stored there."""
     spec = specs_from_env(env)
@@ -223,7 +223,7 @@ def table_spec(config: R2D2Config, env: gym.Env) -> dict[str, tf.TensorSpec]:
     return spec
 
 
-def make_sampler(config: R2D2Config, table: Table, agent: R2D2) -> rg.Sampler:
+def make_sampler(config: R2D2Settings, table: Table, agent: R2D2) -> rg.Sampler:
     """Prioritized ``[B, burn_in + T]`` windows with the stored state at their start.
 
     Raises:
@@ -243,7 +243,7 @@ def make_sampler(config: R2D2Config, table: Table, agent: R2D2) -> rg.Sampler:
 
 
 def sequence_sampler(
-    config: R2D2Config, table: Table, start_field: str | None = None
+    config: R2D2Settings, table: Table, start_field: str | None = None
 ) -> rg.Sampler:
     """`make_sampler`'s sampler, unchecked against a network; ``start_field``: a bool field where
     windows must stop (`experience.RecurrentExperience` marks each sequence's first row), None:
@@ -261,7 +261,7 @@ def sequence_sampler(
 
 
 def evaluate_weights(
-    config: R2D2Config, weights: list[np.ndarray], episodes: int, seed: int
+    config: R2D2Settings, weights: list[np.ndarray], episodes: int, seed: int
 ) -> np.ndarray:
     """Greedy returns of the network ``weights`` (`R2D2.acting_weights`) over ``episodes``
     episodes (seeds ``seed + i``), the state reset at each start."""
@@ -271,7 +271,7 @@ def evaluate_weights(
     return evaluate(policy, config.env_id, episodes, seed, on_reset=policy.reset)
 
 
-def evaluate_agent(config: R2D2Config, agent: R2D2, episodes: int, seed: int) -> np.ndarray:
+def evaluate_agent(config: R2D2Settings, agent: R2D2, episodes: int, seed: int) -> np.ndarray:
     """`evaluate_weights` of the agent's online network."""
     return evaluate_weights(config, agent.acting_weights(), episodes, seed)
 
@@ -302,11 +302,13 @@ def train(
         agent = make_agent(config, env)
     sampler = make_sampler(config, table, agent)
     learner = fused_learner(table, sampler, agent, config)
-    best = BestPolicy(agent.acting_weights()) if config.keep_best else None  # handed back
-    kept = {} if best is None else {"best_policy": best}
+    # in every checkpoint, whatever keep_best says, so a resumed run may change it
+    best = BestPolicy(agent.acting_weights())
     rng, loop, env_steps, _ = resume(
-        run, config.seed, learner, table=table, sampler=sampler, agent=agent, **kept
+        run, config.seed, learner, table=table, sampler=sampler, agent=agent, best_policy=best
     )
+    if not config.keep_best:
+        best.forget()
     host = host_spec(spec)
     columns = {k: np.zeros((config.train_freq, *f.shape), f.numpy_dtype) for k, f in host.items()}
     actor = RecurrentQPolicy(agent.acting_weights(), num_actions)
@@ -340,10 +342,8 @@ def train(
             recorder.metrics(env_steps, metrics)
         recorder.progress(env_steps, sgd_steps, stats.recent_mean)
         final = env_steps >= config.steps
-        trained = env_steps >= config.learning_starts
-        if trained and (
-            evaluation_due(config.eval_every, env_steps - config.train_freq, env_steps)
-            or (final and best is not None)
+        if evaluation_due(config.eval_every, env_steps - config.train_freq, env_steps) or (
+            final and config.keep_best
         ):
             returns = evaluate_weights(
                 config,
@@ -352,13 +352,13 @@ def train(
                 config.seed + PERIODIC_EVAL_SEED,
             )
             recorder.metrics(env_steps, {PERIODIC_EVAL: float(returns.mean())})
-            if best is not None:
+            if config.keep_best:
                 best.consider(env_steps, returns, actor.weights)
         if checkpoint_when_due(run, loop, env_steps, 0, rng, final=final):
             break
     env.close()
     weights, evaluated = actor.weights, FINAL_WEIGHTS
-    if best is not None and best.found:
+    if best.found:
         weights, evaluated = best.numpy_weights(), best.describe()
     return timer.finish(
         stopped_early(run, env_steps, config.steps),

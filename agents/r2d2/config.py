@@ -1,5 +1,6 @@
 """R2D2's configs (no TensorFlow, see `configs`): `R2D2Config` (``demo r2d2-cartpole``) and
-`R2D2LearnerConfig` (``replaygpu learner --agent r2d2``, built by `r2d2.agent.ServedR2D2`).
+`R2D2LearnerConfig` (``replaygpu learner --agent r2d2``, built by `r2d2.agent.ServedR2D2`),
+both `R2D2Settings`.
 
 The sequence terms are Acme's: a sequence is ``sequence_length`` steps, the first ``burn_in``
 only warming up the LSTM state; the actor stores its state every ``period`` steps, where
@@ -34,8 +35,7 @@ from ..envs import CARTPOLE_NO_VELOCITY, discrete_actions_env
 
 
 @dataclass(frozen=True)
-class R2D2Config(
-    BestOfEvaluations,
+class R2D2Settings(
     Device,
     defaults(LinearEpsilon, exploration_fraction=0.3),
     ClippedGradients,
@@ -46,9 +46,8 @@ class R2D2Config(
 ):
     """Recurrent replay DQN (Kapturowski et al. 2019) at CartPole scale: an LSTM Q-network on
     prioritized, overlapping sequences with a stored state and a burn-in, n-step double Q with
-    value rescaling, priorities eta * max + (1 - eta) * mean of |TD| over each sequence. The run
-    hands back the weights of its best greedy evaluation while training (``keep_best``), as
-    DQN's does."""
+    value rescaling, priorities eta * max + (1 - eta) * mean of |TD| over each sequence. What
+    the demo (`R2D2Config`) and the served learner (`R2D2LearnerConfig`) share."""
 
     #: makes the env and checks it has the actions its agent takes (the CLI, before TensorFlow)
     ENV_CHECK: ClassVar[Callable[[str], Any]] = discrete_actions_env
@@ -110,13 +109,19 @@ class R2D2Config(
 
 
 @dataclass(frozen=True)
+class R2D2Config(BestOfEvaluations, R2D2Settings):
+    """`R2D2Settings` for ``demo r2d2-cartpole``: the run hands back the weights of its best
+    greedy evaluation while training (``keep_best``), as DQN's does."""
+
+
+@dataclass(frozen=True)
 class R2D2LearnerConfig(
     UntilStopped,
     ActorEnvs,
     defaults(Served, weight_pull_interval=400, steps_per_call=32),
-    R2D2Config,
+    R2D2Settings,
 ):
-    """R2D2 served to remote actors: `R2D2Config`'s network and update, prioritized sequences
+    """R2D2 served to remote actors: `R2D2Settings`' network and update, prioritized sequences
     that actors send overlapping (one of ``sequence_length`` steps every ``period`` steps, with
     the LSTM state before its first step), and a samples-per-insert rate limit in place of the
     demo's train_freq/gradient_steps. A sequence's rows are stored once per sequence, so an env
