@@ -360,7 +360,8 @@ def save_wall_clock_curves(
     """Plot learning curves over wall-clock time, one colour per label: for each seed's
     ``(seconds, returns)`` of its training episodes, the moving average of ``window`` episodes
     (of a fifth of them where a seed has fewer than ``5 * window``: MuJoCo's 1000-step episodes);
-    the median over seeds as a line, their range shaded. A PNG at ``path``."""
+    the median over seeds as a line, their range shaded; a run without episodes is left out.
+    A PNG at ``path``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -369,9 +370,11 @@ def save_wall_clock_curves(
     fig, ax = plt.subplots(figsize=(7, 4))
     for label, runs in curves.items():
         smooth = []
-        for seconds, returns in runs:
+        for seconds, returns in (run for run in runs if len(run[1])):  # a run may end none
             w = max(1, min(window, len(returns) // 5))
             smooth.append((seconds[w - 1 :], np.convolve(returns, np.ones(w) / w, "valid")))
+        if not smooth:
+            continue
         end = min(t[-1] for t, _ in smooth)  # where every seed still has episodes
         grid = np.linspace(max(t[0] for t, _ in smooth), end, 200)
         ys = np.array([np.interp(grid, t, y) for t, y in smooth])

@@ -30,8 +30,10 @@ def test_curves_of_two_sides_with_seeds_shaded_make_a_png(tmp_path):
     assert len(np.unique(image.reshape(-1, image.shape[-1]), axis=0)) > 50
 
 
-def test_a_seed_with_fewer_episodes_than_the_window_is_averaged_over_what_it_has(tmp_path):
-    curves = {"short": [(np.array([1.0, 2.0, 3.0]), np.array([10.0, 20.0, 30.0]))] * 2}
+def test_runs_of_few_episodes_or_none_still_make_a_figure(tmp_path):
+    few = (np.array([1.0, 2.0, 3.0]), np.array([10.0, 20.0, 30.0]))
+    none = (np.array([]), np.array([]))
+    curves = {"short": [few, few, none], "empty": [none]}
     path = save_wall_clock_curves(str(tmp_path / "c.png"), curves, "short", window=10)
     with open(path, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"

@@ -166,7 +166,7 @@ def main() -> None:
 
         curves = {
             {"replaygpu": "replaygpu demo cartpole", "sb3": "Stable-Baselines3 DQN"}[name]: [
-                tuple(np.array(column) for column in zip(*r["episodes"], strict=True)) for r in rs
+                tuple(np.reshape(r["episodes"], (-1, 2)).T) for r in rs
             ]
             for name, rs in runs.items()
         }

@@ -107,7 +107,7 @@ def main() -> None:
         from replaygpu.agents.progress import save_wall_clock_curves
 
         curves = {
-            name: [tuple(np.array(c) for c in zip(*r["episodes"], strict=True)) for r in rs]
+            name: [tuple(np.reshape(r["episodes"], (-1, 2)).T) for r in rs]
             for name, rs in sides.items()
         }
         title = f"SAC on {args.env}, rl-zoo3 values, {args.steps} env steps"
