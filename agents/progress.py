@@ -12,7 +12,7 @@ import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import tensorflow as tf
@@ -341,8 +341,15 @@ def save_learning_curve(
             color="black",
             label=f"greedy evaluation ({len(eval_returns)} episodes)",
         )
-    ax.set_xlabel("env steps")
-    ax.set_ylabel("return")
+    return _save_figure(fig, ax, path, title, "env steps", "return")
+
+
+def _save_figure(fig: Any, ax: Any, path: str, title: str, xlabel: str, ylabel: str) -> str:
+    """Label ``ax``, save ``fig`` to a PNG at ``path`` and close it; returns ``path``."""
+    import matplotlib.pyplot as plt
+
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend(loc="best")
     fig.tight_layout()
@@ -380,11 +387,6 @@ def save_wall_clock_curves(
         ys = np.array([np.interp(grid, t, y) for t, y in smooth])
         (line,) = ax.plot(grid, np.median(ys, axis=0), label=f"{label} ({len(runs)} seeds)")
         ax.fill_between(grid, ys.min(axis=0), ys.max(axis=0), color=line.get_color(), alpha=0.2)
-    ax.set_xlabel("wall-clock seconds from the process's start")
-    ax.set_ylabel(f"training episode return (moving mean, up to {window})")
-    ax.set_title(title)
-    ax.legend(loc="best")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    xlabel = "wall-clock seconds from the process's start"
+    ylabel = f"training episode return (moving mean, up to {window})"
+    return _save_figure(fig, ax, path, title, xlabel, ylabel)

@@ -1,5 +1,5 @@
-"""Resumable runs: a checked checkpoint folder, the loop state beside the networks, and stopping
-on SIGTERM / Ctrl-C with a final checkpoint.
+"""Resumable runs: a checked checkpoint folder, the loop state and the best evaluation's weights
+(`BestPolicy`) beside the networks, and stopping on SIGTERM / Ctrl-C with a final checkpoint.
 
 A training loop (DQN, SAC, the Ape-X learner) passes a `RunControl` to its ``train``: it restores
 the newest checkpoint at start, saves one every ``every_s`` seconds at a chunk boundary, and after
@@ -39,6 +39,7 @@ import tensorflow as tf
 import replaygpu as rg
 from replaygpu.checkpoint import CheckpointSchedule, check_writable
 
+from .progress import PERIODIC_EVAL
 from .registry import RUN_FILE, name_of, read_json
 
 logger = logging.getLogger(__name__)
@@ -124,6 +125,21 @@ class BestPolicy(tf.Module):
             f"the weights of env step {step}, the best of {count} greedy evaluations during "
             f"training (mean return {mean:.1f} there)"
         )
+
+
+def record_evaluation(
+    recorder: Any,
+    best: BestPolicy,
+    keep: bool,
+    env_step: int,
+    returns: np.ndarray,
+    weights: Sequence[np.ndarray],
+) -> None:
+    """Report a greedy evaluation while training (``eval/periodic_return``) and, with ``keep``
+    (``keep_best``), offer its weights to ``best``."""
+    recorder.metrics(env_step, {PERIODIC_EVAL: float(np.mean(returns))})
+    if keep:
+        best.consider(env_step, returns, weights)
 
 
 class LoopState(tf.Module):

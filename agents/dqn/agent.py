@@ -35,9 +35,16 @@ from ..envs import discrete_actions_env as check_env
 from ..envs import make_vector_env
 from ..networks import MLP, Adam, Schedule
 from ..policies import epsilon_greedy_actions, greedy_q_policy
-from ..progress import FINAL_WEIGHTS, PERIODIC_EVAL, NullRecorder, Recorder, TrainResult, TrainTimer
+from ..progress import FINAL_WEIGHTS, NullRecorder, Recorder, TrainResult, TrainTimer
 from ..rollouts import ChunkCollector, evaluate
-from ..runs import PERIODIC_EVAL_SEED, BestPolicy, RunControl, TrainingJobs, evaluation_due
+from ..runs import (
+    PERIODIC_EVAL_SEED,
+    BestPolicy,
+    RunControl,
+    TrainingJobs,
+    evaluation_due,
+    record_evaluation,
+)
 from .config import ApexConfig, DQNConfig
 
 
@@ -279,9 +286,7 @@ def train(
             config.periodic_eval_episodes,
             config.seed + PERIODIC_EVAL_SEED,
         )
-        recorder.metrics(acted_since, {PERIODIC_EVAL: float(returns.mean())})
-        if config.keep_best:
-            best.consider(acted_since, returns, act_weights)
+        record_evaluation(recorder, best, config.keep_best, acted_since, returns, act_weights)
 
     timer = TrainTimer(env_steps)
     try:

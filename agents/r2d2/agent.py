@@ -39,7 +39,6 @@ from ..networks import Adam, LSTMQNetwork
 from ..policies import RecurrentQPolicy
 from ..progress import (
     FINAL_WEIGHTS,
-    PERIODIC_EVAL,
     NullRecorder,
     Recorder,
     TrainResult,
@@ -52,6 +51,7 @@ from ..runs import (
     RunControl,
     checkpoint_when_due,
     evaluation_due,
+    record_evaluation,
     resume,
     stopped_early,
 )
@@ -351,9 +351,7 @@ def train(
                 config.periodic_eval_episodes,
                 config.seed + PERIODIC_EVAL_SEED,
             )
-            recorder.metrics(env_steps, {PERIODIC_EVAL: float(returns.mean())})
-            if config.keep_best:
-                best.consider(env_steps, returns, actor.weights)
+            record_evaluation(recorder, best, config.keep_best, env_steps, returns, actor.weights)
         if checkpoint_when_due(run, loop, env_steps, 0, rng, final=final):
             break
     env.close()
