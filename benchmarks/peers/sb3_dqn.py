@@ -37,16 +37,18 @@ ZOO_CARTPOLE = {
 STEPS = 50_000
 
 
-def evaluate(model: DQN, episodes: int, seed: int) -> np.ndarray:
-    """Greedy returns of ``episodes`` episodes, env seeds ``seed + i`` (as `replaygpu eval`)."""
-    env = gym.make("CartPole-v1")
+def evaluate(model: Any, episodes: int, seed: int, env_id: str = "CartPole-v1") -> np.ndarray:
+    """Greedy (deterministic) returns of an SB3 ``model`` over ``episodes`` episodes of
+    ``env_id``, env seeds ``seed + i`` (as `replaygpu eval`); `sb3_sac.py` uses it too."""
+    env = gym.make(env_id)
     returns = np.zeros(episodes)
     for ep in range(episodes):
         obs, _ = env.reset(seed=seed + ep)
         done = False
         while not done:
             action, _ = model.predict(obs, deterministic=True)
-            obs, reward, terminated, truncated, _ = env.step(int(action))
+            action = action if action.shape else int(action)  # Discrete: a 0-d array, as an int
+            obs, reward, terminated, truncated, _ = env.step(action)
             returns[ep] += float(reward)
             done = terminated or truncated
     env.close()

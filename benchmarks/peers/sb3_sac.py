@@ -15,30 +15,13 @@ import json
 import time
 
 import gymnasium as gym
-import numpy as np
-from sb3_dqn import EpisodeTimes
+from sb3_dqn import EpisodeTimes, evaluate
 from stable_baselines3 import SAC
 
 # rl-zoo3 hyperparams/sac.yml, HalfCheetah/Hopper/Walker2d (mujoco defaults): SB3's defaults
 # (lr 3e-4, buffer 1e6, batch 256, tau 0.005, gamma 0.99, 256x256, auto entropy) and
 # learning_starts 10000; n_timesteps 1e6 there
 ZOO_MUJOCO = {"policy": "MlpPolicy", "learning_starts": 10_000}
-
-
-def evaluate(model: SAC, env_id: str, episodes: int, seed: int) -> np.ndarray:
-    """Deterministic returns of ``episodes`` episodes, env seeds ``seed + i`` (as our eval)."""
-    env = gym.make(env_id)
-    returns = np.zeros(episodes)
-    for ep in range(episodes):
-        obs, _ = env.reset(seed=seed + ep)
-        done = False
-        while not done:
-            action, _ = model.predict(obs, deterministic=True)
-            obs, reward, terminated, truncated, _ = env.step(action)
-            returns[ep] += float(reward)
-            done = terminated or truncated
-    env.close()
-    return returns
 
 
 def main() -> None:
@@ -62,7 +45,7 @@ def main() -> None:
     start = time.perf_counter()
     model.learn(total_timesteps=args.steps)
     train_s = time.perf_counter() - start
-    returns = evaluate(model, args.env, args.episodes, seed=10_000)
+    returns = evaluate(model, args.episodes, seed=10_000, env_id=args.env)
     result = {
         "seed": args.seed,
         "train_s": train_s,
