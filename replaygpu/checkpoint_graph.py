@@ -29,15 +29,17 @@ def mismatched_variables(root: Any, reader: Any) -> list[str]:
             continue
         seen.add(id(live))
         node = graph.nodes[node_id]
-        if isinstance(live, tf.Variable):
+        variable = as_variable(live)
+        if variable is not None:
             for attr in node.attributes:
                 key = attr.checkpoint_key
                 if attr.name != "VARIABLE_VALUE" or key not in shapes:
                     continue
-                want = (live.shape.as_list(), live.dtype.name)
+                want = (variable.shape.as_list(), variable.dtype.name)
                 got = (list(shapes[key]), dtypes[key].name)
                 if want != got:
-                    found.append(f"'{path}': live {want}, saved {got}")
+                    keras_path = f" ({live.path})" if live is not variable else ""  # layer/kernel
+                    found.append(f"'{path}'{keras_path}: live {want}, saved {got}")
         saved = {child.local_name: child.node_id for child in node.children}
         for name, child in view.children(live).items():
             if name in saved:
@@ -65,5 +67,16 @@ def object_paths(root: Any, targets: list[Any]) -> dict[int, str]:
 
 
 def variables_of(obj: Any) -> list[tf.Variable]:
-    """Every variable reachable from ``obj`` through checkpoint dependencies."""
-    return [v for v in tf.train.TrackableView(obj).descendants() if isinstance(v, tf.Variable)]
+    """Every variable reachable from ``obj`` through checkpoint dependencies, Keras 3's included
+    (as the `tf.Variable` each holds)."""
+    found = (as_variable(v) for v in tf.train.TrackableView(obj).descendants())
+    return [v for v in found if v is not None]
+
+
+def as_variable(obj: Any) -> tf.Variable | None:
+    """``obj`` if it is a `tf.Variable`; the `tf.Variable` a Keras 3 variable keeps its value in
+    (a Keras variable is no `tf.Variable`, yet a checkpoint saves it as one); else None."""
+    if isinstance(obj, tf.Variable):
+        return obj
+    value = getattr(obj, "value", None) if type(obj).__module__.startswith("keras") else None
+    return value if isinstance(value, tf.Variable) else None

@@ -128,6 +128,24 @@ def test_restore_with_mismatched_network_rolls_back_every_variable(tmp_path):
     assert int(learner2.steps.numpy()) == 0
 
 
+def test_a_mismatched_restore_into_keras_models_names_the_layer_and_changes_no_weight(tmp_path):
+    """Keras 3 variables are no `tf.Variable`s: the shape check and the rollback must see them."""
+    import keras
+
+    def net(outputs, seed):
+        keras.utils.set_random_seed(seed)
+        layers = [keras.Input((3,)), keras.layers.Dense(4, name="hidden")]
+        return keras.Sequential([*layers, keras.layers.Dense(outputs, name="out")])
+
+    rg.Checkpointer(tmp_path, q=net(2, 0), target=net(2, 1)).save()
+    q, target = net(5, 2), net(2, 3)  # q's output layer differs; target would fit
+    before = [w.copy() for w in q.get_weights() + target.get_weights()]
+    with pytest.raises(CheckpointMismatchError, match=r"/out/kernel\): live \(\[4, 5\]"):
+        rg.Checkpointer(tmp_path, q=q, target=target).restore()
+    for old, now in zip(before, q.get_weights() + target.get_weights(), strict=True):
+        np.testing.assert_array_equal(now, old)
+
+
 def saved_ids(folder, capacity=32):
     """The ids in the checkpoint ``rg.Checkpointer`` restores from ``folder`` (newest intact)."""
     table = rg.ReplayTable(SPEC, capacity=capacity, device="CPU")
