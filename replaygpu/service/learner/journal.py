@@ -101,7 +101,6 @@ class Journal:
         self._marks: list[int] = []  # the segment each checkpoint starts after, oldest first
         self._closed = False
         self._outage: Outage | None = None
-        self._records = self._bytes = 0
         try:
             self._sizes, self._segment, self._truncated = open_segments(self._dir)
         except BaseException:
@@ -203,10 +202,7 @@ class Journal:
                 raise self._fail(f"writing {self._current.path.name}", exc, needed) from exc
 
     def _write(self, frames: list[tuple[bytes, memoryview]]) -> int:
-        written = self._current.write([memoryview(b) for frame in frames for b in frame])
-        self._records += len(frames)
-        self._bytes += written
-        return written
+        return self._current.write([memoryview(b) for frame in frames for b in frame])
 
     def sync(self) -> None:
         """One fdatasync, when anything is new; acknowledge a record only after it returns.
@@ -358,16 +354,6 @@ class Journal:
     def truncated_bytes(self) -> int:
         """Bytes of a torn tail cut off the last segment when this journal was opened."""
         return self._truncated
-
-    @property
-    def records_written(self) -> int:
-        """Records appended since this journal was opened."""
-        return self._records
-
-    @property
-    def bytes_written(self) -> int:
-        """Bytes appended since this journal was opened, headers included."""
-        return self._bytes
 
     def close(self) -> None:
         """Sync (unless failed) and release the directory. Idempotent; `JournalError` when the
