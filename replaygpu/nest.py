@@ -147,17 +147,6 @@ def pack_batch(structure: Any, flat: Mapping[str, Any]) -> Any:
     return {DATA: packed, **extras} if extras else packed
 
 
-def unpack_batch(structure: Any, batch: Any) -> dict[str, Any]:
-    """Inverse of `pack_batch`: ``{leaf path: value, **extras}``."""
-    if is_flat(structure):
-        return dict(batch)
-    paths = flatten(structure)
-    if not isinstance(structure, Mapping) and isinstance(batch, Mapping) and DATA in batch:
-        extras = {k: v for k, v in batch.items() if k != DATA}
-        return {**flatten_batch(paths, batch[DATA]), **extras}
-    return flatten_batch(paths, batch)
-
-
 def leaves_under(paths: Collection[str], name: str) -> list[str]:
     """The leaf paths at or below ``name`` (e.g. ``next_obs/position``), in ``paths`` order."""
     return [p for p in paths if p == name or p.startswith(name + SEP)]

@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import tensorflow as tf
 
-from replaygpu.nest import Structure, flatten_batch, pack_batch, unpack_batch
+from replaygpu.nest import Structure, flatten_batch, pack_batch
 from replaygpu.specs import NestedSpec, Spec, batch_signature, normalize_structure, validate_batch
 from replaygpu.writer import TableWriter
 
@@ -87,8 +87,6 @@ class Table(Protocol):
     def flatten(self, batch: Any) -> Any: ...
 
     def pack(self, batch: Mapping[str, Any]) -> Any: ...
-
-    def unpack(self, batch: Any) -> dict[str, Any]: ...
 
 
 class TableBase:
@@ -187,7 +185,3 @@ class TableBase:
     def pack(self, batch: Mapping[str, Any]) -> Any:
         """A flat sampled batch in the table's structure (`replaygpu.nest.pack_batch`)."""
         return pack_batch(self.structure, batch)
-
-    def unpack(self, batch: Any) -> dict[str, Any]:
-        """Inverse of `pack`: ``{leaf path: value, **added keys}``."""
-        return unpack_batch(self.structure, batch)
