@@ -93,9 +93,7 @@ class FrameStack(View):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stack", check_int("stack", self.stack, 1))
-        check_n_step(self.n_step, self.gamma, "n_step")
-        object.__setattr__(self, "n_step", int(self.n_step))
-        object.__setattr__(self, "gamma", float(self.gamma))
+        check_n_step(self, "n_step")
 
     @property
     def added_keys(self) -> tuple[str, ...]:

@@ -36,12 +36,16 @@ _REQUIRED = ("reward", "next_obs", "terminated", "truncated")
 Cut = Callable[[tf.Tensor], tf.Tensor]
 
 
-def check_n_step(n: int, gamma: float, name: str = "n") -> None:
-    """Raise `ConfigError` unless ``n >= 1`` is an integer and ``gamma`` lies in [0, 1]."""
+def check_n_step(view: View, name: str = "n") -> None:
+    """Store a frozen view's steps ``name`` as an int and its ``gamma`` as a float; `ConfigError`
+    unless the steps are an integer >= 1 and ``gamma`` lies in [0, 1]."""
+    n, gamma = getattr(view, name), view.gamma
     if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
         raise ConfigError(f"{name}: got {n!r}, expected an integer >= 1")
     if not (isinstance(gamma, (int, float)) and math.isfinite(gamma) and 0.0 <= gamma <= 1.0):
         raise ConfigError(f"gamma: got {gamma}, expected a number in [0, 1]")
+    object.__setattr__(view, name, int(n))
+    object.__setattr__(view, "gamma", float(gamma))
 
 
 def n_step_window(
@@ -139,9 +143,7 @@ class NStep(View):
     needs_stream_rows: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        check_n_step(self.n, self.gamma)
-        object.__setattr__(self, "n", int(self.n))
-        object.__setattr__(self, "gamma", float(self.gamma))
+        check_n_step(self)
 
     @property
     def added_keys(self) -> tuple[str, ...]:

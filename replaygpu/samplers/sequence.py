@@ -70,10 +70,8 @@ class Sequence(View):
     def __post_init__(self) -> None:
         object.__setattr__(self, "length", check_int("length", self.length, 1))
         object.__setattr__(self, "burn_in", check_int("burn_in", self.burn_in, 0))
-        check_n_step(self.n_step, self.gamma, "n_step")
-        object.__setattr__(self, "n_step", int(self.n_step))
+        check_n_step(self, "n_step")
         object.__setattr__(self, "pad", bool(self.pad))
-        object.__setattr__(self, "gamma", float(self.gamma))
         if self.state_start_field is not None and self.state_field is None:
             raise ConfigError(
                 f"state_start_field: got {self.state_start_field!r} without a state_field; "
