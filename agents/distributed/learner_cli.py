@@ -54,12 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def learner_parser(agent: str, env_id: str | None = None) -> argparse.ArgumentParser:
     """Full flag parser of ``replaygpu learner``; the env picks the config (ALE: DQN on frames)."""
     from replaygpu.cli import CommandParser
-    from replaygpu.service.ops.commands import (
-        add_server_flags,
-        add_server_security_flags,
-        port_number,
-        seconds,
-    )
+    from replaygpu.service.ops.commands import add_server_flags, seconds
 
     from ..configs import add_config_flags
     from ..registry import algorithm, served
@@ -74,15 +69,6 @@ def learner_parser(agent: str, env_id: str | None = None) -> argparse.ArgumentPa
         "--agent", choices=LEARNER_AGENTS, default="dqn", help="algorithm (default: dqn)"
     )
     parser.add_argument("--env", dest="env_id", default=argparse.SUPPRESS, help="= --env-id")
-    parser.add_argument("--checkpoint-dir", help="resume from and save checkpoints here")
-    parser.add_argument(
-        "--checkpoint-every-s", type=float, default=300.0, help="seconds between checkpoints"
-    )
-    parser.add_argument(
-        "--metrics-port",
-        type=port_number,
-        help="serve Prometheus metrics on this port (default: off)",
-    )
     parser.add_argument(
         "--metrics-wait-s",
         type=seconds,
@@ -113,7 +99,6 @@ def learner_parser(agent: str, env_id: str | None = None) -> argparse.ArgumentPa
         "values since (evaluations at once; default %(default)g; 0: every value, which for a "
         "fast learner is megabytes an hour)",
     )
-    add_server_security_flags(parser)
     add_config_flags(parser, config_cls)
     return parser
 

@@ -59,19 +59,10 @@ def register(subparsers: Any) -> None:
     serve.add_argument(
         "--address", default="127.0.0.1:50051", help="host:port to bind (default loopback)"
     )
-    add_server_security_flags(serve)
-    serve.add_argument("--checkpoint-dir", help="restore from and save to this folder")
-    serve.add_argument("--checkpoint-every-s", type=float, default=300.0)
     serve.add_argument(
         "--max-message-mb", type=positive_int, default=64, help="largest append (MiB)"
     )
     add_server_flags(serve)
-    serve.add_argument(
-        "--metrics-port",
-        type=port_number,
-        help="serve Prometheus metrics at http://HOST:PORT/metrics, HOST the host of --address "
-        "(default: off)",
-    )
     serve.set_defaults(func=run_serve)
 
     info = subparsers.add_parser("info", help="print a replay server's tables and counters")
@@ -101,8 +92,9 @@ def register(subparsers: Any) -> None:
     health.set_defaults(func=run_health)
 
 
-def add_server_security_flags(parser: argparse.ArgumentParser) -> None:
-    """The token and TLS flags of a server command (``serve``, ``learner``)."""
+def add_server_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags every server command (``serve``, ``learner``) has: token and TLS, checkpoints,
+    metrics and the `ServerConfig` ones (`server_config`)."""
     parser.add_argument(
         "--token",
         default=os.environ.get("REPLAYGPU_TOKEN"),
@@ -113,10 +105,16 @@ def add_server_security_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tls-ca", help="CA of client certificates: require mTLS (with --tls-cert/--tls-key)"
     )
-
-
-def add_server_flags(parser: argparse.ArgumentParser) -> None:
-    """The `ServerConfig` flags of a server command (``serve``, ``learner``; `server_config`)."""
+    parser.add_argument("--checkpoint-dir", help="resume from and save checkpoints here")
+    parser.add_argument(
+        "--checkpoint-every-s", type=float, default=300.0, help="seconds between checkpoints"
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=port_number,
+        help="serve Prometheus metrics at http://HOST:PORT/metrics, HOST the host of --address "
+        "(default: off)",
+    )
     parser.add_argument(
         "--inflight-mb",
         type=positive_int,
