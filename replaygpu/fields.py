@@ -96,7 +96,7 @@ def dtype_name(dtype: Any) -> str:
 
 
 #: The most bytes a numpy array can hold (its sizes are int64).
-_MAX_NBYTES = 2**63 - 1
+MAX_NBYTES = 2**63 - 1
 
 
 def _itemsize(name: str) -> int:
@@ -204,11 +204,11 @@ def check_columns(spec: HostSpec, columns: Mapping[str, Any]) -> int:
                 field=name,
             )
         row_bytes = _itemsize(want_dtype) * math.prod(d for d in want_shape if d)
-        if got_shape[0] * row_bytes > _MAX_NBYTES:
+        if got_shape[0] * row_bytes > MAX_NBYTES:
             raise BatchError(
                 f"field '{name}': leading dimension {got_shape[0]} would make {got_shape[0]} "
                 f"transitions of {row_bytes} bytes, more than any array can hold "
-                f"({_MAX_NBYTES} bytes); expected the number of transitions in the batch",
+                f"({MAX_NBYTES} bytes); expected the number of transitions in the batch",
                 field=name,
             )
         if n is None:

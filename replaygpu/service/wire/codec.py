@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from replaygpu.errors import BatchError
-from replaygpu.fields import FieldSpec, HostSpec, dtype_name, numpy_dtype
+from replaygpu.fields import MAX_NBYTES, FieldSpec, HostSpec, dtype_name, numpy_dtype
 from replaygpu.v1 import replay_pb2
 
 
@@ -29,7 +29,6 @@ def encode_tensor(array: np.ndarray, out: replay_pb2.Tensor) -> int:
 
 #: numpy's limits: at most 64 dimensions, sizes (zero dimensions left out) within its intp
 _MAX_NDIM = 64
-_MAX_NBYTES = 2**63 - 1
 
 
 def decode_tensor(tensor: Any, field: str = "tensor") -> np.ndarray:
@@ -61,10 +60,10 @@ def decode_tensor(tensor: Any, field: str = "tensor") -> np.ndarray:
             field=field,
         )
     nonzero = math.prod(d for d in shape if d) * dtype.itemsize
-    if nonzero > _MAX_NBYTES:
+    if nonzero > MAX_NBYTES:
         raise BatchError(
             f"field '{field}': shape {shape} of dtype {tensor.dtype} would hold {nonzero} bytes, "
-            f"more than any array can ({_MAX_NBYTES}); send a real shape",
+            f"more than any array can ({MAX_NBYTES}); send a real shape",
             field=field,
         )
     want = math.prod(shape) * dtype.itemsize
