@@ -147,14 +147,14 @@ def play(
 def send_segments(client: rg.ReplayClient, segments: Sequence[dict[str, np.ndarray]]) -> None:
     """Send whole segments, none split between requests: one ``add_batch`` per group that fits
     a request, sealed at once by ``flush(timeout=0)`` (seals, does not wait for acks), so the
-    next call never tops it up and another actor's rows never land inside a segment.
+    next call never tops it up and another actor's rows never land inside a segment. Columns
+    are cast to the table's dtypes.
 
     Raises:
         ConfigError: a segment is bigger than one request of ``client``.
     """
-    row = sum(
-        int(np.prod(f.shape)) * np.dtype(f.numpy_dtype).itemsize for f in client.spec.values()
-    )
+    dtypes = {name: np.dtype(f.numpy_dtype) for name, f in client.spec.items()}
+    row = sum(int(np.prod(f.shape)) * dtypes[name].itemsize for name, f in client.spec.items())
     limit = min(client.config.max_batch_transitions, client.config.max_batch_bytes // row)
     group: list[dict[str, np.ndarray]] = []
     rows = 0
@@ -167,13 +167,28 @@ def send_segments(client: rg.ReplayClient, segments: Sequence[dict[str, np.ndarr
                 "segment_client_config(segment_steps)"
             )
         if group and (seg is None or rows + n > limit):
-            client.add_batch({k: np.concatenate([s[k] for s in group]) for k in group[0]})
+            batch = {k: np.concatenate([s[k] for s in group]) for k in group[0]}
+            client.add_batch({k: np.asarray(v, dtypes.get(k)) for k, v in batch.items()})
             with contextlib.suppress(TimeoutError):  # seal the request now, not waiting for acks
                 client.flush(timeout=0)
             group, rows = [], 0
         if seg is not None:
             group.append(seg)
             rows += n
+
+
+def send_ready(client: rg.ReplayClient, writers: Sequence[Any], batch: int, final: bool) -> int:
+    """`send_segments` of the writers' finished blocks (`SegmentWriter`, `SequenceWriter`) once
+    ``batch`` env steps are ready, or when ``final`` (the open ones ended first); returns the
+    env steps sent."""
+    if final:
+        for writer in writers:
+            writer.end()
+    ready = sum(writer.steps_ready for writer in writers)
+    if not ready or (ready < batch and not final):
+        return 0
+    send_segments(client, [block for writer in writers for block in writer.take()])
+    return ready
 
 
 class VectorExperience:
@@ -283,15 +298,8 @@ class FrameExperience:
         return rewards, ended
 
     def send(self, client: rg.ReplayClient, final: bool = False) -> int:
-        if final:
-            for writer in self.writers:
-                writer.end()  # the unfinished segment, as a truncation
-        ready = sum(writer.steps_ready for writer in self.writers)
         batch = min(self.config.send_interval * self.num_envs, self.config.segment_steps)
-        if not ready or (ready < batch and not final):
-            return 0
-        send_segments(client, [s for writer in self.writers for s in writer.take()])
-        return ready
+        return send_ready(client, self.writers, batch, final)
 
     def close(self) -> None:
         for env in self.envs:
@@ -390,7 +398,6 @@ class RecurrentExperience(VectorExperience):
                 f"'{STATE_FIELD}' ([2 * units] float32) and marks it in '{STATE_STORED}' "
                 "(bool): serve an R2D2 learner's table, or set sequence_period 0"
             )
-        self.dtypes = {name: f.numpy_dtype for name, f in spec.items()}
         self.obs, _ = self.env.reset(seed=seed)
         self.state = np.zeros((self.num_envs, state.shape[0]), np.float32)
         self._next = None
@@ -408,12 +415,4 @@ class RecurrentExperience(VectorExperience):
         return reward, done
 
     def send(self, client: rg.ReplayClient, final: bool = False) -> int:
-        if final:
-            for writer in self.writers:
-                writer.end()
-        ready = sum(writer.steps_ready for writer in self.writers)
-        if not ready or (ready < self.config.send_interval * self.num_envs and not final):
-            return 0
-        blocks = [b for writer in self.writers for b in writer.take()]
-        send_segments(client, [{k: v.astype(self.dtypes[k]) for k, v in b.items()} for b in blocks])
-        return ready
+        return send_ready(client, self.writers, self.config.send_interval * self.num_envs, final)
