@@ -1,53 +1,44 @@
-"""Small networks as plain `tf.Variable`s, mirrored in numpy for fast acting.
+"""The agents' networks: Keras layers (MLPs, the Nature CNN), an LSTM cell over plain variables,
+and Adam; each is mirrored in numpy for fast acting.
 
 Acting one environment step at a time must not pay a TensorFlow call per step, so agents keep a
-numpy copy of their policy weights (refreshed after each training call) and act with
-`policies.numpy_mlp`. Plain variables make that mirror a list of arrays in a fixed order.
+numpy copy of their policy weights (``model.get_weights()``, refreshed after each training call)
+and act with `policies.numpy_mlp`: the weights are a list of arrays in a fixed order,
+``[kernel0, bias0, kernel1, ...]``. Weights start as PyTorch's (uniform in +-1/sqrt(fan_in)),
+what rl-zoo3's values were tuned with, drawn from ``seed`` by a `tf.random.Generator`.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Sequence
 
+import keras
 import numpy as np
 import tensorflow as tf
 
 import replaygpu as rg
 
 
-class MLP(tf.Module):
-    """A ReLU MLP, linear output layer; ``sizes``: ``[in, hidden..., out]``. Weights start as
-    PyTorch's ``nn.Linear`` (uniform in +-1/sqrt(fan_in)), what rl-zoo3's values were tuned with."""
+def mlp(sizes: Sequence[int], seed: int, name: str = "mlp") -> keras.Sequential:
+    """A ReLU MLP of Keras ``Dense`` layers, linear output; ``sizes``: ``[in, hidden..., out]``."""
+    if len(sizes) < 2 or any(int(s) < 1 for s in sizes):
+        raise rg.ConfigError(f"sizes: got {list(sizes)}, expected >= 2 positive layer widths")
+    dense = [
+        keras.layers.Dense(int(width), activation="relu" if i < len(sizes) - 2 else None)
+        for i, width in enumerate(sizes[1:])
+    ]
+    model = keras.Sequential([keras.Input((int(sizes[0]),)), *dense], name=name)
+    pytorch_init(dense, tf.random.Generator.from_seed(seed))
+    return model
 
-    def __init__(self, sizes: Sequence[int], seed: int, name: str = "mlp") -> None:
-        super().__init__(name=name)
-        if len(sizes) < 2 or any(int(s) < 1 for s in sizes):
-            raise rg.ConfigError(f"sizes: got {list(sizes)}, expected >= 2 positive layer widths")
-        rng = tf.random.Generator.from_seed(seed)
-        self.layers: list[tuple[tf.Variable, tf.Variable]] = []
-        for i, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes)):
-            bound = 1.0 / np.sqrt(fan_in)
-            w = rng.uniform([fan_in, fan_out], -bound, bound)
-            b = rng.uniform([fan_out], -bound, bound)
-            self.layers.append((tf.Variable(w, name=f"w{i}"), tf.Variable(b, name=f"b{i}")))
 
-    @property
-    def weights(self) -> list[tf.Variable]:
-        """All variables, ``[w0, b0, w1, b1, ...]``."""
-        return [v for layer in self.layers for v in layer]
-
-    def __call__(self, x: tf.Tensor) -> tf.Tensor:
-        """``[B, in] -> [B, out]``."""
-        for i, (w, b) in enumerate(self.layers):
-            x = tf.matmul(x, w) + b
-            if i < len(self.layers) - 1:
-                x = tf.nn.relu(x)
-        return x
-
-    def numpy_weights(self) -> list[np.ndarray]:
-        """A numpy copy of the weights for `policies.numpy_mlp` (one read per variable)."""
-        return [v.numpy() for v in self.weights]
+def pytorch_init(layers: Sequence[keras.layers.Layer], rng: tf.random.Generator) -> None:
+    """Each layer's kernel, then its bias, uniform in +-1/sqrt(fan_in) (PyTorch's default)."""
+    for layer in layers:
+        fan_in = int(np.prod(layer.kernel.shape[:-1]))
+        bound = 1.0 / np.sqrt(fan_in)
+        for variable in (layer.kernel, layer.bias):
+            variable.assign(rng.uniform(variable.shape, -bound, bound))
 
 
 #: ``f(step) -> step size``, called in the graph with the steps taken before this one
@@ -103,53 +94,36 @@ class Adam(tf.Module):
             var.assign_sub(scale * m / (tf.sqrt(v) + self.epsilon))
 
 
-class NatureCNN(tf.Module):
+#: the Nature CNN's convolutions: (filters, kernel, stride), VALID padding
+NATURE_CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
+
+
+def nature_cnn(
+    frame_shape: Sequence[int], num_outputs: int, seed: int, name: str = "cnn"
+) -> keras.Model:
     """The DQN Nature network (Mnih et al. 2015): conv 32x8x8/4, 64x4x4/2, 64x3x3/1, dense 512.
 
     Takes uint8 frame stacks ``[B, k, H, W]`` (``frame_shape`` ``(k, H, W)``) as a frame table's
     sampler gives them and scales them to ``[0, 1]`` itself, so frames stay uint8 on the device
-    until the update. Weights start as in `MLP`.
+    until the update; ``-> [B, num_outputs]``.
     """
-
-    CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))  # (filters, kernel, stride), VALID padding
-
-    def __init__(
-        self, frame_shape: Sequence[int], num_outputs: int, seed: int, name: str = "cnn"
-    ) -> None:
-        super().__init__(name=name)
-        channels, height, width = (int(s) for s in frame_shape)
-        rng = tf.random.Generator.from_seed(seed)
-
-        def uniform(shape: list[int], fan_in: int, label: str) -> tf.Variable:
-            bound = 1.0 / np.sqrt(fan_in)
-            return tf.Variable(rng.uniform(shape, -bound, bound), name=label)
-
-        self.convs: list[tuple[tf.Variable, tf.Variable, int]] = []
-        for i, (filters, kernel, stride) in enumerate(self.CONVS):
-            fan_in = kernel * kernel * channels
-            w = uniform([kernel, kernel, channels, filters], fan_in, f"conv{i}_w")
-            self.convs.append((w, uniform([filters], fan_in, f"conv{i}_b"), stride))
-            height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
-            if height < 1 or width < 1:
-                raise rg.ConfigError(
-                    f"frame_shape: got {tuple(frame_shape)}, too small for the Nature CNN; "
-                    "expected frames of at least 36x36 (84x84 is standard)"
-                )
-            channels = filters
-        flat = height * width * channels  # 3136 for 84x84 frames
-        self.head = MLP([flat, 512, num_outputs], seed=seed + 1, name=f"{name}_head")
-
-    @property
-    def weights(self) -> list[tf.Variable]:
-        """All variables: the convolutions' ``[w, b]`` in order, then the dense head's."""
-        return [v for w, b, _ in self.convs for v in (w, b)] + self.head.weights
-
-    def __call__(self, frames: tf.Tensor) -> tf.Tensor:
-        """``[B, k, H, W]`` uint8 (or float in [0, 255]) ``-> [B, num_outputs]``."""
-        x = tf.transpose(tf.cast(frames, tf.float32) / 255.0, [0, 2, 3, 1])  # NHWC
-        for w, b, stride in self.convs:
-            x = tf.nn.relu(tf.nn.conv2d(x, w, stride, "VALID") + b)
-        return self.head(tf.reshape(x, [tf.shape(x)[0], -1]))
+    height, width = (int(s) for s in frame_shape[1:])
+    for _, kernel, stride in NATURE_CONVS:
+        height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
+    if height < 1 or width < 1:
+        raise rg.ConfigError(
+            f"frame_shape: got {tuple(frame_shape)}, too small for the Nature CNN; "
+            "expected frames of at least 36x36 (84x84 is standard)"
+        )
+    frames = keras.Input(tuple(frame_shape), dtype="uint8")
+    x = keras.ops.transpose(keras.ops.cast(frames, "float32") / 255.0, [0, 2, 3, 1])  # NHWC
+    convs = [keras.layers.Conv2D(f, k, s, activation="relu") for f, k, s in NATURE_CONVS]
+    for conv in convs:
+        x = conv(x)
+    head = mlp([height * width * NATURE_CONVS[-1][0], 512, num_outputs], seed + 1, f"{name}_head")
+    model = keras.Model(frames, head(keras.layers.Flatten()(x)), name=name)
+    pytorch_init(convs, tf.random.Generator.from_seed(seed))
+    return model
 
 
 class LSTMQNetwork(tf.Module):
@@ -178,14 +152,14 @@ class LSTMQNetwork(tf.Module):
         super().__init__(name=name)
         self.units = int(units)
         self.loop = loop
-        self.torso = MLP([obs_dim, torso], seed=seed, name=f"{name}_torso")
+        self.torso = mlp([obs_dim, torso], seed=seed, name=f"{name}_torso")
         rng = tf.random.Generator.from_seed(seed + 1)
         bound = 1.0 / np.sqrt(self.units)
         self.kernel = tf.Variable(rng.uniform([torso + self.units, 4 * self.units], -bound, bound))
         forget = np.zeros(4 * self.units, np.float32)
         forget[self.units : 2 * self.units] = 1.0  # gates i, f, g, o: remember by default
         self.bias = tf.Variable(forget, name="bias")
-        self.head = MLP([self.units, num_actions], seed=seed + 2, name=f"{name}_head")
+        self.head = mlp([self.units, num_actions], seed=seed + 2, name=f"{name}_head")
 
     @property
     def state_size(self) -> int:
@@ -240,6 +214,6 @@ class LSTMQNetwork(tf.Module):
         q = self.head(tf.reshape(outputs, [batch * steps, self.units]))
         return tf.reshape(q, [batch, steps, -1]), tf.concat([h, c], axis=1)
 
-    def numpy_weights(self) -> list[np.ndarray]:
-        """A numpy copy of ``weights`` for acting (`policies.numpy_lstm_step`)."""
+    def get_weights(self) -> list[np.ndarray]:
+        """A numpy copy of ``weights`` for acting (`policies.numpy_lstm_step`), named as Keras's."""
         return [v.numpy() for v in self.weights]

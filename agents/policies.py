@@ -2,7 +2,7 @@
 
 Actors and the DQN and SAC acting loops act with these: a few small matrix products per vector
 step instead of a TensorFlow call (why: `networks`). `nature_cnn_q_values` mirrors
-`networks.NatureCNN` exactly (same weight list, NHWC layout and flattening; tests compare them
+`networks.nature_cnn` exactly (same weight list, NHWC layout and flattening; tests compare them
 to 1e-4), so Atari actors act without TensorFlow too.
 """
 
@@ -129,7 +129,7 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 class RecurrentQPolicy:
     """An `networks.LSTMQNetwork` mirror acting in one env, its state carried across steps;
-    assign ``weights`` (``LSTMQNetwork.numpy_weights()``) to act with new ones. Call it
+    assign ``weights`` (``LSTMQNetwork.get_weights()``) to act with new ones. Call it
     (``[1, ...] -> [1]`` greedy actions, a policy for `rollouts.evaluate` with
     ``on_reset=policy.reset``) or `act`."""
 
@@ -154,7 +154,7 @@ class RecurrentQPolicy:
         return (int(rng.integers(self.num_actions)) if rng.random() < epsilon else greedy), before
 
 
-#: strides of the three convolutions, as in `NatureCNN.CONVS` (kernels come from the weights)
+#: strides of the three convolutions, as in `networks.NATURE_CONVS` (kernels come from the weights)
 STRIDES = (4, 2, 1)
 
 
@@ -171,7 +171,7 @@ def _conv_relu(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride: int) -> np.n
 
 def nature_cnn_q_values(weights: Sequence[np.ndarray], frames: np.ndarray) -> np.ndarray:
     """Action values of ``frames [B, k, H, W]`` (uint8, or float in [0, 255]) -> ``[B, A]``;
-    ``weights``: `NatureCNN.weights` as numpy arrays (what the learner publishes)."""
+    ``weights``: the `nature_cnn` model's ``get_weights()`` (what the learner publishes)."""
     w = [np.asarray(v, np.float32) for v in weights]
     x = np.asarray(frames, np.float32).transpose(0, 2, 3, 1) / np.float32(255.0)
     for i, stride in enumerate(STRIDES):

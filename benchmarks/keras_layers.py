@@ -1,21 +1,30 @@
-"""Keras layers and optimizer against the agents' hand-written ones in the fused loop (issue 36,
-item 5): the same DQN update (CartPole shapes, a [256, 256] ReLU MLP, Adam, Huber loss, batch
-64) written with `agents.networks.MLP` + `agents.networks.Adam` and with ``keras.layers.Dense``
-+ ``keras.optimizers.Adam``, each in a `Learner` over one table, XLA on and off.
+"""Keras layers against hand-written networks in the fused loop (issue 36, item 5): the same DQN
+update (Huber loss, Adam 1e-3, max target) with networks of plain variables written out here
+(`PlainMLP`, `PlainNatureCNN`: the agents' networks before they moved to Keras layers) and with
+Keras layers (``agents.networks.mlp`` / ``nature_cnn``: ``Dense``, ``Conv2D``), each with the
+agents' Adam (``--keras-adam``: ``keras.optimizers.Adam`` on the Keras side), in a `Learner` over
+one table, XLA on and off. Two networks (``--net``):
+
+- ``mlp``: CartPole shapes, a [256, 256] ReLU MLP, batch 64, 50k rows;
+- ``cnn``: Atari shapes, the Nature CNN on uint8 ``[4, 84, 84]`` stacks, 6 actions, batch 32.
 
 Each variant runs ``train(--steps)`` calls round-robin (--repeats rounds, the first call apart:
 tracing and XLA); the median SGD steps/s per variant and the ratio Keras / hand-written are
-printed. Run::
+printed. ``benchmarks/gpu/export.py`` exports the same learners for the GPU kit. Run::
 
-    python benchmarks/keras_layers.py --steps 2000 --repeats 5
+    python benchmarks/keras_layers.py --net mlp --steps 2000 --repeats 5
+    python benchmarks/keras_layers.py --net cnn --steps 10 --repeats 3
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -24,99 +33,166 @@ import numpy as np
 import tensorflow as tf
 
 import replaygpu as rg
-from replaygpu.agents.networks import MLP, Adam
+from replaygpu.agents.networks import NATURE_CONVS, Adam, mlp, nature_cnn
 
-SPEC = {
-    "obs": tf.TensorSpec([4], tf.float32),
-    "action": tf.TensorSpec([], tf.int64),
-    "reward": tf.TensorSpec([], tf.float32),
-    "next_obs": tf.TensorSpec([4], tf.float32),
-    "terminated": tf.TensorSpec([], tf.bool),
+FRAMES = (4, 84, 84)
+#: per network: observation shape and dtype, actions, batch size, table rows
+NETS: dict[str, tuple[tuple[int, ...], tf.DType, int, int, int]] = {
+    "mlp": ((4,), tf.float32, 2, 64, 50_000),
+    "cnn": (FRAMES, tf.uint8, 6, 32, 1024),
 }
 
 
-def table() -> rg.ReplayTable:
+class PlainMLP(tf.Module):
+    """A ReLU MLP of plain variables, PyTorch's initialisation: ``[B, in] -> [B, out]``."""
+
+    def __init__(self, sizes: Sequence[int], seed: int) -> None:
+        super().__init__()
+        rng = tf.random.Generator.from_seed(seed)
+        self.layers = []
+        for fan_in, fan_out in itertools.pairwise(sizes):
+            bound = 1.0 / np.sqrt(fan_in)
+            w = tf.Variable(rng.uniform([fan_in, fan_out], -bound, bound))
+            self.layers.append((w, tf.Variable(rng.uniform([fan_out], -bound, bound))))
+        self.weights = [v for layer in self.layers for v in layer]
+
+    def __call__(self, x: tf.Tensor) -> tf.Tensor:
+        for i, (w, b) in enumerate(self.layers):
+            x = tf.matmul(x, w) + b
+            if i < len(self.layers) - 1:
+                x = tf.nn.relu(x)
+        return x
+
+
+class PlainNatureCNN(tf.Module):
+    """The Nature CNN of plain variables: uint8 ``[B, k, H, W] -> [B, A]``."""
+
+    def __init__(self, frame_shape: Sequence[int], num_outputs: int, seed: int) -> None:
+        super().__init__()
+        channels, height, width = frame_shape
+        rng = tf.random.Generator.from_seed(seed)
+        self.convs = []
+        for filters, kernel, stride in NATURE_CONVS:
+            bound = 1.0 / np.sqrt(kernel * kernel * channels)
+            w = tf.Variable(rng.uniform([kernel, kernel, channels, filters], -bound, bound))
+            b = tf.Variable(rng.uniform([filters], -bound, bound))
+            self.convs.append((w, b, stride))
+            height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
+            channels = filters
+        self.head = PlainMLP([height * width * channels, 512, num_outputs], seed + 1)
+        self.weights = [v for w, b, _ in self.convs for v in (w, b)] + self.head.weights
+
+    def __call__(self, frames: tf.Tensor) -> tf.Tensor:
+        x = tf.transpose(tf.cast(frames, tf.float32) / 255.0, [0, 2, 3, 1])
+        for w, b, stride in self.convs:
+            x = tf.nn.relu(tf.nn.conv2d(x, w, stride, "VALID") + b)
+        return self.head(tf.reshape(x, [tf.shape(x)[0], -1]))
+
+
+def table(net: str, rows: int | None = None, device: str | None = None) -> rg.ReplayTable:
+    """A table of ``rows`` random transitions for ``net`` (2% terminal)."""
+    shape, dtype, actions, _, default_rows = NETS[net]
+    n = rows or default_rows
+    spec = {
+        "obs": tf.TensorSpec(shape, dtype),
+        "action": tf.TensorSpec([], tf.int64),
+        "reward": tf.TensorSpec([], tf.float32),
+        "next_obs": tf.TensorSpec(shape, dtype),
+        "terminated": tf.TensorSpec([], tf.bool),
+    }
     rng = np.random.default_rng(0)
-    t = rg.ReplayTable(SPEC, 50_000, device="/CPU:0")
-    n = 50_000
+
+    def obs() -> np.ndarray:
+        if dtype == tf.uint8:
+            return rng.integers(0, 256, (n, *shape), dtype=np.uint8)
+        return rng.standard_normal((n, *shape)).astype(np.float32)
+
+    t = rg.ReplayTable(spec, n, device=device)
     t.append(
         {
-            "obs": rng.standard_normal((n, 4)).astype(np.float32),
-            "action": rng.integers(2, size=n),
+            "obs": obs(),
+            "action": rng.integers(actions, size=n),
             "reward": np.ones(n, np.float32),
-            "next_obs": rng.standard_normal((n, 4)).astype(np.float32),
+            "next_obs": obs(),
             "terminated": rng.random(n) < 0.02,
         }
     )
     return t
 
 
-def dqn_update(q, target, apply):
-    def update(batch):
+Update = Callable[[dict[str, tf.Tensor]], dict[str, tf.Tensor]]
+
+
+def dqn_update(q: Any, target: Any, keras_adam: bool) -> Update:
+    params = list(q.weights)
+    if keras_adam:
+        opt = keras.optimizers.Adam(1e-3)
+        opt.build(params)
+        apply = lambda grads: opt.apply_gradients(zip(grads, params, strict=True))  # noqa: E731
+    else:
+        apply = Adam(params, 1e-3).apply
+
+    def update(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         next_q = tf.reduce_max(target(batch["next_obs"]), axis=1)
         y = batch["reward"] + 0.99 * (1.0 - tf.cast(batch["terminated"], tf.float32)) * next_q
         with tf.GradientTape() as tape:
             q_taken = tf.gather(q(batch["obs"]), batch["action"], batch_dims=1)
             err = y - q_taken
             loss = tf.reduce_mean(tf.where(tf.abs(err) <= 1.0, 0.5 * err**2, tf.abs(err) - 0.5))
-        apply(tape, loss)
+        apply(tape.gradient(loss, params))
         return {"loss": loss}
 
     return update
 
 
-def handwritten():
-    q, target = MLP([4, 256, 256, 2], seed=0), MLP([4, 256, 256, 2], seed=1)
-    opt = Adam(q.weights, 1e-3)
-    return dqn_update(q, target, lambda tape, loss: opt.apply(tape.gradient(loss, q.weights)))
+def networks(net: str, variant: str) -> tuple[Any, Any]:
+    """Online and target networks of ``variant`` ("hand-written" or "keras")."""
+    shape, _, actions, _, _ = NETS[net]
+    if net == "mlp":
+        sizes = [*shape, 256, 256, actions]
+        make = PlainMLP if variant == "hand-written" else mlp
+        return make(sizes, seed=0), make(sizes, seed=1)
+    make = PlainNatureCNN if variant == "hand-written" else nature_cnn
+    return make(shape, actions, seed=0), make(shape, actions, seed=1)
 
 
-def keras_layers():
-    def net():
-        return keras.Sequential(
-            [
-                keras.Input((4,)),
-                keras.layers.Dense(256, activation="relu"),
-                keras.layers.Dense(256, activation="relu"),
-                keras.layers.Dense(2),
-            ]
-        )
-
-    q, target = net(), net()
-    opt = keras.optimizers.Adam(1e-3)
-    opt.build(q.trainable_variables)
-
-    def apply(tape, loss):
-        grads = tape.gradient(loss, q.trainable_variables)
-        opt.apply_gradients(zip(grads, q.trainable_variables, strict=True))
-
-    return dqn_update(q, target, apply)
+def learner(
+    net: str, variant: str, t: rg.ReplayTable, xla: bool, keras_adam: bool = False
+) -> rg.Learner:
+    q, target = networks(net, variant)
+    update = dqn_update(q, target, keras_adam and variant == "keras")
+    return rg.Learner(t, rg.Sampler(t, seed=0), update, NETS[net][3], jit_compile=xla)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--net", choices=sorted(NETS), default="mlp")
     parser.add_argument("--steps", type=int, default=2000, help="SGD steps per train call")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--keras-adam", action="store_true", help="Keras Adam on the Keras side")
     args = parser.parse_args()
-    t = table()
+    t = table(args.net, device="/CPU:0")
     learners = {
-        f"{name} {'XLA' if xla else 'graph'}": rg.Learner(
-            t, rg.Sampler(t, seed=0), make(), batch_size=64, jit_compile=xla
+        f"{variant} {'XLA' if xla else 'graph'}": learner(
+            args.net, variant, t, xla, args.keras_adam
         )
         for xla in (False, True)
-        for name, make in (("hand-written", handwritten), ("keras", keras_layers))
+        for variant in ("hand-written", "keras")
     }
-    for learner in learners.values():
-        learner.train(10)  # trace, compile
+    for each in learners.values():
+        each.train(2)  # trace, compile
     rates: dict[str, list[float]] = {name: [] for name in learners}
     for _ in range(args.repeats):
-        for name, learner in learners.items():
+        for name, each in learners.items():
             start = time.perf_counter()
-            learner.train(args.steps)
+            each.train(args.steps)
             rates[name].append(args.steps / (time.perf_counter() - start))
-    print(f"# load {os.getloadavg()[0]:.2f}; DQN [256, 256] batch 64, {args.steps} steps a call")
+    batch = NETS[args.net][3]
+    adam = "Keras Adam" if args.keras_adam else "the agents' Adam"
+    load = os.getloadavg()[0]
+    print(f"# load {load:.2f}; DQN {args.net}, batch {batch}, {args.steps} steps, {adam}")
     for name, values in rates.items():
-        print(f"{name:20s} {statistics.median(values):8.0f} SGD steps/s (median of {args.repeats})")
+        print(f"{name:20s} {statistics.median(values):8.1f} SGD steps/s (median of {args.repeats})")
     for mode in ("graph", "XLA"):
         ratio = statistics.median(rates[f"keras {mode}"]) / statistics.median(
             rates[f"hand-written {mode}"]

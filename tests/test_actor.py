@@ -17,7 +17,7 @@ import tensorflow as tf
 import replaygpu as rg
 from replaygpu.agents.distributed.actor import run_actor
 from replaygpu.agents.distributed.actor_config import ActorConfig
-from replaygpu.agents.networks import MLP
+from replaygpu.agents.networks import mlp
 from replaygpu.service.learner.loop import run as run_learner
 from replaygpu.service.wire.status import ServiceUnavailableError
 from replaygpu.specs import specs_from_env
@@ -28,7 +28,7 @@ def served_learner():
     """A CartPole table served by a learner that published one set of Q-network weights, with
     its training loop (which commits the actors' appends) running in a thread."""
     table = rg.ReplayTable(specs_from_env(gym.make("CartPole-v1")), 5_000, name="replay")
-    q = MLP([4, 16, 2], seed=0)
+    q = mlp([4, 16, 2], seed=0)
     learner = rg.Learner(table, rg.Sampler(table, seed=0), lambda b: {"x": tf.zeros([])})
     learner.publish_weights(q)
     with rg.serve(learner, "127.0.0.1:0") as server, training(server, learner):

@@ -23,7 +23,7 @@ from replaygpu.agents.distributed.experience import (
     send_segments,
 )
 from replaygpu.agents.dqn.config import ApexAtariConfig
-from replaygpu.agents.networks import NatureCNN
+from replaygpu.agents.networks import nature_cnn
 from replaygpu.agents.policies import greedy_cnn_policy, nature_cnn_q_values
 from replaygpu.agents.progress import NullRecorder
 from replaygpu.agents.registry import ALGORITHMS, DEMOS
@@ -33,7 +33,7 @@ K = 4
 
 
 def test_numpy_nature_cnn_matches_tensorflow_on_random_weights():
-    net = NatureCNN((K, 84, 84), 6, seed=3)
+    net = nature_cnn((K, 84, 84), 6, seed=3)
     rng = np.random.default_rng(0)
     for v in net.weights:  # biases too, so every term of the layout is exercised
         v.assign(rng.uniform(-0.1, 0.1, v.shape).astype(np.float32))

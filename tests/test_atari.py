@@ -17,7 +17,7 @@ from replaygpu.agents import demos
 from replaygpu.agents.distributed.experience import SegmentWriter
 from replaygpu.agents.dqn import atari
 from replaygpu.agents.envs import FireToLaunch, make_atari_env
-from replaygpu.agents.networks import NatureCNN
+from replaygpu.agents.networks import nature_cnn
 from replaygpu.agents.progress import NullRecorder
 from replaygpu.agents.runs import RunControl
 from replaygpu.samplers import make_frame_table
@@ -68,7 +68,7 @@ def test_breakout_launches_the_ball_itself_so_a_policy_that_never_fires_loses_it
 
 
 def test_nature_cnn_maps_uint8_stacks_to_action_values():
-    net = NatureCNN((4, 84, 84), 6, seed=0)
+    net = nature_cnn((4, 84, 84), 6, seed=0)
     shapes = [tuple(v.shape) for v in net.weights]
     assert shapes[:6] == [(8, 8, 4, 32), (32,), (4, 4, 32, 64), (64,), (3, 3, 64, 64), (64,)]
     assert shapes[6:] == [(3136, 512), (512,), (512, 6), (6,)]

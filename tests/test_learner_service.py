@@ -167,7 +167,7 @@ def test_dqn_learner_over_two_devices_shards_streams_and_resumes(tmp_path):
         thread.join()
         assert service.table.total_inserted == 1200 and service.table.shard_sizes == [600, 600]
         assert service.sgd_steps > 0
-        q = service.agent.q.weights[0]
+        q = service.agent.q.weights[0].value  # the tf.Variable behind the Keras one: mirrored
         copies = [v.numpy() for v in service.table.strategy.experimental_local_results(q)]
         np.testing.assert_array_equal(copies[0], copies[1])  # the replicas stayed in step
     finally:

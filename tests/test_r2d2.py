@@ -108,7 +108,7 @@ def window_batch(agent, config, rng, batch=4):
 def test_burn_in_steps_and_the_stored_state_carry_no_gradient(burn_in):
     config = dataclasses.replace(SMALL, burn_in=burn_in)
     agent = r2d2.R2D2(2, 2, config)
-    agent.q.head.layers[0][0].assign(agent.q.head.layers[0][0] + 0.5)  # online != target
+    agent.q.head.weights[0].assign(agent.q.head.weights[0] + 0.5)  # online != target
     batch = window_batch(agent, config, np.random.default_rng(1))
     with tf.GradientTape() as tape:
         tape.watch([batch["obs"], batch[r2d2.STATE]])

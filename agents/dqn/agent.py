@@ -33,7 +33,7 @@ from ..distributed.experience import STREAM_FIELD
 from ..distributed.learner import Table, VectorBuilder
 from ..envs import discrete_actions_env as check_env
 from ..envs import make_vector_env
-from ..networks import MLP, Adam, Schedule
+from ..networks import Adam, Schedule, mlp
 from ..policies import epsilon_greedy_actions, greedy_q_policy
 from ..progress import FINAL_WEIGHTS, NullRecorder, Recorder, TrainResult, TrainTimer
 from ..rollouts import ChunkCollector, evaluate
@@ -139,8 +139,8 @@ class DQN(QAgent):
         learning_rate: float | Schedule | None = None,
     ) -> None:
         sizes = [obs_dim, *config.hidden_sizes, num_actions]
-        q = MLP(sizes, seed=config.seed, name="q")
-        target = MLP(sizes, seed=config.seed, name="q_target")
+        q = mlp(sizes, seed=config.seed, name="q")
+        target = mlp(sizes, seed=config.seed, name="q_target")
         super().__init__(q, target, num_actions, config, learning_rate, name="dqn")
 
 
@@ -175,7 +175,7 @@ def make_agent(config: DQNConfig, env: gym.Env) -> DQN:
 
 def greedy_policy(agent: DQN) -> Callable[[np.ndarray], np.ndarray]:
     """The agent's greedy numpy policy (``[B, *obs] -> [B]`` actions)."""
-    return greedy_q_policy(agent.q.numpy_weights())
+    return greedy_q_policy(agent.q.get_weights())
 
 
 def kept_policy(
@@ -183,7 +183,7 @@ def kept_policy(
 ) -> tuple[Callable[[np.ndarray], np.ndarray], str] | None:
     """The greedy policy of the ``keep_best`` weights in ``checkpoint`` and what they are, or
     None. The checkpoint decides, not the config (``keep_best`` may change on resume)."""
-    best = BestPolicy(agent.q.numpy_weights())
+    best = BestPolicy(agent.q.get_weights())
     tf.train.Checkpoint(best_policy=best).read(checkpoint).expect_partial()
     return (greedy_q_policy(best.numpy_weights()), best.describe()) if best.found else None
 
@@ -238,7 +238,7 @@ def train(
     sampler = rg.Sampler(table, seed=config.seed)
     learner = fused_learner(table, sampler, agent, config)
     # in every checkpoint, whatever keep_best says, so a resumed run may change it
-    best = BestPolicy(agent.q.numpy_weights())
+    best = BestPolicy(agent.q.get_weights())
     rng, loop, env_steps, last_sync = runs.resume(
         run, config.seed, learner, table=table, sampler=sampler, agent=agent, best_policy=best
     )
@@ -247,7 +247,7 @@ def train(
     acting = ChunkCollector(
         env, host_spec(spec), config.train_freq, recorder.episode, config.seed, env_steps
     )
-    act_weights = agent.q.numpy_weights()
+    act_weights = agent.q.get_weights()
     act_greedy = greedy_q_policy(act_weights)
     acted_since = env_steps  # the env step whose training call gave act_weights
     sgd_steps = int(learner.steps.numpy())

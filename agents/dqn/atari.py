@@ -30,7 +30,7 @@ from ..configs import next_chunk
 from ..distributed.experience import SegmentWriter, play, segment_client_config
 from ..distributed.learner import Builder, Table
 from ..envs import make_atari_env
-from ..networks import NatureCNN
+from ..networks import nature_cnn
 from ..policies import epsilon_greedy_actions
 from ..progress import NullRecorder, Recorder, TrainResult, TrainTimer
 from ..rollouts import EpisodeStats
@@ -60,8 +60,8 @@ class AtariDQN(QAgent):
 
     def __init__(self, num_actions: int, config: AtariDQNConfig) -> None:
         shape = (config.frame_stack, *FRAME_SHAPE)
-        q = NatureCNN(shape, num_actions, seed=config.seed, name="q")
-        target = NatureCNN(shape, num_actions, seed=config.seed, name="q_target")
+        q = nature_cnn(shape, num_actions, seed=config.seed, name="q")
+        target = nature_cnn(shape, num_actions, seed=config.seed, name="q_target")
         super().__init__(q, target, num_actions, config, name="atari_dqn")
         self.act = tf.function(
             lambda obs: tf.argmax(self.q(obs), axis=1),
@@ -200,7 +200,7 @@ class FrameDQN(Builder):
         return make_frame_sampler(table, config.dqn_config)
 
     def policy(self, agent: AtariDQN) -> Any:
-        # `NatureCNN.weights` order, what `policies.nature_cnn_q_values` reads
+        # the `nature_cnn` model's weights order, what `policies.nature_cnn_q_values` reads
         return lambda: agent.q.weights
 
     def actor_settings(self, config: ApexAtariConfig) -> AgentSettings:

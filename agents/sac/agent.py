@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -21,7 +22,7 @@ from ..configs import next_chunk
 from ..distributed.learner import Table, VectorBuilder
 from ..envs import box_actions_env as check_env
 from ..envs import make_vector_env
-from ..networks import MLP, Adam
+from ..networks import Adam, mlp
 from ..policies import LOG_STD_MAX, LOG_STD_MIN, squashed_gaussian_policy
 from ..progress import NullRecorder, Recorder, TrainResult, TrainTimer
 from ..rollouts import ChunkCollector, evaluate
@@ -40,13 +41,13 @@ class SAC(tf.Module):
         self.config = config
         self.scale = ((high - low) / 2.0).astype(np.float32)
         self.bias = ((high + low) / 2.0).astype(np.float32)
-        self.actor = MLP([obs_dim, *hidden, 2 * act_dim], seed=config.seed, name="actor")
+        self.actor = mlp([obs_dim, *hidden, 2 * act_dim], seed=config.seed, name="actor")
         self.critics = [
-            MLP([obs_dim + act_dim, *hidden, 1], seed=config.seed + 1 + i, name=f"critic{i}")
+            mlp([obs_dim + act_dim, *hidden, 1], seed=config.seed + 1 + i, name=f"critic{i}")
             for i in range(2)
         ]
         self.targets = [
-            MLP([obs_dim + act_dim, *hidden, 1], seed=config.seed + 1 + i, name=f"target{i}")
+            mlp([obs_dim + act_dim, *hidden, 1], seed=config.seed + 1 + i, name=f"target{i}")
             for i in range(2)
         ]
         self.critic_weights = self.critics[0].weights + self.critics[1].weights
@@ -59,7 +60,9 @@ class SAC(tf.Module):
         self.alpha_opt = Adam([self.log_alpha], lr, name="alpha_adam")
         self.noise = tf.random.Generator.from_seed(config.seed + 100)
 
-    def q_values(self, nets: list[MLP], obs: tf.Tensor, action: tf.Tensor) -> list[tf.Tensor]:
+    def q_values(
+        self, nets: list[keras.Model], obs: tf.Tensor, action: tf.Tensor
+    ) -> list[tf.Tensor]:
         """``[B]`` Q-values of each critic in ``nets``; actions in [-1, 1] units."""
         x = tf.concat([obs, action], axis=1)
         return [tf.squeeze(net(x), axis=1) for net in nets]
@@ -128,7 +131,7 @@ def make_agent(config: SACConfig, env: gym.Env) -> SAC:
 
 def greedy_policy(agent: SAC) -> Callable[[np.ndarray], np.ndarray]:
     """The agent's greedy (mean-action) numpy policy."""
-    return squashed_gaussian_policy(agent.actor.numpy_weights(), agent.scale, agent.bias)
+    return squashed_gaussian_policy(agent.actor.get_weights(), agent.scale, agent.bias)
 
 
 def train(
@@ -157,7 +160,7 @@ def train(
     acting = ChunkCollector(
         env, host_spec(spec), config.train_freq, recorder.episode, config.seed, env_steps
     )
-    act = squashed_gaussian_policy(agent.actor.numpy_weights(), agent.scale, agent.bias, rng)
+    act = squashed_gaussian_policy(agent.actor.get_weights(), agent.scale, agent.bias, rng)
 
     def policy(obs: np.ndarray, step: int) -> np.ndarray:
         """Uniform random actions before learning_starts, then the sampled policy."""
@@ -173,7 +176,7 @@ def train(
 
         if env_steps >= config.learning_starts:  # one fused call, then a new actor mirror
             metrics = timer.train(learner, sgd_steps)
-            weights = agent.actor.numpy_weights()
+            weights = agent.actor.get_weights()
             act = squashed_gaussian_policy(weights, agent.scale, agent.bias, rng)
             metrics.pop("steps")
             recorder.metrics(env_steps, metrics)

@@ -149,21 +149,57 @@ def r2d2_case(capacity: int, k: int) -> Case:
     return Case("r2d2", learner, [agent], k, parity=True)
 
 
-def cases(quick: bool) -> list[Callable[[], Case]]:
+def r2d2_paper_case(k: int) -> Case:
+    """R2D2 at the paper's shape (issue 35): batch 64, burn-in 40 + unroll 80, LSTM 64, the
+    state stored every 40 steps; the LSTM runs in a loop over time (XLA)."""
+    from replaygpu.agents.r2d2.config import R2D2LearnerConfig
+
+    config = R2D2LearnerConfig(
+        sequence_length=120,
+        burn_in=40,
+        period=40,
+        lstm_units=64,
+        torso_size=64,
+        batch_size=64,
+        buffer_size=8192,
+    )
+    learner, agent = built(config, config.buffer_size)
+    return Case("r2d2-paper", learner, [agent], k, parity=True)
+
+
+def keras_case(net: str, variant: str, k: int) -> Case:
+    """One update of ``benchmarks/keras_layers.py`` (issue 36, item 5): DQN on ``net`` (an MLP
+    or the Nature CNN) of plain variables ("hand-written") or Keras layers with Keras Adam, as
+    measured on the H200 before the agents moved to Keras layers."""
+    import keras_layers
+
+    rows = 64 if net == "cnn" else None  # 64 frame-stack rows (3.6 MB): the kit is carried
+    table = keras_layers.table(net, rows)
+    learner = keras_layers.learner(net, variant, table, xla=True, keras_adam=True)
+    return Case(f"{net}-{'keras' if variant == 'keras' else 'hand'}", learner, [], k, parity=True)
+
+
+def cases(quick: bool) -> dict[str, Callable[[], Case]]:
+    """The cases by name, each made only when exported."""
     if quick:
-        return [
-            lambda: dqn_case(64, 4096, 10),
-            lambda: atari_case(1024, 1024, 2, parity=True),
-            lambda: sac_case(4096, 10),
-        ]
-    return [
-        lambda: dqn_case(64, 50_000, 100),
-        lambda: dqn_case(256, 50_000, 100),
-        lambda: atari_case(1024, 1024, 10, parity=True),
-        lambda: sac_case(50_000, 100),
-        lambda: r2d2_case(20_000, 10),
-        lambda: atari_case(1_000_000, 0, 10, parity=False),
-    ]
+        return {
+            "dqn64": lambda: dqn_case(64, 4096, 10),
+            "atari": lambda: atari_case(1024, 1024, 2, parity=True),
+            "sac": lambda: sac_case(4096, 10),
+        }
+    return {
+        "dqn64": lambda: dqn_case(64, 50_000, 100),
+        "dqn256": lambda: dqn_case(256, 50_000, 100),
+        "atari": lambda: atari_case(1024, 1024, 10, parity=True),
+        "sac": lambda: sac_case(50_000, 100),
+        "r2d2": lambda: r2d2_case(20_000, 10),
+        "atari-1e6": lambda: atari_case(1_000_000, 0, 10, parity=False),
+        "r2d2-paper": lambda: r2d2_paper_case(10),
+        "mlp-hand": lambda: keras_case("mlp", "hand-written", 100),
+        "mlp-keras": lambda: keras_case("mlp", "keras", 100),
+        "cnn-hand": lambda: keras_case("cnn", "hand-written", 20),
+        "cnn-keras": lambda: keras_case("cnn", "keras", 20),
+    }
 
 
 def export(case: Case, out: Path) -> dict[str, Any]:
@@ -232,10 +268,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for the kit's files")
     parser.add_argument("--quick", action="store_true", help="small cases (CI)")
+    parser.add_argument("--cases", nargs="*", help="only these cases (names as printed)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     tf.random.set_seed(0)
-    for make in cases(args.quick):
+    for name, make in cases(args.quick).items():
+        if args.cases and name not in args.cases:
+            continue
         start = time.perf_counter()
         case = make()
         manifest = export(case, args.out)
