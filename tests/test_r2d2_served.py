@@ -1,8 +1,9 @@
 """R2D2 served: ``replaygpu learner --agent r2d2`` and ``replaygpu actor ADDRESS`` (issue 25).
 
 The actor learns everything from the learner (env, the LSTM policy's weights, the sequence
-length and period); it sends overlapping sequences with the LSTM state it carried; the learner
-trains on them; SIGTERM checkpoints and a restart on the same folder continues the SGD steps.
+length and period); it sends each env step once, in blocks of one env's steps with the LSTM state
+it carried; the learner trains on windows of them; SIGTERM checkpoints and a restart on the same
+folder continues the SGD steps.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from process_helpers import ENV, cli, reap, wait_for_line
 import replaygpu as rg
 from replaygpu.agents.distributed.actor_config import ActorConfig
 from replaygpu.agents.distributed.experience import (
+    BLOCK_SEQUENCES,
+    BLOCK_START,
     STATE_FIELD,
     STATE_STORED,
     RecurrentExperience,
-    SequenceWriter,
+    StepBlockWriter,
 )
 from replaygpu.service.config import AgentSettings
 from replaygpu.specs import host_spec, specs_from_env
@@ -78,26 +81,31 @@ def stored_table(folder: str) -> dict[str, np.ndarray]:
         name: tf.train.load_variable(path, f"table/storage/{name}/.ATTRIBUTES/VARIABLE_VALUE")[
             :size
         ]
-        for name in ("obs", "terminated", "truncated", STATE_FIELD, STATE_STORED)
+        for name in ("obs", "terminated", "truncated", STATE_FIELD, STATE_STORED, BLOCK_START)
     }
 
 
-def test_sequence_writer_cuts_overlapping_sequences_and_counts_each_step_once():
-    writer = SequenceWriter(length=5, period=2)
+def test_step_block_writer_stores_each_step_once_in_blocks_ended_by_the_episode_or_the_cap():
+    writer = StepBlockWriter(period=2, max_rows=5)
     # an episode of 8 steps (the last terminal), then 3 steps of the next one, then the end
     for t in range(11):
         done = t == 7
         state = np.full(2, t, np.float32)
         writer.add((np.array([t], np.float32), 0, 1.0, done, False, state), done)
+    assert writer.steps_ready == 8  # the open block is not ready before its end
     writer.end()
-    blocks = writer.blocks
-    firsts = [int(b["obs"][0, 0]) for b in blocks]
-    assert firsts == [0, 2, 4, 6, 8, 10]  # every 2 steps of each episode, from its first step
-    assert [len(b["obs"]) for b in blocks] == [5, 5, 4, 2, 3, 1]  # the episode end cuts
-    for b in blocks:  # the state before the first step, marked on the first row only
-        assert b[STATE_FIELD][0, 0] == b["obs"][0, 0]
-        assert b[STATE_STORED].tolist() == [True] + [False] * (len(b["obs"]) - 1)
-    assert writer.steps_ready == 11
+    blocks = writer.take()
+    assert [b["obs"][:, 0].tolist() for b in blocks] == [[0, 1, 2, 3, 4], [5, 6, 7], [8, 9, 10]]
+    for b in blocks:  # every row holds the state before its step
+        np.testing.assert_array_equal(b[STATE_FIELD][:, 0], b["obs"][:, 0])
+        assert b[BLOCK_START].tolist() == [True] + [False] * (len(b["obs"]) - 1)
+    # stored: every 2nd step of an episode from its first, and each block's first row
+    assert [b[STATE_STORED].tolist() for b in blocks] == [
+        [True, False, True, False, True],
+        [True, True, False],  # episode steps 5, 6, 7: cut at the cap, so step 5 is stored too
+        [True, False, True],  # the next episode's steps 0, 1, 2
+    ]
+    assert writer.steps_ready == 0 and not writer.blocks
 
 
 def test_a_period_longer_than_the_sequence_is_refused_naming_it():
@@ -147,27 +155,22 @@ def test_r2d2_learner_trains_on_an_actor_with_only_the_address_and_resumes(tmp_p
         reap(learner)
 
     rows = stored_table(ckpt)
-    starts = np.flatnonzero(rows[STATE_STORED])
+    assert len(rows["obs"]) == 1500  # each env step stored once
+    starts = np.flatnonzero(rows[BLOCK_START])
     ends = np.append(starts[1:], len(rows["obs"]))
-    assert starts[0] == 0 and np.all(ends - starts <= LENGTH)
-    # overlapping sequences (period < length): 1500 env steps became more rows than that
-    assert len(rows["obs"]) > 1500
+    assert starts[0] == 0 and np.all(ends - starts <= BLOCK_SEQUENCES * LENGTH)
     done = rows["terminated"] | rows["truncated"]
-    overlaps = episodes = 0
-    for (a, b), next_a in zip(zip(starts, ends, strict=True), starts[1:], strict=False):
-        if b - a > PERIOD:  # not its episode's last sequence: the next one starts PERIOD steps
-            # into it, with the state the actor had there
-            np.testing.assert_array_equal(rows["obs"][next_a], rows["obs"][a + PERIOD])
-            np.testing.assert_array_equal(rows[STATE_FIELD][next_a], rows[STATE_FIELD][a + PERIOD])
-            overlaps += 1
-        else:  # its episode's last: the next episode starts with the zero state
-            assert done[b - 1]
-            assert not rows[STATE_FIELD][next_a].any()
-            episodes += 1
-    assert overlaps > 10 and episodes > 10
+    episode_blocks = 0
+    for a, b in zip(starts, ends, strict=True):
+        assert not done[a : b - 1].any()  # a block is one env's steps of one episode
+        if not rows[STATE_FIELD][a].any():  # it starts an episode: the zero state
+            stored = np.flatnonzero(rows[STATE_STORED][a:b])
+            np.testing.assert_array_equal(stored, np.arange(0, b - a, PERIOD))
+            episode_blocks += 1
+    assert episode_blocks > 10
     # the actor carried the LSTM state of the learner's network (h, c of UNITS units)
     assert rows[STATE_FIELD].shape[1] == 2 * UNITS
-    assert np.abs(rows[STATE_FIELD][starts]).max() > 0.01
+    assert np.abs(rows[STATE_FIELD][rows[STATE_STORED]]).max() > 0.01
 
     # Restart on the same folder: the run continues from its SGD step; SIGTERM again.
     learner = subprocess.Popen(learner_cmd, stderr=subprocess.PIPE, text=True, env=ENV)

@@ -1,5 +1,5 @@
 """The kinds of actor, each an `Experience` that `actor.run_actor` takes: `VectorExperience`
-(transitions of vector envs), `RecurrentExperience` (R2D2's overlapping sequences) and
+(transitions of vector envs), `RecurrentExperience` (R2D2's steps with the LSTM state) and
 `FrameExperience`: ALE games preprocessed to 84x84 grey frames, a numpy Nature CNN, whole
 episode segments per request.
 
@@ -22,7 +22,6 @@ import.
 from __future__ import annotations
 
 import contextlib
-from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,10 +38,14 @@ from ..policies import flat_features, greedy_cnn_policy, greedy_q_policy, numpy_
 from ..rollouts import Policy, TransitionChunk
 from .actor_config import ActorConfig
 
-#: R2D2 table fields: the LSTM state before the step, and whether the row stores it (a
-#: sequence's first row)
+#: R2D2 table fields: the LSTM state before the step, whether a window may start there with it
+#: (every ``period``-th step of an episode, and a block's first), and where a block of one env's
+#: steps starts (windows stop there: another env's rows may precede it)
 STATE_FIELD = "recurrent_state"
 STATE_STORED = "state_stored"
+BLOCK_START = "block_start"
+#: a recurrent actor sends an env's steps in blocks of at most this many sequence lengths
+BLOCK_SEQUENCES = 8
 #: bytes of one frame-table row: an 84x84 frame plus room for the small fields
 ROW_BYTES = 84 * 84 + 64
 #: Optional int64 table field: the env (stream) that produced each row.
@@ -178,7 +181,7 @@ def send_segments(client: rg.ReplayClient, segments: Sequence[dict[str, np.ndarr
 
 
 def send_ready(client: rg.ReplayClient, writers: Sequence[Any], batch: int, final: bool) -> int:
-    """`send_segments` of the writers' finished blocks (`SegmentWriter`, `SequenceWriter`) once
+    """`send_segments` of the writers' finished blocks (`SegmentWriter`, `StepBlockWriter`) once
     ``batch`` env steps are ready, or when ``final`` (the open ones ended first); returns the
     env steps sent."""
     if final:
@@ -306,64 +309,59 @@ class FrameExperience:
             env.close()
 
 
-#: the fields of a row besides the state and its mark, in `SequenceWriter.add`'s order
+#: the fields of a row besides the state and its marks, in `StepBlockWriter.add`'s order
 STEP_FIELDS = ("obs", "action", "reward", "terminated", "truncated")
 
 
-class SequenceWriter:
-    """One env's steps as overlapping sequences of at most ``length`` steps, one starting every
-    ``period`` steps of an episode (the first at its first step), ended by the episode's end.
-    Finished ones collect in ``blocks``: ``[n, ...]`` columns, `STATE_STORED` on the first row."""
+class StepBlockWriter:
+    """One env's steps, each once, in blocks of consecutive steps that end with the episode or at
+    ``max_rows`` rows, as the embedded R2D2 demo stores them. Every row holds the state before
+    its step; `STATE_STORED` marks every ``period``-th step of an episode (from its first) and a
+    block's first row, where windows may start; `BLOCK_START` marks the first row, where they
+    stop. Finished blocks collect in ``blocks``, ``[n, ...]`` columns."""
 
-    def __init__(self, length: int, period: int) -> None:
-        self.length, self.period = length, period
+    def __init__(self, period: int, max_rows: int) -> None:
+        self.period, self.max_rows = period, max_rows
         self.blocks: list[dict[str, np.ndarray]] = []
-        #: env steps whose first sequence is in ``blocks`` (each step counts once)
+        #: env steps in ``blocks``
         self.steps_ready = 0
-        self._rows: deque[tuple[Any, ...]] = deque(maxlen=length)
-        self._starts: list[int] = []  # episode steps where the open sequences begin
-        self._t = 0
+        self._rows: list[tuple[Any, ...]] = []
+        self._t = 0  # the episode step of the next row
 
     def add(self, row: tuple[Any, ...], done: bool) -> None:
         """Record one step: ``row`` is ``(*STEP_FIELDS values, state before the step)``."""
-        if self._t % self.period == 0:
-            self._starts.append(self._t)
         self._rows.append(row)
-        for start in list(self._starts):
-            if self._t - start + 1 == self.length or done:
-                self._finish(start, self._t)
         self._t += 1
+        if done or len(self._rows) == self.max_rows:
+            self._finish()
         if done:
-            self._rows.clear()
             self._t = 0
 
     def end(self) -> None:
-        """Finish the open sequences as they are (the actor stops); a next step starts afresh."""
-        for start in list(self._starts):
-            self._finish(start, self._t - 1)
-        self._rows.clear()
+        """Finish the open block as it is (the actor stops); a next step starts afresh."""
+        if self._rows:
+            self._finish()
         self._t = 0
 
-    def _finish(self, start: int, last: int) -> None:
-        """Move the sequence of episode steps ``start .. last`` (the newest) to ``blocks``."""
-        self._starts.remove(start)
-        rows = list(self._rows)[-(last - start + 1) :]
-        columns = [np.stack(c) for c in zip(*rows, strict=True)]
+    def _finish(self) -> None:
+        n = len(self._rows)
+        columns = [np.stack(c) for c in zip(*self._rows, strict=True)]
         block = dict(zip((*STEP_FIELDS, STATE_FIELD), columns, strict=True))
-        stored = np.zeros(len(rows), bool)
-        stored[0] = True
-        block[STATE_STORED] = stored
+        block[STATE_STORED] = np.arange(self._t - n, self._t) % self.period == 0
+        block[BLOCK_START] = np.zeros(n, bool)
+        block[STATE_STORED][0] = block[BLOCK_START][0] = True
         self.blocks.append(block)
-        self.steps_ready += min(self.period, len(rows))
+        self.steps_ready += n
+        self._rows = []
 
     def take(self) -> list[dict[str, np.ndarray]]:
-        """The finished sequences, oldest first; empties the list."""
+        """The finished blocks, oldest first; empties the list."""
         blocks, self.blocks, self.steps_ready = self.blocks, [], 0
         return blocks
 
 
 class RecurrentExperience(VectorExperience):
-    """Overlapping sequences (`SequenceWriter`) of ``num_envs`` same-step-autoreset envs, for R2D2:
+    """Blocks of steps (`StepBlockWriter`) of ``num_envs`` same-step-autoreset envs, for R2D2:
     `VectorExperience`'s envs, with the LSTM policy's state and rows of its own.
 
     Raises:
@@ -372,9 +370,9 @@ class RecurrentExperience(VectorExperience):
 
     def __init__(self, config: ActorConfig) -> None:
         super().__init__(config)
+        rows = BLOCK_SEQUENCES * config.sequence_length
         self.writers = [
-            SequenceWriter(config.sequence_length, config.sequence_period)
-            for _ in range(config.num_envs)
+            StepBlockWriter(config.sequence_period, rows) for _ in range(config.num_envs)
         ]
         self.weights: list[np.ndarray] | None = None
         self._next: tuple[np.ndarray, np.ndarray] | None = None  # (Q, state) of this step
@@ -390,13 +388,19 @@ class RecurrentExperience(VectorExperience):
         return self._next
 
     def start(self, seed: int, spec: HostSpec) -> None:
-        stored, state = spec.get(STATE_STORED), spec.get(STATE_FIELD)
-        if stored is None or state is None or len(state.shape) != 1:
+        state = spec.get(STATE_FIELD)
+        if (
+            STATE_STORED not in spec
+            or BLOCK_START not in spec
+            or state is None
+            or len(state.shape) != 1
+        ):
             raise rg.ConfigError(
                 f"table {self.config.table!r} has fields {dict(spec)}; a recurrent actor "
                 f"(sequence_period {self.config.sequence_period}) writes the LSTM state to "
-                f"'{STATE_FIELD}' ([2 * units] float32) and marks it in '{STATE_STORED}' "
-                "(bool): serve an R2D2 learner's table, or set sequence_period 0"
+                f"'{STATE_FIELD}' ([2 * units] float32) and marks it in '{STATE_STORED}' and "
+                f"blocks in '{BLOCK_START}' (bool): serve an R2D2 learner's table, or set "
+                "sequence_period 0"
             )
         self.obs, _ = self.env.reset(seed=seed)
         self.state = np.zeros((self.num_envs, state.shape[0]), np.float32)

@@ -1,4 +1,5 @@
-"""R2D2 (Kapturowski et al. 2019): recurrent DQN on prioritized, overlapping sequences.
+"""R2D2 (Kapturowski et al. 2019): recurrent DQN on prioritized, overlapping sequences (windows
+of the stored steps).
 
 Reads top to bottom: the loss's pieces (value rescaling, n-step double-Q targets inside a
 sequence, eta-mixed priorities), the agent, the table and sampler, and the training loop of
@@ -30,8 +31,8 @@ from replaygpu.specs import host_spec, specs_from_env
 from replaygpu.table import Table
 from replaygpu.targets import update_target
 
+from ..distributed.experience import BLOCK_START, STATE_STORED
 from ..distributed.experience import STATE_FIELD as STATE
-from ..distributed.experience import STATE_STORED
 from ..distributed.learner import Builder
 from ..dqn.agent import fused_learner, obs_size
 from ..envs import discrete_actions_env as check_env
@@ -246,7 +247,7 @@ def sequence_sampler(
     config: R2D2Settings, table: Table, start_field: str | None = None
 ) -> rg.Sampler:
     """`make_sampler`'s sampler, unchecked against a network; ``start_field``: a bool field where
-    windows must stop (`experience.RecurrentExperience` marks each sequence's first row), None:
+    windows must stop (`experience.RecurrentExperience` marks each block's first row), None:
     at episode ends only. Raises ConfigError when the table has no state field."""
     view = rg.Sequence(
         config.trace_length,
@@ -373,9 +374,9 @@ ROW_FIELDS = ("obs", "action", "reward", "terminated", "truncated", STATE, STATE
 
 
 class ServedR2D2(Builder):
-    """R2D2 (`R2D2LearnerConfig`) on the sequences of `experience.RecurrentExperience`: blocks of
-    rows whose first row holds the LSTM state (`STATE_STORED`), where the view starts windows and
-    which it never runs past."""
+    """R2D2 (`R2D2LearnerConfig`) on the steps of `experience.RecurrentExperience`: blocks of one
+    env's steps, each stored once, the LSTM state marked where windows may start
+    (`STATE_STORED`), the first row of each block (`BLOCK_START`) where windows stop."""
 
     agent = "r2d2"
     make_agent = staticmethod(make_agent)
@@ -383,13 +384,13 @@ class ServedR2D2(Builder):
     def make_table(
         self, config: R2D2LearnerConfig, env: gym.Env
     ) -> tuple[Table, contextlib.AbstractContextManager[Any]]:
-        spec = table_spec(config, env)
+        spec = {**table_spec(config, env), BLOCK_START: tf.TensorSpec([], tf.bool)}
         table = rg.ReplayTable(spec, config.buffer_size, device=config.device or None)
         return table, tf.device(table.device)
 
     def make_sampler(self, config: R2D2LearnerConfig, table: Table) -> rg.Sampler:
         # the table is the config's: its state field is the network's
-        return sequence_sampler(config, table, start_field=STATE_STORED)
+        return sequence_sampler(config, table, start_field=BLOCK_START)
 
     def policy(self, agent: R2D2) -> Any:
         return lambda: agent.q.weights  # the order `policies.numpy_lstm_step` reads

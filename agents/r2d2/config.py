@@ -4,7 +4,8 @@ both `R2D2Settings`.
 
 The sequence terms are Acme's: a sequence is ``sequence_length`` steps, the first ``burn_in``
 only warming up the LSTM state; the actor stores its state every ``period`` steps, where
-sequences start, so consecutive ones overlap by ``sequence_length - period`` steps.
+sequences start, so consecutive ones overlap by ``sequence_length - period`` steps (windows of
+the stored steps: each step is stored once).
 """
 
 from __future__ import annotations
@@ -121,21 +122,17 @@ class R2D2LearnerConfig(
     defaults(Served, weight_pull_interval=400, steps_per_call=32),
     R2D2Settings,
 ):
-    """R2D2 served to remote actors: `R2D2Settings`' network and update, prioritized sequences
-    that actors send overlapping (one of ``sequence_length`` steps every ``period`` steps, with
-    the LSTM state before its first step), and a samples-per-insert rate limit in place of the
-    demo's train_freq/gradient_steps. A sequence's rows are stored once per sequence, so an env
-    step is stored in up to sequence_length / period rows (3 with the defaults) once episodes
-    are that long, in fewer while they are short (an episode of n < period steps: n rows); the
-    default limit of 1.5 sequences per inserted row is about the demo's 4 per env step.
-    The demo's epsilon schedule does not apply: actor i of N explores with Ape-X's epsilon."""
+    """R2D2 served to remote actors: `R2D2Settings`' network and update on the steps actors
+    send, each stored once as the demo stores them (blocks of one env's consecutive steps with
+    the LSTM state before each, `experience.StepBlockWriter`), windows sampled from them by the
+    `Sequence` view, and a samples-per-insert rate limit in place of the demo's
+    train_freq/gradient_steps (the default, 4 sequences per step, is the demo's 200/25 at batch
+    32). The demo's epsilon schedule does not apply: actor i of N explores with Ape-X's epsilon."""
 
     steps: int = option(
-        180_000,
-        "table rows inserted by all actors, not env steps: each step is stored once in every "
-        "sequence that holds it, up to sequence_length / period rows per env step (3 by "
-        "default) once episodes are that long, about 1 while they are shorter than period; "
-        "0: run until stopped (a service)",
+        100_000,
+        "env steps inserted by all actors (table rows: each step is stored once); 0: run until "
+        "stopped (a service)",
     )
-    learning_starts: int = option(5000, "table rows before the first SGD step")
-    samples_per_insert: float = option(1.5, "rate limit: sampled sequences per inserted row")
+    learning_starts: int = option(2000, "env steps (table rows) before the first SGD step")
+    samples_per_insert: float = option(4.0, "rate limit: sampled sequences per inserted step")
