@@ -40,7 +40,7 @@ TOO_SHORT = [
     (["learner", "--agent", "dqn", "--env", "CartPole-v1", "--steps", "500"], 1000, 1000),
     (["learner", "--agent", "dqn", "--env", "ALE/Pong-v5", "--steps", "1000"], 2000, 2000),
     (["learner", "--agent", "sac", "--env", "Pendulum-v1", "--steps", "50"], 100, 100),
-    (["learner", "--agent", "r2d2", "--steps", "4000"], 5000, 5000),
+    (["learner", "--agent", "r2d2", "--steps", "1000"], 2000, 2000),
 ]
 
 
