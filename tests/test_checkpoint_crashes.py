@@ -276,6 +276,9 @@ def test_serve_killed_inside_the_seal_restarts_from_its_last_sealed_checkpoint(t
                     first, acked = max(sealed_numbers()), seq  # acked once it was sealed
                 seq += 1
                 time.sleep(0.02)
+            deadline = time.monotonic() + 30  # a seal prunes after its rename: let that finish
+            while min(sealed_numbers()) < killed and time.monotonic() < deadline:
+                time.sleep(0.05)
         proc.kill()
         proc.wait(timeout=30)
         assert not unsealed[0].exists() and min(sealed_numbers()) > killed  # never reused
