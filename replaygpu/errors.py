@@ -58,8 +58,9 @@ class ConfigError(ReplayError, ValueError, TypeError):
 
 
 def check_int(name: str, value: Any, least: int) -> int:
-    """``value`` as an int; a `ConfigError` naming ``name`` unless it is an integer >= ``least``."""
-    if not isinstance(value, numbers.Integral) or value < least:
+    """``value`` as an int; a `ConfigError` naming ``name`` unless it is an integer (not a bool)
+    >= ``least``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
         raise ConfigError(f"{name}: got {value!r}, expected an integer >= {least}")
     return int(value)
 

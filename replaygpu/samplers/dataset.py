@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
 
-from replaygpu.errors import ConfigError
+from replaygpu.errors import ConfigError, check_int
 from replaygpu.table import Table
 
 
@@ -27,12 +26,7 @@ def make_dataset(
     `ConfigError` for a batch size below 1, or a sharded table (sampled in ``strategy.run``);
     the iterator raises `tf.errors.InvalidArgumentError` on an empty table.
     """
-    if (
-        not isinstance(batch_size, numbers.Integral)
-        or isinstance(batch_size, bool)
-        or batch_size < 1
-    ):
-        raise ConfigError(f"batch_size: got {batch_size!r}, expected an integer >= 1")
+    batch_size = check_int("batch_size", batch_size, 1)
     if table.strategy is not None:
         raise ConfigError(
             f"as_dataset: {owner} samples the shards of sharded table "
@@ -48,7 +42,7 @@ def make_dataset(
         with tf.device(table.device):
             size = table.size_var.read_value()
             with tf.control_dependencies([tf.debugging.Assert(size > 0, [message])]):
-                return sample(int(batch_size))
+                return sample(batch_size)
 
     options = tf.data.Options()
     options.experimental_optimization.inject_prefetch = False  # draw on demand: live state

@@ -20,10 +20,9 @@ import math
 from collections.abc import Callable
 from typing import ClassVar
 
-import numpy as np
 import tensorflow as tf
 
-from replaygpu.errors import ConfigError
+from replaygpu.errors import ConfigError, check_int
 from replaygpu.keys import DISCOUNT, NSTEP
 from replaygpu.nest import leaves_under
 from replaygpu.reductions import first_true
@@ -39,12 +38,10 @@ Cut = Callable[[tf.Tensor], tf.Tensor]
 def check_n_step(view: View, name: str = "n") -> None:
     """Store a frozen view's steps ``name`` as an int and its ``gamma`` as a float; `ConfigError`
     unless the steps are an integer >= 1 and ``gamma`` lies in [0, 1]."""
-    n, gamma = getattr(view, name), view.gamma
-    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
-        raise ConfigError(f"{name}: got {n!r}, expected an integer >= 1")
+    n, gamma = check_int(name, getattr(view, name), 1), view.gamma
     if not (isinstance(gamma, (int, float)) and math.isfinite(gamma) and 0.0 <= gamma <= 1.0):
         raise ConfigError(f"gamma: got {gamma}, expected a number in [0, 1]")
-    object.__setattr__(view, name, int(n))
+    object.__setattr__(view, name, n)
     object.__setattr__(view, "gamma", float(gamma))
 
 

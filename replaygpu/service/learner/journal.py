@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from replaygpu.disk import describe_space, fsync_path
-from replaygpu.errors import ConfigError
+from replaygpu.errors import ConfigError, check_int
 from replaygpu.service.learner.journal_files import (
     HEADER_BYTES,
     JournalError,
@@ -61,9 +61,7 @@ class JournalConfig:
     segment_bytes: int = 256 * MiB
 
     def __post_init__(self) -> None:
-        value = self.segment_bytes
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"JournalConfig.segment_bytes: got {value!r}, expected an int >= 1")
+        check_int("JournalConfig.segment_bytes", self.segment_bytes, 1)
 
 
 class Journal:

@@ -20,7 +20,7 @@ import threading
 
 import tensorflow as tf
 
-from replaygpu.errors import ConfigError
+from replaygpu.errors import check_int
 
 logger = logging.getLogger(__name__)
 
@@ -36,9 +36,7 @@ class SequenceLedger(tf.Module):
 
     def __init__(self, name: str = "sequence_ledger", max_actors: int = 10_000) -> None:
         super().__init__(name=name)
-        if isinstance(max_actors, bool) or not isinstance(max_actors, int) or max_actors < 1:
-            raise ConfigError(f"SequenceLedger.max_actors: got {max_actors!r}, expected >= 1")
-        self.max_actors = max_actors
+        self.max_actors = check_int("SequenceLedger.max_actors", max_actors, 1)
         with tf.device("/CPU:0"):
             self.state = tf.Variable(b"{}", dtype=tf.string, trainable=False, name="state")
         self._lock = threading.Lock()
