@@ -22,12 +22,12 @@ from replaygpu.errors import ConfigError
 from replaygpu.reductions import reduce_min_int
 from replaygpu.specs import NestedSpec, batch_signature
 from replaygpu.storage import ReplayTable
-from replaygpu.table import TableBase
+from replaygpu.table import Table
 
 logger = logging.getLogger(__name__)
 
 
-class ShardedReplayTable(TableBase, tf.Module):
+class ShardedReplayTable(Table, tf.Module):
     """A fixed-capacity ring of transitions split over the replicas of ``strategy``; `ConfigError`
     when R does not divide the capacity, or ``shard_by`` is not an integer scalar field.
 

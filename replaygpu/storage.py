@@ -20,12 +20,12 @@ from replaygpu.device import resolve_device
 from replaygpu.errors import check_int
 from replaygpu.memory import check_table_fits, describe, resolve_storage_dtypes, row_bytes
 from replaygpu.specs import NestedSpec
-from replaygpu.table import TableBase
+from replaygpu.table import Table
 
 logger = logging.getLogger(__name__)
 
 
-class ReplayTable(TableBase, tf.Module):
+class ReplayTable(Table, tf.Module):
     """A fixed-capacity ring of transitions in device memory.
 
     Args:

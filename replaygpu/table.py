@@ -1,6 +1,6 @@
-"""The table protocol: what the learner, samplers, checkpoints and the server ask of a table.
+"""`Table`, what the learner, samplers, checkpoints and the server ask of a table.
 
-`ReplayTable` (one ring, one device) and `ShardedReplayTable` (one per replica) implement it,
+`ReplayTable` (one ring, one device) and `ShardedReplayTable` (one per replica) are both one,
 so no caller branches on the kind: a plain table has ``shards == [table]`` and no strategy.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import weakref
 from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -19,9 +19,9 @@ from replaygpu.specs import NestedSpec, Spec, batch_signature, normalize_structu
 from replaygpu.writer import TableWriter
 
 
-@runtime_checkable
-class Table(Protocol):
-    """A replay table, plain or sharded.
+class Table:
+    """A replay table, plain or sharded: what the learner, samplers, checkpoints and the server
+    ask of one, and what both kinds share (nest, counters, checked append).
 
     Attributes:
         name: the table's name, as clients address it over gRPC.
@@ -31,10 +31,16 @@ class Table(Protocol):
         size_var, inserted_var: int64 totals of filled rows and rows ever appended.
         served_at: the address of the server writing into the table, or None.
         shards: the `ReplayTable` of each replica (``[self]`` for a plain table).
+        num_shards: ``len(shards)``.
         strategy: the `tf.distribute.Strategy` sampling the shards, or None.
         shard_by: the integer field routing rows to shards, or None.
         stream_contiguous: each stream's rows stay in one shard in append order (plain: always;
             sharded: with ``shard_by``), as stream views (n-step, frames, sequences) need.
+        nbytes: bytes held by the field variables.
+
+    A subclass gives these, calls `_init_spec`, makes ``size_var`` and ``inserted_var``, then
+    `_init_append` once the state its ``_append_graph`` (one graph: write ``{leaf path: [n,
+    ...]}``, advance both counters) writes exists.
     """
 
     name: str
@@ -44,62 +50,20 @@ class Table(Protocol):
     size_var: tf.Variable
     inserted_var: tf.Variable
     served_at: str | None
-
-    @property
-    def shards(self) -> list[Table]: ...  # each a `ReplayTable`: a table of one shard
-
-    @property
-    def num_shards(self) -> int: ...
-
-    @property
-    def strategy(self) -> tf.distribute.Strategy | None: ...
-
-    @property
-    def shard_by(self) -> str | None: ...
-
-    @property
-    def stream_contiguous(self) -> bool: ...
-
-    @property
-    def structure(self) -> NestedSpec: ...
-
-    @property
-    def size(self) -> int: ...
-
-    @property
-    def total_inserted(self) -> int: ...
-
-    @property
-    def nbytes(self) -> int: ...
-
-    def append(self, batch: Any) -> int: ...
-
-    def flush_writers(self) -> None: ...
+    shards: list[Table]
+    num_shards: int
+    strategy: tf.distribute.Strategy | None
+    shard_by: str | None
+    stream_contiguous: bool
+    nbytes: int
 
     def local_index(self) -> int:
         """The index of the shard the calling replica samples (0 for a plain table)."""
-        ...
+        raise NotImplementedError
 
     def min_shard_size(self) -> tf.Tensor:
         """The smallest shard's filled rows (int64 scalar, usable inside graphs)."""
-        ...
-
-    def flatten(self, batch: Any) -> Any: ...
-
-    def pack(self, batch: Mapping[str, Any]) -> Any: ...
-
-
-class TableBase:
-    """What both tables share (nest, counters, checked append).
-
-    A subclass calls `_init_spec`, makes ``size_var`` and ``inserted_var``, then `_init_append`
-    once the state its ``_append_graph`` (one graph: write ``{leaf path: [n, ...]}``, advance
-    both counters) writes exists.
-    """
-
-    spec: Spec
-    size_var: tf.Variable
-    inserted_var: tf.Variable
+        raise NotImplementedError
 
     def _init_spec(self, spec: NestedSpec) -> None:
         spec, structure = normalize_structure(spec)

@@ -26,6 +26,7 @@ from replaygpu.service.learner.loop import step as learner_step
 from replaygpu.service.ops.auth import TLSConfig
 from replaygpu.sharded import mirrored_strategy
 from replaygpu.specs import specs_from_env
+from replaygpu.table import Table
 
 from ..configs import total_sgd_steps
 from ..progress import NullRecorder, Recorder, TrainResult
@@ -262,9 +263,6 @@ def train(
         episodes=len(fleet.returns),
         stopped=stopped,
     )
-
-
-Table = Any  # rg.ReplayTable or rg.ShardedReplayTable
 
 
 class Builder:

@@ -25,12 +25,13 @@ import replaygpu as rg
 from replaygpu.keys import DISCOUNT, IMPORTANCE_WEIGHTS, PRIORITIES
 from replaygpu.nest import flatten as flatten_nest
 from replaygpu.specs import host_spec, specs_from_env
+from replaygpu.table import Table
 from replaygpu.targets import update_target
 
 from .. import runs
 from ..configs import next_chunk
 from ..distributed.experience import STREAM_FIELD
-from ..distributed.learner import Table, VectorBuilder
+from ..distributed.learner import VectorBuilder
 from ..envs import discrete_actions_env as check_env
 from ..envs import make_vector_env
 from ..networks import Adam, Schedule, mlp

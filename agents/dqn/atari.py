@@ -25,10 +25,11 @@ import tensorflow as tf
 import replaygpu as rg
 from replaygpu.samplers import make_frame_table
 from replaygpu.service.config import AgentSettings, ServerConfig
+from replaygpu.table import Table
 
 from ..configs import next_chunk
 from ..distributed.experience import SegmentWriter, play, segment_client_config
-from ..distributed.learner import Builder, Table
+from ..distributed.learner import Builder
 from ..envs import make_atari_env
 from ..networks import nature_cnn
 from ..policies import epsilon_greedy_actions

@@ -15,11 +15,12 @@ import tensorflow as tf
 
 import replaygpu as rg
 from replaygpu.specs import host_spec, specs_from_env
+from replaygpu.table import Table
 from replaygpu.targets import update_target
 
 from .. import runs
 from ..configs import next_chunk
-from ..distributed.learner import Table, VectorBuilder
+from ..distributed.learner import VectorBuilder
 from ..envs import box_actions_env as check_env
 from ..envs import make_vector_env
 from ..networks import Adam, mlp
