@@ -203,8 +203,6 @@ def require_env_id(env_id: str) -> None:
     `atari_env`, which says which extra to install)."""
     import difflib
 
-    import gymnasium as gym
-
     example = "'CartPole-v1'"
     if env_id.startswith("ALE/"):
         try:
@@ -225,8 +223,6 @@ def require_env_id(env_id: str) -> None:
 def discrete_actions_env(env_id: str) -> Any:
     """Make ``env_id`` (close it) and raise ConfigError unless its actions are Discrete (DQN,
     Ape-X, R2D2); an unknown id raises gymnasium's own error."""
-    import gymnasium as gym
-
     env = gym.make(env_id)
     if not isinstance(env.action_space, gym.spaces.Discrete):
         env.close()
@@ -240,8 +236,6 @@ def discrete_actions_env(env_id: str) -> Any:
 def box_actions_env(env_id: str) -> Any:
     """As `discrete_actions_env`, for SAC: bounded Box actions and Box observations. MuJoCo's
     envs (HalfCheetah-v5, ...) need ``replaygpu[mujoco]``."""
-    import gymnasium as gym
-
     try:
         env = gym.make(env_id)
     except gym.error.DependencyNotInstalled as err:
