@@ -1,6 +1,6 @@
 """Run reporting for demos: a progress bar, TensorBoard summaries and a learning-curve PNG.
 
-Agents report through the `Recorder` protocol and never print; the CLI passes a `RunRecorder`,
+Agents report through a `Recorder` and never print; the CLI passes a `RunRecorder`,
 tests and benchmarks `NullRecorder`.
 """
 
@@ -12,7 +12,7 @@ import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -152,8 +152,8 @@ class TrainTimer:
         )
 
 
-class Recorder(Protocol):
-    """What an agent reports while it trains."""
+class Recorder:
+    """What an agent reports while it trains; this base reports nothing."""
 
     def metrics(self, step: int, values: Mapping[str, float]) -> None:
         """Scalar metrics (namespaced names such as ``losses/td_loss``) at env step ``step``."""
@@ -165,7 +165,7 @@ class Recorder(Protocol):
         """Where training stands (called once per training chunk)."""
 
 
-class NullRecorder:
+class NullRecorder(Recorder):
     """Keeps finished episodes in memory and reports nothing."""
 
     def __init__(self) -> None:
@@ -178,11 +178,8 @@ class NullRecorder:
     def episode(self, step: int, episodic_return: float, length: int) -> None:
         self.episodes.append((step, episodic_return))
 
-    def progress(self, env_steps: int, sgd_steps: int, recent_return: float) -> None:
-        pass
 
-
-class EventsRecorder:
+class EventsRecorder(Recorder):
     """Writes what a run reports as TensorBoard scalars into ``folder`` (None: nothing): the
     metrics by their names, each episode as ``charts/episodic_return`` and
     ``charts/episodic_length``. `RunRecorder` adds a bar and a curve.
@@ -209,9 +206,6 @@ class EventsRecorder:
     def episode(self, step: int, episodic_return: float, length: int) -> None:
         self._scalar("charts/episodic_return", episodic_return, step)
         self._scalar("charts/episodic_length", length, step)
-
-    def progress(self, env_steps: int, sgd_steps: int, recent_return: float) -> None:
-        pass
 
     def close(self) -> None:
         """Write what is pending, flush and close the event file. Idempotent."""
