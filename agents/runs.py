@@ -370,7 +370,13 @@ def _check_run_file(
         changed = {name for name in BUDGET_FIELDS if values.get(name) != old.get(name)}
         if not changed:
             return None
-        _check_budget(directory, config.steps, old.get("steps"), resumed)
+        taken = resumed.env_steps if resumed is not None else 0
+        if config.steps and config.steps < taken:  # shorter than what ran (0: no end)
+            raise rg.ConfigError(
+                f"steps: got {config.steps}, but the run in {directory!r} already took {taken} "
+                f"env steps (of {old.get('steps') or 'unlimited'}); pass --steps {taken} or "
+                "more to continue it, or another --checkpoint-dir"
+            )
         logger.info(
             "continuing the run in %s: steps %s -> %d (schedules follow the new steps)",
             directory,
@@ -378,17 +384,6 @@ def _check_run_file(
             config.steps,
         )
     return current
-
-
-def _check_budget(directory: str, steps: int, saved: int, resumed: RunProgress | None) -> None:
-    """ConfigError if a resumed run's new ``steps`` is below the env steps taken (0 never is)."""
-    if resumed is None or not steps or steps >= resumed.env_steps:
-        return
-    raise rg.ConfigError(
-        f"steps: got {steps}, but the run in {directory!r} already took {resumed.env_steps} env "
-        f"steps (of {saved or 'unlimited'}); pass --steps {resumed.env_steps} or more to "
-        "continue it, or another --checkpoint-dir"
-    )
 
 
 R = TypeVar("R")
