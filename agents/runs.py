@@ -38,7 +38,6 @@ import tensorflow as tf
 
 import replaygpu as rg
 from replaygpu.checkpoint import CheckpointSchedule, check_writable
-from replaygpu.disk import write_durably
 
 from .progress import PERIODIC_EVAL
 from .registry import RUN_FILE, name_of, read_json
@@ -317,8 +316,7 @@ class RunControl:
             return None
         self._schedule.restart()
         if self._run_file is not None:  # with the first checkpoint: a failed start leaves none
-            run_file = json.dumps(self._run_file, indent=2)
-            write_durably(os.path.join(self.directory, RUN_FILE), run_file)
+            _write_json(os.path.join(self.directory, RUN_FILE), self._run_file)
             self._run_file = None
         self.checkpoints += 1
         self.checkpoint_seconds = time.monotonic() - began
@@ -384,6 +382,12 @@ def _check_run_file(
             config.steps,
         )
     return current
+
+
+def _write_json(path: str, value: Any) -> None:
+    with open(path + ".tmp", "w") as f:
+        json.dump(value, f, indent=2)
+    os.replace(path + ".tmp", path)
 
 
 R = TypeVar("R")

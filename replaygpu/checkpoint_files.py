@@ -22,7 +22,7 @@ import os
 import re
 import shutil
 
-from replaygpu.disk import fsync_path, write_durably
+from replaygpu.disk import fsync_path
 
 MANIFEST_SUFFIX = ".manifest.json"
 #: TensorFlow's list of the checkpoints in a folder (`record_state`)
@@ -119,6 +119,15 @@ def _tree_bytes(path: str) -> int:
     )
 
 
+def _write_durably(path: str, text: str) -> None:
+    """Write ``text`` to ``path.tmp``, fsync it and rename it to ``path``."""
+    with open(path + ".tmp", "w") as file:
+        file.write(text)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(path + ".tmp", path)
+
+
 def _digest(path: str) -> str:
     sha = hashlib.sha256()
     with open(path, "rb", buffering=0) as file:
@@ -139,7 +148,7 @@ def seal(prefix: str) -> None:
     if not any(name.endswith(".index") for name in files):
         raise FileNotFoundError(2, "no index file was written", prefix + ".index")
     fsync_path(folder)  # the files' names are durable before the manifest that names them
-    write_durably(manifest_path(prefix), json.dumps({"format": _FORMAT, "files": files}, indent=1))
+    _write_durably(manifest_path(prefix), json.dumps({"format": _FORMAT, "files": files}, indent=1))
     fsync_path(folder)
 
 
@@ -161,7 +170,7 @@ def record_state(folder: str) -> None:
     names = [os.path.basename(p) for p in reversed(sealed(folder))]
     lines = [f'model_checkpoint_path: "{names[-1]}"' if names else ""]
     lines += [f'all_model_checkpoint_paths: "{name}"' for name in names]
-    write_durably(os.path.join(folder, STATE_FILE), "\n".join(lines) + "\n")
+    _write_durably(os.path.join(folder, STATE_FILE), "\n".join(lines) + "\n")
 
 
 def has_manifest(prefix: str) -> bool:

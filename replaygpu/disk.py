@@ -1,4 +1,4 @@
-"""Free space on a file system (for messages of writes that found none), durable writes.
+"""Free space on a file system, for messages of writes that found none, and `fsync_path`.
 
 No TensorFlow. A full disk is ridden out, not a bug: the journal refuses appends retryably and a
 failed checkpoint is retried later.
@@ -38,15 +38,6 @@ def describe_space(path: str | os.PathLike[str]) -> str:
     except OSError as err:
         return f"free space unknown ({err.strerror or err})"
     return f"{stat.f_bavail * stat.f_frsize} bytes free of {stat.f_blocks * stat.f_frsize}"
-
-
-def write_durably(path: str, text: str) -> None:
-    """Write ``text`` to ``path.tmp``, fsync it and rename it to ``path``."""
-    with open(path + ".tmp", "w") as file:
-        file.write(text)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(path + ".tmp", path)
 
 
 def fsync_path(path: str | os.PathLike[str]) -> None:
