@@ -240,6 +240,8 @@ def run_eval(args: argparse.Namespace) -> int:
     evaluated = FINAL_WEIGHTS
     # the weights the run handed back (keep_best), else the final ones
     kept = module.kept_policy(agent, latest) if hasattr(module, "kept_policy") else None
+    if hasattr(module, "load_kept"):  # a served run's, loaded into its agent
+        evaluated = module.load_kept(config, agent, latest) or FINAL_WEIGHTS
     if kept is not None:
         policy, evaluated = kept
         reset = getattr(policy, "reset", None)  # a recurrent policy starts each episode afresh

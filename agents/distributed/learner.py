@@ -12,7 +12,7 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -20,6 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 import replaygpu as rg
+from replaygpu.learner.weights import read_source
 from replaygpu.service.config import AgentSettings, ServerConfig
 from replaygpu.service.learner.ledger import SequenceLedger
 from replaygpu.service.learner.loop import step as learner_step
@@ -28,11 +29,21 @@ from replaygpu.sharded import mirrored_strategy
 from replaygpu.specs import specs_from_env
 from replaygpu.table import Table
 
+from ..config_fields import BestOfEvaluations
 from ..configs import total_sgd_steps
-from ..progress import NullRecorder, Recorder, TrainResult
+from ..progress import FINAL_WEIGHTS, NullRecorder, Recorder, TrainResult
 from ..registry import builder_for, name_of
 from ..rollouts import evaluate
-from ..runs import JsonState, LoopState, RunControl, stopped_early
+from ..runs import (
+    PERIODIC_EVAL_SEED,
+    BestPolicy,
+    JsonState,
+    LoopState,
+    RunControl,
+    evaluation_due,
+    record_evaluation,
+    stopped_early,
+)
 from .actor_config import ActorConfig
 from .fleet import ActorFleet, actor_configs
 
@@ -47,6 +58,26 @@ def make_agent(config: Any, env: Any) -> Any:
 def evaluate_agent(config: Any, agent: Any, episodes: int, seed: int) -> np.ndarray:
     """Returns of ``episodes`` greedy episodes of a learner run's agent (``replaygpu eval``)."""
     return builder_for(config).evaluate(config, agent, episodes, seed)
+
+
+def policy_variables(config: Any, agent: Any) -> list[Any]:
+    """The variables of the policy the learner publishes to actors (`Builder.policy`)."""
+    return read_source(builder_for(config).policy(agent))[1]
+
+
+def load_kept(config: Any, agent: Any, checkpoint: str) -> str | None:
+    """Load the ``keep_best`` weights in ``checkpoint`` into ``agent``'s policy (``replaygpu
+    eval``); what they are, or None (no evaluation kept one: the final weights stay)."""
+    if not isinstance(config, BestOfEvaluations):
+        return None
+    variables = policy_variables(config, agent)
+    best = BestPolicy([v.numpy() for v in variables])
+    tf.train.Checkpoint(best_policy=best).read(checkpoint).expect_partial()
+    if not best.found:
+        return None
+    for variable, value in zip(variables, best.numpy_weights(), strict=True):
+        variable.assign(value)
+    return best.describe()
 
 
 class LearnerService:
@@ -91,7 +122,14 @@ class LearnerService:
         self.env_steps: Callable[[], int] = lambda: self.table.total_inserted
         state = dict(table=self.table, sampler=self.sampler, learner=self.learner, agent=self.agent)
         state.update(ledger=self.ledger, loop=self.loop, run_stats=self.saved_stats)
+        #: greedy evaluations while training and the best one's weights (`BestOfEvaluations`
+        #: configs); in every checkpoint, whatever keep_best says, so a resumed run may change it
+        self.best: BestPolicy | None = None
+        if isinstance(config, BestOfEvaluations):
+            self.best = state["best_policy"] = BestPolicy(self._policy_values())
         self.restored = run.attach(**state) if run is not None else None
+        if self.best is not None and not config.keep_best:
+            self.best.forget()
         if self.restored:
             logger.info(
                 "resumed from %s: %d transitions inserted, SGD step %d",
@@ -114,6 +152,7 @@ class LearnerService:
         self.learner.publish_weights(builder.policy(self.agent))
         self._last_sync = int(self.loop.last_sync.numpy())  # 0, or the restored run's
         self._rate = (time.monotonic(), self.sgd_steps, 0.0)
+        self._polled_env_steps = int(self.loop.env_steps.numpy())  # for `evaluate_when_due`
         self.recorder: Recorder = NullRecorder()
 
     @property
@@ -151,6 +190,43 @@ class LearnerService:
             self._capture()
             self.run.save(self.server)
         return ran
+
+    def evaluate_when_due(self, final: bool = False) -> None:
+        """A greedy evaluation while training (``periodic_eval_episodes`` on the same seeds each
+        time) when a multiple of ``eval_every`` env steps passed since the last call, and with
+        ``final`` and ``keep_best`` (the final weights compete too); recorded, and with
+        ``keep_best`` its weights offered to `best`. Nothing for configs without evaluations."""
+        if self.best is None:
+            return
+        config, before = self.config, self._polled_env_steps
+        self._polled_env_steps = now = self.env_steps()
+        if not (evaluation_due(config.eval_every, before, now) or (final and config.keep_best)):
+            return
+        seed = config.seed + PERIODIC_EVAL_SEED
+        returns = self.builder.evaluate(config, self.agent, config.periodic_eval_episodes, seed)
+        weights = self._policy_values()
+        record_evaluation(self.recorder, self.best, config.keep_best, now, returns, weights)
+
+    @contextlib.contextmanager
+    def handed_back(self) -> Iterator[str]:
+        """Inside: the agent's policy holds the weights the run hands back, with ``keep_best``
+        the best evaluation's, else the final ones; yields what they are. The final weights
+        return on exit (the final checkpoint and a resumed run train on from them)."""
+        if self.best is None or not self.best.found:
+            yield FINAL_WEIGHTS
+            return
+        variables = policy_variables(self.config, self.agent)
+        final = self._policy_values()
+        for variable, value in zip(variables, self.best.numpy_weights(), strict=True):
+            variable.assign(value)
+        try:
+            yield self.best.describe()
+        finally:
+            for variable, value in zip(variables, final, strict=True):
+                variable.assign(value)
+
+    def _policy_values(self) -> list[np.ndarray]:
+        return [v.numpy() for v in policy_variables(self.config, self.agent)]
 
     def done(self, ran: int) -> bool:
         """Whether the run is over: ``steps`` rows arrived and the last call could not train
@@ -237,19 +313,22 @@ def train(
             if service.run is not None and service.run.stop.is_set():
                 break  # the final checkpoint follows
             if actors_done and not ran:
+                service.evaluate_when_due(final=True)  # before the final checkpoint
                 break
+            service.evaluate_when_due()
     finally:
         fleet.stop(service.commit)
         service.close()
     elapsed = time.perf_counter() - start
     stopped = stopped_early(run, fleet.env_steps, config.steps or math.inf)
-    eval_returns = (
-        np.zeros(0)
-        if stopped or not config.eval_episodes
-        else service.builder.evaluate(
-            config, service.agent, config.eval_episodes, seed=config.seed + 10_000
+    with service.handed_back() as evaluated:
+        eval_returns = (
+            np.zeros(0)
+            if stopped or not config.eval_episodes
+            else service.builder.evaluate(
+                config, service.agent, config.eval_episodes, seed=config.seed + 10_000
+            )
         )
-    )
     recorder.metrics(fleet.env_steps, {"charts/rows_acked": float(fleet.acked)})
     trained = service.sgd_steps - first_steps
     return TrainResult(
@@ -262,6 +341,7 @@ def train(
         compile_seconds=compile_seconds,
         episodes=len(fleet.returns),
         stopped=stopped,
+        evaluated=evaluated,
     )
 
 

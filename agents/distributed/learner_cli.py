@@ -216,6 +216,7 @@ def train_to_end(
         report.poll()
         if service.done(ran):
             break
+        service.evaluate_when_due()
     if service.run is not None and service.run.stop.is_set():
         if service.run.signal_name == "SIGINT":  # for good; SIGTERM: a restart may follow
             service.server.finish_run()
@@ -228,7 +229,9 @@ def train_to_end(
         service.config.steps,
         service.server.finishing_rows,
     )
-    report.evaluate(service.config.eval_episodes)
+    service.evaluate_when_due(final=True)  # before the final checkpoint
+    with service.handed_back() as evaluated:
+        report.evaluate(service.config.eval_episodes, evaluated)
     deadline = time.monotonic() + grace_s
     while service.server.open_streams and time.monotonic() < deadline:
         if service.run is not None and service.run.stop.is_set():
@@ -345,13 +348,14 @@ class LearnerReport:
             run["eval_return"],
         )
 
-    def evaluate(self, episodes: int) -> np.ndarray:
-        """A greedy evaluation on this thread, after any periodic one in flight; its returns."""
+    def evaluate(self, episodes: int, evaluated: str = "its weights") -> np.ndarray:
+        """A greedy evaluation on this thread, after any periodic one in flight, of the agent's
+        weights (``evaluated`` says whose, for the log); its returns."""
         self._collect_eval()
         if episodes <= 0:
             return np.zeros(0)
         returns = self._run_eval(episodes)
-        self._record_eval(returns, self.service.sgd_steps, self.service.env_steps())
+        self._record_eval(returns, self.service.sgd_steps, self.service.env_steps(), evaluated)
         return returns
 
     def close(self) -> None:
@@ -390,15 +394,18 @@ class LearnerReport:
         else:
             self._eval_result = (returns, sgd_step, env_step)
 
-    def _record_eval(self, returns: np.ndarray, sgd_step: int, env_step: int) -> None:
+    def _record_eval(
+        self, returns: np.ndarray, sgd_step: int, env_step: int, evaluated: str = "its weights"
+    ) -> None:
         mean = float(np.mean(returns))
         self.stats.set_eval(mean, sgd_step)
         self.evaluated_at = time.monotonic()
         self.recorder.metrics(env_step, {"eval/mean_return": mean})
         logger.info(
-            "greedy evaluation at SGD step %d: return %.1f +- %.1f over %d episodes",
+            "greedy evaluation at SGD step %d: return %.1f +- %.1f over %d episodes (%s)",
             sgd_step,
             mean,
             float(np.std(returns)),
             len(returns),
+            evaluated,
         )

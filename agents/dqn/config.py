@@ -143,6 +143,7 @@ class AtariDQNConfig(
 
 @dataclass(frozen=True)
 class ApexConfig(
+    BestOfEvaluations,
     DataParallel,
     Device,
     ClippedGradients,
@@ -156,7 +157,8 @@ class ApexConfig(
     """Ape-X DQN hyperparameters: the rl-zoo3 CartPole DQN network and replay ratio, with the
     Ape-X paper's 3-step returns, batch 128 and a learning rate decayed linearly to a small
     floor, ``final_learning_rate``, over the SGD steps of the replay budget
-    (`DecayedLearningRate`; ``steps`` 0, no end: constant)."""
+    (`DecayedLearningRate`; ``steps`` 0, no end: constant). The learner hands back the weights
+    of its best greedy evaluation while training (``keep_best``), as the DQN demo does."""
 
     #: makes the env and checks it has the actions its agent takes (the CLI, before TensorFlow)
     ENV_CHECK: ClassVar[Callable[[str], Any]] = discrete_actions_env

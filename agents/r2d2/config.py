@@ -118,6 +118,7 @@ class R2D2Config(BestOfEvaluations, R2D2Settings):
 @dataclass(frozen=True)
 class R2D2LearnerConfig(
     UntilStopped,
+    BestOfEvaluations,
     ActorEnvs,
     defaults(Served, weight_pull_interval=400, steps_per_call=32),
     R2D2Settings,
@@ -127,7 +128,9 @@ class R2D2LearnerConfig(
     the LSTM state before each, `experience.StepBlockWriter`), windows sampled from them by the
     `Sequence` view, and a samples-per-insert rate limit in place of the demo's
     train_freq/gradient_steps (the default, 4 sequences per step, is the demo's 200/25 at batch
-    32). The demo's epsilon schedule does not apply: actor i of N explores with Ape-X's epsilon."""
+    32). The demo's epsilon schedule does not apply: actor i of N explores with Ape-X's epsilon.
+    The learner hands back the weights of its best greedy evaluation while training
+    (``keep_best``), as the demo does."""
 
     steps: int = option(
         100_000,

@@ -27,8 +27,9 @@ class WeightSnapshot:
     arrays: tuple[np.ndarray, ...]
 
 
-def _read(source: Any) -> tuple[tuple[str, ...] | None, list[Any]]:
-    """``(names or None, values)`` of a publication source, read now."""
+def read_source(source: Any) -> tuple[tuple[str, ...] | None, list[Any]]:
+    """``(names or None, values)`` of a publication source (see `WeightStore.publish`), read
+    now: its variables (or arrays) themselves, not copies."""
     if callable(source) and not hasattr(source, "weights") and not hasattr(source, "variables"):
         source = source()
     if isinstance(source, Mapping):
@@ -81,7 +82,7 @@ class WeightStore:
         variable or array}``, a sequence of them, or a callable returning one; `ConfigError` for
         anything else, or when it holds no variables. Pass the model itself: a Keras model has no
         variables before its first call."""
-        names, values = _read(source)
+        names, values = read_source(source)
         if not values:
             raise ConfigError(
                 f"publish_weights: {type(source).__name__} holds no variables, so actors "
