@@ -228,12 +228,14 @@ def test_a_learner_budget_ends_the_learner_and_actors_that_have_no_budget_of_the
     """`replaygpu learner --steps N` and `replaygpu actor ADDRESS --num-actors 2` (which would
     collect forever): the learner takes N rows (and less than a batch more), tells the actors,
     trains out its budget, evaluates, checkpoints; all exit 0. TensorBoard has the episodes the
-    actors reported over the wire."""
+    actors reported over the wire. Its greedy evaluations while training (every 1000 env steps,
+    and the final weights) pick the weights it hands back, which `replaygpu eval` plays."""
     address = f"127.0.0.1:{free_port()}"
     ckpt = str(tmp_path / "ckpt")
     learner_cmd = cli(
         "learner", "--agent", "dqn", "--env", "CartPole-v1", "--address", address,
-        "--checkpoint-dir", ckpt, *SMALL_DQN, "--eval-episodes", "2",
+        "--checkpoint-dir", ckpt, *SMALL_DQN, "--eval-episodes", "2", "--eval-every", "1000",
+        "--periodic-eval-episodes", "2", "--summary-every-s", "0",
     )  # fmt: skip
     learner = subprocess.Popen(learner_cmd, stderr=subprocess.PIPE, text=True, env=ENV)
     lines: list[str] = []
@@ -261,15 +263,57 @@ def test_a_learner_budget_ends_the_learner_and_actors_that_have_no_budget_of_the
     assert finished, log[-3000:]
     inserted, last_batch = int(finished.group(1)), int(finished.group(2))
     assert last_batch > 0 and inserted - last_batch < 3000 <= inserted  # that batch, no more
-    assert re.search(r"greedy evaluation at SGD step \d+: return [\d.]+ \+- [\d.]+ over 2 ", log)
+    final_eval = re.search(
+        r"greedy evaluation at SGD step \d+: return ([\d.]+) \+- [\d.]+ over 2 episodes "
+        r"\((the weights of env step \d+, the best of (\d+) greedy evaluations during training "
+        r"\(mean return ([\d.]+) there\))\)",
+        log,
+    )
+    assert final_eval, log[-3000:]
     events = [name for name in os.listdir(ckpt) if name.startswith("events.out.tfevents")]
-    tags = {
-        value.tag
+    scalars = [
+        (value.tag, event.step, float(tf.make_ndarray(value.tensor)))
         for name in events
         for event in tf.compat.v1.train.summary_iterator(os.path.join(ckpt, name))
         for value in event.summary.value
-    }
+    ]
+    tags = {tag for tag, _, _ in scalars}
     assert {"losses/td_loss", "charts/episodic_return", "eval/mean_return"} <= tags, tags
+    periodic = [(step, value) for tag, step, value in scalars if tag == "eval/periodic_return"]
+    # one evaluation per 1000 env steps crossed once training runs, and one of the final weights
+    assert len(periodic) == int(final_eval.group(3)) >= 2, periodic
+    assert float(final_eval.group(4)) == pytest.approx(max(v for _, v in periodic), abs=0.05)
+    # `replaygpu eval` plays the kept weights: on the evaluations' seeds (the learner's seed 1
+    # + 30000), their mean return again
+    out = subprocess.run(
+        cli("eval", ckpt, "--episodes", "2", "--seed", "30001"),
+        capture_output=True, text=True, timeout=300, env=ENV,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert final_eval.group(2) in out.stdout
+    assert f"mean return {float(final_eval.group(4)):.1f}" in out.stdout, out.stdout
+
+
+def test_a_served_run_plays_its_best_weights_only_inside_handed_back(tmp_path):
+    """`LearnerService.handed_back`: the kept best weights in the policy inside, the final ones
+    again after (the final checkpoint and a resumed run go on from those); the final ones inside
+    where no evaluation kept any."""
+    service = LearnerService(STORING_APEX)
+    try:
+        variables = service.agent.q.weights
+        final = [v.numpy() for v in variables]
+        with service.handed_back() as evaluated:
+            assert evaluated == "the final weights"
+            assert all(np.array_equal(v.numpy(), f) for v, f in zip(variables, final, strict=True))
+        better = [f + 1.0 for f in final]
+        service.best.consider(1234, np.array([500.0]), better)
+        with service.handed_back() as evaluated:
+            assert evaluated.startswith("the weights of env step 1234")
+            inside = [v.numpy() for v in variables]
+        assert all(np.array_equal(a, b) for a, b in zip(inside, better, strict=True))
+        assert all(np.array_equal(v.numpy(), f) for v, f in zip(variables, final, strict=True))
+    finally:
+        service.close(save=False)
 
 
 def zero_rows(client: rg.ReplayClient, n: int) -> dict[str, np.ndarray]:
