@@ -223,8 +223,10 @@ def run_eval(args: argparse.Namespace) -> int:
     with imports_frozen():
         import tensorflow as tf
 
+        from .config_fields import BestOfEvaluations
         from .progress import FINAL_WEIGHTS
         from .rollouts import evaluate
+        from .runs import load_kept
 
         module = entry.load()
     config = entry.config_class()(
@@ -238,15 +240,9 @@ def run_eval(args: argparse.Namespace) -> int:
     env.close()
     tf.train.Checkpoint(agent=agent).read(latest).expect_partial().assert_existing_objects_matched()
     evaluated = FINAL_WEIGHTS
-    # the weights the run handed back (keep_best), else the final ones
-    kept = module.kept_policy(agent, latest) if hasattr(module, "kept_policy") else None
-    if hasattr(module, "load_kept"):  # a served run's, loaded into its agent
-        evaluated = module.load_kept(config, agent, latest) or FINAL_WEIGHTS
-    if kept is not None:
-        policy, evaluated = kept
-        reset = getattr(policy, "reset", None)  # a recurrent policy starts each episode afresh
-        returns = evaluate(policy, config.env_id, args.episodes, args.seed, on_reset=reset)
-    elif hasattr(module, "evaluate_agent"):  # its own env wrappers (Atari preprocessing)
+    if isinstance(config, BestOfEvaluations):  # the weights the run handed back (keep_best)
+        evaluated = load_kept(agent.q.weights, latest) or FINAL_WEIGHTS  # its Q-network acts
+    if hasattr(module, "evaluate_agent"):  # its own env wrappers (Atari preprocessing)
         returns = module.evaluate_agent(config, agent, args.episodes, seed=args.seed)
     else:
         returns = evaluate(module.greedy_policy(agent), config.env_id, args.episodes, args.seed)

@@ -115,6 +115,11 @@ class BestPolicy(tf.Module):
     def numpy_weights(self) -> list[np.ndarray]:
         return [v.numpy() for v in self.weights]
 
+    def load_into(self, variables: Sequence[tf.Variable]) -> str:
+        """Assign the kept weights to the policy's ``variables``; what they are (`describe`)."""
+        assign_all(variables, self.numpy_weights())
+        return self.describe()
+
     def describe(self) -> str:
         """Where the kept weights come from, for the run's report."""
         step, count = int(self.env_step.numpy()), int(self.evaluations.numpy())
@@ -125,6 +130,21 @@ class BestPolicy(tf.Module):
             f"the weights of env step {step}, the best of {count} greedy evaluations during "
             f"training (mean return {mean:.1f} there)"
         )
+
+
+def assign_all(variables: Sequence[tf.Variable], values: Sequence[Any]) -> None:
+    """``variables[i].assign(values[i])`` for every i (as many of each)."""
+    for variable, value in zip(variables, values, strict=True):
+        variable.assign(value)
+
+
+def load_kept(variables: Sequence[tf.Variable], checkpoint: str) -> str | None:
+    """Load the ``keep_best`` weights that ``checkpoint`` holds (`BestPolicy`) into the policy's
+    ``variables`` (``replaygpu eval``); what they are, or None if it kept none (the variables
+    keep theirs). The checkpoint decides, not the config: ``keep_best`` may change on resume."""
+    best = BestPolicy([v.numpy() for v in variables])
+    tf.train.Checkpoint(best_policy=best).read(checkpoint).expect_partial()
+    return best.load_into(variables) if best.found else None
 
 
 def record_evaluation(

@@ -17,7 +17,13 @@ from replaygpu.agents.dqn import agent as dqn
 from replaygpu.agents.progress import NullRecorder
 from replaygpu.agents.r2d2.config import R2D2Config
 from replaygpu.agents.rollouts import evaluate
-from replaygpu.agents.runs import PERIODIC_EVAL_SEED, BestPolicy, RunControl, evaluation_due
+from replaygpu.agents.runs import (
+    PERIODIC_EVAL_SEED,
+    BestPolicy,
+    RunControl,
+    evaluation_due,
+    load_kept,
+)
 
 SMALL = dict(
     steps=3_000,
@@ -114,16 +120,16 @@ def test_dqn_hands_back_and_checkpoints_the_weights_of_its_best_evaluation(tmp_p
     agent = dqn.make_agent(config, env)
     env.close()
     tf.train.Checkpoint(agent=agent).read(latest).expect_partial()
-    kept = dqn.kept_policy(agent, latest)
-    assert kept is not None and kept[1] == result.evaluated
     periodic_seed = config.seed + PERIODIC_EVAL_SEED
-    replayed = evaluate(kept[0], config.env_id, config.periodic_eval_episodes, periodic_seed)
-    assert replayed.mean() == best_mean
     final = evaluate(
         dqn.greedy_policy(agent), config.env_id, config.periodic_eval_episodes, periodic_seed
     )
     assert final.mean() == recorder.evals[-1][1]
-    again = evaluate(kept[0], config.env_id, config.eval_episodes, config.seed + 10_000)
+    assert load_kept(agent.q.weights, latest) == result.evaluated
+    kept = dqn.greedy_policy(agent)
+    replayed = evaluate(kept, config.env_id, config.periodic_eval_episodes, periodic_seed)
+    assert replayed.mean() == best_mean
+    again = evaluate(kept, config.env_id, config.eval_episodes, config.seed + 10_000)
     np.testing.assert_array_equal(again, result.eval_returns)
     # and `replaygpu eval` plays them
     out = subprocess.run(
@@ -149,7 +155,10 @@ def test_without_keep_best_the_final_weights_are_handed_back(tmp_path):
     # the checkpoint keeps no weights apart: `replaygpu eval` plays the final ones, whatever a
     # resumed run's config says of keep_best
     agent = dqn.DQN(4, 2, config)
-    assert dqn.kept_policy(agent, tf.train.latest_checkpoint(folder)) is None
+    before = agent.q.get_weights()
+    assert load_kept(agent.q.weights, tf.train.latest_checkpoint(folder)) is None
+    for have, had in zip(agent.q.get_weights(), before, strict=True):
+        np.testing.assert_array_equal(have, had)  # and the weights stay as they were
 
 
 @pytest.mark.parametrize(

@@ -40,6 +40,7 @@ from ..runs import (
     JsonState,
     LoopState,
     RunControl,
+    assign_all,
     evaluation_due,
     record_evaluation,
     stopped_early,
@@ -63,21 +64,6 @@ def evaluate_agent(config: Any, agent: Any, episodes: int, seed: int) -> np.ndar
 def policy_variables(config: Any, agent: Any) -> list[Any]:
     """The variables of the policy the learner publishes to actors (`Builder.policy`)."""
     return read_source(builder_for(config).policy(agent))[1]
-
-
-def load_kept(config: Any, agent: Any, checkpoint: str) -> str | None:
-    """Load the ``keep_best`` weights in ``checkpoint`` into ``agent``'s policy (``replaygpu
-    eval``); what they are, or None (no evaluation kept one: the final weights stay)."""
-    if not isinstance(config, BestOfEvaluations):
-        return None
-    variables = policy_variables(config, agent)
-    best = BestPolicy([v.numpy() for v in variables])
-    tf.train.Checkpoint(best_policy=best).read(checkpoint).expect_partial()
-    if not best.found:
-        return None
-    for variable, value in zip(variables, best.numpy_weights(), strict=True):
-        variable.assign(value)
-    return best.describe()
 
 
 class LearnerService:
@@ -217,13 +203,10 @@ class LearnerService:
             return
         variables = policy_variables(self.config, self.agent)
         final = self._policy_values()
-        for variable, value in zip(variables, self.best.numpy_weights(), strict=True):
-            variable.assign(value)
         try:
-            yield self.best.describe()
+            yield self.best.load_into(variables)
         finally:
-            for variable, value in zip(variables, final, strict=True):
-                variable.assign(value)
+            assign_all(variables, final)
 
     def _policy_values(self) -> list[np.ndarray]:
         return [v.numpy() for v in policy_variables(self.config, self.agent)]

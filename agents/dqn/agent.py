@@ -179,16 +179,6 @@ def greedy_policy(agent: DQN) -> Callable[[np.ndarray], np.ndarray]:
     return greedy_q_policy(agent.q.get_weights())
 
 
-def kept_policy(
-    agent: DQN, checkpoint: str
-) -> tuple[Callable[[np.ndarray], np.ndarray], str] | None:
-    """The greedy policy of the ``keep_best`` weights in ``checkpoint`` and what they are, or
-    None. The checkpoint decides, not the config (``keep_best`` may change on resume)."""
-    best = BestPolicy(agent.q.get_weights())
-    tf.train.Checkpoint(best_policy=best).read(checkpoint).expect_partial()
-    return (greedy_q_policy(best.numpy_weights()), best.describe()) if best.found else None
-
-
 def distribution(config: Any) -> rg.Uniform | rg.Prioritized:
     """Prioritized (|TD error| priorities) with ``config.prioritized``, else uniform."""
     if config.prioritized:

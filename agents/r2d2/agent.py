@@ -277,16 +277,6 @@ def evaluate_agent(config: R2D2Settings, agent: R2D2, episodes: int, seed: int) 
     return evaluate_weights(config, agent.acting_weights(), episodes, seed)
 
 
-def kept_policy(agent: R2D2, checkpoint: str) -> tuple[RecurrentQPolicy, str] | None:
-    """The greedy recurrent policy of the ``keep_best`` weights in ``checkpoint`` and what they
-    are, or None (as `dqn.agent.kept_policy`)."""
-    best = BestPolicy(agent.acting_weights())
-    tf.train.Checkpoint(best_policy=best).read(checkpoint).expect_partial()
-    if not best.found:
-        return None
-    return RecurrentQPolicy(best.numpy_weights(), agent.num_actions), best.describe()
-
-
 def train(
     config: R2D2Config, recorder: Recorder | None = None, run: RunControl | None = None
 ) -> TrainResult:
