@@ -4,8 +4,8 @@
 - `learner`: `serve` and `ReplayServer` (`learner.server`), the RPCs (`servicer`, `admission`),
   `staging`, `ingest`, `ledger`, the durable `journal`, and a served learner's training `loop`;
 - `wire` (no TensorFlow): the ``AppendRequest`` format (`append_request`), `codec`, the
-  error <-> status code table (`status`), `generate_protos` (output at ``replaygpu.v1``, the
-  proto package other languages use);
+  error <-> status code table (`status`); the generated code is ``replaygpu.v1``, the proto
+  package other languages use;
 - `ops`: the ``serve`` / ``info`` / ``health`` `commands`, `metrics`, `auth`, `allocator`.
 
 `config` stays here: both sides read it, and it imports neither. The actor side never imports

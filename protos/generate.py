@@ -1,11 +1,11 @@
 """Regenerate the checked-in protobuf and gRPC code from ``protos/replaygpu/v1/replay.proto``.
 
 The ``.proto`` path mirrors the package, so ``-Iprotos`` into the repository root writes
-``replaygpu/v1/replay_pb2{,_grpc}.py`` whose imports work inside the package. With the pinned
-grpcio-tools, from the repository root::
+``replaygpu/v1/replay_pb2{,_grpc}.py`` whose imports work inside the package. A tool of the
+source checkout (it writes into it), not of the installed package. With the pinned grpcio-tools::
 
-    python -m replaygpu.service.wire.generate_protos          # rewrite replaygpu/v1/
-    python -m replaygpu.service.wire.generate_protos --out /tmp/gen   # write elsewhere (the test)
+    python protos/generate.py                  # rewrite replaygpu/v1/
+    python protos/generate.py --out /tmp/gen   # write elsewhere (the test)
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ logger = logging.getLogger(__name__)
 
 #: the grpcio-tools of the checked-in code (pinned in the test extra)
 GRPCIO_TOOLS_VERSION = "1.85.1"
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 PROTO_ROOT = REPO_ROOT / "protos"
 PROTO_FILES = ("replaygpu/v1/replay.proto",)
 #: relative to the output root
