@@ -1,13 +1,21 @@
-"""`progress.save_wall_clock_curves`: the benchmarks' learning curves over wall-clock time."""
+"""`benchmarks/peers/curves.py`: the benchmarks' learning curves over wall-clock time."""
 
 from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 pytest.importorskip("matplotlib")
 
-from replaygpu.agents.progress import save_wall_clock_curves
+_spec = importlib.util.spec_from_file_location(
+    "curves", Path(__file__).resolve().parents[1] / "benchmarks" / "peers" / "curves.py"
+)
+_curves = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_curves)
+save_wall_clock_curves = _curves.save_wall_clock_curves
 
 
 def test_curves_of_two_sides_with_seeds_shaded_make_a_png(tmp_path):

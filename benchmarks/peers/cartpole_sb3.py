@@ -19,7 +19,7 @@ SB3 / replaygpu and the ratio of each seed's pair. Targets (issue 23, as DESIGN.
 
 --figure draws both sides' learning curves over wall-clock time from each process's start
 (training episodes' returns, a moving average of 10; median over seeds, range shaded), with the
-project's own plotting (`progress.save_wall_clock_curves`).
+project's own plotting (`curves.save_wall_clock_curves`).
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ def main() -> None:
     )
 
     if args.figure:
-        from replaygpu.agents.progress import save_wall_clock_curves
+        from curves import save_wall_clock_curves
 
         curves = {
             {"replaygpu": "replaygpu demo cartpole", "sb3": "Stable-Baselines3 DQN"}[name]: [

@@ -109,7 +109,7 @@ def main() -> None:
         ratio = statistics.median(r["wall_s"] for r in sides["sb3 64/64"]) / ours
         print(f"wall-clock ratio SB3 64/64 / replaygpu (medians): {ratio:.2f}x (target >= 3x)")
     if args.figure:
-        from replaygpu.agents.progress import save_wall_clock_curves
+        from curves import save_wall_clock_curves
 
         curves = {
             name: [tuple(np.reshape(r["episodes"], (-1, 2)).T) for r in rs]
