@@ -253,16 +253,14 @@ def small_config(**kwargs):
 
 
 def test_a_learner_with_a_budget_tells_the_actors_evaluates_and_writes_tensorboard(tmp_path):
-    config = small_config()
+    config = small_config(eval_every=200, periodic_eval_episodes=2)
     folder = str(tmp_path / "run")
     control = RunControl(folder, 300.0, config)
     batches = cartpole_batches(2000, 100)  # an actor that would send 2.5x the budget
     with control:
         service = LearnerService(config, control)
         # every value (summary_every_s 0), so the file holds each episode the actor reported
-        report = LearnerReport(
-            service, folder, eval_every_s=0.2, log_every_s=0.2, summary_every_s=0.0
-        )
+        report = LearnerReport(service, folder, log_every_s=0.2, summary_every_s=0.0)
         acks, info = [], []
 
         def actor():  # one request at a time, one more after it was told, then asks Info
@@ -310,12 +308,15 @@ def test_a_learner_with_a_budget_tells_the_actors_evaluates_and_writes_tensorboa
         "charts/SPS",
         "charts/SGD_steps_per_s",
         "charts/samples_per_insert",
+        "eval/periodic_return",
         "eval/mean_return",
     ):
         assert tags.get(tag), f"no {tag} in {sorted(tags)}"
     assert len(tags["charts/episodic_return"]) == stats["episodes"]
-    evals = tags["eval/mean_return"]  # periodic ones, on a thread while it trained, then the last
-    assert len(evals) >= 2 and evals[-1][1] == pytest.approx(stats["eval_return"])
+    # evaluations while it trained (every 200 env steps crossed between train calls), then the
+    # final one, which /metrics shows
+    assert len(tags["eval/periodic_return"]) >= 2, tags["eval/periodic_return"]
+    assert tags["eval/mean_return"][-1][1] == pytest.approx(stats["eval_return"])
 
 
 def test_a_learner_never_trains_at_learning_rate_0():

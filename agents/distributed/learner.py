@@ -180,8 +180,9 @@ class LearnerService:
     def evaluate_when_due(self, final: bool = False) -> None:
         """A greedy evaluation while training (``periodic_eval_episodes`` on the same seeds each
         time) when a multiple of ``eval_every`` env steps passed since the last call, and with
-        ``final`` and ``keep_best`` (the final weights compete too); recorded, and with
-        ``keep_best`` its weights offered to `best`. Nothing for configs without evaluations."""
+        ``final`` and ``keep_best`` (the final weights compete too); recorded (``/metrics`` shows
+        it), and with ``keep_best`` its weights offered to `best`. Nothing for configs without
+        evaluations."""
         if self.best is None:
             return
         config, before = self.config, self._polled_env_steps
@@ -192,6 +193,11 @@ class LearnerService:
         returns = self.builder.evaluate(config, self.agent, config.periodic_eval_episodes, seed)
         weights = self._policy_values()
         record_evaluation(self.recorder, self.best, config.keep_best, now, returns, weights)
+        mean, sgd_step = float(np.mean(returns)), self.sgd_steps
+        self.server.run_stats.set_eval(mean, sgd_step)
+        logger.info(
+            "greedy evaluation at env step %d (SGD step %d): return %.1f", now, sgd_step, mean
+        )
 
     @contextlib.contextmanager
     def handed_back(self) -> Iterator[str]:

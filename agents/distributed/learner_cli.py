@@ -85,13 +85,6 @@ def learner_parser(agent: str, env_id: str | None = None) -> argparse.ArgumentPa
         "--checkpoint-dir, none without one",
     )
     parser.add_argument(
-        "--eval-every-s",
-        type=seconds,
-        default=0.0,
-        help="run a greedy evaluation of --eval-episodes episodes every this many seconds, "
-        "beside training (default 0: only the one at the end of a run with --steps)",
-    )
-    parser.add_argument(
         "--summary-every-s",
         type=seconds,
         default=SUMMARY_EVERY_S,
@@ -141,12 +134,8 @@ def run(args: argparse.Namespace) -> int:
         service = LearnerService(config, control, opts.token, tls, service_config)
         metrics, report, trained, finished = None, None, False, False
         try:
-            report = LearnerReport(
-                service,
-                opts.logdir or opts.checkpoint_dir,
-                opts.eval_every_s,
-                summary_every_s=opts.summary_every_s,
-            )
+            logdir = opts.logdir or opts.checkpoint_dir
+            report = LearnerReport(service, logdir, summary_every_s=opts.summary_every_s)
             if opts.metrics_port is not None:
                 host = service.address.rsplit(":", 1)[0]
                 metrics = start_metrics_server(
@@ -252,14 +241,13 @@ class LearnerReport:
 
     Args:
         service: its ``recorder`` becomes this report's TensorBoard one.
-        logdir: the TensorBoard event file's folder; None: no events.
-        eval_every_s: seconds between greedy evaluations while training, each on a thread of
-            its own with the weights of its start, recorded at the next `poll`; 0: none.
+        logdir: the TensorBoard event file's folder; None: no events (the evaluations while
+            training are the service's, `LearnerService.evaluate_when_due`).
         log_every_s: seconds between progress lines (and rate scalars).
         summary_every_s: seconds between TensorBoard writes of one tag; 0: every value.
 
     Attributes:
-        evaluated_at: `time.monotonic` time the last evaluation was recorded (None: none yet),
+        evaluated_at: `time.monotonic` time the final evaluation was recorded (None: none yet),
             the one /metrics must be scraped after (`MetricsServer.wait_scraped`).
     """
 
@@ -267,15 +255,11 @@ class LearnerReport:
         self,
         service: Any,
         logdir: str | None = None,
-        eval_every_s: float = 0.0,
         log_every_s: float = 10.0,
         summary_every_s: float = SUMMARY_EVERY_S,
     ) -> None:
-        if eval_every_s < 0 or log_every_s <= 0:
-            raise ValueError(
-                f"LearnerReport: eval_every_s={eval_every_s}, log_every_s={log_every_s}; "
-                "expected eval_every_s >= 0 (0: no periodic evaluation) and log_every_s > 0"
-            )
+        if log_every_s <= 0:
+            raise ValueError(f"LearnerReport: log_every_s={log_every_s}; expected > 0")
         self.service = service
         self.stats = service.server.run_stats
         from ..progress import EventsRecorder  # TensorFlow: not before the flags are checked
@@ -283,35 +267,18 @@ class LearnerReport:
         self.recorder = EventsRecorder(logdir or None, summary_every_s)  # a mean per tag pends
         self.evaluated_at: float | None = None
         service.recorder = self.recorder
-        self.eval_every_s = eval_every_s
         self.log_every_s = log_every_s
         now = time.monotonic()
         self._last_log = now
-        self._last_eval = now
         self._rows = (now, service.table.total_inserted)
-        self._eval_thread: threading.Thread | None = None
-        self._eval_result: tuple[np.ndarray, int, int] | None = None
 
     def poll(self) -> None:
-        """Between train calls: log reported episodes, progress and evaluations when due."""
-        steps = self._log_episodes()
+        """Between train calls: log reported episodes, and progress when due."""
+        self._log_episodes()
         now = time.monotonic()
         if now - self._last_log >= self.log_every_s:
             self._last_log = now
             self.log_progress()
-        thread = self._eval_thread
-        if thread is not None and not thread.is_alive():
-            self._collect_eval()
-        due = self.eval_every_s and now - self._last_eval >= self.eval_every_s
-        if due and self._eval_thread is None:
-            self._last_eval = now
-            self._eval_thread = threading.Thread(
-                target=self._evaluate_in_background,
-                args=(self.service.sgd_steps, steps),
-                name="learner-eval",
-                daemon=True,
-            )
-            self._eval_thread.start()
 
     def log_progress(self) -> None:
         """The progress line, and the rate scalars."""
@@ -349,58 +316,17 @@ class LearnerReport:
         )
 
     def evaluate(self, episodes: int, evaluated: str = "its weights") -> np.ndarray:
-        """A greedy evaluation on this thread, after any periodic one in flight, of the agent's
-        weights (``evaluated`` says whose, for the log); its returns."""
-        self._collect_eval()
+        """The final greedy evaluation of the agent's weights (``evaluated`` says whose, for the
+        log), on seeds ``seed + 10_000``...: recorded as ``eval/mean_return``; its returns."""
         if episodes <= 0:
             return np.zeros(0)
-        returns = self._run_eval(episodes)
-        self._record_eval(returns, self.service.sgd_steps, self.service.env_steps(), evaluated)
-        return returns
-
-    def close(self) -> None:
-        """Log the last episodes and progress; close the event file (leaves a running eval)."""
-        self._log_episodes()
-        self.log_progress()
-        self.recorder.close()
-
-    def _log_episodes(self) -> int:
-        """Record the episodes reported since the last call at the current env step; returns it."""
-        steps = self.service.env_steps()
-        for episodic_return, length in self.stats.take_new():
-            self.recorder.episode(steps, episodic_return, length)
-        return steps
-
-    def _collect_eval(self) -> None:
-        """Wait for a periodic evaluation in flight and record its result."""
-        if self._eval_thread is not None:
-            self._eval_thread.join()
-            self._eval_thread = None
-        if self._eval_result is not None:
-            self._record_eval(*self._eval_result)
-            self._eval_result = None
-
-    def _run_eval(self, episodes: int) -> np.ndarray:
         service = self.service
-        return service.builder.evaluate(
-            service.config, service.agent, episodes, seed=service.config.seed + 10_000
-        )
-
-    def _evaluate_in_background(self, sgd_step: int, env_step: int) -> None:
-        try:
-            returns = self._run_eval(max(1, self.service.config.eval_episodes))
-        except Exception:  # an evaluation never stops training
-            logger.exception("periodic evaluation at SGD step %d failed", sgd_step)
-        else:
-            self._eval_result = (returns, sgd_step, env_step)
-
-    def _record_eval(
-        self, returns: np.ndarray, sgd_step: int, env_step: int, evaluated: str = "its weights"
-    ) -> None:
-        mean = float(np.mean(returns))
+        seed = service.config.seed + 10_000
+        returns = service.builder.evaluate(service.config, service.agent, episodes, seed=seed)
+        mean, sgd_step = float(np.mean(returns)), service.sgd_steps
         self.stats.set_eval(mean, sgd_step)
         self.evaluated_at = time.monotonic()
-        self.recorder.metrics(env_step, {"eval/mean_return": mean})
+        self.recorder.metrics(service.env_steps(), {"eval/mean_return": mean})
         logger.info(
             "greedy evaluation at SGD step %d: return %.1f +- %.1f over %d episodes (%s)",
             sgd_step,
@@ -409,3 +335,16 @@ class LearnerReport:
             len(returns),
             evaluated,
         )
+        return returns
+
+    def close(self) -> None:
+        """Log the last episodes and progress; close the event file."""
+        self._log_episodes()
+        self.log_progress()
+        self.recorder.close()
+
+    def _log_episodes(self) -> None:
+        """Record the episodes reported since the last call at the current env step."""
+        steps = self.service.env_steps()
+        for episodic_return, length in self.stats.take_new():
+            self.recorder.episode(steps, episodic_return, length)
