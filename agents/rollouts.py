@@ -1,13 +1,16 @@
 """What an agent's envs yield: transitions in chunks (`ChunkCollector`, one `ReplayTable.append`
 each; the true last observation of each ended episode included), episode statistics, greedy
-evaluation.
+evaluation; and the training jobs that overlap acting (`TrainingJobs`).
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Generic, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -243,3 +246,57 @@ def _stack(rows: list[Any]) -> Any:
     if isinstance(first, tuple):
         return tuple(_stack([r[i] for r in rows]) for i in range(len(first)))
     return np.stack([np.asarray(r) for r in rows])
+
+
+R = TypeVar("R")
+
+#: how long the acting thread steps aside once a job's training call starts: the call's Python
+#: prelude runs in well under a millisecond before the graph releases the GIL
+HANDOFF_S = 0.001
+
+#: a job: called with ``entering``, which it calls right before its training call
+Job = Callable[[Callable[[], None]], R]
+
+
+class TrainingJobs(Generic[R]):
+    """Jobs run in order, on one background thread (``background``, named ``name``) or inline in
+    `run`; each job's tag (e.g. the env step it was given at) comes back with its result."""
+
+    def __init__(self, background: bool, name: str = "training") -> None:
+        self._pool = ThreadPoolExecutor(1, name) if background else None
+        self._pending: deque[tuple[Future[R], int]] = deque()
+
+    @property
+    def lag(self) -> int:
+        """Jobs left unfinished while the caller acts: 1 on a background thread, 0 inline."""
+        return 0 if self._pool is None else 1
+
+    @property
+    def pending(self) -> int:
+        """Jobs given and not yet taken back with `finish_oldest`."""
+        return len(self._pending)
+
+    def run(self, job: Job[R], tag: int) -> None:
+        """Give ``job``: it starts once the jobs before it are done. Returns once its training
+        call is inside the graph, or it ended without one (inline: once it is done)."""
+        if self._pool is None:
+            done: Future[R] = Future()
+            done.set_result(job(lambda: None))
+            self._pending.append((done, tag))
+            return
+        entering = threading.Event()
+        future = self._pool.submit(job, entering.set)
+        self._pending.append((future, tag))
+        while not entering.wait(0.1) and not future.done():
+            pass  # the jobs before it still run
+        time.sleep(HANDOFF_S)  # the job's thread holds the GIL through the call's prelude
+
+    def finish_oldest(self) -> tuple[R, int]:
+        """Wait for the oldest job; its result and tag (re-raises what the job raised)."""
+        future, tag = self._pending.popleft()
+        return future.result(), tag
+
+    def close(self) -> None:
+        """Wait for the jobs given, then stop the thread."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)

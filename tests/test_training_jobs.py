@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from replaygpu.agents.runs import TrainingJobs
+from replaygpu.agents.rollouts import TrainingJobs
 
 
 def test_background_jobs_run_in_order_on_one_thread_and_run_returns_once_the_job_trains():

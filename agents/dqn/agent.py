@@ -7,7 +7,7 @@ Every ``train_freq`` env steps a training job appends the chunk, runs ``gradient
 steps in one `Learner.train` call (one XLA graph execution), syncs the target and reads the new
 weights; with ``overlap_training`` jobs run in order on a background thread while the next chunk
 is acted, so acting (Python, one core) and training (the graph, without the GIL) overlap
-(`runs.TrainingJobs`). Every ``eval_every`` env steps the acting thread plays greedy episodes
+(`rollouts.TrainingJobs`). Every ``eval_every`` env steps the acting thread plays greedy episodes
 with the acting weights and keeps the best (``keep_best``, `BestPolicy`).
 """
 
@@ -37,12 +37,11 @@ from ..envs import make_vector_env
 from ..networks import Adam, Schedule, mlp
 from ..policies import epsilon_greedy_actions, greedy_q_policy
 from ..progress import FINAL_WEIGHTS, NullRecorder, Recorder, TrainResult, TrainTimer
-from ..rollouts import ChunkCollector, evaluate
+from ..rollouts import ChunkCollector, TrainingJobs, evaluate
 from ..runs import (
     PERIODIC_EVAL_SEED,
     BestPolicy,
     RunControl,
-    TrainingJobs,
     evaluation_due,
     record_evaluation,
 )
