@@ -95,9 +95,8 @@ class Journal:
         self._gc_lock = threading.Lock()
         self._lock_fd = lock_directory(self._dir)
         self._sizes: dict[int, int] = {}  # closed segment number -> bytes
-        self._segment: OpenSegment | None = None
+        self._segment: OpenSegment | None = None  # None once closed
         self._marks: list[int] = []  # the segment each checkpoint starts after, oldest first
-        self._closed = False
         self._outage: Outage | None = None
         try:
             self._sizes, self._segment, self._truncated = open_segments(self._dir)
@@ -124,7 +123,7 @@ class Journal:
 
     def _usable(self) -> None:
         """Raise unless appends can go on, recovering first (callers hold the lock)."""
-        if self._closed:
+        if self._segment is None:
             raise JournalError(f"journal {self._dir} is closed")
         if self._outage is not None:
             self._recover()
@@ -160,7 +159,7 @@ class Journal:
     def check(self) -> str | None:
         """Recover from a failed write now; returns what still keeps appends out, or None."""
         with self._lock:
-            if self._closed or self._outage is None:
+            if self._segment is None or self._outage is None:
                 return None
             try:
                 self._recover()
@@ -277,9 +276,7 @@ class Journal:
         if before is None:
             before = self.rotate()
         with self._lock:
-            if self._closed:
-                raise JournalError(f"journal {self._dir} is closed")
-            current = self._current.number
+            current = self._current.number  # raises once closed
             if isinstance(before, bool) or not isinstance(before, int) or before > current:
                 raise ConfigError(
                     f"Journal.checkpointed: before={before!r}, expected an int <= "
@@ -317,8 +314,6 @@ class Journal:
             JournalError: the journal is closed, or a segment was deleted meanwhile.
         """
         with self._lock:
-            if self._closed:
-                raise JournalError(f"journal {self._dir} is closed")
             sizes = {**self._sizes, self._current.number: self._current.size}
             plan = [(self._path(number), size) for number, size in sorted(sizes.items())]
         for path, size in plan:
@@ -357,18 +352,16 @@ class Journal:
         """Sync (unless failed) and release the directory. Idempotent; `JournalError` when the
         final fsync failed."""
         with self._lock:
-            if self._closed:
-                return
-            self._closed = True
             segment, self._segment = self._segment, None
+            if segment is None:
+                return
             try:
-                if segment is not None and self._outage is None:
+                if self._outage is None:
                     segment.sync()
             except OSError as exc:
                 raise JournalError(f"journal {self._dir}: syncing at close failed: {exc}") from exc
             finally:
-                if segment is not None:
-                    segment.close()
+                segment.close()
                 os.close(self._lock_fd)
 
     def __enter__(self) -> Journal:
