@@ -125,11 +125,7 @@ class ReplayServer:
             self._grpc, self.address = self._loop.run(self._start_grpc(address, token, tls))
         except BaseException:
             self._ingest.close(commit_remaining=False)
-            self._loop.close()
-            self._servicer.close()
-            if self.journal is not None:
-                self.journal.close()
-            self.table.served_at = None
+            self._release()
             raise
         self.table.served_at = self._servicer.address = self.address
         warn_if_exposed(address, tls, token)
@@ -256,23 +252,19 @@ class ReplayServer:
             CheckpointSaveError: counted in ``checkpoint_failures``; the journal is untouched,
                 so log it and try again later: nothing is lost.
         """
-        with self._ingest.exclusive():
-            started = time.monotonic()
-            mark = 0
-            if self.journal is not None:
-                try:
-                    mark = self.journal.rotate()
-                except JournalError as err:  # e.g. a full disk: the current segment, kept
-                    mark = self.journal.segment
-                    logger.info("checkpoint: the journal was not rotated (%s)", err)
-            self.ledger.mark_journal(mark)
-            try:
+        try:
+            with self._ingest.exclusive():
+                started = time.monotonic()
+                mark = 0
+                if self.journal is not None:
+                    try:
+                        mark = self.journal.rotate()
+                    except JournalError as err:  # e.g. a full disk: the current segment, kept
+                        mark = self.journal.segment
+                        logger.info("checkpoint: the journal was not rotated (%s)", err)
+                self.ledger.mark_journal(mark)
                 path = checkpointer.save(seal=False)
-            except CheckpointSaveError:
-                self.checkpoint_failures += 1
-                raise
-        try:  # commits and training go on while the files are synced and hashed
-            checkpointer.seal(path)
+            checkpointer.seal(path)  # commits and training go on while it syncs and hashes
         except CheckpointSaveError:
             self.checkpoint_failures += 1
             raise
@@ -355,12 +347,16 @@ class ReplayServer:
                 self._loop.loop.call_soon_threadsafe(self._servicer.end_streams)
                 self._loop.run(self._grpc.stop(grace))
             finally:
-                self._loop.close()
-                self._servicer.close()
-                if self.journal is not None:
-                    self.journal.close()
-                self.table.served_at = None
+                self._release()
         logger.info("stopped serving at %s", self.address)
+
+    def _release(self) -> None:
+        """Close the event loop, the servicer's threads and the journal; the table is free."""
+        self._loop.close()
+        self._servicer.close()
+        if self.journal is not None:
+            self.journal.close()
+        self.table.served_at = None
 
     def _wait_for_streams_to_close(self, timeout: float) -> None:
         """Wait up to ``timeout`` s for notified clients to close their streams."""
