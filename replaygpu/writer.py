@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from replaygpu.errors import check_int
@@ -9,7 +10,7 @@ from replaygpu.rows import RowBuffer, flat_fields, is_nested
 from replaygpu.specs import host_spec
 
 
-class TableWriter:
+class TableWriter(contextlib.AbstractContextManager["TableWriter"]):
     """Stages transitions one at a time in host memory; appends them ``chunk`` rows at a time.
 
     `add` costs about a numpy write per step: the row is checked on the way in, as `append`
@@ -55,9 +56,6 @@ class TableWriter:
             self.table.append({k: v[:staged] for k, v in self._buffer.columns.items()})
             self._staged = 0
         return staged
-
-    def __enter__(self) -> TableWriter:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.flush()

@@ -8,6 +8,7 @@ actor process starts fast and stays small."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Mapping
@@ -34,7 +35,7 @@ from replaygpu.service.wire.append_request import encode_append_request
 from replaygpu.service.wire.status import TableNotFoundError
 
 
-class ReplayClient:
+class ReplayClient(contextlib.AbstractContextManager["ReplayClient"]):
     """Streams transitions to a replay server and pulls the learner's weights.
 
     Args:
@@ -361,9 +362,6 @@ class ReplayClient:
             self._filling.set()  # wake the flusher to see the outbox closing
             self._flusher.join()
             self._connection.close()
-
-    def __enter__(self) -> ReplayClient:
-        return self
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
         self.close(flush=exc_type is None)

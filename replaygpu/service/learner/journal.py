@@ -64,7 +64,7 @@ class JournalConfig:
         check_int("JournalConfig.segment_bytes", self.segment_bytes, 1)
 
 
-class Journal:
+class Journal(contextlib.AbstractContextManager["Journal"]):
     """An open journal directory: append and sync records, replay them, drop checkpointed ones.
 
     Appends come from one thread; `checkpointed`, `rotate`, `check` and the metric properties
@@ -363,9 +363,6 @@ class Journal:
             finally:
                 segment.close()
                 os.close(self._lock_fd)
-
-    def __enter__(self) -> Journal:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()

@@ -39,7 +39,7 @@ from replaygpu.table import Table
 logger = logging.getLogger(__name__)
 
 
-class ReplayServer:
+class ReplayServer(contextlib.AbstractContextManager["ReplayServer"]):
     """A running replay service; made by `serve`.
 
     Attributes:
@@ -370,9 +370,6 @@ class ReplayServer:
                 self._servicer.streams,
                 timeout,
             )
-
-    def __enter__(self) -> ReplayServer:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

@@ -5,6 +5,7 @@ pay nothing for the endpoint. Imports no TensorFlow itself."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
@@ -195,7 +196,7 @@ class ReplayCollector(Collector):
         )
 
 
-class MetricsServer:
+class MetricsServer(contextlib.AbstractContextManager["MetricsServer"]):
     """A running ``/metrics`` endpoint, made by `start_metrics_server`; ``port`` is the real
     one when 0 was asked for."""
 
@@ -239,9 +240,6 @@ class MetricsServer:
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join()
-
-    def __enter__(self) -> MetricsServer:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
