@@ -12,6 +12,7 @@ warning) for the previous one; with none intact, `CheckpointCorruptError` names 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -57,11 +58,9 @@ def check_writable(directory: str) -> None:
             pass
     except OSError as err:
         owner = ""
-        try:
+        with contextlib.suppress(OSError):
             st = os.stat(directory)
             owner = f" (owned by uid {st.st_uid}, gid {st.st_gid}, mode {st.st_mode & 0o777:o})"
-        except OSError:
-            pass
         raise ConfigError(
             f"checkpoint folder {directory!r}{owner} is not writable by {who}: "
             f"{err.strerror or err}; make it writable (chown {os.getuid()} {directory}, or run "

@@ -83,10 +83,8 @@ _NAMES: dict[Any, str] = {}
 
 def dtype_name(dtype: Any) -> str:
     """The wire name of a numpy (or TensorFlow) dtype."""
-    try:
+    with contextlib.suppress(KeyError, TypeError):  # not seen yet, or unhashable
         return _NAMES[dtype]
-    except (KeyError, TypeError):  # not seen yet, or unhashable
-        pass
     name = getattr(dtype, "name", None) or np.dtype(dtype).name
     name = "bool" if name == "bool_" else str(name)
     if len(_NAMES) < 256:
@@ -106,12 +104,10 @@ def _itemsize(name: str) -> int:
 
 def _shape(name: str, shape: Any) -> tuple[int, ...]:
     """``shape`` as a tuple of ints, else a BatchError naming the field."""
-    try:
+    with contextlib.suppress(TypeError):  # an unknown rank, or not a sequence at all
         dims = list(shape)
         if all(isinstance(d, int | np.integer) for d in dims):
             return tuple(int(d) for d in dims)
-    except TypeError:  # an unknown rank, or not a sequence at all
-        pass
     raise BatchError(
         f"field '{name}': got shape {shape!r}, expected a sequence of integer dimensions "
         "(a fully known shape)",

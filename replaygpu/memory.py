@@ -287,12 +287,10 @@ def _ram_available() -> int | None:
         for line in f:
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) * 1024
-    try:  # macOS, Windows, old kernels: psutil when installed
+    with contextlib.suppress(ImportError):  # macOS, Windows, old kernels: psutil when installed
         import psutil  # type: ignore[import-untyped]
 
         return int(psutil.virtual_memory().available)
-    except ImportError:
-        pass
     try:  # free pages only (no reclaimable cache): a lower bound
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
