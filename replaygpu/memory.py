@@ -265,12 +265,10 @@ def host_available_bytes(cgroup_root: str = CGROUP_ROOT) -> int | None:
 def cgroup_available_bytes(root: str = CGROUP_ROOT) -> int | None:
     """The cgroup limit minus the working set (usage less ``inactive_file``, which the kernel
     reclaims before killing: the figure ``docker stats`` uses), or None without a limit."""
-    v2 = _read_int(os.path.join(root, "memory.max"))
-    if v2 is not None:
+    limit = _read_int(os.path.join(root, "memory.max"))
+    if limit is not None:  # v2
         usage = _read_int(os.path.join(root, "memory.current"))
-        stat = _read_stat(os.path.join(root, "memory.stat"))
-        limit = v2
-        cache = stat.get("inactive_file", 0)
+        cache = _read_stat(os.path.join(root, "memory.stat")).get("inactive_file", 0)
     else:
         v1 = os.path.join(root, "memory")
         limit = _read_int(os.path.join(v1, "memory.limit_in_bytes"))
