@@ -90,6 +90,8 @@ class FrameStack(View):
     gamma: float = 0.99
 
     needs_stream_rows: ClassVar[bool] = True
+    checks_rows: ClassVar[bool] = True  # final rows, and the newest before its next frame
+    lookahead: ClassVar[int] = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stack", check_int("stack", self.stack, 1))
@@ -99,14 +101,6 @@ class FrameStack(View):
     def added_keys(self) -> tuple[str, ...]:
         return (DISCOUNT, NSTEP) if self.n_step > 1 else ()
 
-    @property
-    def checks_rows(self) -> bool:
-        return True
-
-    @property
-    def lookahead(self) -> int:
-        return 1
-
     def check(self, table: Table) -> None:
         missing = [f for f in FRAME_FIELDS if f not in table.spec]
         if missing:
@@ -115,14 +109,11 @@ class FrameStack(View):
                 "replaygpu.make_frame_table"
             )
         capacity = table.shards[0].capacity
-        if self.stack >= capacity:
-            raise ConfigError(
-                f"stack: got {self.stack}, expected an integer in [1, capacity={capacity})"
-            )
-        if self.n_step >= capacity:
-            raise ConfigError(
-                f"n_step: got {self.n_step}, expected an integer in [1, capacity={capacity})"
-            )
+        for name, value in (("stack", self.stack), ("n_step", self.n_step)):
+            if value >= capacity:
+                raise ConfigError(
+                    f"{name}: got {value}, expected an integer in [1, capacity={capacity})"
+                )
         super().check(table)
 
     def history(self, table: ReplayTable, rows: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
