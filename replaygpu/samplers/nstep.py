@@ -138,13 +138,10 @@ class NStep(View):
     stream_field: str | None = None
 
     needs_stream_rows: ClassVar[bool] = True
+    added_keys: ClassVar[tuple[str, ...]] = (DISCOUNT, NSTEP)
 
     def __post_init__(self) -> None:
         check_n_step(self)
-
-    @property
-    def added_keys(self) -> tuple[str, ...]:
-        return (DISCOUNT, NSTEP)
 
     @property
     def lookahead(self) -> int:
