@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -381,11 +382,7 @@ class Servicer(replay_pb2_grpc.ReplayServiceServicer):
         if self.learner is not None:
             self.run_stats.to_proto(reply.learner_stats)
         if (settings := self.actor_settings) is not None:  # passed on unread
-            reply.actor_settings.CopyFrom(
-                replay_pb2.AgentSettings(
-                    agent=settings.agent, version=settings.version, json=settings.json
-                )
-            )
+            reply.actor_settings.CopyFrom(replay_pb2.AgentSettings(**dataclasses.asdict(settings)))
         return reply
 
 
