@@ -163,11 +163,9 @@ def run(
                 schedule.run(save)
         if weights is not None and unpublished:
             learner.publish_weights(weights)
-        if server is not None:  # what was acknowledged is in the final checkpoint
-            with server.training_turn():
-                inserted += server.commit_pending()
-                save()
-        else:
+        turn = server.training_turn() if server is not None else contextlib.nullcontext()
+        with turn:  # what was acknowledged is in the final checkpoint
+            inserted += server.commit_pending() if server is not None else 0
             save()
     seconds = time.monotonic() - start
     logger.info("run: %d steps in %d calls, %d inserted, %.1f s", steps, calls, inserted, seconds)
