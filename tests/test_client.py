@@ -409,3 +409,35 @@ def test_agent_settings_need_an_agent_and_a_version_of_1_or_more():
         AgentSettings("", 1, "{}")
     with pytest.raises(rg.ConfigError, match=r"AgentSettings\.version: got 0, expected >= 1"):
         AgentSettings("dqn", 0, "{}")
+
+
+def test_a_call_the_server_cancels_is_an_outage_the_client_retries():
+    """A learner stopping (SIGTERM, a restart) cancels the append in flight: the client keeps
+    its rows and resends them to the restarted server, as for UNAVAILABLE."""
+    from concurrent import futures
+
+    import grpc
+
+    from replaygpu.service.wire.status import ServiceUnavailableError, error_from_rpc
+
+    def cancel(request, context):
+        context.abort(grpc.StatusCode.CANCELLED, "Cancelled")
+
+    handler = grpc.method_handlers_generic_handler(
+        "probe.Probe", {"Call": grpc.unary_unary_rpc_method_handler(cancel)}
+    )
+    server = grpc.server(futures.ThreadPoolExecutor(1))
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = channel.unary_unary("/probe.Probe/Call")
+            with pytest.raises(grpc.RpcError) as raised:
+                call(b"", timeout=10)
+    finally:
+        server.stop(None)
+    assert raised.value.code() == grpc.StatusCode.CANCELLED
+    error = error_from_rpc(raised.value, "127.0.0.1:1")
+    assert isinstance(error, ServiceUnavailableError) and error.retryable
+    assert str(error).startswith("CANCELLED (server 127.0.0.1:1)")

@@ -101,6 +101,9 @@ _BY_CODE: dict[grpc.StatusCode, type[ServiceError]] = {
     )
 }
 _BY_CODE[grpc.StatusCode.DEADLINE_EXCEEDED] = ServiceUnavailableError
+# a server that stops cancels the calls in flight: their rows were not acknowledged, and a resend
+# to the restarted server is deduplicated by its seq (`actor.connection.OUTAGE_CODES`)
+_BY_CODE[grpc.StatusCode.CANCELLED] = ServiceUnavailableError
 
 #: ``(what gRPC's details say, lower case; what is wrong and how to fix it)``, first match
 #: wins. gRPC 1.85 says UNAVAILABLE, "... Tls handshake failed (TSI_PROTOCOL_FAILURE):
