@@ -55,10 +55,10 @@ def small_filesystem(directory: Path, size_bytes: int) -> Iterator[Path]:
         subprocess.run(["umount", str(directory)], capture_output=True, check=False)
 
 
-def fill(directory: Path, leave: int = 0) -> Path:
-    """Write a filler file into ``directory`` until its file system is full (or has only about
-    ``leave`` bytes left); returns the filler's path."""
-    path = directory / "filler"
+def fill(directory: Path, leave: int = 0, name: str = "filler") -> Path:
+    """Write a filler file ``name`` into ``directory`` until its file system is full (or has only
+    about ``leave`` bytes left); returns the filler's path."""
+    path = directory / name
     free = os.statvfs(directory).f_bavail * os.statvfs(directory).f_frsize
     with open(path, "wb", buffering=0) as file:
         try:
