@@ -2,5 +2,5 @@
 
 In about the order an Append request meets them: `server` (`serve`, `ReplayServer`),
 `servicer` (the RPCs, on the loop of `eventloop`), `admission`, `staging`, `ingest` (exactly
-once per (actor, seq)), `ledger`, `journal` (durable acks; `journal_files`, `journal_segment`,
+once per (actor, seq)), `ledger`, `journal` (durable acks; `journal_files`,
 `durable`), and `loop`, a served learner's training loop. Re-exports nothing."""

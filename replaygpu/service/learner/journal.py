@@ -3,8 +3,8 @@
 Per commit round the committer calls `Journal.append`, then `Journal.sync` (one fdatasync)
 before it acknowledges; after a durable checkpoint, `Journal.checkpointed`. On restart the
 server feeds `Journal.replay` through its exactly-once path, which drops records already in the
-checkpoint by ``(actor, seq)``. The files are described in `journal_files`, the segment being
-written in `journal_segment`. No TensorFlow.
+checkpoint by ``(actor, seq)``. The files and the segment being written are in `journal_files`.
+No TensorFlow.
 
 - Writes are ``os.writev`` on an ``O_APPEND`` descriptor (no Python buffering); a segment is
   fsynced before rotation and the directory when one is created, so records appended before a
@@ -41,12 +41,14 @@ from replaygpu.errors import ConfigError, check_int
 from replaygpu.service.learner.journal_files import (
     HEADER_BYTES,
     JournalError,
+    OpenSegment,
+    Outage,
     frame_records,
     lock_directory,
+    open_segments,
     segment_name,
     segment_records,
 )
-from replaygpu.service.learner.journal_segment import OpenSegment, Outage, open_segments
 
 logger = logging.getLogger(__name__)
 
