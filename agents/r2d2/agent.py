@@ -138,7 +138,7 @@ class R2D2(tf.Module):
         self.q = LSTMQNetwork(*sizes, loop=config.jit_compile, name="q")
         self.target = LSTMQNetwork(*sizes, loop=config.jit_compile, name="q_target")
         update_target(self.target.weights, self.q.weights)
-        self.optimizer = Adam(self.q.weights, config.learning_rate, config.max_grad_norm)
+        self.optimizer = Adam(self.q.weights, config.learning_rate_schedule, config.max_grad_norm)
         self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
         self._read = tf.function(lambda: [tf.identity(w) for w in self.q.weights])
 

@@ -20,8 +20,8 @@ from ..config_fields import (
     ActorEnvs,
     BestOfEvaluations,
     ClippedGradients,
+    DecayedLearningRate,
     Device,
-    LearningRate,
     LinearEpsilon,
     Replay,
     Run,
@@ -31,7 +31,13 @@ from ..config_fields import (
     defaults,
     option,
 )
-from ..configs import require, require_positive, require_positive_ints, require_unit_interval
+from ..configs import (
+    require,
+    require_positive,
+    require_positive_ints,
+    require_unit_interval,
+    total_sgd_steps,
+)
 from ..envs import CARTPOLE_NO_VELOCITY, discrete_actions_env
 
 
@@ -42,7 +48,7 @@ class R2D2Settings(
     ClippedGradients,
     defaults(TrainingCalls, train_freq=200, gradient_steps=25),
     defaults(Replay, learning_starts=2000),
-    defaults(LearningRate, learning_rate=2e-3),
+    defaults(DecayedLearningRate, learning_rate=2e-3, final_learning_rate=2e-4),
     Run,
 ):
     """Recurrent replay DQN (Kapturowski et al. 2019) at CartPole scale: an LSTM Q-network on
@@ -114,6 +120,14 @@ class R2D2Config(BestOfEvaluations, R2D2Settings):
     """`R2D2Settings` for ``demo r2d2-cartpole``: the run hands back the weights of its best
     greedy evaluation while training (``keep_best``), as DQN's does."""
 
+    @property
+    def total_sgd_steps(self) -> int:
+        """SGD steps of the whole run: ``gradient_steps`` after each ``train_freq`` chunk that
+        ends at or past ``learning_starts`` (`steps_to_train`), the last one whole."""
+        chunks = -(-self.steps // self.train_freq)
+        first = max(1, -(-self.learning_starts // self.train_freq))
+        return max(1, (chunks - first + 1) * self.gradient_steps)
+
 
 @dataclass(frozen=True)
 class R2D2LearnerConfig(
@@ -139,3 +153,8 @@ class R2D2LearnerConfig(
     )
     learning_starts: int = option(2000, "env steps (table rows) before the first SGD step")
     samples_per_insert: float = option(4.0, "rate limit: sampled sequences per inserted step")
+
+    @property
+    def total_sgd_steps(self) -> int:
+        """SGD steps the rate limiter allows once all ``steps`` rows are inserted."""
+        return total_sgd_steps(self)
