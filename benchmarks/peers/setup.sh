@@ -16,6 +16,8 @@ peers_pins=(
   "stable-baselines3==2.9.2"
   "gymnasium==1.4.0"
   "mujoco==4.0.0"                      # sb3_sac.py (MuJoCo envs: the [mujoco] extra resolved to it)
+  "imageio==2.38.1"                    # gymnasium.envs.mujoco imports these two
+  "packaging==26.4"                    # (gymnasium[mujoco] pulls them; the pins above do not)
   "cpprb==11.0.0"
   "numpy==2.4.6"
   "ale-py==0.12.1"                     # breakout_sb3.py (the versions replaygpu's atari extra
