@@ -56,8 +56,14 @@ class Algorithm:
 
 
 _AGENTS = "replaygpu.agents"
-#: the module of every served algorithm (`distributed.learner.train`)
-_LEARNER = f"{_AGENTS}.distributed.learner"
+
+
+def _served(config: str, builder: str, learner_agent: str, frames: bool = False) -> Algorithm:
+    """A served algorithm: ``config`` and ``builder`` under the agents package, each trained by
+    the one learner module (`distributed.learner.train`)."""
+    learner = f"{_AGENTS}.distributed.learner"
+    return Algorithm(f"{_AGENTS}.{config}", learner, f"{_AGENTS}.{builder}", learner_agent, frames)
+
 
 #: every algorithm, by the name a run.json stores
 ALGORITHMS: dict[str, Algorithm] = {
@@ -65,31 +71,10 @@ ALGORITHMS: dict[str, Algorithm] = {
     "atari-dqn": Algorithm(f"{_AGENTS}.dqn.config.AtariDQNConfig", f"{_AGENTS}.dqn.atari"),
     "sac": Algorithm(f"{_AGENTS}.sac.config.SACConfig", f"{_AGENTS}.sac.agent"),
     "r2d2": Algorithm(f"{_AGENTS}.r2d2.config.R2D2Config", f"{_AGENTS}.r2d2.agent"),
-    "apex": Algorithm(
-        f"{_AGENTS}.dqn.config.ApexConfig",
-        _LEARNER,
-        f"{_AGENTS}.dqn.agent.VectorDQN",
-        learner_agent="dqn",
-    ),
-    "apex-atari": Algorithm(
-        f"{_AGENTS}.dqn.config.ApexAtariConfig",
-        _LEARNER,
-        f"{_AGENTS}.dqn.atari.FrameDQN",
-        learner_agent="dqn",
-        frames=True,
-    ),
-    "served-sac": Algorithm(
-        f"{_AGENTS}.sac.config.SACLearnerConfig",
-        _LEARNER,
-        f"{_AGENTS}.sac.agent.ServedSAC",
-        learner_agent="sac",
-    ),
-    "served-r2d2": Algorithm(
-        f"{_AGENTS}.r2d2.config.R2D2LearnerConfig",
-        _LEARNER,
-        f"{_AGENTS}.r2d2.agent.ServedR2D2",
-        learner_agent="r2d2",
-    ),
+    "apex": _served("dqn.config.ApexConfig", "dqn.agent.VectorDQN", "dqn"),
+    "apex-atari": _served("dqn.config.ApexAtariConfig", "dqn.atari.FrameDQN", "dqn", frames=True),
+    "served-sac": _served("sac.config.SACLearnerConfig", "sac.agent.ServedSAC", "sac"),
+    "served-r2d2": _served("r2d2.config.R2D2LearnerConfig", "r2d2.agent.ServedR2D2", "r2d2"),
 }
 
 #: the values of ``replaygpu learner --agent``
