@@ -145,19 +145,22 @@ def load_kept(variables: Sequence[tf.Variable], checkpoint: str) -> str | None:
     return best.load_into(variables) if best.found else None
 
 
-def record_evaluation(
+def evaluate_while_training(
+    config: Any,
     recorder: Any,
     best: BestPolicy,
-    keep: bool,
     env_step: int,
-    returns: np.ndarray,
+    play: Callable[[int, int], np.ndarray],
     weights: Sequence[np.ndarray],
-) -> None:
-    """Report a greedy evaluation while training (``eval/periodic_return``) and, with ``keep``
-    (``keep_best``), offer its weights to ``best``."""
+) -> np.ndarray:
+    """A greedy evaluation while training: ``play(episodes, seed)`` of ``periodic_eval_episodes``
+    on the same seeds each time, reported at ``env_step`` (``eval/periodic_return``) and, with
+    ``keep_best``, the ``weights`` played offered to ``best``. Its returns."""
+    returns = play(config.periodic_eval_episodes, config.seed + PERIODIC_EVAL_SEED)
     recorder.metrics(env_step, {PERIODIC_EVAL: float(np.mean(returns))})
-    if keep:
+    if config.keep_best:
         best.consider(env_step, returns, weights)
+    return returns
 
 
 class LoopState(tf.Module):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import math
 import time
@@ -35,14 +36,13 @@ from ..progress import FINAL_WEIGHTS, NullRecorder, Recorder, TrainResult
 from ..registry import builder_for, name_of
 from ..rollouts import evaluate
 from ..runs import (
-    PERIODIC_EVAL_SEED,
     BestPolicy,
     JsonState,
     LoopState,
     RunControl,
     assign_all,
+    evaluate_while_training,
     evaluation_due,
-    record_evaluation,
     stopped_early,
 )
 from .actor_config import ActorConfig
@@ -189,10 +189,9 @@ class LearnerService:
         self._polled_env_steps = now = self.env_steps()
         if not (evaluation_due(config.eval_every, before, now) or (final and config.keep_best)):
             return
-        seed = config.seed + PERIODIC_EVAL_SEED
-        returns = self.builder.evaluate(config, self.agent, config.periodic_eval_episodes, seed)
+        play = functools.partial(self.builder.evaluate, config, self.agent)
         weights = self._policy_values()
-        record_evaluation(self.recorder, self.best, config.keep_best, now, returns, weights)
+        returns = evaluate_while_training(config, self.recorder, self.best, now, play, weights)
         mean, sgd_step = float(np.mean(returns)), self.sgd_steps
         self.server.run_stats.set_eval(mean, sgd_step)
         logger.info(

@@ -38,13 +38,7 @@ from ..networks import Adam, Schedule, mlp
 from ..policies import epsilon_greedy_actions, greedy_q_policy
 from ..progress import FINAL_WEIGHTS, NullRecorder, Recorder, TrainResult, TrainTimer
 from ..rollouts import ChunkCollector, TrainingJobs, evaluate
-from ..runs import (
-    PERIODIC_EVAL_SEED,
-    BestPolicy,
-    RunControl,
-    evaluation_due,
-    record_evaluation,
-)
+from ..runs import BestPolicy, RunControl, evaluation_due
 from .config import ApexConfig, DQNConfig
 
 
@@ -268,16 +262,6 @@ def train(
         while jobs.pending:
             finish_oldest()
 
-    def evaluate_while_training() -> None:
-        """Greedy episodes (same seeds each time) at the env step whose call gave the weights."""
-        returns = evaluate(
-            act_greedy,
-            config.env_id,
-            config.periodic_eval_episodes,
-            config.seed + PERIODIC_EVAL_SEED,
-        )
-        record_evaluation(recorder, best, config.keep_best, acted_since, returns, act_weights)
-
     timer = TrainTimer(env_steps)
     try:
         while env_steps < config.steps:
@@ -304,7 +288,9 @@ def train(
             if evaluation_due(config.eval_every, env_steps - size, env_steps) or (
                 final and config.keep_best
             ):
-                evaluate_while_training()
+                # at the env step whose training call gave the acting weights
+                play = functools.partial(evaluate, act_greedy, config.env_id)
+                runs.evaluate_while_training(config, recorder, best, acted_since, play, act_weights)
             if runs.checkpoint_when_due(
                 run, loop, env_steps, last_sync, rng, final=final, settle=finish_all
             ):

@@ -18,6 +18,7 @@ resets its state at episode starts.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from typing import Any
 
@@ -47,12 +48,11 @@ from ..progress import (
 )
 from ..rollouts import EpisodeStats, evaluate
 from ..runs import (
-    PERIODIC_EVAL_SEED,
     BestPolicy,
     RunControl,
     checkpoint_when_due,
+    evaluate_while_training,
     evaluation_due,
-    record_evaluation,
     resume,
     stopped_early,
 )
@@ -336,13 +336,8 @@ def train(
         if evaluation_due(config.eval_every, env_steps - config.train_freq, env_steps) or (
             final and config.keep_best
         ):
-            returns = evaluate_weights(
-                config,
-                actor.weights,
-                config.periodic_eval_episodes,
-                config.seed + PERIODIC_EVAL_SEED,
-            )
-            record_evaluation(recorder, best, config.keep_best, env_steps, returns, actor.weights)
+            play = functools.partial(evaluate_weights, config, actor.weights)
+            evaluate_while_training(config, recorder, best, env_steps, play, actor.weights)
         if checkpoint_when_due(run, loop, env_steps, 0, rng, final=final):
             break
     env.close()
