@@ -33,12 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import replaygpu as rg
 
-from .configs import (
-    require,
-    require_positive,
-    require_positive_ints,
-    require_unit_interval,
-)
+from .configs import require, require_positive, require_positive_ints, require_unit_interval
 
 if TYPE_CHECKING:
     from replaygpu.samplers import LinearSchedule

@@ -39,13 +39,7 @@ from ..dqn.agent import fused_learner, obs_size
 from ..envs import discrete_actions_env as check_env
 from ..networks import Adam, LSTMQNetwork
 from ..policies import RecurrentQPolicy
-from ..progress import (
-    FINAL_WEIGHTS,
-    NullRecorder,
-    Recorder,
-    TrainResult,
-    TrainTimer,
-)
+from ..progress import FINAL_WEIGHTS, NullRecorder, Recorder, TrainResult, TrainTimer
 from ..rollouts import EpisodeStats, evaluate
 from ..runs import (
     BestPolicy,

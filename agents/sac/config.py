@@ -22,11 +22,7 @@ from ..config_fields import (
     defaults,
     option,
 )
-from ..configs import (
-    require_positive,
-    require_unit_interval,
-    require_vector_loop,
-)
+from ..configs import require_positive, require_unit_interval, require_vector_loop
 from ..envs import box_actions_env
 
 
