@@ -189,14 +189,27 @@ class LearnerService:
         self._polled_env_steps = now = self.env_steps()
         if not (evaluation_due(config.eval_every, before, now) or (final and config.keep_best)):
             return
-        play = functools.partial(self.builder.evaluate, config, self.agent)
-        weights = self._policy_values()
-        returns = evaluate_while_training(config, self.recorder, self.best, now, play, weights)
-        mean, sgd_step = float(np.mean(returns)), self.sgd_steps
-        self.server.run_stats.set_eval(mean, sgd_step)
+        play = functools.partial(self.evaluate, evaluated="the current weights", env_step=now)
+        evaluate_while_training(config, self.recorder, self.best, now, play, self._policy_values())
+
+    def evaluate(
+        self, episodes: int, seed: int, evaluated: str, env_step: int | None = None
+    ) -> np.ndarray:
+        """Greedy returns of ``episodes`` episodes (seeds ``seed + i``) of the weights that
+        ``evaluated`` names; their mean becomes the run's eval return (Info, /metrics) and is
+        logged, at ``env_step`` for an evaluation while training (`evaluate_when_due`)."""
+        returns = self.builder.evaluate(self.config, self.agent, episodes, seed)
+        mean, at = float(np.mean(returns)), f"SGD step {self.sgd_steps}"
+        self.server.run_stats.set_eval(mean, self.sgd_steps)
         logger.info(
-            "greedy evaluation at env step %d (SGD step %d): return %.1f", now, sgd_step, mean
+            "greedy evaluation at %s: return %.1f +- %.1f over %d episodes (%s)",
+            at if env_step is None else f"env step {env_step} ({at})",
+            mean,
+            float(np.std(returns)),
+            len(returns),
+            evaluated,
         )
+        return returns
 
     @contextlib.contextmanager
     def handed_back(self) -> Iterator[str]:
@@ -313,9 +326,7 @@ def train(
         eval_returns = (
             np.zeros(0)
             if stopped or not config.eval_episodes
-            else service.builder.evaluate(
-                config, service.agent, config.eval_episodes, seed=config.seed + 10_000
-            )
+            else service.evaluate(config.eval_episodes, config.seed + 10_000, evaluated)
         )
     recorder.metrics(fleet.env_steps, {"charts/rows_acked": float(fleet.acked)})
     trained = service.sgd_steps - first_steps

@@ -316,25 +316,14 @@ class LearnerReport:
         )
 
     def evaluate(self, episodes: int, evaluated: str = "its weights") -> np.ndarray:
-        """The final greedy evaluation of the agent's weights (``evaluated`` says whose, for the
-        log), on seeds ``seed + 10_000``...: recorded as ``eval/mean_return``; its returns."""
+        """The final greedy evaluation (`LearnerService.evaluate`, on seeds ``seed + 10_000``...),
+        also recorded as ``eval/mean_return``; its returns (none for ``episodes`` 0)."""
         if episodes <= 0:
             return np.zeros(0)
         service = self.service
-        seed = service.config.seed + 10_000
-        returns = service.builder.evaluate(service.config, service.agent, episodes, seed=seed)
-        mean, sgd_step = float(np.mean(returns)), service.sgd_steps
-        self.stats.set_eval(mean, sgd_step)
+        returns = service.evaluate(episodes, service.config.seed + 10_000, evaluated)
         self.evaluated_at = time.monotonic()
-        self.recorder.metrics(service.env_steps(), {"eval/mean_return": mean})
-        logger.info(
-            "greedy evaluation at SGD step %d: return %.1f +- %.1f over %d episodes (%s)",
-            sgd_step,
-            mean,
-            float(np.std(returns)),
-            len(returns),
-            evaluated,
-        )
+        self.recorder.metrics(service.env_steps(), {"eval/mean_return": float(np.mean(returns))})
         return returns
 
     def close(self) -> None:
