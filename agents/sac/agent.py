@@ -43,14 +43,9 @@ class SAC(tf.Module):
         self.scale = ((high - low) / 2.0).astype(np.float32)
         self.bias = ((high + low) / 2.0).astype(np.float32)
         self.actor = mlp([obs_dim, *hidden, 2 * act_dim], seed=config.seed, name="actor")
-        self.critics = [
-            mlp([obs_dim + act_dim, *hidden, 1], seed=config.seed + 1 + i, name=f"critic{i}")
-            for i in range(2)
-        ]
-        self.targets = [
-            mlp([obs_dim + act_dim, *hidden, 1], seed=config.seed + 1 + i, name=f"target{i}")
-            for i in range(2)
-        ]
+        critic = [obs_dim + act_dim, *hidden, 1]  # each target starts as its critic: one seed
+        self.critics = [mlp(critic, config.seed + 1 + i, name=f"critic{i}") for i in range(2)]
+        self.targets = [mlp(critic, config.seed + 1 + i, name=f"target{i}") for i in range(2)]
         self.critic_weights = self.critics[0].weights + self.critics[1].weights
         self.target_weights = self.targets[0].weights + self.targets[1].weights
         self.log_alpha = tf.Variable(np.log(config.initial_alpha), dtype=tf.float32)
