@@ -140,10 +140,9 @@ _INT_TUPLE = "comma-separated integers such as 256,256"
 
 def _parse_int_tuple(text: str) -> tuple[int, ...]:
     try:
-        values = tuple(int(x) for x in text.split(",") if x.strip())
+        return tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"got {text!r}, expected {_INT_TUPLE}") from None
-    return values
 
 
 def _or_none(

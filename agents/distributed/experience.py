@@ -389,12 +389,7 @@ class RecurrentExperience(VectorExperience):
 
     def start(self, seed: int, spec: HostSpec) -> None:
         state = spec.get(STATE_FIELD)
-        if (
-            STATE_STORED not in spec
-            or BLOCK_START not in spec
-            or state is None
-            or len(state.shape) != 1
-        ):
+        if state is None or len(state.shape) != 1 or not {STATE_STORED, BLOCK_START} <= set(spec):
             raise rg.ConfigError(
                 f"table {self.config.table!r} has fields {dict(spec)}; a recurrent actor "
                 f"(sequence_period {self.config.sequence_period}) writes the LSTM state to "
