@@ -61,11 +61,6 @@ def evaluate_agent(config: Any, agent: Any, episodes: int, seed: int) -> np.ndar
     return builder_for(config).evaluate(config, agent, episodes, seed)
 
 
-def policy_variables(config: Any, agent: Any) -> list[Any]:
-    """The variables of the policy the learner publishes to actors (`Builder.policy`)."""
-    return read_source(builder_for(config).policy(agent))[1]
-
-
 class LearnerService:
     """A served learner of any algorithm: its config's `Builder` makes the parts.
 
@@ -219,7 +214,7 @@ class LearnerService:
         if self.best is None or not self.best.found:
             yield FINAL_WEIGHTS
             return
-        variables = policy_variables(self.config, self.agent)
+        variables = read_source(self.builder.policy(self.agent))[1]  # the policy actors get
         final = self._policy_values()
         try:
             yield self.best.load_into(variables)
@@ -227,7 +222,7 @@ class LearnerService:
             assign_all(variables, final)
 
     def _policy_values(self) -> list[np.ndarray]:
-        return [v.numpy() for v in policy_variables(self.config, self.agent)]
+        return [v.numpy() for v in read_source(self.builder.policy(self.agent))[1]]
 
     def done(self, ran: int) -> bool:
         """Whether the run is over: ``steps`` rows arrived and the last call could not train
