@@ -242,8 +242,7 @@ def run(args: argparse.Namespace) -> int:
     if config.actor_index + args.processes > config.num_actors:
         raise rg.ConfigError(
             f"--processes {args.processes} from --actor-index {config.actor_index}: "
-            "expected actor_index + processes <= num_actors "
-            f"({config.num_actors})"
+            f"expected actor_index + processes <= num_actors ({config.num_actors})"
         )
     configs = [
         dataclasses.replace(config, actor_index=config.actor_index + i)

@@ -371,9 +371,7 @@ class RecurrentExperience(VectorExperience):
     def __init__(self, config: ActorConfig) -> None:
         super().__init__(config)
         rows = BLOCK_SEQUENCES * config.sequence_length
-        self.writers = [
-            StepBlockWriter(config.sequence_period, rows) for _ in range(config.num_envs)
-        ]
+        self.writers = [StepBlockWriter(config.sequence_period, rows) for _ in range(self.num_envs)]
         self.weights: list[np.ndarray] | None = None
         self._next: tuple[np.ndarray, np.ndarray] | None = None  # (Q, state) of this step
 
