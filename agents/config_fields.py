@@ -28,8 +28,9 @@ first: each group's ``__post_init__`` after those before it, a config's after al
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import replaygpu as rg
 
@@ -75,6 +76,9 @@ class Group:
 class Run(Group):
     """What the run is on, how long it lasts and how it is judged."""
 
+    #: set by each config: makes its env and checks it has the actions its agent takes (the CLI,
+    #: before TensorFlow; an ALE game's, `envs.atari_env`, in the demo before any folder)
+    ENV_CHECK: ClassVar[Callable[[str], Any]]
     env_id: str = option("CartPole-v1", "gymnasium env id (Discrete actions)")
     seed: int = option(1, "seed of env, networks, sampling, exploration")
     steps: int = option(

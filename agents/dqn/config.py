@@ -5,9 +5,8 @@ Ape-X's served `ApexConfig` and `ApexAtariConfig`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, Literal
+from typing import Literal
 
 import replaygpu as rg
 from replaygpu.service.config import AgentSettings
@@ -64,8 +63,7 @@ class DQNConfig(
     decays it, `DecayedLearningRate`). The run hands back the weights of its best greedy
     evaluation while training (``keep_best``, `runs.BestPolicy`)."""
 
-    #: makes the env and checks it has the actions its agent takes (the CLI, before TensorFlow)
-    ENV_CHECK: ClassVar[Callable[[str], Any]] = discrete_actions_env
+    ENV_CHECK = discrete_actions_env
 
     seed: int = option(1, "seed of envs, networks, sampling and exploration")
     target_update_interval: int = option(
@@ -113,8 +111,7 @@ class AtariDQNConfig(
 ):
     """Atari DQN hyperparameters; defaults are the Nature / rl-zoo3 values (replay 1e5)."""
 
-    #: makes the preprocessed ALE game (`envs.atari_env`: the demo, before any folder)
-    ENV_CHECK: ClassVar[Callable[[str], Any]] = atari_env
+    ENV_CHECK = atari_env
 
     steps: int = option(10_000_000, "env steps (agent steps) to train")
     n_step: int = option(1, "n-step returns, drawn from the frame table (Nature: 1)")
@@ -160,8 +157,7 @@ class ApexConfig(
     (`DecayedLearningRate`; ``steps`` 0, no end: constant). The learner hands back the weights
     of its best greedy evaluation while training (``keep_best``), as the DQN demo does."""
 
-    #: makes the env and checks it has the actions its agent takes (the CLI, before TensorFlow)
-    ENV_CHECK: ClassVar[Callable[[str], Any]] = discrete_actions_env
+    ENV_CHECK = discrete_actions_env
 
     env_id: str = option("CartPole-v1", "gymnasium env id (Discrete)")
     steps: int = option(
@@ -220,8 +216,7 @@ class ApexAtariConfig(
     on a GPU: --steps 10000000 --buffer-size 1000000 --learning-starts 50000
     --samples-per-insert 8 --num-actors 8."""
 
-    #: makes the preprocessed ALE game (`envs.atari_env`: the demo, before any folder)
-    ENV_CHECK: ClassVar[Callable[[str], Any]] = atari_env
+    ENV_CHECK = atari_env
 
     steps: int = option(20_000, "env steps collected by all actors")
     segment_steps: int = option(

@@ -10,9 +10,7 @@ the stored steps: each step is stored once).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
 
 import replaygpu as rg
 
@@ -56,8 +54,7 @@ class R2D2Settings(
     value rescaling, priorities eta * max + (1 - eta) * mean of |TD| over each sequence. What
     the demo (`R2D2Config`) and the served learner (`R2D2LearnerConfig`) share."""
 
-    #: makes the env and checks it has the actions its agent takes (the CLI, before TensorFlow)
-    ENV_CHECK: ClassVar[Callable[[str], Any]] = discrete_actions_env
+    ENV_CHECK = discrete_actions_env
 
     env_id: str = option(
         CARTPOLE_NO_VELOCITY, "gymnasium env id (Discrete actions, flat Box observations)"

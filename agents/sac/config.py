@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
 
 from ..config_fields import (
     ActorEnvs,
@@ -38,8 +36,7 @@ class SACConfig(
 ):
     """SAC hyperparameters; the defaults follow rl-zoo3's Pendulum-v1 values (updates batched)."""
 
-    #: makes the env and checks it has the actions its agent takes (the CLI, before TensorFlow)
-    ENV_CHECK: ClassVar[Callable[[str], Any]] = box_actions_env
+    ENV_CHECK = box_actions_env
 
     env_id: str = option("Pendulum-v1", "gymnasium env id (Box actions)")
     seed: int = option(1, "seed of envs, networks, sampling and noise")
