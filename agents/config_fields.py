@@ -238,10 +238,7 @@ class LinearEpsilon(Group):
 
     def require_fraction_in_unit_interval(self) -> None:
         """Raise `ConfigError` unless ``exploration_fraction`` is in (0, 1] (DQN; R2D2: > 0)."""
-        if not 0.0 < self.exploration_fraction <= 1.0:
-            raise rg.ConfigError(
-                f"exploration_fraction: got {self.exploration_fraction}, expected in (0, 1]"
-            )
+        require(self, ["exploration_fraction"], lambda v: 0.0 < v <= 1.0, "in (0, 1]")
 
     def epsilon(self, env_steps: int) -> float:
         """Linearly decayed exploration rate after ``env_steps`` env steps."""
