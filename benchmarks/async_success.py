@@ -15,6 +15,8 @@ change. Two configs, each as a user runs it, from the checkout's own console scr
                   ``--steps`` budget (80k rows) and logs ``greedy evaluation at SGD step N:
                   return X +- Y over 20 episodes``; the actor command exits 0 when told that
                   the run is finished.
+  r2d2-served     the same with ``--agent r2d2 --env CartPoleNoVelocity-v1`` (R2D2LearnerConfig
+                  defaults: 100k rows, the steps each stored once, windows sampled in the graph).
 
 Success: greedy evaluation mean >= 475 over the 20 episodes (CartPole-v1's reward threshold,
 `benchmarks/agents.py`'s target; the demo itself prints no "solved"). The learner logs the
@@ -52,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import itertools
 import json
 import logging
@@ -74,7 +77,7 @@ logger = logging.getLogger("async_success")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = os.path.join(REPO, "benchmarks", "results", "async_success.json")
-CONFIGS = ("apex-cartpole", "learner-actor")
+CONFIGS = ("apex-cartpole", "learner-actor", "r2d2-served")
 #: greedy evaluation mean that counts as solving CartPole-v1 (its reward threshold)
 SUCCESS = 475.0
 ENV = "CartPole-v1"
@@ -220,11 +223,16 @@ def run_demo(checkout: Checkout, seed: int, folder: str, timeout_s: float) -> di
 
 
 def run_learner_actor(
-    checkout: Checkout, seed: int, folder: str, timeout_s: float
+    checkout: Checkout,
+    seed: int,
+    folder: str,
+    timeout_s: float,
+    agent: str = "dqn",
+    env: str = ENV,
 ) -> dict[str, Any]:
-    """``replaygpu learner`` on CartPole plus ``replaygpu actor`` at the address it serves."""
+    """``replaygpu learner`` (``agent`` on ``env``) plus ``replaygpu actor`` at its address."""
     learner_log, actor_log = os.path.join(folder, "learner.log"), os.path.join(folder, "actor.log")
-    command = [*checkout.command, "learner", "--agent", "dqn", "--env", ENV, "--seed", str(seed)]
+    command = [*checkout.command, "learner", "--agent", agent, "--env", env, "--seed", str(seed)]
     command += ["--address", "127.0.0.1:0", "--checkpoint-dir", os.path.join(folder, "ckpt")]
     deadline = time.monotonic() + timeout_s
     learner = _start(command, learner_log, folder)
@@ -269,7 +277,11 @@ def run_learner_actor(
     return result
 
 
-RUNNERS = {"apex-cartpole": run_demo, "learner-actor": run_learner_actor}
+RUNNERS = {
+    "apex-cartpole": run_demo,
+    "learner-actor": run_learner_actor,
+    "r2d2-served": functools.partial(run_learner_actor, agent="r2d2", env="CartPoleNoVelocity-v1"),
+}
 
 
 def run_one(
