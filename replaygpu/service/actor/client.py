@@ -304,8 +304,9 @@ class ReplayClient(contextlib.AbstractContextManager["ReplayClient"]):
         rule = self.rate_limit
         if rule is None:
             return False
+        stop = stop or threading.Event()  # never set: plain sleeps
         delay, waited = 0.002, False
-        while not (stop is not None and stop.is_set()):
+        while not stop.is_set():
             info = self.info()
             if info.run_finished:
                 break
@@ -317,10 +318,7 @@ class ReplayClient(contextlib.AbstractContextManager["ReplayClient"]):
             if rule.insert_room(table.inserted, table.rate_limiter.sampled) + slack >= 0:
                 break
             waited = True
-            if stop is not None:
-                stop.wait(delay)
-            else:
-                time.sleep(delay)
+            stop.wait(delay)
             delay = min(2 * delay, 0.05)
         return waited
 
