@@ -81,8 +81,7 @@ def leftovers(folder: str, unsealed: int, keep: str | None = None) -> list[str]:
     kept = {os.path.basename(p) for p in [*restorable(folder, unsealed), keep] if p}
     found = []
     for name in os.listdir(folder):
-        match = _NAME.fullmatch(name)
-        if match:
+        if match := _NAME.fullmatch(name):
             if f"ckpt-{match[1]}" not in kept or match[3] or match[2] == "_temp":
                 found.append(os.path.join(folder, name))
         elif _TEMPORARY.fullmatch(name):

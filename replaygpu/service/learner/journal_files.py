@@ -75,11 +75,8 @@ def segment_name(number: int) -> str:
 
 def segment_numbers(directory: Path) -> list[int]:
     """Ascending; `JournalCorruptError` if one is missing between the first and the last."""
-    numbers = []
-    for name in os.listdir(directory):
-        if (match := _SEGMENT.fullmatch(name)) and segment_name(int(match[1])) == name:
-            numbers.append(int(match[1]))
-    numbers.sort()
+    matches = (_SEGMENT.fullmatch(name) for name in os.listdir(directory))
+    numbers = sorted(int(m[1]) for m in matches if m and segment_name(int(m[1])) == m[0])
     for expected, number in enumerate(numbers, start=numbers[0] if numbers else 0):
         if number != expected:
             raise JournalCorruptError(
