@@ -97,8 +97,7 @@ class BestPolicy(tf.Module):
         self.evaluations.assign_add(1)
         if mean < float(self.mean_return.numpy()):
             return False
-        for variable, value in zip(self.weights, weights, strict=True):
-            variable.assign(value)
+        assign_all(self.weights, weights)
         self.mean_return.assign(mean)
         self.env_step.assign(env_step)
         logger.debug("best policy: env step %d, mean return %.1f", env_step, mean)
@@ -315,9 +314,7 @@ class RunControl:
 
     def due(self) -> bool:
         """Whether a checkpoint should be written now (periodic, or stopping)."""
-        if self._checkpointer is None:
-            return False
-        return self.stop.is_set() or self._schedule.due()
+        return self._checkpointer is not None and (self.stop.is_set() or self._schedule.due())
 
     def save(self, saver: Any = None, *, final: bool = False) -> str | None:
         """Write a checkpoint (through ``saver.save(checkpointer)`` when given, e.g. a
