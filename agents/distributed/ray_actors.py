@@ -24,6 +24,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -137,7 +138,7 @@ class RayActor:
         return self.status()
 
 
-class RayActorFleet:
+class RayActorFleet(contextlib.AbstractContextManager["RayActorFleet"]):
     """Ray actors running `run_actor` against one server (`start_ray_actors`); a context manager.
 
     Attributes:
@@ -217,9 +218,6 @@ class RayActorFleet:
         if problems:
             raise ReplayError(f"Ray actors failed: {'; '.join(problems)}")
         return results
-
-    def __enter__(self) -> RayActorFleet:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
