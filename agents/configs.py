@@ -221,11 +221,8 @@ def _flag_kwargs(where: str, kind: Any, metavar: str) -> dict[str, Any]:
 def _shown(default: Any) -> str:
     """A default as the user would type it, escaped for argparse's %-formatting of help."""
     if default is None:
-        text = "none"
-    elif isinstance(default, tuple):
-        text = ",".join(map(str, default))
-    else:
-        text = str(default)
+        return "none"
+    text = ",".join(map(str, default)) if isinstance(default, tuple) else str(default)
     return text.replace("%", "%%")
 
 
@@ -260,7 +257,6 @@ def config_from_args(
     """Build ``config_cls`` from parsed flags; a value it refuses, or a run that would not train
     (`require_trains`), is reported as the flag's (``--batch-size: got -3, expected >= 1``)
     through ``parser.error``, or raised as `ConfigError` without ``parser``."""
-
     names = [f.name for f in dataclasses.fields(config_cls)]
     try:
         config = config_cls(**{n: getattr(args, n) for n in names})
