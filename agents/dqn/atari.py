@@ -39,12 +39,10 @@ from ..runs import RunControl, checkpoint_when_due, resume, stopped_early
 from .agent import QAgent, distribution
 from .config import ApexAtariConfig, AtariDQNConfig
 
-try:  # register the ALE/* ids for `replaygpu eval`'s gym.make
+with contextlib.suppress(ImportError):  # without ale-py, make_atari_env says how to install it
     import ale_py
 
-    gym.register_envs(ale_py)
-except ImportError:  # make_atari_env says how to install it
-    pass
+    gym.register_envs(ale_py)  # the ALE/* ids, for `replaygpu eval`'s gym.make
 
 FRAME_SHAPE = (84, 84)
 
