@@ -129,8 +129,7 @@ def run(args: argparse.Namespace) -> int:
     from ..runs import RunControl
     from .learner import LearnerService
 
-    control = RunControl(opts.checkpoint_dir, opts.checkpoint_every_s, config)
-    with control:
+    with RunControl(opts.checkpoint_dir, opts.checkpoint_every_s, config) as control:
         service = LearnerService(config, control, opts.token, tls, service_config)
         metrics, report, trained, finished = None, None, False, False
         try:
