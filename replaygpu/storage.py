@@ -99,25 +99,14 @@ class ReplayTable(Table, tf.Module):
         return self.capacity * row_bytes(self.spec, self.storage_dtypes)
 
     # `replaygpu.table.Table`: one shard, its own; no strategy, no shard_by.
+    num_shards = 1
+    strategy = None
+    shard_by = None
+    stream_contiguous = True
+
     @property
     def shards(self) -> list[ReplayTable]:
         return [self]
-
-    @property
-    def num_shards(self) -> int:
-        return 1
-
-    @property
-    def strategy(self) -> None:
-        return None
-
-    @property
-    def shard_by(self) -> None:
-        return None
-
-    @property
-    def stream_contiguous(self) -> bool:
-        return True
 
     def local_index(self) -> int:
         return 0
