@@ -30,21 +30,12 @@ class View:
     """Base of the views. Subclasses override ``read`` and what they need of the rest."""
 
     needs_stream_rows: ClassVar[bool] = False
-
-    @property
-    def added_keys(self) -> tuple[str, ...]:
-        """Keys ``read`` adds to a batch beside the table's fields."""
-        return ()
-
-    @property
-    def checks_rows(self) -> bool:
-        """Whether ``valid`` can refuse a row (False: every filled row can be drawn)."""
-        return False
-
-    @property
-    def lookahead(self) -> int:
-        """How many rows after a drawn row decide whether it can ever be drawn."""
-        return 0
+    #: keys ``read`` adds to a batch beside the table's fields
+    added_keys: ClassVar[tuple[str, ...]] = ()
+    #: whether ``valid`` can refuse a row (False: every filled row can be drawn)
+    checks_rows: ClassVar[bool] = False
+    #: how many rows after a drawn row decide whether it can ever be drawn
+    lookahead: ClassVar[int] = 0
 
     def for_table(self, table: Table) -> View:
         """This view for ``table``: one with a ``stream_field`` (`NStep`, `Sequence`) left None
