@@ -153,8 +153,7 @@ def run_actor(
                 room = functools.partial(client.wait_for_insert_room, config.insert_slack, stop)
                 _retrying(room, config, stopped)
             progress(env_steps, episodes, stats, client)
-        finished = client.run_finished
-        if finished:
+        if client.run_finished:
             logger.info("actor %d: the learner's run is finished; stopping", index)
         else:
             send(final=True)
