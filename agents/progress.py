@@ -311,16 +311,14 @@ def save_learning_curve(
 
     fig, ax = plt.subplots(figsize=(7, 4))
     if episodes:
-        steps = np.array([s for s, _ in episodes])
-        returns = np.array([r for _, r in episodes])
+        steps, returns = (np.array(column) for column in zip(*episodes, strict=True))
         ax.plot(steps, returns, alpha=0.3, label="episodic return")
         window = min(20, len(returns))
         smooth = np.convolve(returns, np.ones(window) / window, mode="valid")
         ax.plot(steps[window - 1 :], smooth, label=f"moving average ({window})")
     if evaluations:
         ax.plot(
-            [s for s, _ in evaluations],
-            [m for _, m in evaluations],
+            *zip(*evaluations, strict=True),
             "s-",
             markersize=3,
             color="tab:green",
