@@ -250,10 +250,9 @@ def box_actions_env(env_id: str) -> Any:
             "agent for Discrete actions"
         )
     if not isinstance(env.observation_space, gym.spaces.Box):
-        observation_space = env.observation_space
         env.close()
         raise rg.ConfigError(
-            f"env {env_id}: got observation space {observation_space}, expected a Box (the SAC "
+            f"env {env_id}: got observation space {env.observation_space}, expected a Box (the SAC "
             "networks take flat vectors); flatten a Dict or Tuple space with "
             "gymnasium.wrappers.FlattenObservation, or use the DQN agent, which takes them"
         )
