@@ -150,6 +150,13 @@ class R2D2LearnerConfig(
     )
     learning_starts: int = option(2000, "env steps (table rows) before the first SGD step")
     samples_per_insert: float = option(4.0, "rate limit: sampled sequences per inserted step")
+    final_learning_rate: float | None = option(
+        None,
+        "Adam step size at the end, > 0: linear decay over the SGD steps that the replay budget "
+        "allows, then constant; none: a constant learning_rate (the default: served, R2D2 "
+        "solved CartPole on 8 of 10 seeds so and on 6 of 10 decayed to 2e-4; "
+        "benchmarks/README.md)",
+    )
 
     @property
     def total_sgd_steps(self) -> int:
