@@ -153,8 +153,8 @@ class R2D2LearnerConfig(
     final_learning_rate: float | None = option(
         None,
         "Adam step size at the end, > 0: linear decay over the SGD steps that the replay budget "
-        "allows, then constant; none: a constant learning_rate (the default: served, R2D2 "
-        "solved CartPole on 8 of 10 seeds so and on 6 of 10 decayed to 2e-4; "
+        "allows, then constant; none: a constant learning_rate (the default: served R2D2 "
+        "solved CartPole on 8 of 10 seeds with it, on 6 of 10 decayed to 2e-4; "
         "benchmarks/README.md)",
     )
 
