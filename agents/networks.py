@@ -1,5 +1,5 @@
 """The agents' networks: Keras layers (MLPs, the Nature CNN), an LSTM cell over plain variables,
-and Adam; each is mirrored in numpy for fast acting.
+and Keras's Adam; each is mirrored in numpy for fast acting.
 
 Acting one environment step at a time must not pay a TensorFlow call per step, so agents keep a
 numpy copy of their policy weights (``model.get_weights()``, refreshed after each training call)
@@ -45,8 +45,18 @@ def pytorch_init(layers: Sequence[keras.layers.Layer], rng: tf.random.Generator)
 Schedule = Callable[[tf.Tensor], tf.Tensor]
 
 
+class InGraphRate(keras.optimizers.schedules.LearningRateSchedule):
+    """A `Schedule` as Keras's optimizers take it: called in the graph with the steps taken."""
+
+    def __init__(self, schedule: Schedule) -> None:
+        self.schedule = schedule
+
+    def __call__(self, step: tf.Tensor) -> tf.Tensor:
+        return tf.cast(self.schedule(step), tf.float32)
+
+
 class Adam(tf.Module):
-    """Adam over a fixed list of variables, written out so it compiles under XLA anywhere.
+    """Keras's Adam over a fixed list of variables, built at once so no trace builds it.
 
     Args:
         learning_rate: a float, or a `Schedule` evaluated in the graph at each step (a decay
@@ -59,39 +69,30 @@ class Adam(tf.Module):
         variables: Sequence[tf.Variable],
         learning_rate: float | Schedule,
         max_grad_norm: float | None = None,
-        beta1: float = 0.9,
-        beta2: float = 0.999,
-        epsilon: float = 1e-8,
         name: str = "adam",
     ) -> None:
         super().__init__(name=name)
         self.params = list(variables)
-        self.learning_rate = learning_rate if callable(learning_rate) else float(learning_rate)
         self.max_grad_norm = max_grad_norm
-        self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
-        self.m = [tf.Variable(tf.zeros_like(v), trainable=False) for v in self.params]
-        self.v = [tf.Variable(tf.zeros_like(v), trainable=False) for v in self.params]
-        self.t = tf.Variable(0.0, trainable=False, name="t")
+        rate = InGraphRate(learning_rate) if callable(learning_rate) else float(learning_rate)
+        self.keras = keras.optimizers.Adam(rate, epsilon=1e-8, name=name)
+        self.keras.build(self.params)
 
     def apply(self, grads: Sequence[tf.Tensor]) -> None:
         """One Adam step with ``grads`` (in the variables' order). With several replicas (a
-        learner on an `rg.ShardedReplayTable`) they are averaged first, so every replica applies
-        the same step: with equal per-replica batches, that is the whole batch's gradient."""
+        learner on an `rg.ShardedReplayTable`) every replica applies the mean gradient, clipped
+        after averaging: with equal per-replica batches, that is the whole batch's gradient.
+        Keras sums the replicas' gradients, so each hands it its share of the mean."""
         grads = list(grads)
         ctx = tf.distribute.get_replica_context()
-        if ctx is not None and ctx.num_replicas_in_sync > 1:
-            grads = ctx.all_reduce(tf.distribute.ReduceOp.MEAN, grads)
+        replicas = ctx.num_replicas_in_sync if ctx is not None else 1
         if self.max_grad_norm is not None:
+            if replicas > 1:  # the norm clipped is the mean gradient's
+                grads = ctx.all_reduce(tf.distribute.ReduceOp.MEAN, grads)
             grads, _ = tf.clip_by_global_norm(grads, self.max_grad_norm)
-        lr = self.learning_rate
-        if callable(lr):
-            lr = tf.cast(lr(self.t.read_value()), tf.float32)
-        t = self.t.assign_add(1.0)
-        scale = lr * tf.sqrt(1.0 - self.beta2**t) / (1.0 - self.beta1**t)
-        for var, g, m, v in zip(self.params, grads, self.m, self.v, strict=True):
-            m.assign(self.beta1 * m + (1.0 - self.beta1) * g)
-            v.assign(self.beta2 * v + (1.0 - self.beta2) * tf.square(g))
-            var.assign_sub(scale * m / (tf.sqrt(v) + self.epsilon))
+        if replicas > 1:
+            grads = [g / replicas for g in grads]
+        self.keras.apply(grads)
 
 
 #: the Nature CNN's convolutions: (filters, kernel, stride), VALID padding

@@ -1,19 +1,24 @@
-"""Keras layers against hand-written networks in the fused loop (issue 36, item 5): the same DQN
-update (Huber loss, Adam 1e-3, max target) with networks of plain variables written out here
-(`PlainMLP`, `PlainNatureCNN`: the agents' networks before they moved to Keras layers) and with
-Keras layers (``agents.networks.mlp`` / ``nature_cnn``: ``Dense``, ``Conv2D``), each with the
-agents' Adam (``--keras-adam``: ``keras.optimizers.Adam`` on the Keras side), in a `Learner` over
-one table, XLA on and off. Two networks (``--net``):
+"""Keras layers and Keras's Adam against hand-written networks and Adam in the fused loop (issue
+36, item 5): the same DQN update (Huber loss, Adam 1e-3, max target) with networks of plain
+variables and a plain Adam written out here (`PlainMLP`, `PlainNatureCNN`, `PlainAdam`: the agents'
+code before it moved to Keras) and with Keras (``agents.networks.mlp`` / ``nature_cnn``:
+``Dense``, ``Conv2D``; the agents' `Adam`, Keras's), in a `Learner` over one table, XLA on and
+off. Three networks (``--net``):
 
 - ``mlp``: CartPole shapes, a [256, 256] ReLU MLP, batch 64, 50k rows;
-- ``cnn``: Atari shapes, the Nature CNN on uint8 ``[4, 84, 84]`` stacks, 6 actions, batch 32.
+- ``cnn``: Atari shapes, the Nature CNN on uint8 ``[4, 84, 84]`` stacks, 6 actions, batch 32;
+- ``lstm``: R2D2's demo shapes, sequences of 40 steps of 2 floats through a 64-wide torso and an
+  LSTM of 64, batch 32; the hand-written side is the agents' `LSTMQNetwork` (its loop over time),
+  the Keras side a ``keras.layers.LSTM`` with the same mask (padding carries the state over).
 
 Each variant runs ``train(--steps)`` calls round-robin (--repeats rounds, the first call apart:
 tracing and XLA); the median SGD steps/s per variant and the ratio Keras / hand-written are
-printed. ``benchmarks/gpu/export.py`` exports the same learners for the GPU kit. Run::
+printed. ``--plain-adam-both`` gives both sides the plain Adam (the layers alone compared).
+``benchmarks/gpu/export.py`` exports the same learners for the GPU kit. Run::
 
     python benchmarks/keras_layers.py --net mlp --steps 2000 --repeats 5
     python benchmarks/keras_layers.py --net cnn --steps 10 --repeats 3
+    python benchmarks/keras_layers.py --net lstm --steps 200 --repeats 5
 """
 
 from __future__ import annotations
@@ -33,14 +38,35 @@ import numpy as np
 import tensorflow as tf
 
 import replaygpu as rg
-from replaygpu.agents.networks import NATURE_CONVS, Adam, mlp, nature_cnn
+from replaygpu.agents.networks import NATURE_CONVS, Adam, LSTMQNetwork, mlp, nature_cnn
 
 FRAMES = (4, 84, 84)
+SEQUENCE = (40, 2)  # R2D2's demo: 40 steps (burn-in 10 + unroll 30) of CartPole without velocities
 #: per network: observation shape and dtype, actions, batch size, table rows
 NETS: dict[str, tuple[tuple[int, ...], tf.DType, int, int, int]] = {
     "mlp": ((4,), tf.float32, 2, 64, 50_000),
     "cnn": (FRAMES, tf.uint8, 6, 32, 1024),
+    "lstm": (SEQUENCE, tf.float32, 2, 32, 10_000),
 }
+
+
+class PlainAdam(tf.Module):
+    """Adam written out over plain variables (the agents' Adam before Keras's)."""
+
+    def __init__(self, variables: Sequence[tf.Variable], learning_rate: float) -> None:
+        super().__init__()
+        self.params, self.learning_rate = list(variables), learning_rate
+        self.m = [tf.Variable(tf.zeros_like(v), trainable=False) for v in self.params]
+        self.v = [tf.Variable(tf.zeros_like(v), trainable=False) for v in self.params]
+        self.t = tf.Variable(0.0, trainable=False)
+
+    def apply(self, grads: Sequence[tf.Tensor]) -> None:
+        t = self.t.assign_add(1.0)
+        scale = self.learning_rate * tf.sqrt(1.0 - 0.999**t) / (1.0 - 0.9**t)
+        for var, g, m, v in zip(self.params, grads, self.m, self.v, strict=True):
+            m.assign(0.9 * m + 0.1 * g)
+            v.assign(0.999 * v + 0.001 * tf.square(g))
+            var.assign_sub(scale * m / (tf.sqrt(v) + 1e-8))
 
 
 class PlainMLP(tf.Module):
@@ -89,16 +115,56 @@ class PlainNatureCNN(tf.Module):
         return self.head(tf.reshape(x, [tf.shape(x)[0], -1]))
 
 
+class PlainLSTM(tf.Module):
+    """The agents' `LSTMQNetwork` (its loop over time), called on a sequence: ``[B, L, D] ->
+    [B, L, A]`` from a zero state, the first quarter of each sequence masked as padding."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        self.net = LSTMQNetwork(SEQUENCE[1], NETS["lstm"][2], torso=64, units=64, seed=seed)
+        self.weights = self.net.weights
+
+    def __call__(self, obs: tf.Tensor) -> tf.Tensor:
+        batch, steps = tf.shape(obs)[0], obs.shape[1]
+        state = tf.zeros([batch, self.net.state_size])
+        q, _ = self.net.unroll(obs, state, padding_mask(batch, steps))
+        return q
+
+
+class KerasLSTM(tf.Module):
+    """The same network of Keras layers: ``Dense`` torso, ``LSTM`` (the same mask), ``Dense``."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        self.torso = mlp([SEQUENCE[1], 64], seed=seed)
+        self.lstm = keras.layers.LSTM(64, return_sequences=True, unit_forget_bias=True)
+        self.lstm.build((None, *SEQUENCE[:1], 64))
+        self.head = mlp([64, NETS["lstm"][2]], seed=seed + 2)
+        self.weights = [*self.torso.weights, *self.lstm.weights, *self.head.weights]
+
+    def __call__(self, obs: tf.Tensor) -> tf.Tensor:
+        batch, steps = tf.shape(obs)[0], obs.shape[1]
+        x = tf.nn.relu(self.torso(tf.reshape(obs, [batch * steps, -1])))
+        x = self.lstm(tf.reshape(x, [batch, steps, 64]), mask=padding_mask(batch, steps) > 0)
+        return tf.reshape(self.head(tf.reshape(x, [batch * steps, 64])), [batch, steps, -1])
+
+
+def padding_mask(batch: tf.Tensor, steps: int) -> tf.Tensor:
+    """``[B, L]``: 0 on each sequence's first quarter (padding before an episode's start)."""
+    return tf.tile(tf.cast(tf.range(steps) >= steps // 4, tf.float32)[None], [batch, 1])
+
+
 def table(net: str, rows: int | None = None, device: str | None = None) -> rg.ReplayTable:
     """A table of ``rows`` random transitions for ``net`` (2% terminal)."""
     shape, dtype, actions, _, default_rows = NETS[net]
     n = rows or default_rows
+    per_row = list(shape[:1]) if net == "lstm" else []  # a sequence's steps, or one step
     spec = {
         "obs": tf.TensorSpec(shape, dtype),
-        "action": tf.TensorSpec([], tf.int64),
-        "reward": tf.TensorSpec([], tf.float32),
+        "action": tf.TensorSpec(per_row, tf.int64),
+        "reward": tf.TensorSpec(per_row, tf.float32),
         "next_obs": tf.TensorSpec(shape, dtype),
-        "terminated": tf.TensorSpec([], tf.bool),
+        "terminated": tf.TensorSpec(per_row, tf.bool),
     }
     rng = np.random.default_rng(0)
 
@@ -111,10 +177,10 @@ def table(net: str, rows: int | None = None, device: str | None = None) -> rg.Re
     t.append(
         {
             "obs": obs(),
-            "action": rng.integers(actions, size=n),
-            "reward": np.ones(n, np.float32),
+            "action": rng.integers(actions, size=(n, *per_row)),
+            "reward": np.ones((n, *per_row), np.float32),
             "next_obs": obs(),
-            "terminated": rng.random(n) < 0.02,
+            "terminated": rng.random((n, *per_row)) < 0.02,
         }
     )
     return t
@@ -123,20 +189,15 @@ def table(net: str, rows: int | None = None, device: str | None = None) -> rg.Re
 Update = Callable[[dict[str, tf.Tensor]], dict[str, tf.Tensor]]
 
 
-def dqn_update(q: Any, target: Any, keras_adam: bool) -> Update:
+def dqn_update(q: Any, target: Any, plain_adam: bool) -> Update:
     params = list(q.weights)
-    if keras_adam:
-        opt = keras.optimizers.Adam(1e-3)
-        opt.build(params)
-        apply = lambda grads: opt.apply_gradients(zip(grads, params, strict=True))  # noqa: E731
-    else:
-        apply = Adam(params, 1e-3).apply
+    apply = (PlainAdam(params, 1e-3) if plain_adam else Adam(params, 1e-3)).apply
 
     def update(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        next_q = tf.reduce_max(target(batch["next_obs"]), axis=1)
+        next_q = tf.reduce_max(target(batch["next_obs"]), axis=-1)
         y = batch["reward"] + 0.99 * (1.0 - tf.cast(batch["terminated"], tf.float32)) * next_q
         with tf.GradientTape() as tape:
-            q_taken = tf.gather(q(batch["obs"]), batch["action"], batch_dims=1)
+            q_taken = tf.gather(q(batch["obs"]), batch["action"], batch_dims=batch["action"].ndim)
             err = y - q_taken
             loss = tf.reduce_mean(tf.where(tf.abs(err) <= 1.0, 0.5 * err**2, tf.abs(err) - 0.5))
         apply(tape.gradient(loss, params))
@@ -152,15 +213,18 @@ def networks(net: str, variant: str) -> tuple[Any, Any]:
         sizes = [*shape, 256, 256, actions]
         make = PlainMLP if variant == "hand-written" else mlp
         return make(sizes, seed=0), make(sizes, seed=1)
+    if net == "lstm":
+        make = PlainLSTM if variant == "hand-written" else KerasLSTM
+        return make(seed=0), make(seed=10)
     make = PlainNatureCNN if variant == "hand-written" else nature_cnn
     return make(shape, actions, seed=0), make(shape, actions, seed=1)
 
 
 def learner(
-    net: str, variant: str, t: rg.ReplayTable, xla: bool, keras_adam: bool = False
+    net: str, variant: str, t: rg.ReplayTable, xla: bool, plain_adam_both: bool = False
 ) -> rg.Learner:
     q, target = networks(net, variant)
-    update = dqn_update(q, target, keras_adam and variant == "keras")
+    update = dqn_update(q, target, plain_adam_both or variant == "hand-written")
     return rg.Learner(t, rg.Sampler(t, seed=0), update, NETS[net][3], jit_compile=xla)
 
 
@@ -169,12 +233,14 @@ def main() -> None:
     parser.add_argument("--net", choices=sorted(NETS), default="mlp")
     parser.add_argument("--steps", type=int, default=2000, help="SGD steps per train call")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--keras-adam", action="store_true", help="Keras Adam on the Keras side")
+    parser.add_argument(
+        "--plain-adam-both", action="store_true", help="the plain Adam on the Keras side too"
+    )
     args = parser.parse_args()
     t = table(args.net, device="/CPU:0")
     learners = {
         f"{variant} {'XLA' if xla else 'graph'}": learner(
-            args.net, variant, t, xla, args.keras_adam
+            args.net, variant, t, xla, args.plain_adam_both
         )
         for xla in (False, True)
         for variant in ("hand-written", "keras")
@@ -188,7 +254,7 @@ def main() -> None:
             each.train(args.steps)
             rates[name].append(args.steps / (time.perf_counter() - start))
     batch = NETS[args.net][3]
-    adam = "Keras Adam" if args.keras_adam else "the agents' Adam"
+    adam = "plain Adam on both sides" if args.plain_adam_both else "Keras Adam against plain Adam"
     load = os.getloadavg()[0]
     print(f"# load {load:.2f}; DQN {args.net}, batch {batch}, {args.steps} steps, {adam}")
     for name, values in rates.items():

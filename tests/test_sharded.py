@@ -191,41 +191,49 @@ def cyclic_sampler(table):
     return rg.Sampler(table, Cyclic())
 
 
-def make_regression(scope):
+def make_regression(scope, max_grad_norm=None):
     """A linear model, its Adam (which all-reduces inside strategy.run) and update_fn."""
     with scope:
         w = tf.Variable(tf.zeros([4, 1]), name="w")
         b = tf.Variable(tf.zeros([1]), name="b")
-        opt = Adam([w, b], 0.05)
+        opt = Adam([w, b], 0.05, max_grad_norm)
 
     def update(batch):
         target = tf.cast(batch["id"], tf.float32)[:, None] * 0.1 - 1.0
         with tf.GradientTape() as tape:
             pred = tf.matmul(tf.sin(batch["obs"]), w) + b
             loss = tf.reduce_mean(tf.square(pred - target))
-        opt.apply(tape.gradient(loss, [w, b]))
-        return {"loss": loss}
+        grads = tape.gradient(loss, [w, b])
+        opt.apply(grads)
+        return {"loss": loss, "grad_norm": tf.linalg.global_norm(grads)}
 
-    return [w, b], update
+    return [w, b, *(v.value for v in opt.keras.variables)], update  # Adam's moments too
 
 
-def test_sharded_learner_reaches_the_single_device_weights_on_the_same_minibatches(strategy):
+# a clip at 0.5 binds on the first steps: the clipped norm must be the mean gradient's
+@pytest.mark.parametrize("max_grad_norm", [None, 0.5])
+def test_sharded_learner_reaches_the_single_device_weights_on_the_same_minibatches(
+    strategy, max_grad_norm
+):
     # Shard 0 holds the even rows and shard 1 the odd ones; cycling 4 rows a replica, the two
     # replicas together draw exactly the 8 rows the single learner's cycle of 8 draws.
     single_table = rg.ReplayTable(SPEC, 32, device="/cpu:0")
     single_table.append(columns(range(32)))
-    single_vars, single_update = make_regression(tf.name_scope("single"))
+    single_vars, single_update = make_regression(tf.name_scope("single"), max_grad_norm)
     single = rg.Learner(single_table, cyclic_sampler(single_table), single_update, batch_size=8)
 
     table = rg.ShardedReplayTable(SPEC, 32, strategy)
     table.append(columns(range(32)))
-    sharded_vars, sharded_update = make_regression(strategy.scope())
+    sharded_vars, sharded_update = make_regression(strategy.scope(), max_grad_norm)
     sharded = rg.Learner(table, cyclic_sampler(table), sharded_update, batch_size=8)
 
+    norms = []
     for _ in range(3):
         got_single, got_sharded = single.train(40), sharded.train(40)
         assert got_sharded["steps"] == got_single["steps"] == 40
         assert got_sharded["loss"] == pytest.approx(got_single["loss"], rel=1e-4)
+        norms.append(got_single["grad_norm"])
+    assert max_grad_norm is None or norms[0] > max_grad_norm  # the clip binds
     for want, var in zip(single_vars, sharded_vars, strict=True):
         copies = [v.numpy() for v in strategy.experimental_local_results(var)]
         np.testing.assert_allclose(copies[0], copies[1])  # replicas stay in sync

@@ -169,13 +169,13 @@ def r2d2_paper_case(k: int) -> Case:
 
 def keras_case(net: str, variant: str, k: int) -> Case:
     """One update of ``benchmarks/keras_layers.py`` (issue 36, item 5): DQN on ``net`` (an MLP
-    or the Nature CNN) of plain variables ("hand-written") or Keras layers with Keras Adam, as
-    measured on the H200 before the agents moved to Keras layers."""
+    or the Nature CNN) of plain variables with a plain Adam ("hand-written") or Keras layers with
+    Keras's Adam, as measured on the H200 before the agents moved to Keras layers."""
     import keras_layers
 
     rows = 64 if net == "cnn" else None  # 64 frame-stack rows (3.6 MB): the kit is carried
     table = keras_layers.table(net, rows)
-    learner = keras_layers.learner(net, variant, table, xla=True, keras_adam=True)
+    learner = keras_layers.learner(net, variant, table, xla=True)
     return Case(f"{net}-{'keras' if variant == 'keras' else 'hand'}", learner, [], k, parity=True)
 
 
