@@ -225,9 +225,14 @@ def check_table_fits(
 
 def advise_layout(name: str, spec: Spec, needed: int, available: int | None) -> None:
     """Log one line naming the frame table and `plan_capacity` for a table of image rows (a
-    field of rank 3 or more, such as stacked frames, or two of rank 2 such as ``obs`` and
-    ``next_obs`` frames) or one above `ADVICE_MEMORY_FRACTION` of the free memory."""
-    images = [k for k, leaf in spec.items() if leaf.shape.rank and leaf.shape.rank >= 2]
+    field of rank 3 or more, such as stacked frames, or two uint8 ones of rank 2 such as ``obs``
+    and ``next_obs`` frames; float ``[steps, features]`` sequences are not images) or one above
+    `ADVICE_MEMORY_FRACTION` of the free memory."""
+    images = [
+        k
+        for k, leaf in spec.items()
+        if (leaf.shape.rank or 0) >= 3 or (leaf.shape.rank == 2 and leaf.dtype == tf.uint8)
+    ]
     stacked = any(spec[k].shape.rank >= 3 for k in images) or len(images) >= 2
     large = available is not None and needed > ADVICE_MEMORY_FRACTION * available
     if not (stacked or large):

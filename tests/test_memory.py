@@ -210,6 +210,8 @@ def test_a_table_of_stacked_frames_logs_one_line_naming_the_frame_table(caplog):
     frames = tf.TensorSpec([84, 84, 4], tf.uint8)
     with caplog.at_level(logging.WARNING, logger="replaygpu.memory"):
         rg.ReplayTable({"obs": tf.TensorSpec([4], tf.float32)}, 100, device="/CPU:0")
+        sequence = tf.TensorSpec([40, 2], tf.float32)  # 40 steps of 2 features: not an image
+        rg.ReplayTable({"obs": sequence, "next_obs": sequence}, 100, device="/CPU:0")
         assert not caplog.records
         rg.ReplayTable({"obs": frames, "next_obs": frames}, 100, device="/CPU:0")
     [record] = caplog.records
