@@ -67,9 +67,12 @@ RESUMABLE_FIELDS = frozenset(
 PERIODIC_EVAL_SEED = 30_000
 
 
-def evaluation_due(every: int, before: int, after: int) -> bool:
-    """Whether a multiple of ``every`` (0: never) falls in the env steps ``(before, after]``."""
-    return every > 0 and after // every > before // every
+def evaluation_due(config: Any, before: int, after: int, final: bool = False) -> bool:
+    """Whether an evaluation while training falls in the env steps ``(before, after]``: a
+    multiple of ``config.eval_every`` (0: never) does, or ``final`` with ``config.keep_best``
+    (the final weights compete too)."""
+    every = config.eval_every
+    return (every > 0 and after // every > before // every) or (final and config.keep_best)
 
 
 class BestPolicy(tf.Module):

@@ -14,6 +14,7 @@ import tensorflow as tf
 
 import replaygpu as rg
 from replaygpu.agents.dqn import agent as dqn
+from replaygpu.agents.dqn.config import DQNConfig
 from replaygpu.agents.progress import NullRecorder
 from replaygpu.agents.r2d2.config import R2D2Config
 from replaygpu.agents.rollouts import evaluate
@@ -54,11 +55,21 @@ class _Evals(NullRecorder):
 
 
 def test_evaluation_is_due_once_per_interval_crossed_and_never_for_zero():
-    assert evaluation_due(2500, 2304, 2560)
-    assert not evaluation_due(2500, 2560, 2816)
-    assert evaluation_due(2500, 4864, 5000)  # the boundary itself
-    assert not evaluation_due(2500, 5000, 5120)
-    assert not evaluation_due(0, 0, 10**6)
+    every = DQNConfig(eval_every=2500, keep_best=False)
+    assert evaluation_due(every, 2304, 2560)
+    assert not evaluation_due(every, 2560, 2816)
+    assert evaluation_due(every, 4864, 5000)  # the boundary itself
+    assert not evaluation_due(every, 5000, 5120)
+    assert not evaluation_due(every, 5000, 5120, final=True)  # no kept weights to compete for
+    never = DQNConfig(eval_every=0, keep_best=False)
+    assert not evaluation_due(never, 0, 10**6)
+
+
+def test_the_final_weights_are_evaluated_when_the_best_are_kept():
+    config = DQNConfig(eval_every=2500, keep_best=True)
+    assert evaluation_due(config, 5000, 5120, final=True)
+    assert not evaluation_due(config, 5000, 5120)
+    assert evaluation_due(DQNConfig(eval_every=0, keep_best=True), 0, 10**6, final=True)
 
 
 def test_best_policy_keeps_the_best_mean_ties_to_the_later_weights(tmp_path):

@@ -182,7 +182,7 @@ class LearnerService:
             return
         config, before = self.config, self._polled_env_steps
         self._polled_env_steps = now = self.env_steps()
-        if not (evaluation_due(config.eval_every, before, now) or (final and config.keep_best)):
+        if not evaluation_due(config, before, now, final):
             return
         play = functools.partial(self.evaluate, evaluated="the current weights", env_step=now)
         evaluate_while_training(config, self.recorder, self.best, now, play, self._policy_values())

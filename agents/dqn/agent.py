@@ -285,9 +285,7 @@ def train(
             final = env_steps >= config.steps
             if final:
                 finish_all()  # the final weights are evaluated too
-            if evaluation_due(config.eval_every, env_steps - size, env_steps) or (
-                final and config.keep_best
-            ):
+            if evaluation_due(config, env_steps - size, env_steps, final):
                 # at the env step whose training call gave the acting weights
                 play = functools.partial(evaluate, act_greedy, config.env_id)
                 runs.evaluate_while_training(config, recorder, best, acted_since, play, act_weights)

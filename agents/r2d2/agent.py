@@ -327,9 +327,7 @@ def train(
             recorder.metrics(env_steps, metrics)
         recorder.progress(env_steps, sgd_steps, stats.recent_mean)
         final = env_steps >= config.steps
-        if evaluation_due(config.eval_every, env_steps - config.train_freq, env_steps) or (
-            final and config.keep_best
-        ):
+        if evaluation_due(config, env_steps - config.train_freq, env_steps, final):
             play = functools.partial(evaluate_weights, config, actor.weights)
             evaluate_while_training(config, recorder, best, env_steps, play, actor.weights)
         if checkpoint_when_due(run, loop, env_steps, 0, rng, final=final):
