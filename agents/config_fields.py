@@ -152,9 +152,14 @@ class DecayedLearningRate(LearningRate):
         if self.final_learning_rate is None:
             return
         if not 0.0 < self.final_learning_rate <= self.learning_rate:
+            why = (
+                "a learner never trains at rate 0"
+                if self.final_learning_rate <= 0.0
+                else "the rate decays, it does not grow"
+            )
             raise rg.ConfigError(
                 f"final_learning_rate: got {self.final_learning_rate}, expected in "
-                f"(0, learning_rate={self.learning_rate}]: a learner never trains at rate 0; "
+                f"(0, learning_rate={self.learning_rate}]: {why}; "
                 "pass --final-learning-rate, e.g. learning_rate / 100"
             )
 

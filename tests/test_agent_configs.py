@@ -48,8 +48,10 @@ def test_a_learner_without_an_end_takes_steps_0_and_a_constant_learning_rate():
 
 @pytest.mark.parametrize("config_cls", [DQNConfig, ApexConfig])
 def test_learning_rate_floor_must_be_positive_and_at_most_the_start(config_cls):
-    for final in (0.0, 1.0):
+    for final, why in ((0.0, "never trains at rate 0"), (1.0, "decays, it does not grow")):
         with pytest.raises(rg.ConfigError, match=f"final_learning_rate: got {final}, expected"):
+            config_cls(final_learning_rate=final)
+        with pytest.raises(rg.ConfigError, match=why):
             config_cls(final_learning_rate=final)
 
 
