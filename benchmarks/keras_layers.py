@@ -3,13 +3,10 @@
 variables and a plain Adam written out here (`PlainMLP`, `PlainNatureCNN`, `PlainAdam`: the agents'
 code before it moved to Keras) and with Keras (``agents.networks.mlp`` / ``nature_cnn``:
 ``Dense``, ``Conv2D``; the agents' `Adam`, Keras's), in a `Learner` over one table, XLA on and
-off. Three networks (``--net``):
+off. Two networks (``--net``; R2D2's LSTM against Keras's is `keras_lstm.py`):
 
 - ``mlp``: CartPole shapes, a [256, 256] ReLU MLP, batch 64, 50k rows;
-- ``cnn``: Atari shapes, the Nature CNN on uint8 ``[4, 84, 84]`` stacks, 6 actions, batch 32;
-- ``lstm``: R2D2's demo shapes, sequences of 40 steps of 2 floats through a 64-wide torso and an
-  LSTM of 64, batch 32; the hand-written side is the agents' `LSTMQNetwork` (its loop over time),
-  the Keras side a ``keras.layers.LSTM`` with the same mask (padding carries the state over).
+- ``cnn``: Atari shapes, the Nature CNN on uint8 ``[4, 84, 84]`` stacks, 6 actions, batch 32.
 
 Each variant runs ``train(--steps)`` calls round-robin (--repeats rounds, the first call apart:
 tracing and XLA); the median SGD steps/s per variant and the ratio Keras / hand-written are
@@ -18,7 +15,6 @@ printed. ``--plain-adam-both`` gives both sides the plain Adam (the layers alone
 
     python benchmarks/keras_layers.py --net mlp --steps 2000 --repeats 5
     python benchmarks/keras_layers.py --net cnn --steps 10 --repeats 3
-    python benchmarks/keras_layers.py --net lstm --steps 200 --repeats 5
 """
 
 from __future__ import annotations
@@ -33,20 +29,17 @@ from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras
 import numpy as np
 import tensorflow as tf
 
 import replaygpu as rg
-from replaygpu.agents.networks import NATURE_CONVS, Adam, LSTMQNetwork, mlp, nature_cnn
+from replaygpu.agents.networks import NATURE_CONVS, Adam, mlp, nature_cnn
 
 FRAMES = (4, 84, 84)
-SEQUENCE = (40, 2)  # R2D2's demo: 40 steps (burn-in 10 + unroll 30) of CartPole without velocities
 #: per network: observation shape and dtype, actions, batch size, table rows
 NETS: dict[str, tuple[tuple[int, ...], tf.DType, int, int, int]] = {
     "mlp": ((4,), tf.float32, 2, 64, 50_000),
     "cnn": (FRAMES, tf.uint8, 6, 32, 1024),
-    "lstm": (SEQUENCE, tf.float32, 2, 32, 10_000),
 }
 
 
@@ -115,56 +108,16 @@ class PlainNatureCNN(tf.Module):
         return self.head(tf.reshape(x, [tf.shape(x)[0], -1]))
 
 
-class PlainLSTM(tf.Module):
-    """The agents' `LSTMQNetwork` (its loop over time), called on a sequence: ``[B, L, D] ->
-    [B, L, A]`` from a zero state, the first quarter of each sequence masked as padding."""
-
-    def __init__(self, seed: int) -> None:
-        super().__init__()
-        self.net = LSTMQNetwork(SEQUENCE[1], NETS["lstm"][2], torso=64, units=64, seed=seed)
-        self.weights = self.net.weights
-
-    def __call__(self, obs: tf.Tensor) -> tf.Tensor:
-        batch, steps = tf.shape(obs)[0], obs.shape[1]
-        state = tf.zeros([batch, self.net.state_size])
-        q, _ = self.net.unroll(obs, state, padding_mask(batch, steps))
-        return q
-
-
-class KerasLSTM(tf.Module):
-    """The same network of Keras layers: ``Dense`` torso, ``LSTM`` (the same mask), ``Dense``."""
-
-    def __init__(self, seed: int) -> None:
-        super().__init__()
-        self.torso = mlp([SEQUENCE[1], 64], seed=seed)
-        self.lstm = keras.layers.LSTM(64, return_sequences=True, unit_forget_bias=True)
-        self.lstm.build((None, *SEQUENCE[:1], 64))
-        self.head = mlp([64, NETS["lstm"][2]], seed=seed + 2)
-        self.weights = [*self.torso.weights, *self.lstm.weights, *self.head.weights]
-
-    def __call__(self, obs: tf.Tensor) -> tf.Tensor:
-        batch, steps = tf.shape(obs)[0], obs.shape[1]
-        x = tf.nn.relu(self.torso(tf.reshape(obs, [batch * steps, -1])))
-        x = self.lstm(tf.reshape(x, [batch, steps, 64]), mask=padding_mask(batch, steps) > 0)
-        return tf.reshape(self.head(tf.reshape(x, [batch * steps, 64])), [batch, steps, -1])
-
-
-def padding_mask(batch: tf.Tensor, steps: int) -> tf.Tensor:
-    """``[B, L]``: 0 on each sequence's first quarter (padding before an episode's start)."""
-    return tf.tile(tf.cast(tf.range(steps) >= steps // 4, tf.float32)[None], [batch, 1])
-
-
 def table(net: str, rows: int | None = None, device: str | None = None) -> rg.ReplayTable:
     """A table of ``rows`` random transitions for ``net`` (2% terminal)."""
     shape, dtype, actions, _, default_rows = NETS[net]
     n = rows or default_rows
-    per_row = list(shape[:1]) if net == "lstm" else []  # a sequence's steps, or one step
     spec = {
         "obs": tf.TensorSpec(shape, dtype),
-        "action": tf.TensorSpec(per_row, tf.int64),
-        "reward": tf.TensorSpec(per_row, tf.float32),
+        "action": tf.TensorSpec([], tf.int64),
+        "reward": tf.TensorSpec([], tf.float32),
         "next_obs": tf.TensorSpec(shape, dtype),
-        "terminated": tf.TensorSpec(per_row, tf.bool),
+        "terminated": tf.TensorSpec([], tf.bool),
     }
     rng = np.random.default_rng(0)
 
@@ -177,10 +130,10 @@ def table(net: str, rows: int | None = None, device: str | None = None) -> rg.Re
     t.append(
         {
             "obs": obs(),
-            "action": rng.integers(actions, size=(n, *per_row)),
-            "reward": np.ones((n, *per_row), np.float32),
+            "action": rng.integers(actions, size=n),
+            "reward": np.ones(n, np.float32),
             "next_obs": obs(),
-            "terminated": rng.random((n, *per_row)) < 0.02,
+            "terminated": rng.random(n) < 0.02,
         }
     )
     return t
@@ -194,10 +147,10 @@ def dqn_update(q: Any, target: Any, plain_adam: bool) -> Update:
     apply = (PlainAdam(params, 1e-3) if plain_adam else Adam(params, 1e-3)).apply
 
     def update(batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        next_q = tf.reduce_max(target(batch["next_obs"]), axis=-1)
+        next_q = tf.reduce_max(target(batch["next_obs"]), axis=1)
         y = batch["reward"] + 0.99 * (1.0 - tf.cast(batch["terminated"], tf.float32)) * next_q
         with tf.GradientTape() as tape:
-            q_taken = tf.gather(q(batch["obs"]), batch["action"], batch_dims=batch["action"].ndim)
+            q_taken = tf.gather(q(batch["obs"]), batch["action"], batch_dims=1)
             err = y - q_taken
             loss = tf.reduce_mean(tf.where(tf.abs(err) <= 1.0, 0.5 * err**2, tf.abs(err) - 0.5))
         apply(tape.gradient(loss, params))
@@ -213,9 +166,6 @@ def networks(net: str, variant: str) -> tuple[Any, Any]:
         sizes = [*shape, 256, 256, actions]
         make = PlainMLP if variant == "hand-written" else mlp
         return make(sizes, seed=0), make(sizes, seed=1)
-    if net == "lstm":
-        make = PlainLSTM if variant == "hand-written" else KerasLSTM
-        return make(seed=0), make(seed=10)
     make = PlainNatureCNN if variant == "hand-written" else nature_cnn
     return make(shape, actions, seed=0), make(shape, actions, seed=1)
 
