@@ -56,7 +56,8 @@ class InGraphRate(keras.optimizers.schedules.LearningRateSchedule):
 
 
 class Adam(tf.Module):
-    """Keras's Adam over a fixed list of variables, built at once so no trace builds it.
+    """Keras's Adam over a fixed list of variables, built at once so no trace builds it, with
+    PyTorch's epsilon 1e-8 (rl-zoo3's values were tuned with it; Keras's default is 1e-7).
 
     Args:
         learning_rate: a float, or a `Schedule` evaluated in the graph at each step (a decay

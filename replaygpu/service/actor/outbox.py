@@ -212,11 +212,7 @@ class Outbox:
             with self.cond:
                 while not self._unacked and not self.closing:
                     self.cond.wait(0.5)
-                if self._drop or (self.closing and not self._unacked):
-                    return
-                if self.run_finished:  # nothing more is inserted; the server may be gone
-                    self._drop = True
-                    self.cond.notify_all()
+                if self._drop or (self.closing and not self._unacked) or self._run_ended():
                     return
                 self._stream_id += 1
                 stream_id = self._stream_id
@@ -226,12 +222,7 @@ class Outbox:
                     self._on_ack(ack)
                     delay, failing_since, acked_once = config.retry_initial_s, None, True
             except grpc.RpcError as err:
-                if self._drop:
-                    return
-                if self.run_finished:  # nothing more is inserted; the server may be gone
-                    with self.cond:
-                        self._drop = True
-                        self.cond.notify_all()
+                if self._drop or self._run_ended():
                     return
                 error = self._error_of(err)
                 if isinstance(error, TLSError) and acked_once:
@@ -266,6 +257,15 @@ class Outbox:
                 with self.cond:
                     self._stream_id += 1  # ends this stream's request generator
                     self.cond.notify_all()
+
+    def _run_ended(self) -> bool:
+        """Whether the server said the run finished: nothing more is inserted and the server
+        may be gone, so the stream stops and drops what is left."""
+        with self.cond:
+            if self.run_finished:
+                self._drop = True
+                self.cond.notify_all()
+            return self.run_finished
 
     def _error_of(self, err: grpc.RpcError) -> ServiceError:
         """A failing classifier (a TLS probe whose files are gone) never kills the thread."""
