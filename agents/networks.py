@@ -83,7 +83,9 @@ class Adam(tf.Module):
         """One Adam step with ``grads`` (in the variables' order). With several replicas (a
         learner on an `rg.ShardedReplayTable`) every replica applies the mean gradient, clipped
         after averaging: with equal per-replica batches, that is the whole batch's gradient.
-        Keras sums the replicas' gradients, so each hands it its share of the mean."""
+        Keras sums the replicas' gradients, so each hands it its share of the mean. With a
+        clip that is a second all-reduce of the same gradients: Keras's sum can only be skipped
+        from the cross-replica context, where its public ``apply`` cannot run."""
         grads = list(grads)
         ctx = tf.distribute.get_replica_context()
         replicas = ctx.num_replicas_in_sync if ctx is not None else 1
