@@ -86,15 +86,7 @@ class LearnerService:
         self.builder = builder = parts.builder
         self.config, self.run = config, run
         self.table, self.agent, self.sampler = parts.table, parts.agent, parts.sampler
-        limiter = rg.SampleToInsertRatio(
-            config.samples_per_insert,
-            min_size_to_sample=config.learning_starts,
-            error_buffer=config.batch_size * config.steps_per_call,
-        )
-        jit = builder.jit_compile(config, self.table)
-        self.learner = rg.Learner(
-            self.table, self.sampler, self.agent.update, config.batch_size, limiter, jit_compile=jit
-        )
+        self.learner = make_learner(config, parts)
         self.ledger = SequenceLedger()
         self.loop = LoopState()
         self.saved_stats = JsonState("run_stats")  # the episodes reported, across restarts
@@ -442,3 +434,22 @@ def make_parts(config: Any) -> Parts:
         agent = builder.make_agent(config, probe)
     probe.close()
     return Parts(builder, table, agent, builder.make_sampler(config, table))
+
+
+def make_learner(config: Any, parts: Parts) -> rg.Learner:
+    """The fused learner a served run of ``config`` trains: ``steps_per_call`` steps a call,
+    under the ``samples_per_insert`` rate limiter, in counted loops of that many steps."""
+    limiter = rg.SampleToInsertRatio(
+        config.samples_per_insert,
+        min_size_to_sample=config.learning_starts,
+        error_buffer=config.batch_size * config.steps_per_call,
+    )
+    return rg.Learner(
+        parts.table,
+        parts.sampler,
+        parts.agent.update,
+        config.batch_size,
+        limiter,
+        jit_compile=parts.builder.jit_compile(config, parts.table),
+        chunk_steps=config.steps_per_call,
+    )

@@ -188,6 +188,7 @@ def fused_learner(table: rg.ReplayTable, sampler: Any, agent: Any, config: Any) 
         batch_size=config.batch_size,
         jit_compile=config.jit_compile,
         autograph=False,
+        chunk_steps=config.gradient_steps,
     )
 
 

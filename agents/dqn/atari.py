@@ -129,7 +129,12 @@ def train(
         agent = AtariDQN(num_actions, config)
     sampler = make_frame_sampler(table, config)
     learner = rg.Learner(
-        table, sampler, agent.update, config.batch_size, jit_compile=xla(config, table)
+        table,
+        sampler,
+        agent.update,
+        config.batch_size,
+        jit_compile=xla(config, table),
+        chunk_steps=config.gradient_steps,
     )
     stats = EpisodeStats(1)
     rng, loop, env_steps, last_sync = resume(

@@ -148,7 +148,12 @@ def train(
         agent = SAC(obs_dim, low, high, config)
     sampler = rg.Sampler(table, seed=config.seed)
     learner = rg.Learner(
-        table, sampler, agent.update, batch_size=config.batch_size, jit_compile=config.jit_compile
+        table,
+        sampler,
+        agent.update,
+        batch_size=config.batch_size,
+        jit_compile=config.jit_compile,
+        chunk_steps=config.gradient_steps,
     )
     rng, loop, env_steps, _ = runs.resume(
         run, config.seed, learner, table=table, sampler=sampler, agent=agent

@@ -1,9 +1,14 @@
 """The fused learner loop: many SGD steps per `tf.function` call.
 
-`Learner.train(k)` is one graph execution: a `tf.while_loop` of ``sample -> gather ->
-update_fn -> (priority update)`` run ``min(k, allowed)`` times, metric sums carried as loop
-variables and read back once as a float64 vector. Nothing crosses the host/device boundary per
-step, and ``k`` is a tensor, so one trace serves every step count.
+`Learner.train(k)` is one graph execution of ``sample -> gather -> update_fn -> (priority
+update)`` run ``n = min(k, allowed)`` times, metric sums carried as loop variables and read back
+once as a float64 vector. ``k`` is a tensor, so one trace serves every step count.
+
+The steps run in loops XLA can count: ``n // C`` loops of exactly ``C = chunk_steps`` steps (a
+constant bound, so the optimized HLO says ``known_trip_count`` and XLA:GPU queues every
+iteration), then ``n % C`` steps in one loop whose bound is known only at run time (XLA:GPU reads
+its predicate back on the host before each iteration). Same steps, same draws, same order as
+one loop of ``n``.
 
 On a `ShardedReplayTable` each step is one ``strategy.run``: each replica samples
 ``batch_size / replicas`` rows of its shard (only ``update_fn``'s gradient all-reduce crosses
@@ -33,8 +38,13 @@ logger = logging.getLogger(__name__)
 
 UpdateFn = Callable[[dict[str, tf.Tensor]], Mapping[str, tf.Tensor]]
 
-#: the name of the fused loop's ``tf.while_loop`` (its body is one SGD step)
+#: the name of the fused loop's counted ``tf.while_loop`` of ``chunk_steps`` SGD steps; the
+#: remainder loop's name begins with it too (both bodies are one SGD step)
 SGD_LOOP = "sgd_steps"
+#: the loop over whole chunks (its body is one counted `SGD_LOOP`)
+CHUNK_LOOP = "sgd_chunks"
+#: the last ``num_steps % chunk_steps`` steps of a call, in a loop XLA cannot count
+REST_LOOP = f"{SGD_LOOP}_rest"
 #: the most steps one ``train`` call runs: the loop counts with an int32 on the host
 MAX_STEPS_PER_CALL = 2**31 - 1
 
@@ -57,6 +67,11 @@ class Learner(tf.Module):
         autograph: convert Python control flow in ``update_fn``; False skips it on the first
             call (measured: 4.8 s -> 2.0 s for the CartPole DQN update, tracing and XLA
             included) for an update without Python ``if``/``for``/``while`` on tensors.
+        chunk_steps: the SGD steps of one loop with a constant trip count; pass the ``k`` you
+            call ``train`` with. A call of ``k`` steps runs ``k // chunk_steps`` such loops and
+            then ``k % chunk_steps`` steps in a loop whose bound is only known at run time. XLA
+            counts the first kind, so XLA:GPU queues its iterations; the second reads its
+            predicate back on the host before every step (the README's "Loops XLA can count").
 
     Attributes:
         steps: total SGD steps run (int64 variable, checkpointed).
@@ -74,9 +89,11 @@ class Learner(tf.Module):
         rate_limiter: SampleToInsertRatio | None = None,
         jit_compile: bool = False,
         autograph: bool = True,
+        chunk_steps: int = 100,
     ) -> None:
         super().__init__(name="learner")
         batch_size = check_int("batch_size", batch_size, 1)
+        self.chunk_steps = check_int("chunk_steps", chunk_steps, 1)
         if not isinstance(sampler, Sampler):
             raise ConfigError(
                 f"sampler: got {type(sampler).__name__}, expected an rg.Sampler, e.g. "
@@ -242,25 +259,50 @@ class Learner(tf.Module):
             )
         n = tf.where(table.min_shard_size() > 0, allowed, tf.zeros_like(allowed))
         names = self.metric_names
-        # int32 count: TensorFlow keeps int32 scalars of GPU ops in host memory, so `i < count`
-        # runs on the host and no step waits on a device copy (an int64 one would, every step).
+        # int32 counts: TensorFlow keeps int32 scalars of GPU ops in host memory, so the loop
+        # bounds live on the host and no step waits on a device copy (an int64 one would).
         count = tf.cast(n, tf.int32)  # train() refuses num_steps above int32's range
+        chunk = self.chunk_steps
+        # chunks of one step would count nothing: then the one loop is the rest's
+        chunks = count // chunk if chunk > 1 else tf.zeros_like(count)
 
-        def body(i: tf.Tensor, sums: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        def step(sums: tf.Tensor) -> tf.Tensor:
             if self.strategy is None:
                 values = self._replica_step()
             else:
                 per_replica = self.strategy.run(lambda: self._replica_steps[table.local_index()]())
                 values = self.strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica, axis=None)
-            return i + 1, sums + values
+            return sums + values
 
-        with self.sampler.loop_scope():
+        def counted(i: tf.Tensor, sums: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            # exactly `chunk` steps: a loop XLA counts (a constant bound), so XLA:GPU queues its
+            # iterations instead of reading a predicate back on the host before each one
             _, sums = tf.while_loop(
-                lambda i, _: i < count,
-                body,
-                (tf.constant(0, tf.int32), tf.zeros([len(names)], tf.float64)),
+                lambda j, _: j < chunk,
+                lambda j, sums: (j + 1, step(sums)),
+                (tf.constant(0, tf.int32), sums),
                 parallel_iterations=1,
                 name=SGD_LOOP,
+            )
+            return i + 1, sums
+
+        sums = tf.zeros([len(names)], tf.float64)
+        with self.sampler.loop_scope():
+            if chunk > 1:
+                _, sums = tf.while_loop(
+                    lambda i, _: i < chunks,
+                    counted,
+                    (tf.constant(0, tf.int32), sums),
+                    parallel_iterations=1,
+                    name=CHUNK_LOOP,
+                )
+            rest = count - chunks * chunk  # fewer than `chunk` steps, in a loop XLA cannot count
+            _, sums = tf.while_loop(
+                lambda i, _: i < rest,
+                lambda i, sums: (i + 1, step(sums)),
+                (tf.constant(0, tf.int32), sums),
+                parallel_iterations=1,
+                name=REST_LOOP,
             )
         self.steps.assign_add(n)
         if self.rate_limiter is not None:

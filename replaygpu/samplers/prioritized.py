@@ -42,6 +42,10 @@ BetaSchedule = Callable[[tf.Tensor], tf.Tensor]
 
 _TINY = np.finfo(np.float64).tiny
 
+#: the name of the loop taking in new rows, once per `Learner.train` call: its length is the
+#: rows appended since the last call, known only at run time
+SYNC_LOOP = "priority_sync"
+
 
 @dataclasses.dataclass(frozen=True)
 class LinearSchedule:
@@ -208,7 +212,9 @@ class PrioritizedIndex(Index):
             self.tree.set(rows, leaf)
             return pos + chunk
 
-        tf.while_loop(lambda pos: pos < inserted, body, [first], parallel_iterations=1)
+        tf.while_loop(
+            lambda pos: pos < inserted, body, [first], parallel_iterations=1, name=SYNC_LOOP
+        )
         self.synced.assign(inserted)
 
     def write(self, indices: tf.Tensor, priorities: tf.Tensor) -> None:
