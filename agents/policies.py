@@ -109,7 +109,7 @@ LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 def numpy_lstm_step(
     weights: Weights, obs: np.ndarray, state: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One step of `networks.LSTMQNetwork` in numpy: ``[B, D], [B, 2U] -> (Q [B, A], state
+    """One step of `r2d2.network.LSTMQNetwork` in numpy: ``[B, D], [B, 2U] -> (Q [B, A], state
     [B, 2U])``; weights ``[torso w, torso b, kernel, bias, head w, head b]``, the state
     ``concat([h, c])``."""
     tw, tb, kernel, bias, hw, hb = weights
@@ -128,7 +128,7 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 class RecurrentQPolicy:
-    """An `networks.LSTMQNetwork` mirror acting in one env, its state carried across steps;
+    """An `r2d2.network.LSTMQNetwork` mirror acting in one env, its state carried across steps;
     assign ``weights`` (``LSTMQNetwork.get_weights()``) to act with new ones. Call it
     (``[1, ...] -> [1]`` greedy actions, a policy for `rollouts.evaluate` with
     ``on_reset=policy.reset``) or `act`."""

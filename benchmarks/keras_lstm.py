@@ -1,6 +1,6 @@
 """Keras's LSTM layer against R2D2's own LSTM cell in the fused loop (issue 36, item 5; issue
 35, item 2): the R2D2 learner of `benchmarks/r2d2.py` (the same table of random windows, the
-same update), its online and target networks either `agents.networks.LSTMQNetwork` (a cell of
+same update), its online and target networks either `agents.r2d2.network.LSTMQNetwork` (a cell of
 plain variables: the input half of every step's gates in one product before the loop, the loop
 a `tf.scan` under XLA, a static unroll without) or `KerasLSTMQNetwork` below (``Dense`` torso,
 ``keras.layers.LSTM`` with the window's mask, ``Dense`` head), at the demo's and the paper's

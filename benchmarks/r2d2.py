@@ -52,7 +52,8 @@ from replaygpu.agents.r2d2 import agent as r2d2
 
 OBS_DIM, NUM_ACTIONS = 2, 2  # masked CartPole: position and angle; left, right
 #: (name, batch, burn-in, T, LSTM units, state period, XLA) of the learner section; with XLA the
-#: LSTM unrolls in a loop over time (`tf.scan`), without it statically (`LSTMQNetwork`'s ``loop``)
+#: LSTM unrolls in counted loops over time (`r2d2.network`), without it statically
+#: (`LSTMQNetwork`'s ``loop``)
 LEARNER_SHAPES = (
     ("demo", 32, 10, 20, 64, 10, True),
     ("R2D2 paper", 64, 40, 80, 64, 40, True),
@@ -193,7 +194,13 @@ def bench_learner(args: argparse.Namespace) -> None:
         env.close()
         sampler = r2d2.make_sampler(config, table, agent)
         learner = rg.Learner(
-            table, sampler, agent.update, batch_size=batch, jit_compile=xla, autograph=False
+            table,
+            sampler,
+            agent.update,
+            batch_size=batch,
+            jit_compile=xla,
+            autograph=False,
+            chunk_steps=args.sgd_steps,
         )
         start = time.perf_counter()
         learner.train(1)

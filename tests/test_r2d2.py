@@ -16,9 +16,9 @@ import tensorflow as tf
 import replaygpu as rg
 from replaygpu.agents.dqn import agent as dqn
 from replaygpu.agents.envs import CARTPOLE_NO_VELOCITY
-from replaygpu.agents.networks import LSTMQNetwork
 from replaygpu.agents.r2d2 import agent as r2d2
 from replaygpu.agents.r2d2.config import R2D2Config
+from replaygpu.agents.r2d2.network import LSTMQNetwork, unroll_together
 from replaygpu.keys import IMPORTANCE_WEIGHTS, MASK
 
 SMALL = R2D2Config(
@@ -323,3 +323,30 @@ def test_the_loop_over_time_unrolls_as_the_static_unroll_does(masked):
     if masked:  # the first window's last step is padding: its final state is step 5's
         _, final = nets[1].unroll(obs[:1, :6], state[:1], mask[:1, :6])
         np.testing.assert_allclose(static[1][:1], final.numpy(), rtol=1e-6)
+
+
+def test_online_and_target_unrolled_together_match_each_unrolled_alone():
+    """`unroll_together` (one batched cell, gradients for the first network only) gives each
+    network's own Q-values and final state, and the trained one's own gradients, under XLA."""
+    nets = [LSTMQNetwork(3, 2, torso=5, units=4, seed=s, loop=True) for s in (0, 7)]
+    obs = tf.random.stateless_normal([2, 6, 3], seed=[5, 6])
+    states = [tf.random.stateless_normal([2, 8], seed=[s, 1]) for s in (1, 2)]
+    mask = tf.constant([[0, 1, 1, 1, 1, 0], [1] * 6], tf.float32)
+
+    @tf.function(jit_compile=True, autograph=False)
+    def together():
+        with tf.GradientTape() as tape:
+            (q, q_target), finals = unroll_together(nets, obs, states, mask, trained=1)
+            total = tf.reduce_sum(q * q) + tf.reduce_sum(finals[0]) + tf.reduce_sum(q_target)
+        return [q, q_target, *finals, *tape.gradient(total, nets[0].weights)]
+
+    @tf.function(jit_compile=True, autograph=False)
+    def alone():
+        with tf.GradientTape() as tape:
+            q, final = nets[0].unroll(obs, states[0], mask)
+            total = tf.reduce_sum(q * q) + tf.reduce_sum(final)
+        q_target, final_target = nets[1].unroll(obs, states[1], mask)
+        return [q, q_target, final, final_target, *tape.gradient(total, nets[0].weights)]
+
+    for got, want in zip(together(), alone(), strict=True):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)

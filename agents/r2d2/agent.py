@@ -37,7 +37,7 @@ from ..distributed.experience import STATE_FIELD as STATE
 from ..distributed.learner import Builder
 from ..dqn.agent import fused_learner, obs_size
 from ..envs import discrete_actions_env as check_env
-from ..networks import Adam, LSTMQNetwork
+from ..networks import Adam
 from ..policies import RecurrentQPolicy
 from ..progress import FINAL_WEIGHTS, NullRecorder, Recorder, TrainResult, TrainTimer
 from ..rollouts import EpisodeStats, evaluate
@@ -51,6 +51,7 @@ from ..runs import (
     stopped_early,
 )
 from .config import R2D2Config, R2D2LearnerConfig, R2D2Settings
+from .network import LSTMQNetwork, unroll_together
 
 logger = logging.getLogger(__name__)
 
@@ -151,14 +152,11 @@ class R2D2(tf.Module):
         steps = obs.shape[1]
         obs = tf.reshape(obs, [tf.shape(obs)[0], steps, -1])
         mask, state = batch[MASK], batch[STATE]
-        online_state = target_state = state
-        if burn:
-            _, online_state = self.q.unroll(obs[:, :burn], state, mask[:, :burn])
-            _, target_state = self.target.unroll(obs[:, :burn], state, mask[:, :burn])
-            online_state = tf.stop_gradient(online_state)
+        nets, states = [self.q, self.target], [state, state]
+        if burn:  # no gradients: from the stored state to the trained steps' start
+            _, states = unroll_together(nets, obs[:, :burn], states, mask[:, :burn], trained=0)
         obs, mask = obs[:, burn:], mask[:, burn:]
-        q, _ = self.q.unroll(obs, online_state, mask)
-        q_target, _ = self.target.unroll(obs, target_state, mask)
+        (q, q_target), _ = unroll_together(nets, obs, states, mask, trained=1)
         greedy = tf.one_hot(tf.argmax(q, axis=2), self.num_actions)  # double Q
         value = value_rescale_inverse(tf.reduce_sum(q_target * greedy, axis=2), eps)
         reward = tf.cast(batch["reward"][:, burn:], tf.float32)
