@@ -277,6 +277,8 @@ def test_an_outage_logs_one_line_when_it_begins_and_one_when_it_ends(tmp_path):
         with running(cmd, tmp_path / "actor.log") as proc:
             wait_until(lambda: first.total_inserted > 0, what="rows before the outage")
             server.stop()
+            log = tmp_path / "actor.log"
+            wait_until(lambda: " unavailable (" in log.read_text(), what="the outage's line")
             time.sleep(4.0)  # retrying: the stream and the weight pulls fail over and over
             assert proc.poll() is None
             server = rg.serve(second, address)

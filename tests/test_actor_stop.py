@@ -55,6 +55,12 @@ def wait_for(condition, timeout, what):
         time.sleep(0.1)
 
 
+def process_state(pid):
+    """The state letter of process ``pid`` (``T``: stopped by a signal), as ``ps`` shows it."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2]
+
+
 def inserted(address):
     """Rows the server at ``address`` inserted (-1: it does not answer yet)."""
     try:
@@ -156,7 +162,12 @@ def test_ctrl_c_stops_actors_whose_learner_is_down_within_5_s(tmp_path, state):
     ):
         wait_for(lambda: inserted(address) > 2000, 120, "rows from the actor")
         server.send_signal(signal.SIGKILL if state == "killed" else signal.SIGSTOP)
-        time.sleep(2.0)  # retrying, or waiting for answers
+        if state == "killed":  # retrying
+            log_path = tmp_path / "actors.log"
+            wait_for(lambda: "unavailable (" in log_path.read_text(), 60, "the actor retrying")
+        else:  # frozen: then its calls go unanswered for 2 s (nothing to see: none times out)
+            wait_for(lambda: process_state(server.pid) == "T", 30, "the server frozen")
+            time.sleep(2.0)
         rc, took = exit_after(proc, signal.SIGINT, group=True)
         log = (tmp_path / "actors.log").read_text()
         assert rc == 0 and took < 5.0, (rc, took, log[-3000:])
@@ -179,7 +190,9 @@ def test_an_actor_rides_out_a_learner_restart_then_stops_on_sigterm(tmp_path, st
             else:
                 first.send_signal(signal.SIGTERM)
             first.wait(30)
-        time.sleep(2.0)
+        began = rf"server {address} unavailable \("  # the actor noticed: now it retries
+        log_path = tmp_path / "actors.log"
+        wait_for(lambda: re.search(began, log_path.read_text()), 60, "the outage's line")
         with serve(address, tmp_path / "serve-2.log") as second:
             wait_for(lambda: inserted(address) > 2000, 120, "rows into the restarted learner")
             rc, took = exit_after(proc, signal.SIGTERM)

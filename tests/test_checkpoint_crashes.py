@@ -8,6 +8,7 @@ last test kills a real ``replaygpu serve`` with SIGKILL inside the seal."""
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -201,11 +202,17 @@ def test_repeated_crashes_keep_the_folder_bounded(tmp_path, caplog):
     assert ckpt.restore() is not None and checkpoint_files.leftovers(str(folder), KEEP) == []
 
 
-SEAL_KILLER = """
-import os, signal, sys
+#: seconds `SEAL_KILLER` sleeps before its first seal: a first save slow on a loaded machine
+FIRST_SEAL_DELAY_ENV = "SEAL_KILLER_FIRST_SEAL_DELAY_S"
+
+SEAL_KILLER = f"""
+import os, signal, sys, time
 from replaygpu import checkpoint_files
 seal, trigger = checkpoint_files.seal, sys.argv.pop(1)
+late = [float(os.environ.get("{FIRST_SEAL_DELAY_ENV}", "0"))]  # the first seal pops it
 def killing_seal(prefix):  # once the trigger file exists: SIGKILL before the manifest's rename
+    if late:
+        time.sleep(late.pop())
     if os.path.exists(trigger):
         replace = os.replace
         def kill(src, dst):
@@ -221,41 +228,57 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def test_serve_killed_inside_the_seal_restarts_from_its_last_sealed_checkpoint(tmp_path):
+@pytest.mark.parametrize("first_seal_delay_s", [0.0, 5.0], ids=["first-seal-on-time", "late"])
+def test_serve_killed_inside_the_seal_restarts_from_its_last_sealed_checkpoint(
+    tmp_path, first_seal_delay_s
+):
     """The reported loss: ``serve`` without a journal, SIGKILLed between a manifest's write and
-    its rename (at the first seal after a client acknowledged batches). The restarted server
-    restores the checkpoint before it, and its own later
+    its rename (at the first seal after a checkpoint holding acknowledged batches was sealed).
+    The restarted server restores the checkpoint before it, and its own later
     checkpoints are sealed, restored after a second kill, and hold every batch acknowledged
-    before the one they follow was sealed."""
+    before the one they follow was sealed. ``late``: the first seal comes 5 s late, as on a
+    loaded machine; the kill still waits for a sealed checkpoint."""
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps(spec_to_json(SPEC)))
     folder = tmp_path / "ckpt"
 
-    def serve(*python):
+    def serve(*python, env=None):
         address = f"127.0.0.1:{free_port()}"
         command = [*python, "serve", "--spec", str(spec), "--capacity", "4096"]
         command += ["--address", address, "--checkpoint-dir", str(folder)]
         command += ["--checkpoint-every-s", "0.5"]
         log = open(tmp_path / f"serve-{address.rsplit(':', 1)[1]}.log", "w")  # noqa: SIM115
         with log:  # a file, not a pipe: nobody reads the log while it runs
-            return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), address
+            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+            return proc, address
 
     def sealed_numbers():
         return [int(p.rsplit("-", 1)[1]) for p in checkpoint_files.sealed(str(folder))]
 
+    def newest_sealed():
+        return max(sealed_numbers(), default=0)
+
     trigger = tmp_path / "kill-at-the-next-seal"
-    proc, address = serve(sys.executable, "-c", SEAL_KILLER, str(trigger))
+    late = {**os.environ, FIRST_SEAL_DELAY_ENV: str(first_seal_delay_s)}
+    proc, address = serve(sys.executable, "-c", SEAL_KILLER, str(trigger), env=late)
     try:
         patient = ClientConfig(retry_deadline_s=60)  # a server that never comes: fail, not hang
         client = rg.ReplayClient(address, actor_id="a", config=patient)
+        seq, mark = 0, None  # mark: (transitions acked, the newest sealed checkpoint then)
+        deadline = time.monotonic() + 120
         try:
-            for seq in range(10_000):  # until the seal after the trigger kills it
-                if proc.poll() is not None:
-                    break
-                client.add_batch(columns(range(seq * 10, seq * 10 + 10)))
-                with contextlib.suppress(TimeoutError, ServiceError):  # it died meanwhile
-                    client.flush(timeout=5)
-                if seq == 5:
+            while proc.poll() is None:  # until the seal after the trigger kills it
+                assert time.monotonic() < deadline, "serve was not killed at a seal in 120 s"
+                if seq < 300:  # 3000 ids: within the capacity, below the restart's ids
+                    client.add_batch(columns(range(seq * 10, seq * 10 + 10)))
+                    seq += 1
+                    with contextlib.suppress(TimeoutError, ServiceError):  # it died meanwhile
+                        client.flush(timeout=5)
+                if mark is None and client.acked_transitions:
+                    mark = (client.acked_transitions, newest_sealed())
+                elif mark and not trigger.exists() and newest_sealed() >= mark[1] + 2:
+                    # checkpoint N+2 began after N+1 was sealed, after the acks were counted:
+                    # a sealed checkpoint holds them; the next seal is killed
                     trigger.touch()
                 time.sleep(0.02)
         finally:
@@ -265,13 +288,20 @@ def test_serve_killed_inside_the_seal_restarts_from_its_last_sealed_checkpoint(t
         assert len(unsealed) == 1, sorted(os.listdir(folder))
         killed = int(unsealed[0].name.split(".")[0].rsplit("-", 1)[1])
         assert sealed_numbers() and max(sealed_numbers()) < killed
+        # what the restart restores (read from a copy: the restart must find the leftovers)
+        shutil.copytree(folder, tmp_path / "copy")
+        objects, ckpt = build(tmp_path / "copy", learner=False)
+        assert ckpt.restore() == str(tmp_path / "copy" / f"ckpt-{max(sealed_numbers())}")
+        assert set(range(mark[0])) <= set(stored_ids(objects["table"]).tolist())
 
         proc, address = serve(sys.executable, "-m", "replaygpu.cli")
         with rg.ReplayClient(address, actor_id="a", config=patient) as client:
             seq, first, acked = 1000, None, None
+            deadline = time.monotonic() + 120
             while first is None or max(sealed_numbers()) < first + 2:
+                assert time.monotonic() < deadline, f"sealed: {sealed_numbers()}, first {first}"
                 client.add_batch(columns(range(seq * 10, seq * 10 + 10)))
-                client.flush(timeout=5)
+                client.flush(timeout=60)
                 if first is None and max(sealed_numbers()) > killed:
                     first, acked = max(sealed_numbers()), seq  # acked once it was sealed
                 seq += 1

@@ -247,7 +247,10 @@ def test_a_full_staging_queue_delays_batches_but_loses_none(empty_table):
     with rg.serve(learner_over(empty_table), config=server_config) as server:
         with rg.ReplayClient(server.address, actor_id="slow", config=config) as client:
             client.add_batch({"id": np.arange(20), "obs": np.zeros((20, 4), np.float32)})
-            time.sleep(1.0)  # nothing commits: the later requests time out in staging
+            deadline = time.monotonic() + 30  # nothing commits: later requests time out
+            while server.append_answers()["RESOURCE_EXHAUSTED"] == 0:  # in staging
+                assert time.monotonic() < deadline, "no request timed out in staging in 30 s"
+                time.sleep(0.02)
             deadline = time.monotonic() + 30
             while empty_table.size < 20 and time.monotonic() < deadline:
                 server.commit_pending()

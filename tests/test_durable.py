@@ -19,6 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from service_helpers import SPEC, columns, free_port, restored, stored_ids
 
 import replaygpu as rg
+from replaygpu.checkpoint_files import sealed
 from replaygpu.service.config import ClientConfig, ServerConfig
 from replaygpu.specs import spec_to_json
 
@@ -100,10 +101,15 @@ def test_kill_9_of_a_durable_server_loses_no_acknowledged_transition(tmp_path):
         sent = 0
         try:
             started = time.monotonic()
-            while time.monotonic() - started < 4.0:  # spans periodic checkpoints (1 s)
-                client.add_batch(columns(range(sent, sent + 25)))
-                sent += 25
-                time.sleep(0.002)  # ~1e4 transitions/s: many commit rounds, within capacity
+            deadline = started + 120
+            # 4 s or more, spanning two sealed periodic checkpoints (1 s; on a loaded machine
+            # they come later)
+            while time.monotonic() - started < 4.0 or len(sealed(str(tmp_path / "ckpt"))) < 2:
+                assert time.monotonic() < deadline, "no two checkpoints sealed in 120 s"
+                if sent < 90_000:  # within the capacity, with room for the batches below
+                    client.add_batch(columns(range(sent, sent + 25)))
+                    sent += 25
+                time.sleep(0.002)  # ~1e4 transitions/s: many commit rounds
             # Kill right after a fresh acknowledgement, with more batches in flight: an ack
             # that lands after the last periodic checkpoint must come back from the journal
             # (on a loaded machine acks can stall for longer than a checkpoint period).

@@ -288,8 +288,11 @@ def test_checkpointed_from_another_thread_loses_nothing_appended_after_it(tmp_pa
     committer = threading.Thread(target=commit_rounds)
     committer.start()
     try:
-        for _ in range(20):
-            time.sleep(0.005)
+        for _ in range(20):  # each after a commit round since the last one (20 rotations)
+            seen, deadline = len(appended), time.monotonic() + 30
+            while len(appended) == seen:
+                assert time.monotonic() < deadline, "the committer appended nothing in 30 s"
+                time.sleep(0.001)
             journal.checkpointed()
     finally:
         stop.set()

@@ -6,6 +6,7 @@ import glob
 import math
 import os
 import threading
+import time
 
 import grpc
 import gymnasium as gym
@@ -144,7 +145,9 @@ def test_info_of_a_served_learner_carries_learner_stats(table, stub_of):
             target=lambda: acks.extend(stub.Append(iter([request(1, [1, 2], [(7.0, 2)])])))
         )
         sender.start()
+        deadline = time.monotonic() + 30
         while not acks:  # the learner's training loop commits
+            assert time.monotonic() < deadline, "no ack in 30 s"
             server.wait_for_data(0.1)
             server.commit_pending()
         sender.join()
@@ -172,7 +175,9 @@ def test_finish_at_inserts_up_to_the_batch_that_reaches_it_and_acks_the_rest_uni
         requests = [request(seq, range(seq * 100, seq * 100 + 100)) for seq in range(1, 6)]
         sender = threading.Thread(target=lambda: acks.extend(stub.Append(iter(requests))))
         sender.start()
+        deadline = time.monotonic() + 30
         while server.stats()["staged_batches"] < 5:  # a backlog staged before any commit
+            assert time.monotonic() < deadline, f"{server.stats()['staged_batches']} staged"
             server.wait_for_data(0.1)
         assert not server.run_finished
         server.commit_pending()

@@ -22,7 +22,7 @@ import tensorflow as tf
 import replaygpu as rg
 from replaygpu.agents.distributed.actor_config import ActorConfig
 from replaygpu.agents.distributed.fleet import ACTOR_THREAD_ENV
-from replaygpu.agents.distributed.ray_actors import start_ray_actors
+from replaygpu.agents.distributed.ray_actors import init_ray, start_ray_actors
 from replaygpu.specs import specs_from_env
 
 NUM_ENVS = 4
@@ -58,14 +58,15 @@ def descendants(pid):
 
 @pytest.fixture()
 def local_ray():
-    """A local two-CPU Ray instance; after the test, Ray is shut down and none of its
+    """A local two-CPU Ray instance (started as the fleet starts one: a start-up that times out
+    on a loaded machine is tried again); after the test, Ray is shut down and none of its
     processes is left.
 
     Only processes started since the fixture began count: helpers that earlier tests started
     in this pytest process live until it exits (multiprocessing's resource tracker, started by
     the first ``spawn`` queue, is one) and are not Ray's."""
     before = {row[0] for row in descendants(os.getpid())}
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    init_ray(ray, None, num_cpus=2, include_dashboard=False, logging_level="WARNING")
     try:
         yield
     finally:

@@ -428,16 +428,24 @@ def test_a_failed_ledger_write_answers_unavailable_and_the_resent_batch_lands_on
 
 
 class _SaveWatcher(rg.Checkpointer):
-    """A real checkpointer that waits a while inside each save, and records the table size
-    before and after the wait (a commit in between would change it)."""
+    """A real checkpointer that, inside each save, says it is in it (``saving``), waits until
+    ``staged()`` and a while after, and records the table size before and after the wait (a
+    commit in between would change it)."""
 
-    def __init__(self, directory, table, **objects):
+    def __init__(self, directory, table, staged, **objects):
         super().__init__(directory, table=table, **objects)
         self.sizes = []
+        self.saving = threading.Event()
+        self._staged = staged
 
     def save(self, step=None, **options):
         before = self.table.size
-        time.sleep(0.5)
+        self.saving.set()
+        deadline = time.monotonic() + 30
+        while not self._staged():
+            assert time.monotonic() < deadline, "nothing was staged in 30 s"
+            time.sleep(0.01)
+        time.sleep(0.5)  # the time a background commit of it would take
         self.sizes.append((before, self.table.size))
         return super().save(step, **options)
 
@@ -445,12 +453,13 @@ class _SaveWatcher(rg.Checkpointer):
 def test_save_holds_back_background_commits_until_the_checkpoint_is_written(empty_table, tmp_path):
     config = ClientConfig(max_delay_s=0.01)
     with rg.serve(empty_table) as server, rg.ReplayClient(server.address, config=config) as client:
-        ckpt = _SaveWatcher(tmp_path, empty_table, ledger=server.ledger)
+        staged = lambda: server.stats()["staged_batches"] > 0  # noqa: E731
+        ckpt = _SaveWatcher(tmp_path, empty_table, staged, ledger=server.ledger)
         saver = threading.Thread(target=server.save, args=(ckpt,))
         saver.start()
-        time.sleep(0.1)  # the save holds the commit lock now
+        assert ckpt.saving.wait(30)  # the save holds the commit lock now
         client.add_batch(columns([1, 2, 3]))
-        saver.join(30)
+        saver.join(60)
         assert ckpt.sizes == [(0, 0)]  # the batch was staged, but not committed mid-save
         client.flush(timeout=30)
         assert stored_ids(empty_table).tolist() == [1, 2, 3]

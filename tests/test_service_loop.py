@@ -193,7 +193,10 @@ def test_a_save_from_another_thread_gets_its_turn_while_the_loop_trains(tmp_path
         )
         loop.start()  # back-to-back one-step train calls, each holding the commit lock
         try:
-            time.sleep(0.5)
+            deadline = time.monotonic() + 60
+            while int(learner.steps.numpy()) < 3:  # training: traced, and calls back to back
+                assert time.monotonic() < deadline, "the loop trained no 3 steps in 60 s"
+                time.sleep(0.01)
             ckpt = rg.Checkpointer(tmp_path, learner=learner, ledger=server.ledger)
             began = time.monotonic()
             saver = threading.Thread(target=server.save, args=(ckpt,))

@@ -83,8 +83,13 @@ def test_a_full_journal_disk_refuses_appends_retryably_and_they_resume_by_themse
             assert server.stats()["storage_full"] == 1.0
             # a real client keeps its batches through the refusals and resends them
             client = rg.ReplayClient(server.address, actor_id="client", config=FAST_RETRY)
+            refusals = server.append_answers()["RESOURCE_EXHAUSTED"]
             client.add_batch(columns(range(200, 300)))
-            time.sleep(1.0)
+            wait_for(  # refused, retrying
+                lambda: server.append_answers()["RESOURCE_EXHAUSTED"] >= refusals + 2,
+                30,
+                "the client's batch refused twice",
+            )
             assert table.size == 100 and client.acked_transitions == 0
             filler.unlink()  # space is back: no restart, no append needed to notice it
             wait_for(lambda: status(health, SERVICE_NAME) == SERVING, 10, "SERVING again")
@@ -256,7 +261,12 @@ def test_serve_rides_out_a_full_disk_under_its_journal_and_checkpoints(tmp_path)
                 fillers.append(fill(disk, name=f"filler-{len(fillers)}"))
             client.add_batch(columns(range(1000, 2000)))
             wait_for(lambda: status(health, SERVICE_NAME) == NOT_SERVING, 10, "NOT_SERVING")
-            time.sleep(2.0)  # several checkpoints fail meanwhile
+            failed = log_path.read_text().count("cannot write it")
+            wait_for(  # several checkpoints fail meanwhile
+                lambda: log_path.read_text().count("cannot write it") >= failed + 3,
+                60,
+                "3 more failed checkpoints",
+            )
             assert process.poll() is None, "replaygpu serve exited on a full disk"
             assert status(health, "") == SERVING
             assert client.acked_transitions == 1000

@@ -376,15 +376,27 @@ def _last_seq(config: ActorConfig, address: str, stop: threading.Event) -> int:
         client.close(flush=False)
 
 
-#: what Ray's error says when its local node did not register in its fixed 30 s
-NODE_START_TIMEOUT = "timed out during startup"
+#: what Ray's errors say when a local node's start-up timed out (Ray 2.x ``ray/_private/node.py``,
+#: ``Node.__init__`` and the GCS start of ``start_head_processes``), each a wait a loaded machine
+#: can outlast:
+NODE_START_TIMEOUTS = (
+    # Exception: the raylet did not register with the GCS within Ray's fixed 30 s
+    "timed out during startup",
+    # RuntimeError: the GCS did not write its port file (``SESSION/gcs_server_port_NODE``) in
+    # ``RAY_gcs_server_port_wait_time_s`` (30 s), from ``ray._raylet.wait_for_persisted_port``
+    "Timed out waiting for file",
+    # RuntimeError: the GCS did not answer within ``RAY_NUM_REDIS_GET_RETRIES`` tries a second
+    # apart (20; also said when the GCS exited: the last try's ConfigError quotes Ray)
+    "Failed to start GCS",
+)
 #: tries of ``ray.init`` when the local node's start-up times out
 START_ATTEMPTS = 3
 
 
 def init_ray(ray: Any, address: str | None, **kwargs: Any) -> int:
-    """``ray.init``, retried (after ``ray.shutdown()``) when Ray's node start-up times out,
-    `START_ATTEMPTS` tries in all. Returns the try that started Ray (1: the first).
+    """``ray.init``, retried (after ``ray.shutdown()``) when Ray's node start-up times out (any
+    of `NODE_START_TIMEOUTS`), `START_ATTEMPTS` tries in all. Returns the try that started Ray
+    (1: the first).
 
     Raises:
         ConfigError: every try timed out; the message says how to start Ray beforehand.
@@ -398,20 +410,22 @@ def init_ray(ray: Any, address: str | None, **kwargs: Any) -> int:
         except ConnectionError:
             raise
         except Exception as err:
-            if NODE_START_TIMEOUT not in str(err):
+            said = " ".join(str(err).split())
+            if not any(fragment in said for fragment in NODE_START_TIMEOUTS):
                 raise
             ray.shutdown()  # the processes of the half-started node
             if attempt == attempts:
                 raise rg.ConfigError(
-                    f"Ray's node did not start: {attempts} tries each timed out after Ray's "
-                    "fixed 30 s (a loaded machine); start Ray beforehand with `ray start "
+                    f"Ray's node did not start: {attempts} tries each timed out (a loaded "
+                    f"machine; the last: {said[:160]}); start Ray beforehand with `ray start "
                     "--head` and join it (--ray-address auto; ray_address='auto'), or retry "
                     "when the machine is less busy"
                 ) from err
             logger.warning(
-                "Ray's node start-up timed out after Ray's fixed 30 s (try %d of %d; a loaded "
-                "machine): starting it again",
+                "Ray's node start-up timed out (try %d of %d; a loaded machine): %s; starting "
+                "it again",
                 attempt,
                 attempts,
+                said[:160],
             )
     raise AssertionError("unreachable")  # the loop returns or raises
