@@ -116,47 +116,69 @@ def _shape(name: str, shape: Any) -> tuple[int, ...]:
 
 
 def as_field_array(value: Any, dtype: str, name: str, shape: tuple[int, ...] | None) -> np.ndarray:
-    """``value`` as an array of ``dtype`` (a name): arrays and tensors must have it; Python
-    numbers and lists are converted only where every value fits exactly (bools only into bool
-    fields, integers into integer fields in range, numbers into float fields without overflow),
-    else refused with the array's message: ``[1.7]`` is no action and ``[2]`` no bool."""
-    got, note = getattr(value, "dtype", None), ""
-    if got is None:
-        note = f" (from a {type(value).__name__}: not every value fits {dtype} exactly)"
-        try:
-            value = np.asarray(value)
-        except (TypeError, ValueError) as err:  # ragged lists, objects
-            message = f"field '{name}': cannot convert {value!r} to {dtype}: {err}"
-            raise BatchError(message, name) from err
-        target = numpy_dtype(dtype)
-        if dtype_name(value.dtype) != dtype and _fits(value, target):
-            return value.astype(target)
-        got = value.dtype
-    if dtype_name(got) != dtype:
-        want = f"dtype {dtype}" if shape is None else f"dtype {dtype} with shape {list(shape)}"
-        raise BatchError(
-            f"field '{name}': expected {want}, got dtype {dtype_name(got)}{note} with shape "
-            f"{list(np.shape(value))}; convert it, e.g. np.asarray(x, np.{dtype})",
-            field=name,
-        )
-    return np.asarray(value)
+    """``value`` (a Python number or list, a numpy scalar or array, an eager tensor) as an array
+    of ``dtype`` (a name), by the one conversion rule of every write (``append``,
+    ``writer.add``, ``ReplayClient.add``/``add_batch``): a value of another dtype is converted
+    when every element fits the field's dtype, else refused with the first that does not.
+
+    Fits: into a float field, an integer or float whose conversion stays finite (a float64 is
+    rounded; a NaN or inf stays one); into an integer field, an integer or integral float in
+    its range; into a bool field, a bool or the integers 0 and 1; a bool only into a bool
+    field. So gymnasium's numpy float64 rewards and ``terminated=0`` go in, and an overflow to
+    inf, ``2`` for a bool, ``1.5`` or ``True`` for an action are refused."""
+    got = getattr(value, "dtype", None)
+    if got is not None and dtype_name(got) == dtype:
+        return np.asarray(value)
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError) as err:  # ragged lists, objects
+        message = f"field '{name}': cannot convert {value!r} to {dtype}: {err}"
+        raise BatchError(message, name) from err
+    if dtype_name(array.dtype) == dtype:
+        return array
+    target = numpy_dtype(dtype)
+    converted, why = _convert(array, target)
+    if converted is not None:
+        return converted
+    want = f"dtype {dtype}" if shape is None else f"dtype {dtype} with shape {list(shape)}"
+    raise BatchError(
+        f"field '{name}': expected {want}, got dtype {dtype_name(array.dtype)} with shape "
+        f"{list(array.shape)} (from {type(value).__name__}): {why}; pass values that fit {dtype}",
+        field=name,
+    )
 
 
-def _fits(values: np.ndarray, want: np.dtype) -> bool:
-    """Whether every one of ``values`` (converted Python numbers) is exactly a ``want`` value."""
-    kind = values.dtype.kind
-    if want.kind in "iu":
-        if kind not in "iu":
-            return False
-        limits = np.iinfo(want)
-        return values.size == 0 or (limits.min <= values.min() and values.max() <= limits.max)
-    if want.kind == "f" or want.name == "bfloat16":
-        if kind not in "iuf":
-            return False
-        with np.errstate(over="ignore"):
+def _convert(values: np.ndarray, want: np.dtype) -> tuple[np.ndarray | None, str]:
+    """``(values as want, "")`` when every value fits, else ``(None, why not)``."""
+    kind, name = values.dtype.kind, want.name
+    if kind == "b":  # True as an action or a reward is a mix-up, not a number
+        return None, "a bool goes only in a bool field"
+    with np.errstate(over="ignore", invalid="ignore"):
+        if want.kind == "b" and kind in "iu":
+            return _checked(values, values.astype(want), (values == 0) | (values == 1), "no bool")
+        if want.kind in "iu" and kind in "iuf":
+            limits = np.iinfo(want)
+            ok = (limits.min <= values) & (values <= limits.max)
+            if kind == "f":
+                ok &= np.isfinite(values) & (values == np.trunc(values))
+            why = f"no integer in {name}'s [{limits.min}, {limits.max}]"
+            return _checked(values, values.astype(want) if ok.all() else None, ok, why)
+        if (want.kind == "f" or name == "bfloat16") and kind in "iuf":
             converted = values.astype(want)
-        return bool(np.all(np.isfinite(converted.astype(np.float64)) | ~np.isfinite(values)))
-    return False  # bool fields take bools; complex ones take arrays
+            ok = np.isfinite(converted.astype(np.float64)) | ~np.isfinite(values)
+            return _checked(values, converted, ok, f"beyond {name}'s range (it would be inf)")
+    return None, f"a {values.dtype.name} does not go in a {name} field"
+
+
+def _checked(
+    values: np.ndarray, converted: np.ndarray | None, ok: np.ndarray, why: str
+) -> tuple[np.ndarray | None, str]:
+    """``converted`` where ``ok`` holds everywhere, else the first value where it does not."""
+    if bool(np.all(ok)):
+        return converted, ""
+    first = int(np.flatnonzero(~np.asarray(ok).reshape(-1))[0])
+    at = f" at {list(map(int, np.unravel_index(first, values.shape)))}" if values.ndim else ""
+    return None, f"{values.reshape(-1)[first].item()!r}{at} is {why}"
 
 
 def check_columns(spec: HostSpec, columns: Mapping[str, Any]) -> int:

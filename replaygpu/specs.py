@@ -112,21 +112,23 @@ def normalize_structure(spec: NestedSpec) -> tuple[Spec, NestedSpec]:
 
 
 def validate_batch(spec: Spec, batch: Mapping[str, Any]) -> dict[str, np.ndarray | tf.Tensor]:
-    """The batch checked, as ``{name: [n] + spec[name].shape}`` of the spec dtypes. Arrays and
-    tensors must match the dtype exactly; lists and scalars are converted where their values fit
-    it exactly (`fields.as_field_array`). `BatchError` names the field, expected and received
+    """The batch checked, as ``{name: [n] + spec[name].shape}`` of the spec dtypes. A value of
+    another dtype is converted where every element fits the field's (`fields.as_field_array`:
+    one rule for every write). `BatchError` names the field, expected and received
     dtype/shape; also for missing or extra fields, an empty batch, or disagreeing leading
     dimensions."""
     if not isinstance(batch, Mapping):
         raise BatchError(
             f"batch: got {type(batch).__name__}, expected a dict with fields {sorted(spec)}"
         )
-    out = {
-        name: value
-        if hasattr(value, "dtype") or name not in spec
-        else as_field_array(value, dtype_name(spec[name].dtype.as_numpy_dtype), name, None)
-        for name, value in batch.items()
-    }
+    out = {}
+    for name, value in batch.items():
+        if name in spec:
+            want = spec[name].dtype.name
+            got = getattr(value, "dtype", None)
+            if got is None or dtype_name(got) != want:  # tensors of the dtype stay tensors
+                value = as_field_array(value, want, name, None)
+        out[name] = value
     check_columns(host_spec(spec), out)
     return out
 

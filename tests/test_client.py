@@ -83,20 +83,23 @@ def ids_of(table):
     return np.sort(table.storage["id"].numpy()[: table.size]).tolist()
 
 
-def test_add_converts_python_values_and_rejects_wrong_arrays_without_adding(empty_table):
+def test_add_converts_values_that_fit_and_rejects_the_rest_without_adding(empty_table):
     with rg.serve(empty_table) as server, rg.ReplayClient(server.address) as client:
         client.add({"id": 1, "obs": [0.5, 1, 2, 3]})
-        with pytest.raises(BatchError, match=r"field 'obs': expected dtype float32"):
-            client.add({"id": 2, "obs": np.zeros(4, np.float64)})
+        client.add({"id": np.int32(2), "obs": np.full(4, 0.25, np.float64)})  # both fit
+        with pytest.raises(
+            BatchError, match=r"field 'obs': expected dtype float32.* 1e\+39 at \[0\]"
+        ):
+            client.add({"id": 3, "obs": np.full(4, 1e39)})
         with pytest.raises(BatchError, match=r"field 'obs': expected shape \[4\], got \[3\]"):
             client.add({"id": 2, "obs": [1.0, 2.0, 3.0]})
         with pytest.raises(BatchError, match="missing 'obs'"):
             client.add({"id": 2})
-        with pytest.raises(BatchError, match=r"field 'id': expected dtype int64"):
-            client.add_batch({"id": np.zeros(2, np.int32), "obs": np.zeros((2, 4), np.float32)})
+        with pytest.raises(BatchError, match=r"field 'id': expected dtype int64.* 0.5 at \[0\]"):
+            client.add_batch({"id": np.full(2, 0.5), "obs": np.zeros((2, 4), np.float32)})
         client.flush(timeout=30)
-    assert ids_of(empty_table) == [1]
-    np.testing.assert_array_equal(empty_table.storage["obs"].numpy()[0], [0.5, 1, 2, 3])
+    assert ids_of(empty_table) == [1, 2]
+    np.testing.assert_array_equal(empty_table.storage["obs"].numpy()[:2, 0], [0.5, 0.25])
 
 
 def test_add_refuses_python_numbers_that_do_not_fit_the_field_exactly(empty_table):

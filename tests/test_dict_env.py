@@ -125,7 +125,7 @@ def test_a_bad_nested_batch_is_refused_by_the_client_naming_the_leaf():
         rg.ReplayClient(server.address, actor_id="bad") as client,
     ):
         bad = nested_columns([1, 2])
-        bad["obs"]["where"] = Point(np.zeros(2, np.float64), np.zeros(2, np.float32))
+        bad["obs"]["where"] = Point(np.full(2, 1e39), np.zeros(2, np.float32))
         with pytest.raises(BatchError, match=r"field 'obs/where/x': expected dtype float32"):
             client.add_batch(bad)
         with pytest.raises(BatchError, match=r"missing \['obs/where/y'\]"):

@@ -252,7 +252,7 @@ def test_a_bad_nested_batch_names_the_leaf_and_writes_nothing():
     table = rg.ReplayTable(dict_spec(), 16)
     table.append(dict_batch([0]))
     bad = dict_batch([1, 2])
-    bad["obs"]["image"] = bad["obs"]["image"].astype(np.float32)
+    bad["obs"]["image"] = bad["obs"]["image"].astype(np.float32) + 0.5  # no uint8 values
     with pytest.raises(BatchError, match=r"field 'obs/image': expected dtype uint8.*float32"):
         table.append(bad)
     missing = dict_batch([1, 2])
@@ -355,7 +355,7 @@ def test_a_sharded_table_takes_nested_batches_and_each_replica_samples_them_nest
     table.append(dict_batch(np.arange(8)))
     assert table.shard_sizes == [4, 4]
     bad = dict_batch([1])
-    bad["obs"]["image"] = bad["obs"]["image"].astype(np.int32)
+    bad["obs"]["image"] = bad["obs"]["image"].astype(np.int32) + 256  # beyond uint8
     with pytest.raises(BatchError, match=r"field 'obs/image'"):
         table.append(bad)
     sampler = rg.Sampler(table, rg.Prioritized(), seed=0)

@@ -163,11 +163,11 @@ def test_add_rejects_a_bad_row_naming_the_field_and_adds_nothing():
         client.add({"id": 1, "obs": np.zeros(4, np.float32)})
         bad_rows = [
             ({"id": 2, "obs": np.zeros(3, np.float32)}, "field 'obs': expected shape"),
-            ({"id": 2, "obs": np.zeros(4, np.float64)}, "field 'obs': expected dtype"),
+            ({"id": 2, "obs": np.full(4, -1e39)}, "field 'obs': expected dtype"),
             ({"id": 2.5j, "obs": np.zeros(4, np.float32)}, "field 'id'"),
             ({"id": 2}, "missing 'obs'"),
             ({"id": 2, "obs": np.zeros(4, np.float32), "x": 1}, "unexpected fields"),
-            ({"id": np.int32(2), "obs": np.zeros(4, np.float32)}, "field 'id'"),
+            ({"id": np.float32(2.5), "obs": np.zeros(4, np.float32)}, "field 'id'"),
             ({"id": 2, "obs": 0.0}, "field 'obs'"),
         ]
         for row, message in bad_rows:

@@ -59,17 +59,19 @@ def test_validate_batch_converts_python_lists_to_spec_dtype():
 
 
 @pytest.mark.parametrize(
-    ("field", "value", "got"),
+    ("field", "value", "got", "why"),
     [
-        ("action", [1.7], "float64"),  # no rounding to an action
-        ("action", [True], "bool"),  # a bool is not an action
-        ("action", [2**40], "int64"),  # out of int32's range
-        ("done", [2], "int64"),  # no truthiness
-        ("done", [0], "int64"),
-        ("reward", [1e40], "float64"),  # would overflow float32 to inf
+        ("action", [1.7], "float64", r"1.7 at \[0\] is no integer in int32's"),  # no rounding
+        ("action", np.array([2.5]), "float64", "2.5 at"),  # arrays follow the same rule
+        ("action", [True], "bool", "a bool goes only in a bool field"),  # not an action
+        ("action", [2**40], "int64", "1099511627776 at"),  # out of int32's range
+        ("done", [2], "int64", "2 at \\[0\\] is no bool"),  # no truthiness
+        ("done", [0.0], "float64", "a float64 does not go in a bool field"),
+        ("reward", [1e40], "float64", "beyond float32's range"),  # would overflow to inf
+        ("reward", np.float64([0.5, -1e40]), "float64", "-1e\\+40 at \\[1\\]"),
     ],
 )
-def test_table_refuses_python_values_that_do_not_fit_the_dtype_exactly(field, value, got):
+def test_table_refuses_values_that_do_not_fit_the_dtype_naming_the_value(field, value, got, why):
     spec = {
         "action": tf.TensorSpec([], tf.int32),
         "done": tf.TensorSpec([], tf.bool),
@@ -77,14 +79,33 @@ def test_table_refuses_python_values_that_do_not_fit_the_dtype_exactly(field, va
     }
     table = ReplayTable(spec, 8, device="/CPU:0")
     batch = {"action": [1], "done": [False], "reward": [0.5], field: value}
+    if len(value) == 2:
+        batch = {k: v * 2 if k != field else v for k, v in batch.items()}
     want = spec[field].dtype.name
     with pytest.raises(
-        BatchError,
-        match=rf"field '{field}': expected dtype {want}, got dtype "
-        rf"{got} \(from a list: not every value fits {want} exactly\)",
+        BatchError, match=rf"field '{field}': expected dtype {want}, got dtype {got}.*{why}"
     ):
         table.append(batch)
     assert table.size == 0 and table.total_inserted == 0
+
+
+def test_table_converts_what_gymnasium_returns_where_it_fits():
+    """numpy float64 scalars and arrays, Python ints and 0/1 for bools, integral floats for
+    integers: rounded or converted, never refused (issue 49's one conversion rule)."""
+    spec = {
+        "action": tf.TensorSpec([], tf.int32),
+        "done": tf.TensorSpec([], tf.bool),
+        "reward": tf.TensorSpec([], tf.float32),
+    }
+    table = ReplayTable(spec, 8, device="/CPU:0")
+    table.append(
+        {"action": np.float64([2.0, 3.0]), "done": [0, 1], "reward": np.float64([0.1, 1e5])}
+    )
+    table.append({"action": np.int64([1]), "done": np.int8([1]), "reward": np.int32([7])})
+    np.testing.assert_array_equal(table.storage["action"].numpy()[:3], [2, 3, 1])
+    np.testing.assert_array_equal(table.storage["done"].numpy()[:3], [False, True, True])
+    np.testing.assert_array_equal(table.storage["reward"].numpy()[:3], np.float32([0.1, 1e5, 7]))
+    table = ReplayTable(spec, 8, device="/CPU:0")
     table.append({"action": [1, -3], "done": [True, False], "reward": [0.1, float("inf")]})
     np.testing.assert_array_equal(table.storage["action"].numpy()[:2], [1, -3])
     np.testing.assert_array_equal(table.storage["reward"].numpy()[:2], np.float32([0.1, np.inf]))

@@ -92,13 +92,21 @@ def test_float16_overflows_to_inf_and_bfloat16_keeps_the_float32_range():
     np.testing.assert_allclose(got, values, rtol=2.0**-8)
 
 
-def test_appends_still_take_the_spec_dtype_and_reject_the_storage_dtype():
+def test_appends_are_checked_against_the_spec_dtype_not_the_storage_dtype():
+    """A float16 table field still holds the spec's float32 values: 1e5 fits float32 (and is
+    stored as float16's inf, as float16 storage rounds), 1e39 does not and writes nothing."""
     table = rg.ReplayTable(SPEC, 16, "CPU", storage_dtypes=narrowed(tf.float16))
     batch = episodes(4)
-    batch["obs"] = batch["obs"].astype(np.float16)
-    with pytest.raises(BatchError, match=r"field 'obs': expected dtype float32"):
+    batch["reward"] = np.full(4, 1e39)
+    with pytest.raises(BatchError, match=r"field 'reward': expected dtype float32.* 1e\+39"):
         table.append(batch)
     assert table.size == 0
+    batch["reward"] = np.full(4, 1e5)  # a float64 that fits float32
+    batch["obs"] = batch["obs"].astype(np.float16)  # float16 values fit float32 exactly
+    table.append(batch)
+    rows = table.gather(tf.range(4, dtype=tf.int64))
+    np.testing.assert_array_equal(rows["obs"].numpy(), batch["obs"].astype(np.float32))
+    np.testing.assert_array_equal(rows["reward"].numpy(), np.full(4, np.inf, np.float32))
 
 
 @pytest.mark.parametrize(

@@ -43,7 +43,7 @@ def test_a_refused_row_stages_nothing_and_names_the_field():
     writer.add(row(0))
     bad = [
         ({**row(1), "action": 1.7}, "field 'action': expected dtype int64"),
-        ({**row(1), "obs": np.zeros(3, np.float64)}, "field 'obs': expected dtype float32"),
+        ({**row(1), "obs": np.full(3, 1e39)}, "field 'obs': expected dtype float32"),
         ({**row(1), "obs": np.zeros(4, np.float32)}, r"field 'obs': expected shape \[3\]"),
         ({k: v for k, v in row(1).items() if k != "done"}, "missing 'done'"),
         ([1, 2, 3, 4], "transition: got list, expected a dict"),
@@ -86,3 +86,49 @@ def test_chunk_must_be_a_positive_int():
     table = rg.ReplayTable(SPEC, 8, device="/CPU:0")
     with pytest.raises(rg.ConfigError, match="chunk"):
         table.writer(chunk=0)
+
+
+def test_what_gymnasium_returns_goes_in_as_it_is_under_the_one_conversion_rule():
+    """Pendulum's own values (float64 obs and reward, a float64 action array, ``terminated=0``)
+    go into a float32 / bool table through `writer.add`, `append` and a `ReplayClient` alike;
+    a value that does not fit is refused by each the same way, naming it, writing nothing."""
+    import gymnasium as gym
+
+    from replaygpu.specs import specs_from_env
+
+    env = gym.make("Pendulum-v1")
+    spec = specs_from_env(env)
+    obs, _ = env.reset(seed=0)
+    action = np.array([0.88])  # float64, as a user writes it
+    next_obs, reward, _, truncated, _ = env.step(action)
+    env.close()
+    assert isinstance(reward, np.floating | float) and spec["reward"].dtype == tf.float32
+    step = {
+        "obs": obs.astype(np.float64),
+        "action": action,
+        "reward": np.float64(reward),
+        "next_obs": next_obs,
+        "terminated": 0,
+        "truncated": int(truncated),
+    }
+    overflow = {**step, "reward": np.float64(1e39)}
+    table = rg.ReplayTable(spec, 16, device="/CPU:0")
+    with table.writer(chunk=4) as writer:
+        writer.add(step)
+        with pytest.raises(BatchError, match=r"field 'reward'.* 1e\+39 is beyond float32"):
+            writer.add(overflow)
+    batch = {k: [v] for k, v in step.items()}
+    table.append(batch)
+    with pytest.raises(BatchError, match=r"field 'reward'.* 1e\+39 at \[0\] is beyond float32"):
+        table.append({k: [v] for k, v in overflow.items()})
+    with rg.serve(table) as server, rg.ReplayClient(server.address) as client:
+        client.add(step)
+        with pytest.raises(BatchError, match=r"field 'terminated'.* 2 is no bool"):
+            client.add({**step, "terminated": 2})
+        client.flush(timeout=30)
+    assert table.size == 3
+    rows = table.gather(tf.range(3, dtype=tf.int64))
+    for got in rows["reward"].numpy():
+        assert got == np.float32(reward)
+    np.testing.assert_array_equal(rows["action"].numpy(), np.float32([[0.88]] * 3))
+    assert not rows["terminated"].numpy().any()

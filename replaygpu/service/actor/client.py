@@ -163,9 +163,9 @@ class ReplayClient(contextlib.AbstractContextManager["ReplayClient"]):
         """Buffer one transition ``{field: value of the field's shape}``; blocks while full.
 
         With a nested spec it may be nested like the spec (dicts, tuples, namedtuples) or flat
-        by leaf path (``{"obs/image": ...}``). Python numbers and lists are converted where they
-        fit the field dtype exactly; arrays must have it. `add` and `add_batch` calls fill the
-        same request.
+        by leaf path (``{"obs/image": ...}``). A value of another dtype is converted where every
+        element fits the field's (`replaygpu.fields.as_field_array`, the rule of every write).
+        `add` and `add_batch` calls fill the same request.
 
         Raises:
             BatchError: naming the field, expected and received dtype/shape (nothing is added).
