@@ -171,11 +171,17 @@ def networks(net: str, variant: str) -> tuple[Any, Any]:
 
 
 def learner(
-    net: str, variant: str, t: rg.ReplayTable, xla: bool, plain_adam_both: bool = False
+    net: str,
+    variant: str,
+    t: rg.ReplayTable,
+    xla: bool,
+    plain_adam_both: bool = False,
+    chunk_steps: int = 100,
 ) -> rg.Learner:
     q, target = networks(net, variant)
     update = dqn_update(q, target, plain_adam_both or variant == "hand-written")
-    return rg.Learner(t, rg.Sampler(t, seed=0), update, NETS[net][3], jit_compile=xla)
+    sampler = rg.Sampler(t, seed=0)
+    return rg.Learner(t, sampler, update, NETS[net][3], jit_compile=xla, chunk_steps=chunk_steps)
 
 
 def main() -> None:

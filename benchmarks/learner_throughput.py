@@ -177,11 +177,21 @@ def learner_runners(hidden: int, capacity: int, data: dict) -> dict[str, Callabl
     return runners
 
 
-def uniform_learner(table: rg.ReplayTable, hidden: int, jit: bool) -> rg.Learner:
+def uniform_learner(
+    table: rg.ReplayTable, hidden: int, jit: bool, chunk_steps: int = 100
+) -> rg.Learner:
     """The fused learner of variants (c)-(e): uniform sampling (seed 0) of ``table`` into a
-    fresh `make_dqn_update` network, batch `BATCH`, compiled with XLA if ``jit``."""
+    fresh `make_dqn_update` network, batch `BATCH`, compiled with XLA if ``jit``, its SGD steps
+    in counted loops of ``chunk_steps`` (`rg.Learner`'s argument and default)."""
     sampler = rg.Sampler(table, seed=0)
-    return rg.Learner(table, sampler, make_dqn_update(hidden), batch_size=BATCH, jit_compile=jit)
+    return rg.Learner(
+        table,
+        sampler,
+        make_dqn_update(hidden),
+        batch_size=BATCH,
+        jit_compile=jit,
+        chunk_steps=chunk_steps,
+    )
 
 
 def _train(learner: rg.Learner, k: int, calls: int) -> int:

@@ -12,10 +12,14 @@ For each case this writes, under ``--out``:
 - ``CASE.json``: the manifest: parameter names, shapes, dtypes, which are generated, which
   output updates which parameter (HLO ``input_output_alias``), ``k``, and the CPU's own time.
 
-``benchmarks/gpu/run.py`` (JAX, no TensorFlow) reads these. Run:
+Every learner runs its SGD steps in counted loops of ``chunk_steps = k`` (`rg.Learner`), so a
+call of ``k`` steps is one loop whose trip count XLA knows. ``benchmarks/gpu/run.py`` (JAX, no
+TensorFlow) reads these. Run:
     python benchmarks/gpu/export.py --out /tmp/gpu-kit            # every case (~2 GB of RAM
                                                                   # for the 1e6-frame table)
     python benchmarks/gpu/export.py --out /tmp/gpu-kit --quick    # small cases, for CI
+    python benchmarks/gpu/export.py --out /tmp/gpu-kit --device-check  # dqn64 dqn256 r2d2-paper
+                                                                       # atari
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ CARRY_LIMIT = 64 << 10
 PARITY_STEPS = 1
 #: the reference keeps at most this many elements of each updated parameter (a fixed stride)
 REFERENCE_ELEMENTS = 1 << 16
+#: the cases of the device check (``check.py``, README "Counted loops on the GPU")
+DEVICE_CHECK = ("dqn64", "dqn256", "r2d2-paper", "atari")
 
 
 class Case:
@@ -64,7 +70,7 @@ def dqn_case(hidden: int, capacity: int, k: int) -> Case:
     (MLP ``hidden``x``hidden``, batch 256, obs 8, 4 actions), uniform in-graph sampling."""
     table = rg.ReplayTable(rg_spec(), capacity)
     table.append(make_data(capacity))
-    learner = uniform_learner(table, hidden, jit=True)
+    learner = uniform_learner(table, hidden, jit=True, chunk_steps=k)
     return Case(f"dqn{hidden}", learner, [], k, parity=True)
 
 
@@ -74,9 +80,10 @@ def rg_spec() -> dict[str, tf.TensorSpec]:
     return dqn_spec(8)
 
 
-def built(config: Any, fill: int, seed: int = 0) -> tuple[rg.Learner, Any]:
+def built(config: Any, fill: int, k: int, seed: int = 0) -> tuple[rg.Learner, Any]:
     """The served learner of ``config`` (its builder's table, agent and sampler), its table
-    filled with ``fill`` random rows."""
+    filled with ``fill`` random rows, its calls of ``k`` steps one counted loop
+    (``chunk_steps=k``)."""
     from replaygpu.agents.distributed.learner import make_parts
 
     parts = make_parts(config)
@@ -89,6 +96,7 @@ def built(config: Any, fill: int, seed: int = 0) -> tuple[rg.Learner, Any]:
         config.batch_size,
         jit_compile=True,
         autograph=True,
+        chunk_steps=k,
     )
     return learner, parts.agent
 
@@ -125,7 +133,7 @@ def atari_case(capacity: int, fill: int, k: int, parity: bool) -> Case:
         segment_steps=256,
         jit_compile="on",
     )
-    learner, agent = built(config, fill)
+    learner, agent = built(config, fill, k)
     name = "atari" if parity else f"atari-{capacity:.0e}".replace("+0", "")
     case = Case(name, learner, [agent], k, parity)
     if not fill:  # timing only: the table counts as full (its rows are generated there)
@@ -138,14 +146,14 @@ def atari_case(capacity: int, fill: int, k: int, parity: bool) -> Case:
 def sac_case(capacity: int, k: int) -> Case:
     from replaygpu.agents.sac.config import SACLearnerConfig
 
-    learner, agent = built(SACLearnerConfig(buffer_size=capacity), capacity)
+    learner, agent = built(SACLearnerConfig(buffer_size=capacity), capacity, k)
     return Case("sac", learner, [agent], k, parity=True)
 
 
 def r2d2_case(capacity: int, k: int) -> Case:
     from replaygpu.agents.r2d2.config import R2D2LearnerConfig
 
-    learner, agent = built(R2D2LearnerConfig(buffer_size=capacity), capacity)
+    learner, agent = built(R2D2LearnerConfig(buffer_size=capacity), capacity, k)
     return Case("r2d2", learner, [agent], k, parity=True)
 
 
@@ -163,7 +171,7 @@ def r2d2_paper_case(k: int) -> Case:
         batch_size=64,
         buffer_size=8192,
     )
-    learner, agent = built(config, config.buffer_size)
+    learner, agent = built(config, config.buffer_size, k)
     return Case("r2d2-paper", learner, [agent], k, parity=True)
 
 
@@ -175,7 +183,7 @@ def keras_case(net: str, variant: str, k: int) -> Case:
 
     rows = 64 if net == "cnn" else None  # 64 frame-stack rows (3.6 MB): the kit is carried
     table = keras_layers.table(net, rows)
-    learner = keras_layers.learner(net, variant, table, xla=True)
+    learner = keras_layers.learner(net, variant, table, xla=True, chunk_steps=k)
     return Case(f"{net}-{'keras' if variant == 'keras' else 'hand'}", learner, [], k, parity=True)
 
 
@@ -229,7 +237,13 @@ def export(case: Case, out: Path) -> dict[str, Any]:
             values[f"p{i}"] = case.preset.get(id(var), var.numpy())
     out.joinpath(f"{case.name}.hlo.pb").write_bytes(hlo)
     np.savez_compressed(out / f"{case.name}.inputs.npz", **values)
-    manifest = {"name": case.name, "k": case.k, "params": params, "parity": case.parity}
+    manifest = {
+        "name": case.name,
+        "k": case.k,
+        "chunk_steps": case.learner.chunk_steps,
+        "params": params,
+        "parity": case.parity,
+    }
     if case.parity:
         # One SGD step from the exported state, compiled here by XLA:CPU. One, not k: Adam
         # turns a last-bit difference of a near-zero gradient into a step of the learning
@@ -269,7 +283,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="folder for the kit's files")
     parser.add_argument("--quick", action="store_true", help="small cases (CI)")
     parser.add_argument("--cases", nargs="*", help="only these cases (names as printed)")
+    parser.add_argument(
+        "--device-check",
+        action="store_true",
+        help=f"only the device check's cases ({', '.join(DEVICE_CHECK)})",
+    )
     args = parser.parse_args()
+    if args.device_check:
+        args.cases = [*(args.cases or []), *DEVICE_CHECK]
     args.out.mkdir(parents=True, exist_ok=True)
     tf.random.set_seed(0)
     for name, make in cases(args.quick).items():

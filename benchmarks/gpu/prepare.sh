@@ -5,6 +5,8 @@
 # typing_extensions). Writes benchmarks/gpu/kit/ (ignored by git, about 50 MB: carry it).
 #   bash benchmarks/gpu/prepare.sh           # every case
 #   bash benchmarks/gpu/prepare.sh --quick   # the small cases
+#   bash benchmarks/gpu/prepare.sh --device-check   # the device check's (dqn64, dqn256,
+#                                                   # r2d2-paper, atari; 37 MiB)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 kit=benchmarks/gpu/kit

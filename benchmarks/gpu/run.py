@@ -12,15 +12,24 @@ no TensorFlow, no replaygpu. For each ``CASE.json`` that ``export.py`` wrote int
    floats within ``--rtol``); timing-only cases (a table generated on the device) skip it;
 3. timing: ``--repeats`` calls, each fed the variables the previous one updated, as the learner
    runs; SGD steps/s is the steps the call reports over the median call time;
-4. the device's peak memory (GPUs report it; the CPU does not);
-5. for the DQN cases, the same update (double DQN, Huber, Adam 1e-3, Polyak 0.005, batch 256)
+4. the loops XLA compiled (``hlo_loops``, from the optimized HLO of this device): each
+   ``while`` with its op name and known trip count or none, and the kernels of one SGD step
+   (the body of the counted ``sgd_steps`` loop);
+5. the device's peak memory (GPUs report it; the CPU does not);
+6. for the DQN cases, the same update (double DQN, Huber, Adam 1e-3, Polyak 0.005, batch 256)
    in JAX: (a) fused: a flashbax item buffer on the device and ``lax.scan`` over k steps per call;
    (b) fed per step: numpy indices and gather on the host, one jitted step per SGD step
-   (seed 001's comparison, numpy host feed against the fused loop).
+   (seed 001's comparison, numpy host feed against the fused loop);
+7. with ``--roundtrip``, the pure-JAX pair of ``roundtrip.py`` (a counted against an uncounted
+   loop of one small body).
+
+One process runs under one ``XLA_FLAGS`` (XLA reads it once); ``check.py`` runs this once per
+flag set. The ``--json`` report is rewritten after each case, so a run cut short keeps what it
+finished.
 
 Run:
     python benchmarks/gpu/run.py --kit /tmp/gpu-kit             # every case in the folder
-    python benchmarks/gpu/run.py --kit /tmp/gpu-kit --repeats 3 --json out.json
+    python benchmarks/gpu/run.py --kit /tmp/gpu-kit --repeats 3 --json out.json --roundtrip
 """
 
 from __future__ import annotations
@@ -28,13 +37,16 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import re
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
+import hlo_loops
 import jax
+import roundtrip
 
 jax.config.update("jax_enable_x64", True)  # the learner's counters and random state are int64
 
@@ -68,7 +80,9 @@ def compile_hlo(hlo: bytes, device: Any) -> tuple[Any, dict[int, int]]:
         for op in copies:
             op.result.replace_all_uses_with(op.operands[0])
             op.operation.erase()
-        text = str(module)
+        # with its locations, which carry TensorFlow's op names into the compiled HLO's
+        # metadata (`sgd_chunks/sgd_steps`, ...), where `hlo_loops` finds the loops by name
+        text = module.operation.get_asm(enable_debug_info=True)
     backend = xla_bridge.get_backend(device.platform)
     exe = backend.compile_and_load(text, _jax.DeviceList((device,)), _jax.CompileOptions())
     return exe, aliases
@@ -281,9 +295,15 @@ def run_case(kit: Path, manifest: dict[str, Any], device: Any, args: argparse.Na
         report["parity"] = parity(kit, manifest, outputs, aliases, args.rtol)
         for out, param in aliases.items():
             inputs[param] = outputs[out]
+    loops = hlo_loops.loops(exe.hlo_modules()[0].to_string())
+    sgd = hlo_loops.sgd_loop(loops)
+    report["loops"] = loops
+    report["sgd_loop"] = sgd
+    report["kernels_per_step"] = sgd["kernels_per_iteration"] if sgd else None
     seconds, steps = time_calls(exe, inputs, aliases, args.repeats)
     report["steps_per_call"] = steps
     report["steps_per_s"] = steps / seconds
+    report["us_per_step"] = seconds / steps * 1e6 if steps else None
     report["cpu_steps_per_s_tensorflow"] = manifest.get("cpu_steps_per_s")
     stats = device.memory_stats() if hasattr(device, "memory_stats") else None
     if stats:
@@ -314,7 +334,17 @@ def line(report: dict[str, Any], device: Any) -> str:
     if report.get("peak_memory_bytes"):
         parts.append(f"peak memory {report['peak_memory_bytes'] / 2**30:.2f} GiB")
     parts.append(f"compile {report['compile_s']:.1f} s")
+    if report.get("kernels_per_step") is not None:
+        parts.append(f"{report['kernels_per_step']} kernels per step")
+    parts.append(f"loops: {hlo_loops.summary(report.get('loops', []))}")
     return f"{report['case']} on {device.device_kind}: " + "; ".join(parts)
+
+
+def write_report(path: Path, report: dict[str, Any]) -> None:
+    """Write ``report`` to ``path`` whole or not at all (a set cut short keeps the last one)."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(report, indent=1))
+    partial.replace(path)
 
 
 def main() -> None:
@@ -325,10 +355,29 @@ def main() -> None:
     parser.add_argument("--no-baselines", action="store_true", help="skip the JAX DQN updates")
     parser.add_argument("--cases", nargs="*", help="only these cases")
     parser.add_argument("--json", type=Path, help="write the reports here")
+    parser.add_argument(
+        "--roundtrip", action="store_true", help="also time roundtrip.py's counted/uncounted pair"
+    )
+    parser.add_argument(
+        "--roundtrip-iterations",
+        type=int,
+        nargs="+",
+        default=list(roundtrip.ITERATIONS),
+        help="loop iterations of the pair",
+    )
+    parser.add_argument("--flag-set", default="", help="the name of this run's XLA_FLAGS")
     args = parser.parse_args()
     device = jax.devices()[0]
     print(f"device: {device.device_kind} ({device.platform}), jax {jax.__version__}", flush=True)
-    reports = []
+    out: dict[str, Any] = {
+        "device": device.device_kind,
+        "platform": device.platform,
+        "jax": jax.__version__,
+        "flag_set": args.flag_set,
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "cases": [],
+    }
+    reports = out["cases"]
     for path in sorted(args.kit.glob("*.json")):
         manifest = json.loads(path.read_text())
         if "params" not in manifest or (args.cases and manifest["name"] not in args.cases):
@@ -336,8 +385,13 @@ def main() -> None:
         report = run_case(args.kit, manifest, device, args)
         reports.append(report)
         print(line(report, device), flush=True)
+        if args.json:
+            write_report(args.json, out)
+    if args.roundtrip:
+        out["roundtrip"] = roundtrip.measure(device, tuple(args.roundtrip_iterations), args.repeats)
+        print(roundtrip.line(out["roundtrip"]), flush=True)
     if args.json:
-        args.json.write_text(json.dumps({"device": device.device_kind, "cases": reports}, indent=1))
+        write_report(args.json, out)
     failed = [r["case"] for r in reports if not r.get("parity", {"ok": True})["ok"]]
     if failed:
         raise SystemExit(f"parity failed: {failed}")
