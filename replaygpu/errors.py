@@ -65,6 +65,13 @@ def check_int(name: str, value: Any, least: int) -> int:
     return int(value)
 
 
+class BroadcastWarning(UserWarning):
+    """``update_fn`` combines a ``[B]`` tensor with a ``[B, 1]`` one into ``[B, B]``: a batch field
+    such as ``reward`` against a Keras model's ``[B, 1]`` output, the commonest way to train on
+    wrong targets without an error. ``warnings.simplefilter("error", BroadcastWarning)`` or
+    ``rg.Learner(..., strict=True)`` makes it fatal."""
+
+
 class OutOfDeviceMemoryError(ConfigError):
     """A table would not fit in the free memory of its device. Nothing was allocated.
 

@@ -24,6 +24,7 @@ def build(capacity=32, spec=SPEC, seed=1):
     sampler = rg.Sampler(table, seed=seed)
     w = tf.Variable([0.5, -0.5], name="w")
     opt = tf.keras.optimizers.Adam(1e-2)
+    opt.build([w])
 
     def update(batch):
         with tf.GradientTape() as tape:

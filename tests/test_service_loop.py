@@ -21,6 +21,7 @@ def make_learner():
     table = rg.ReplayTable(SPEC, capacity=512, device="/CPU:0")
     w = tf.Variable(tf.zeros([2]))
     opt = tf.keras.optimizers.SGD(0.1)
+    opt.build([w])
 
     def update_fn(batch):
         with tf.GradientTape() as tape:

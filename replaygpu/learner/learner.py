@@ -51,7 +51,8 @@ MAX_STEPS_PER_CALL = 2**31 - 1
 
 class Learner(tf.Module):
     """Runs ``update_fn`` on in-graph minibatches, many steps per call; `ConfigError` for a batch
-    size below 1, or a sampler not an `rg.Sampler` of this table.
+    size below 1, a sampler not an `rg.Sampler` of this table, or a Keras optimizer reachable
+    from ``update_fn`` that is not built.
 
     Args:
         table: the replay table, or a `ShardedReplayTable` (one shard per replica; then make
@@ -72,6 +73,9 @@ class Learner(tf.Module):
             then ``k % chunk_steps`` steps in a loop whose bound is only known at run time. XLA
             counts the first kind, so XLA:GPU queues its iterations; the second reads its
             predicate back on the host before every step (the README's "Loops XLA can count").
+        strict: raise a `ConfigError` where ``update_fn``'s first trace finds a trap that is
+            otherwise a `replaygpu.errors.BroadcastWarning` (a ``[B]`` field against a
+            ``[B, 1]`` output).
 
     Attributes:
         steps: total SGD steps run (int64 variable, checkpointed).
@@ -90,6 +94,7 @@ class Learner(tf.Module):
         jit_compile: bool = False,
         autograph: bool = True,
         chunk_steps: int = 100,
+        strict: bool = False,
     ) -> None:
         super().__init__(name="learner")
         batch_size = check_int("batch_size", batch_size, 1)
@@ -120,6 +125,14 @@ class Learner(tf.Module):
         self.replica_batch_size = self.batch_size // replicas
         self.jit_compile = bool(jit_compile)
         self.autograph = bool(autograph)
+        unbuilt = update_checks.unbuilt_optimizers(update_fn)
+        if unbuilt:
+            raise ConfigError(
+                f"update_fn uses Keras optimizers that are not built: {', '.join(unbuilt)}; build "
+                "each before making the Learner (optimizer.build(model.trainable_variables)): one "
+                "first built inside a trace that fails keeps broken variables"
+            )
+        self.strict = bool(strict)
         self._update_fn = update_fn
         self._replica_steps: list[Callable[[], tf.Tensor]] = []
         if self.strategy is not None:
@@ -236,7 +249,7 @@ class Learner(tf.Module):
         names = update_checks.check_outputs(
             traced[0], sampler.keeps_priorities, type(sampler).__name__
         )
-        update_checks.warn_outer_broadcasts(graph, self.replica_batch_size)
+        update_checks.warn_outer_broadcasts(graph, self.replica_batch_size, self.strict)
         return names
 
     def _replica_step(self) -> tf.Tensor:

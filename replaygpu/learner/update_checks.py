@@ -9,16 +9,21 @@ checks turn the commonest such mistakes into a message that says what to do.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Mapping
+import contextlib
+import inspect
+import os
+import types
+import warnings
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import tensorflow as tf
 
-from replaygpu.errors import ConfigError
+from replaygpu.errors import BroadcastWarning, ConfigError
 from replaygpu.keys import PRIORITIES
 
-logger = logging.getLogger(__name__)
+#: the library's folder: warnings point at the first frame outside it (the user's call)
+_LIBRARY = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 #: prefix of every note this module adds to an exception from TensorFlow or the user's code
 NOTE = "replaygpu: "
@@ -35,8 +40,9 @@ HINTS = (
     ),
     (
         "numpy",
-        f"{GRAPH}: use TensorFlow or keras.ops on tensors, not .numpy(), float() or numpy "
-        "functions; return tensors and read their values from train()'s dict",
+        f"{GRAPH}: use TensorFlow or keras.ops on tensors, not .numpy(), float(), numpy "
+        "functions or model.get_weights() (use model.trainable_variables); return tensors and "
+        "read their values from train()'s dict",
     ),
     (
         "singleton tf.Variable",
@@ -98,20 +104,29 @@ def check_outputs(out: Any, keeps_priorities: bool, sampler_name: str) -> list[s
             "priorities; sample with rg.Prioritized() or drop the key"
         )
     for name, value in out.items():
-        if name != PRIORITIES and getattr(value, "shape", None) != ():
+        if name == PRIORITIES or getattr(value, "shape", None) == ():
+            continue
+        if not isinstance(value, tf.Tensor | tf.Variable):
             raise ConfigError(
-                f"update_fn output '{name}': got shape {getattr(value, 'shape', value)}, "
-                f"expected a scalar metric (only '{PRIORITIES}' may be [B]); reduce it "
-                "with tf.reduce_mean"
+                f"update_fn output '{name}': got a {type(value).__name__} ({value!r:.60}), "
+                "expected a scalar tensor (a Python value is a constant of the trace, the "
+                "same at every step); return the tensor it was computed from"
             )
+        raise ConfigError(
+            f"update_fn output '{name}': got a tensor of shape {value.shape}, expected a scalar "
+            f"metric (only '{PRIORITIES}' may be [B]); reduce it with tf.reduce_mean"
+        )
     return sorted(k for k in out if k != PRIORITIES)
 
 
-def warn_outer_broadcasts(graph: tf.Graph, batch_size: int) -> list[str]:
-    """Log a warning for each element-wise op in ``graph`` that takes a ``[B]`` and a ``[B, 1]``
-    tensor (B the batch size), giving ``[B, B]``: a reward or done field against a Keras model's
-    ``[B, 1]`` output, the commonest way to train on a wrong target without an error. Returns
-    the names of those ops (gradient ops left out)."""
+def warn_outer_broadcasts(graph: tf.Graph, batch_size: int, strict: bool = False) -> list[str]:
+    """Warn (`BroadcastWarning`) of each element-wise op in ``graph`` that takes a ``[B]`` and a
+    ``[B, 1]`` tensor (B the batch size), giving ``[B, B]``: a reward or done field against a
+    Keras model's ``[B, 1]`` output. Returns the names of those ops (gradient ops left out).
+
+    Raises:
+        ConfigError: with ``strict``, instead of the warning.
+    """
     found: list[str] = []
     if batch_size == 1:  # [1] against [1, 1] gives [1, 1]: the same values
         return found
@@ -122,11 +137,76 @@ def warn_outer_broadcasts(graph: tf.Graph, batch_size: int) -> list[str]:
         if shapes == [(batch_size,), (batch_size, 1)]:
             found.append(op.name)
     if found:
-        logger.warning(
-            "update_fn: %s broadcast a [B] tensor against a [B, 1] one into [B, B] (B = %d): a "
-            "batch field such as reward is [B] while a Keras model's output is [B, 1]; squeeze "
-            "the output (tf.squeeze(q, -1)) or reshape the field (reward[:, None])",
-            ", ".join(found),
-            batch_size,
+        message = (
+            f"update_fn: {', '.join(found)} broadcast a [B] tensor against a [B, 1] one into "
+            f"[B, B] (B = {batch_size}): a batch field such as reward is [B] while a Keras "
+            "model's output is [B, 1]; squeeze the output (tf.squeeze(q, -1)) or reshape the "
+            "field (reward[:, None])"
         )
+        if strict:
+            raise ConfigError(message + " (Learner strict=True)")
+        warnings.warn(message, BroadcastWarning, stacklevel=_caller_level())
     return found
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside the library, for `warnings.warn` called
+    by the function that calls this."""
+    level, frame = 1, inspect.currentframe().f_back  # the caller of warnings.warn
+    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARY):
+        level, frame = level + 1, frame.f_back
+    return level
+
+
+def unbuilt_optimizers(update_fn: Callable[..., Any]) -> list[str]:
+    """Keras optimizers reachable from ``update_fn`` (its closure, the globals it names, a bound
+    method's object and their attributes, a few levels deep) that are not built, by where they
+    were found (``"update_fn.opt"``). Built in a trace that fails, an optimizer keeps broken
+    variables, so the learner refuses them before it traces anything."""
+    optimizer_type = tf.keras.optimizers.Optimizer
+    found: list[str] = []
+    seen: set[int] = set()
+
+    def visit(obj: Any, where: str, depth: int) -> None:
+        if id(obj) in seen or depth > 4 or isinstance(obj, _LEAVES):
+            return
+        seen.add(id(obj))
+        if isinstance(obj, optimizer_type):
+            if not obj.built:
+                found.append(f"{where} ({type(obj).__name__})")
+            return
+        if isinstance(obj, types.MethodType):
+            visit(obj.__self__, f"{where}.__self__", depth + 1)
+            visit(obj.__func__, where, depth)
+        elif isinstance(obj, types.FunctionType):
+            for name, cell in zip(obj.__code__.co_freevars, obj.__closure__ or (), strict=True):
+                with contextlib.suppress(ValueError):  # a cell not filled yet
+                    visit(cell.cell_contents, f"{where}.{name}", depth + 1)
+            for name in _global_names(obj.__code__):
+                if name in obj.__globals__:
+                    visit(obj.__globals__[name], name, depth + 1)
+        elif isinstance(obj, Mapping):
+            for key, value in list(obj.items())[:64]:
+                visit(value, f"{where}[{key!r}]", depth + 1)
+        elif isinstance(obj, list | tuple):
+            for i, value in enumerate(obj[:64]):
+                visit(value, f"{where}[{i}]", depth + 1)
+        elif hasattr(obj, "__dict__") and not isinstance(obj, type | types.ModuleType):
+            for name, value in list(vars(obj).items())[:64]:
+                visit(value, f"{where}.{name}", depth + 1)
+
+    visit(update_fn, "update_fn", 0)
+    return found
+
+
+#: values never searched for optimizers: numbers, strings, arrays, tensors and variables
+_LEAVES = (str, bytes, int, float, complex, bool, type(None), tf.Tensor, tf.Variable)
+
+
+def _global_names(code: types.CodeType) -> set[str]:
+    """The global names ``code`` and the functions defined in it load."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
