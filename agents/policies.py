@@ -1,19 +1,24 @@
 """Numpy policies over mirrored network weights; this module imports no TensorFlow.
 
 Actors and the DQN and SAC acting loops act with these: a few small matrix products per vector
-step instead of a TensorFlow call (why: `networks`). `nature_cnn_q_values` mirrors
-`networks.nature_cnn` exactly (same weight list, NHWC layout and flattening; tests compare them
-to 1e-4), so Atari actors act without TensorFlow too.
+step instead of a TensorFlow call (why: `networks`). The MLP and the Nature CNN run as
+`replaygpu.numpy_layers` plans, the library's one way of acting without TensorFlow
+(`replaygpu.numpy_model`): `mlp_plan` and `NATURE_CNN` are written out here, so that an actor
+needs no Keras to read them, and are the plans read from `networks.mlp` and
+`networks.nature_cnn` (tests compare them), so Atari actors act without TensorFlow too.
+R2D2's LSTM is not a Keras layer: `numpy_lstm_step` mirrors it.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from replaygpu.nest import flatten as flatten_nest
+from replaygpu.numpy_layers import Arithmetic, Cast, Conv2D, Dense, Flatten, LayerPlan, Transpose
 
 Weights = Sequence[np.ndarray]
 
@@ -37,15 +42,17 @@ def flat_features(obs: Any) -> np.ndarray:
     return np.asarray(obs, np.float32).reshape(len(obs), -1)
 
 
+@functools.cache
+def mlp_plan(layers: int) -> LayerPlan:
+    """`networks.mlp` of ``layers`` Dense layers: ReLU between them, a linear output; weights
+    ``[kernel0, bias0, kernel1, ...]``."""
+    relu = ["relu"] * (layers - 1)
+    return LayerPlan(tuple(Dense(2 * i, 2 * i + 1, a) for i, a in enumerate([*relu, "linear"])))
+
+
 def numpy_mlp(weights: Weights, x: np.ndarray) -> np.ndarray:
-    """A ReLU MLP with a linear output layer: ``[B, in] -> [B, out]``."""
-    n = len(weights) // 2
-    for i in range(n):
-        x = x @ weights[2 * i]  # a new array: the in-place ops below never touch the input
-        x += weights[2 * i + 1]
-        if i < n - 1:
-            np.maximum(x, 0.0, out=x)
-    return x
+    """A ReLU MLP with a linear output layer: ``[B, in] -> [B, out]`` (`mlp_plan`)."""
+    return mlp_plan(len(weights) // 2)(weights, x)
 
 
 def greedy_q_policy(weights: Weights) -> Callable[[np.ndarray], np.ndarray]:
@@ -157,28 +164,25 @@ class RecurrentQPolicy:
 #: strides of the three convolutions, as in `networks.NATURE_CONVS` (kernels come from the weights)
 STRIDES = (4, 2, 1)
 
-
-def _conv_relu(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride: int) -> np.ndarray:
-    """VALID convolution + ReLU: ``[B, H, W, C]``, ``w [kh, kw, C, F]`` -> ``[B, H', W', F]``."""
-    kh, kw, channels, filters = w.shape
-    windows = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(1, 2))
-    windows = windows[:, ::stride, ::stride]  # [B, H', W', C, kh, kw]
-    batch, height, width = windows.shape[:3]
-    patches = windows.transpose(0, 1, 2, 4, 5, 3).reshape(batch * height * width, -1)
-    out = patches @ w.reshape(kh * kw * channels, filters) + b
-    return np.maximum(out, 0.0).reshape(batch, height, width, filters)
+#: `networks.nature_cnn` after its uint8 input: frames ``[B, k, H, W]`` scaled to [0, 1] and
+#: turned NHWC, three VALID ReLU convolutions, flattened, a 512 ReLU layer and a linear head
+NATURE_CNN = LayerPlan(
+    (
+        Cast("float32"),
+        Arithmetic("divide", 255.0, False, "float32"),
+        Transpose((0, 2, 3, 1)),
+        *(Conv2D(2 * i, 2 * i + 1, (s, s), "valid", "relu") for i, s in enumerate(STRIDES)),
+        Flatten(),
+        Dense(6, 7, "relu"),
+        Dense(8, 9, "linear"),
+    )
+)
 
 
 def nature_cnn_q_values(weights: Sequence[np.ndarray], frames: np.ndarray) -> np.ndarray:
     """Action values of ``frames [B, k, H, W]`` (uint8, or float in [0, 255]) -> ``[B, A]``;
     ``weights``: the `nature_cnn` model's ``get_weights()`` (what the learner publishes)."""
-    w = [np.asarray(v, np.float32) for v in weights]
-    x = np.asarray(frames, np.float32).transpose(0, 2, 3, 1) / np.float32(255.0)
-    for i, stride in enumerate(STRIDES):
-        x = _conv_relu(x, w[2 * i], w[2 * i + 1], stride)
-    x = x.reshape(x.shape[0], -1)
-    hidden = np.maximum(x @ w[6] + w[7], 0.0)
-    return hidden @ w[8] + w[9]
+    return NATURE_CNN([np.asarray(v, np.float32) for v in weights], frames)
 
 
 def greedy_cnn_policy(weights: Sequence[np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:

@@ -9,7 +9,9 @@ The core is re-exported here; everything else comes from its module, for example
 - `replaygpu.samplers` (`LinearSchedule`, `make_frame_table`, ...), `replaygpu.checkpoint`,
   `replaygpu.sharded` (`mirrored_strategy`);
 - `replaygpu.service.config` (`ClientConfig`, `ServerConfig`), `replaygpu.service.learner.*`
-  (`loop`, `ledger`, `server`), `replaygpu.service.ops.*` (`auth`, `metrics`).
+  (`loop`, `ledger`, `server`), `replaygpu.service.ops.*` (`auth`, `metrics`);
+- `replaygpu.numpy_model` (`NumpyModel`: a Keras policy's forward pass in numpy, for acting
+  without TensorFlow) and `replaygpu.numpy_layers`, the layers it runs.
 
 Names are imported on first use (PEP 562), so ``import replaygpu`` and the actor side import no
 TensorFlow. `_EXPORTS` and the ``TYPE_CHECKING`` imports agree (tests/test_package.py checks).
