@@ -36,19 +36,15 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 GAMMA, TAU, BATCH = 0.99, 0.005, 256
 
 
-def run(variant: str, seed: int, steps: int, train_every: int, learning_starts: int) -> dict:
-    import gymnasium as gym
+def recipe_ddpg(seed: int) -> tuple:
+    """docs/recipes.md's DDPG on fresh networks (Keras seed ``seed``), optimizers built:
+    ``(actor, update)``, ``update(batch)`` one SGD step on a Pendulum batch (its metrics)."""
     import keras
-    import numpy as np
     import tensorflow as tf
 
-    import replaygpu as rg
-    from replaygpu.specs import specs_from_env
     from replaygpu.targets import update_target
 
     keras.utils.set_random_seed(seed)
-    env = gym.make("Pendulum-v1")
-    spec = specs_from_env(env)
 
     def make_actor():
         obs = keras.Input((3,))
@@ -90,8 +86,22 @@ def run(variant: str, seed: int, steps: int, train_every: int, learning_starts: 
         actor_opt.apply_gradients(zip(grads, actor.trainable_variables, strict=True))
         update_target(target_actor, actor, TAU)
         update_target(target_critic, critic, TAU)
-        return {"critic_loss": critic_loss}
+        return {"critic_loss": critic_loss, "actor_loss": actor_loss}
 
+    return actor, update
+
+
+def run(variant: str, seed: int, steps: int, train_every: int, learning_starts: int) -> dict:
+    import gymnasium as gym
+    import numpy as np
+    import tensorflow as tf
+
+    import replaygpu as rg
+    from replaygpu.specs import specs_from_env
+
+    env = gym.make("Pendulum-v1")
+    spec = specs_from_env(env)
+    actor, update = recipe_ddpg(seed)
     capacity = 100_000
     if variant == "replaygpu":
         table = rg.ReplayTable(spec, capacity, device="/CPU:0")

@@ -80,6 +80,32 @@ def test_train_on_empty_table_raises_and_zero_steps_returns_nan_metrics():
     assert out["steps"] == 0 and np.isnan(out["loss"])
 
 
+def test_a_table_emptied_after_training_raises_from_a_call_that_changed_nothing(tmp_path):
+    """Past the first call the graph tells emptiness (no device read before each call): on a
+    table restored to an empty checkpoint, train runs no step, raises, and leaves the steps
+    counter, the network and the sampler (priorities, random stream) as they were."""
+    table = rg.ReplayTable(SPEC, capacity=64, device="CPU")
+    sampler = rg.Sampler(table, rg.Prioritized(), seed=0)
+    w = tf.Variable([0.0, 0.0])
+
+    def update(batch):
+        w.assign_add(tf.reduce_mean(batch["x"], axis=0))
+        return {"x": tf.reduce_mean(batch["x"]), "priorities": tf.ones([4], tf.float64)}
+
+    learner = rg.Learner(table, sampler, update, batch_size=4, jit_compile=True)
+    rg.Checkpointer(tmp_path, table=table, sampler=sampler).save()  # empty
+    table.append({"id": np.arange(64), "x": np.ones((64, 2), np.float32)})
+    assert learner.train(5)["steps"] == 5
+    rg.Checkpointer(tmp_path, table=table, sampler=sampler).restore()
+    assert table.size == 0
+    state = [v.numpy().copy() for v in (*sampler.variables, learner.steps, w)]
+    with pytest.raises(EmptyTableError, match="table 'replay' is empty: append transitions"):
+        learner.train(3)
+    after = [v.numpy() for v in (*sampler.variables, learner.steps, w)]
+    assert all(np.array_equal(a, b) for a, b in zip(state, after, strict=True))
+    assert int(learner.steps.numpy()) == 5 and learner.trace_count == 1
+
+
 def test_update_fn_returning_non_scalar_metric_gets_clear_error():
     table = filled_table()
     sampler = rg.Sampler(table, seed=0)

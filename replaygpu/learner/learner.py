@@ -2,7 +2,10 @@
 
 `Learner.train(k)` is one graph execution of ``sample -> gather -> update_fn -> (priority
 update)`` run ``n = min(k, allowed)`` times, metric sums carried as loop variables and read back
-once as a float64 vector. ``k`` is a tensor, so one trace serves every step count.
+once as a float64 vector. ``k`` is a tensor, so one trace serves every step count. The call is
+the concrete function itself, and the vector says whether every shard held rows, so a call
+reads nothing from the device before it starts (an empty table raises after a call that ran no
+step); its cost beyond the steps is a bare ``tf.function``'s (benchmarks/train_call_cost.py).
 
 The steps run in loops XLA can count: ``n // C`` loops of exactly ``C = chunk_steps`` steps (a
 constant bound, so the optimized HLO says ``known_trip_count`` and XLA:GPU queues every
@@ -31,7 +34,7 @@ from replaygpu.keys import PRIORITIES
 from replaygpu.learner import update_checks
 from replaygpu.learner.rate_limiter import SampleToInsertRatio
 from replaygpu.learner.weights import WeightStore
-from replaygpu.samplers.sampler import Sampler, check_not_empty
+from replaygpu.samplers.sampler import Sampler, check_not_empty, empty_table_error
 from replaygpu.table import Table
 
 logger = logging.getLogger(__name__)
@@ -159,6 +162,7 @@ class Learner(tf.Module):
             )
         self.weight_store = WeightStore(self.weights_version)
         self._metric_names: list[str] | None = None
+        self._call = _TrainCall()  # a plain object: tf.Module tracks no attribute of it
         self._train_fn = tf.function(
             self._train_graph,
             input_signature=[tf.TensorSpec([], tf.int64)],
@@ -176,7 +180,9 @@ class Learner(tf.Module):
     def train_function(self) -> Any:
         """The fused loop as a ``tf.function`` of an int64 scalar ``num_steps``, for inspecting
         the graph (e.g. ``experimental_get_compiler_ir(...)(stage="hlo")``); traces
-        ``update_fn`` once to learn its metrics, as the first ``train`` does."""
+        ``update_fn`` once to learn its metrics, as the first ``train`` does. It returns a
+        float64 vector ``[steps run, each metric's mean in metric_names order, filled]``, where
+        ``filled`` is 1 when every shard held rows (0: no step ran for want of rows)."""
         if self._metric_names is None:
             self._metric_names = self._check_update_fn()
         return self._train_fn
@@ -197,18 +203,20 @@ class Learner(tf.Module):
                 "(the loop counts in int32); call train more often"
             )
         self.table.flush_writers()  # rows staged one at a time are sampled too
-        if self.rate_limiter is None:
-            check_not_empty(self.table)
         first = self.trace_count == 0  # the loop's first trace: update_fn's too
+        if first and self.rate_limiter is None:
+            check_not_empty(self.table)  # before seconds of tracing; later, the graph's `filled`
         try:
             with tf.device(self.table.device):
-                values = self.train_function(tf.constant(num_steps, tf.int64)).numpy()
+                values = self._concrete_train()(self._call.steps(num_steps)).numpy().tolist()
         except Exception as err:
             if first:
                 update_checks.explain_first_call_error(err)
             raise
-        names = ["steps", *self.metric_names]
-        return {k: float(v) for k, v in zip(names, values, strict=True)}
+        *values, filled = values
+        if not filled and self.rate_limiter is None:  # the call ran no step and changed nothing
+            raise empty_table_error(self.table)
+        return dict(zip(["steps", *self.metric_names], values, strict=True))
 
     def publish_weights(self, source: Any) -> int:
         """Snapshot ``source``'s variables for actors' ``get_weights``; the version.
@@ -219,6 +227,14 @@ class Learner(tf.Module):
         version = self.weight_store.publish(source)
         logger.debug("published weights version %d", version)
         return version
+
+    def _concrete_train(self) -> Any:
+        """The fused loop's one concrete function (traced on the first call): called directly,
+        a call skips the ``tf.function`` call's input binding and trace lookup (measured: a
+        fifth of a DQN 64x64 ``train(1)`` on 2 loaded CPU cores)."""
+        if self._call.concrete is None:
+            self._call.concrete = self.train_function.get_concrete_function()
+        return self._call.concrete
 
     def _step(self) -> dict[str, tf.Tensor]:
         """One sample -> update_fn -> priority update; returns update_fn's scalar metrics."""
@@ -270,7 +286,8 @@ class Learner(tf.Module):
                     table.inserted_var.read_value(), table.size_var.read_value(), self.batch_size
                 ),
             )
-        n = tf.where(table.min_shard_size() > 0, allowed, tf.zeros_like(allowed))
+        filled = table.min_shard_size() > 0
+        n = tf.where(filled, allowed, tf.zeros_like(allowed))
         names = self.metric_names
         # int32 counts: TensorFlow keeps int32 scalars of GPU ops in host memory, so the loop
         # bounds live on the host and no step waits on a device copy (an int64 one would).
@@ -326,4 +343,24 @@ class Learner(tf.Module):
             sums / tf.maximum(ran, 1.0),
             tf.fill([len(names)], tf.constant(np.nan, tf.float64)),
         )
-        return tf.concat([ran[None], means], axis=0)
+        return tf.concat([ran[None], means, tf.cast(filled, tf.float64)[None]], axis=0)
+
+
+class _TrainCall:
+    """What `Learner.train` keeps from call to call: the fused loop's concrete function, and the
+    int64 scalar tensor of the last step count, so that a loop calling ``train(k)`` with one
+    ``k`` converts it once. The tensor is made in the call's device scope, as a fresh one is,
+    and kept with its count in one tuple replaced whole, so threads never mix two."""
+
+    def __init__(self) -> None:
+        self.concrete: Any = None
+        self._last: tuple[int, tf.Tensor] | None = None
+
+    def steps(self, num_steps: int) -> tf.Tensor:
+        last = self._last
+        if last is not None and type(num_steps) is int and last[0] == num_steps:
+            return last[1]
+        tensor = tf.constant(num_steps, tf.int64)
+        if type(num_steps) is int:  # not a bool, a float or a numpy number: those convert anew
+            self._last = (num_steps, tensor)
+        return tensor

@@ -335,10 +335,15 @@ class Sampler(tf.Module):
 def check_not_empty(table: Table) -> None:
     """Raise `EmptyTableError` when called eagerly on a table with an empty shard."""
     if tf.executing_eagerly() and any(shard.size == 0 for shard in table.shards):
-        raise EmptyTableError(
-            f"table '{table.name}' is empty: append transitions before sampling "
-            f"(capacity {table.capacity}, size {table.size})"
-        )
+        raise empty_table_error(table)
+
+
+def empty_table_error(table: Table) -> EmptyTableError:
+    """The `EmptyTableError` of sampling ``table`` while a shard of it holds no rows."""
+    return EmptyTableError(
+        f"table '{table.name}' is empty: append transitions before sampling "
+        f"(capacity {table.capacity}, size {table.size})"
+    )
 
 
 def shard_seeds(seed: int | None, shards: int) -> list[int | None]:
