@@ -17,6 +17,7 @@ import replaygpu as rg
 from replaygpu.agents.dqn import agent as dqn
 from replaygpu.agents.envs import CARTPOLE_NO_VELOCITY
 from replaygpu.agents.r2d2 import agent as r2d2
+from replaygpu.agents.r2d2.acting import RecurrentQPolicy, numpy_lstm_step
 from replaygpu.agents.r2d2.config import R2D2Config
 from replaygpu.agents.r2d2.network import LSTMQNetwork, unroll_together
 from replaygpu.keys import IMPORTANCE_WEIGHTS, MASK
@@ -350,3 +351,24 @@ def test_online_and_target_unrolled_together_match_each_unrolled_alone():
 
     for got, want in zip(together(), alone(), strict=True):
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_the_numpy_acting_policy_steps_as_the_network_unrolls():
+    """`acting.RecurrentQPolicy` (the actors' numpy mirror, state carried from call to call)
+    gives, step by step, the greedy actions of `LSTMQNetwork.unroll`'s Q-values and its final
+    state, to 1e-5; `reset` starts again from the zero state."""
+    net = LSTMQNetwork(3, 4, torso=5, units=6, seed=0, loop=True)
+    obs = tf.random.stateless_normal([1, 9, 3], seed=[7, 8])
+    q, final = net.unroll(obs, tf.zeros([1, net.state_size]))
+    policy = RecurrentQPolicy(net.get_weights(), num_actions=4)
+    for _ in range(2):  # the second pass after a reset repeats the first
+        mirrored = []
+        for t in range(9):
+            before = policy.state.copy()
+            q_t, _ = numpy_lstm_step(policy.weights, obs[:, t].numpy(), before)
+            mirrored.append(q_t[0])
+            assert policy(obs[:, t].numpy())[0] == int(np.argmax(q_t[0]))
+        np.testing.assert_allclose(np.stack(mirrored), q[0].numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(policy.state, final.numpy(), rtol=1e-5, atol=1e-6)
+        policy.reset()
+        assert not policy.state.any()

@@ -21,7 +21,7 @@ from process_helpers import ENV, cli, reap, wait_for_line
 
 import replaygpu as rg
 from replaygpu.agents.distributed.actor_config import ActorConfig
-from replaygpu.agents.distributed.experience import (
+from replaygpu.agents.r2d2.experience import (
     BLOCK_SEQUENCES,
     BLOCK_START,
     STATE_FIELD,

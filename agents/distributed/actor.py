@@ -33,9 +33,10 @@ from replaygpu.service.config import ClientConfig
 from replaygpu.service.wire.status import ServiceError, TLSError
 
 from ..policies import batch_size_of, epsilon_greedy_actions, squashed_gaussian_policy
+from ..r2d2.experience import RecurrentExperience
 from ..rollouts import EpisodeStats, Policy
 from .actor_config import ActorConfig
-from .experience import FrameExperience, RecurrentExperience, VectorExperience
+from .experience import FrameExperience, VectorExperience
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ stored every ``period`` steps of an episode (``state_stored`` marks those rows).
 with a mask that ends at the episode's end. The update unrolls the burn-in from that state without
 gradients, then the T steps, with n-step double-Q targets in the rescaled space `value_rescale`;
 all of it, the target sync included, runs in `rg.Learner`'s XLA-compiled ``tf.while_loop``.
-Acting never calls TensorFlow: the actor steps a numpy mirror (`policies.RecurrentQPolicy`) and
+Acting never calls TensorFlow: the actor steps a numpy mirror (`acting.RecurrentQPolicy`) and
 resets its state at episode starts.
 """
 
@@ -32,13 +32,10 @@ from replaygpu.specs import host_spec, specs_from_env
 from replaygpu.table import Table
 from replaygpu.targets import update_target
 
-from ..distributed.experience import BLOCK_START, STATE_STORED
-from ..distributed.experience import STATE_FIELD as STATE
 from ..distributed.learner import Builder
 from ..dqn.agent import fused_learner, obs_size
 from ..envs import discrete_actions_env as check_env
 from ..networks import Adam
-from ..policies import RecurrentQPolicy
 from ..progress import FINAL_WEIGHTS, NullRecorder, Recorder, TrainResult, TrainTimer
 from ..rollouts import EpisodeStats, evaluate
 from ..runs import (
@@ -50,7 +47,10 @@ from ..runs import (
     resume,
     stopped_early,
 )
+from .acting import RecurrentQPolicy
 from .config import R2D2Config, R2D2LearnerConfig, R2D2Settings
+from .experience import BLOCK_START, STATE_STORED
+from .experience import STATE_FIELD as STATE
 from .network import LSTMQNetwork, unroll_together
 
 logger = logging.getLogger(__name__)
@@ -197,7 +197,7 @@ class R2D2(tf.Module):
         }
 
     def acting_weights(self) -> list[np.ndarray]:
-        """A numpy copy of the online weights for `policies.RecurrentQPolicy` (one graph call)."""
+        """A numpy copy of the online weights for `acting.RecurrentQPolicy` (one graph call)."""
         return [w.numpy() for w in self._read()]
 
 
@@ -368,7 +368,7 @@ class ServedR2D2(Builder):
         return sequence_sampler(config, table, start_field=BLOCK_START)
 
     def policy(self, agent: R2D2) -> Any:
-        return lambda: agent.q.weights  # the order `policies.numpy_lstm_step` reads
+        return lambda: agent.q.weights  # the order `acting.numpy_lstm_step` reads
 
     def actor_fields(self, config: R2D2LearnerConfig) -> dict[str, Any]:
         return {"sequence_period": config.period, "sequence_length": config.sequence_length}

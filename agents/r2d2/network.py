@@ -151,7 +151,7 @@ def lstm_over_time(
 class LSTMQNetwork(tf.Module):
     """A recurrent Q-network: a ReLU dense torso (``torso`` wide), an LSTM cell, a linear Q head.
 
-    Plain variables, so acting can mirror it in numpy (`policies.numpy_lstm_step`). The state is
+    Plain variables, so acting can mirror it in numpy (`acting.numpy_lstm_step`). The state is
     one ``[B, 2 * units]`` float32 tensor, ``concat([h, c])`` (one table field). Initialisation:
     PyTorch-like uniform bounds, forget-gate bias 1.
 
@@ -216,7 +216,7 @@ class LSTMQNetwork(tf.Module):
         return q, final
 
     def get_weights(self) -> list[np.ndarray]:
-        """A numpy copy of ``weights`` for acting (`policies.numpy_lstm_step`), named as Keras's."""
+        """A numpy copy of ``weights`` for acting (`acting.numpy_lstm_step`), named as Keras's."""
         return [v.numpy() for v in self.weights]
 
 
