@@ -13,13 +13,17 @@ first; random Pendulum rows, batch 64). Each runs, on a table of 100,000 rows, a
               ``tf.function`` (XLA) call per step, the metrics read back every 10 steps
 
 ``train(1)`` against ``bare`` is the fixed cost of a train call (the target: within 1.1x);
-``train(k)`` per step against ``numpy feed`` is what fusing k steps gains. All runners share the
-table and the networks; the timing windows go round-robin (`learner_throughput.
-interleaved_rates`), so a shared machine's load hits every figure alike; each figure is the
-median of ``--repeats`` windows. Run::
+``train(k)`` per step against ``numpy feed`` is what fusing k steps gains. ``--xla`` measures
+instead what XLA gains inside ``train(100)``, by layer width and batch: DQN 64x64 and 256x256
+at batch 256, DDPG at batch 64 and 256, ``jit_compile`` on against off (the README's XLA advice).
+
+All runners share the table and the networks; the timing windows go round-robin
+(`learner_throughput.interleaved_rates`), so a shared machine's load hits every figure alike;
+each figure is the median of ``--repeats`` windows. Run::
 
     python benchmarks/train_call_cost.py           # 9 windows of 1 s per figure (~2 min)
     python benchmarks/train_call_cost.py --quick   # 5 windows of 0.3 s
+    python benchmarks/train_call_cost.py --xla     # XLA on / off in train(100), 4 shapes
 """
 
 from __future__ import annotations
@@ -112,6 +116,36 @@ def runners(
     return out
 
 
+def xla_choice(seconds: float, repeats: int) -> None:
+    """Per-step microseconds of ``train(100)`` with XLA and without, for four shapes."""
+    print(f"{'model':<10} {'batch':>5} {'XLA us/step':>12} {'plain us/step':>14} {'XLA gain':>9}")
+    dqn_rows = make_data(CAPACITY)
+    _, ddpg_rows, _, _ = ddpg_case()
+    shapes = [
+        ("dqn 64x64", SPEC, dqn_rows, lambda: make_dqn_update(64), BATCH),
+        ("dqn 256", SPEC, dqn_rows, lambda: make_dqn_update(256), BATCH),
+        ("ddpg", DDPG_SPEC, ddpg_rows, lambda: recipe_ddpg(0)[1], DDPG_BATCH),
+        ("ddpg", DDPG_SPEC, ddpg_rows, lambda: recipe_ddpg(0)[1], 256),
+    ]
+    for model, spec, rows, make_update, batch in shapes:
+        table = rg.ReplayTable(spec, CAPACITY)
+        table.append(rows)
+        variants = {}
+        for jit in (True, False):
+            learner = rg.Learner(
+                table,
+                rg.Sampler(table, seed=0),
+                make_update(),
+                batch_size=batch,
+                jit_compile=jit,
+                chunk_steps=100,
+            )
+            variants[str(jit)] = lambda learner=learner: learner.train(100) and 100
+        rates = interleaved_rates(variants, seconds, repeats)
+        xla, plain = 1e6 / rates["True"], 1e6 / rates["False"]
+        print(f"{model:<10} {batch:>5} {xla:12.1f} {plain:14.1f} {plain / xla:8.2f}x", flush=True)
+
+
 def report(model: str, rates: dict[str, float], ks: tuple[int, ...]) -> list[str]:
     """The printed lines of one model: microseconds per unit and the ratios."""
     us = {name: 1e6 / rate for name, rate in rates.items()}
@@ -136,6 +170,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="5 windows of 0.3 s per figure")
     parser.add_argument("--seconds", type=float, default=1.0, help="timing window")
     parser.add_argument("--repeats", type=int, default=9, help="windows per figure (median)")
+    parser.add_argument("--xla", action="store_true", help="XLA on / off in train(100)")
     args = parser.parse_args()
     seconds, repeats = (0.3, 5) if args.quick else (args.seconds, args.repeats)
     ks = (1, 10, 100)
@@ -147,6 +182,9 @@ def main() -> None:
         f"# XLA; table of {CAPACITY} rows; median of {repeats} x {seconds:.1f} s windows, "
         "interleaved; cost ratios (lower is cheaper)"
     )
+    if args.xla:
+        xla_choice(seconds, repeats)
+        return
     print(f"{'model':<10} {'figure':<30} {'us':>9} ratio")
     cases: dict[str, Callable[[], Any]] = {"dqn 64x64": dqn_case, "ddpg": ddpg_case}
     for model, make in cases.items():
