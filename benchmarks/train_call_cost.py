@@ -16,6 +16,8 @@ first; random Pendulum rows, batch 64). Each runs, on a table of 100,000 rows, a
 ``train(k)`` per step against ``numpy feed`` is what fusing k steps gains. ``--xla`` measures
 instead what XLA gains inside ``train(100)``, by layer width and batch: DQN 64x64 and 256x256
 at batch 256, DDPG at batch 64 and 256, ``jit_compile`` on against off (the README's XLA advice).
+``--breakdown`` times, on the DQN case, each piece a ``train(1)`` call paid before ab7db8c and
+what replaced it, one piece at a time (microseconds per call).
 
 All runners share the table and the networks; the timing windows go round-robin
 (`learner_throughput.interleaved_rates`), so a shared machine's load hits every figure alike;
@@ -24,6 +26,7 @@ each figure is the median of ``--repeats`` windows. Run::
     python benchmarks/train_call_cost.py           # 9 windows of 1 s per figure (~2 min)
     python benchmarks/train_call_cost.py --quick   # 5 windows of 0.3 s
     python benchmarks/train_call_cost.py --xla     # XLA on / off in train(100), 4 shapes
+    python benchmarks/train_call_cost.py --breakdown  # where a call's fixed cost went
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from per_step_writer import SPEC as DDPG_SPEC
 
 import replaygpu as rg
 from replaygpu.device import resolve_device
+from replaygpu.samplers.sampler import check_not_empty
 
 CAPACITY = 100_000
 #: SGD steps per call of the numpy feed's runner (its metrics are read back once per call)
@@ -146,6 +150,52 @@ def xla_choice(seconds: float, repeats: int) -> None:
         print(f"{model:<10} {batch:>5} {xla:12.1f} {plain:14.1f} {plain / xla:8.2f}x", flush=True)
 
 
+def breakdown(seconds: float, repeats: int) -> None:
+    """Microseconds per call of each piece of a DQN ``train(1)`` call, old way and new."""
+    table = rg.ReplayTable(SPEC, CAPACITY)
+    table.append(make_data(CAPACITY))
+    learner = rg.Learner(
+        table, rg.Sampler(table, seed=0), make_dqn_update(64), batch_size=BATCH, jit_compile=True
+    )
+    learner.train(1)  # traced
+    fn, concrete = learner.train_function, learner.train_function.get_concrete_function()
+    one = tf.constant(1, tf.int64)
+    names = ["steps", *learner.metric_names]
+    values = concrete(one)
+
+    def in_scope(function: Any, steps: tf.Tensor) -> Any:
+        with tf.device(table.device):
+            return function(steps)
+
+    def times(piece: Callable[[], Any]) -> Callable[[], int]:
+        def run() -> int:
+            for _ in range(20):
+                piece()
+            return 20
+
+        return run
+
+    pieces = {
+        "whole call: train(1)": lambda: learner.train(1),
+        "loop via tf.function, fresh tensor (before)": lambda: fn(tf.constant(1, tf.int64)),
+        "loop via concrete function, cached (after)": lambda: concrete(one),
+        "the same in the table's device scope (after)": lambda: in_scope(concrete, one),
+        "trace count read (both)": lambda: learner.trace_count,
+        "emptiness: eager read of shard sizes (before)": lambda: check_not_empty(table),
+        "writer flush, no writers (both)": table.flush_writers,
+        "readback: float() of each element (before)": lambda: {
+            k: float(v) for k, v in zip([*names, "filled"], values.numpy(), strict=True)
+        },
+        "readback: .tolist() (after)": lambda: dict(
+            zip([*names, "filled"], values.numpy().tolist(), strict=True)
+        ),
+    }
+    rates = interleaved_rates({k: times(v) for k, v in pieces.items()}, seconds, repeats)
+    print(f"{'piece of a DQN 64x64 train(1) call':<48} {'us/call':>8}")
+    for name, rate in rates.items():
+        print(f"{name:<48} {1e6 / rate:8.1f}", flush=True)
+
+
 def report(model: str, rates: dict[str, float], ks: tuple[int, ...]) -> list[str]:
     """The printed lines of one model: microseconds per unit and the ratios."""
     us = {name: 1e6 / rate for name, rate in rates.items()}
@@ -171,6 +221,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=1.0, help="timing window")
     parser.add_argument("--repeats", type=int, default=9, help="windows per figure (median)")
     parser.add_argument("--xla", action="store_true", help="XLA on / off in train(100)")
+    parser.add_argument("--breakdown", action="store_true", help="where a call's cost goes")
     args = parser.parse_args()
     seconds, repeats = (0.3, 5) if args.quick else (args.seconds, args.repeats)
     ks = (1, 10, 100)
@@ -182,8 +233,8 @@ def main() -> None:
         f"# XLA; table of {CAPACITY} rows; median of {repeats} x {seconds:.1f} s windows, "
         "interleaved; cost ratios (lower is cheaper)"
     )
-    if args.xla:
-        xla_choice(seconds, repeats)
+    if args.xla or args.breakdown:
+        (xla_choice if args.xla else breakdown)(seconds, repeats)
         return
     print(f"{'model':<10} {'figure':<30} {'us':>9} ratio")
     cases: dict[str, Callable[[], Any]] = {"dqn 64x64": dqn_case, "ddpg": ddpg_case}
