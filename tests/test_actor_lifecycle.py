@@ -23,6 +23,7 @@ import replaygpu as rg
 from replaygpu.agents.distributed.actor import run_actor
 from replaygpu.agents.distributed.actor_config import ActorConfig
 from replaygpu.samplers import make_frame_table
+from replaygpu.service.actor.connection import Outage
 from replaygpu.service.learner.loop import step as learner_step
 from replaygpu.specs import specs_from_env
 
@@ -293,6 +294,24 @@ def test_an_outage_logs_one_line_when_it_begins_and_one_when_it_ends(tmp_path):
     assert len(began) == 1 and len(ended) == 1, log
     assert 3.5 < float(ended[0]) < 30
     assert "retrying in" not in log
+
+
+def test_a_reply_to_a_call_made_before_an_outage_does_not_end_it(caplog):
+    """A server going down still acks on a stream opened before and answers calls in flight
+    after it refuses new connections: such a reply ends no outage (the log would say "available
+    again after 0.0 s", then a second outage); a call made after the outage began ends it."""
+    outage = Outage("127.0.0.1:1", retry_deadline_s=60.0)
+    before = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="replaygpu.service.actor.connection"):
+        outage.failed(ConnectionRefusedError("connection refused"))
+        outage.recovered(before, stream=True)  # an ack on the stream opened before
+        outage.recovered(before)  # a GetWeights sent before
+        assert outage.since is not None
+        outage.failed(ConnectionRefusedError("it stopped"), stream=True)  # the same outage
+        outage.recovered(time.monotonic(), stream=True)  # a new stream's ack
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2 and "unavailable (connection refused)" in lines[0], lines
+    assert "available again after" in lines[1] and outage.since is None
 
 
 def test_the_actor_logs_its_progress_every_interval(caplog):

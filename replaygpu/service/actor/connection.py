@@ -73,9 +73,11 @@ class Outage:
     """Whether the server answers, as the client's calls find it, logged once per change.
 
     Every retried call (the append stream, ``Info``, ``GetWeights``) reports `failed`, every
-    success `recovered`: one line per start and end, not per retry. An outage the append stream
-    began ends only with an ack: a server shutting down refuses appends while it still answers
-    the odd ``GetWeights``. After `finish` a silent server stopped for good: nothing is logged.
+    success `recovered`: one line per start and end, not per retry. Only a call made after the
+    outage began can end it: a server shutting down still acks on a stream opened before, and
+    still answers the odd call in flight, after it refuses new connections. An outage the append
+    stream began ends only with an ack: such a server still answers the odd ``GetWeights``.
+    After `finish` a silent server stopped for good: nothing is logged.
     ``retry_deadline_s``: how long the client retries (None: forever), for the first line."""
 
     def __init__(self, address: str, retry_deadline_s: float | None) -> None:
@@ -107,11 +109,15 @@ class Outage:
             "until it answers" if limit is None else f"for up to {limit:g} s",
         )
 
-    def recovered(self, stream: bool = False) -> None:
-        """A call (``stream``: an ack) succeeded."""
-        if self.since is None or (self._by_stream and not stream):
+    def recovered(self, started: float, stream: bool = False) -> None:
+        """A call made at ``started`` (`time.monotonic`; ``stream``: an ack on a stream opened
+        then) succeeded."""
+        since = self.since
+        if since is None or started < since or (self._by_stream and not stream):
             return
         with self._lock:
+            if self.since is None or started < self.since:
+                return
             since, self.since = self.since, None
         if since is not None:
             logger.warning(
@@ -239,6 +245,7 @@ class Connection:
 
     def _call(self, method: Any, request: Any) -> Any:
         """``method(request)`` with the token and timeout, reporting to `outage`."""
+        started = time.monotonic()
         try:
             reply = method(request, metadata=self._metadata, timeout=self.config.rpc_timeout_s)
         except grpc.RpcError as err:
@@ -246,7 +253,7 @@ class Connection:
             if error.code in OUTAGE_CODES and not isinstance(error, TLSError):
                 self.outage.failed(error)
             raise error from None
-        self.outage.recovered()
+        self.outage.recovered(started)
         return reply
 
     def close(self) -> None:

@@ -186,7 +186,8 @@ class Outbox:
             next_seq = seq + 1
             yield data
 
-    def _on_ack(self, ack: Any) -> None:
+    def _on_ack(self, ack: Any, opened: float) -> None:
+        """Take one ack of the stream opened at ``opened`` (`time.monotonic`)."""
         if not ack.seq:  # a notice: the server stops for good
             self._outage.finish()  # first: the stream closes on ``run_finished``
             with self.cond:
@@ -201,7 +202,7 @@ class Outbox:
             self.last_table_size = ack.table_size
             self.run_finished = self.run_finished or ack.run_finished
             self.cond.notify_all()
-        self._outage.recovered(stream=True)
+        self._outage.recovered(opened, stream=True)
 
     def _stream_loop(self) -> None:
         config = self._config
@@ -217,9 +218,10 @@ class Outbox:
                 self._stream_id += 1
                 stream_id = self._stream_id
             try:
+                opened = time.monotonic()
                 self._call = self._open_stream(self._requests(stream_id))
                 for ack in self._call:
-                    self._on_ack(ack)
+                    self._on_ack(ack, opened)
                     delay, failing_since, acked_once = config.retry_initial_s, None, True
             except grpc.RpcError as err:
                 if self._drop or self._run_ended():
