@@ -10,6 +10,10 @@ FIRST_ID + 2 COUNT + i. Imports no TensorFlow.
 import os
 import sys
 
+import numpy as np
+
+from replaygpu.service.actor.client import ReplayClient
+
 
 def leave_the_cpu_to_the_server():
     """Put this process's threads (and those they start) in the idle scheduling class.
@@ -19,17 +23,18 @@ def leave_the_cpu_to_the_server():
     each thread, so 512 runnable threads at nice 10 outweighed the server's few at nice 0 (its
     event loop was measured waiting 2.9 s of a 5 s burst for a CPU while running 0.3 s). At
     SCHED_IDLE they run when the server does not, so the test measures the server rather than
-    the scheduler.
+    the scheduler. Only while the test measures: from ``ready`` to ``done``. At SCHED_IDLE from
+    the start, the connecting main thread starved beside a CPU hog (no ``ready`` in 300 s), and
+    at the end the closing one (no exit in 60 s); one thread's appends and closes, one client at
+    a time, weigh little beside the server.
     """
+    schedule_threads(os.SCHED_IDLE)
+
+
+def schedule_threads(policy):
+    """Put every thread of this process in the scheduling class ``policy``."""
     for tid in map(int, os.listdir("/proc/self/task")):
-        os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
-
-
-leave_the_cpu_to_the_server()  # before grpc starts any thread
-
-import numpy as np  # noqa: E402
-
-from replaygpu.service.actor.client import ReplayClient  # noqa: E402
+        os.sched_setscheduler(tid, policy, os.sched_param(0))
 
 
 def columns(ids):
@@ -46,7 +51,7 @@ def main():
         clients.append(client)
     for client in clients:
         client.flush(timeout=120)
-    leave_the_cpu_to_the_server()  # threads inherit it; any started by another way too
+    leave_the_cpu_to_the_server()  # every thread grpc started; threads inherit it from here
     print("ready", flush=True)
     assert sys.stdin.readline().strip() == "go"
     for i, client in enumerate(clients):
@@ -54,6 +59,7 @@ def main():
     for client in clients:
         client.flush(timeout=120)
     print("done", flush=True)
+    schedule_threads(os.SCHED_OTHER)  # the measured burst is over: close at a fair share
     sys.stdin.read()
     for client in clients:
         client.close()
