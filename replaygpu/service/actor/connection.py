@@ -119,10 +119,9 @@ class Outage:
             if self.since is None or started < self.since:
                 return
             since, self.since = self.since, None
-        if since is not None:
-            logger.warning(
-                "server %s available again after %.1f s", self.address, time.monotonic() - since
-            )
+        logger.warning(
+            "server %s available again after %.1f s", self.address, time.monotonic() - since
+        )
 
 
 @dataclass(frozen=True)
