@@ -75,7 +75,7 @@ def learner_main(
     import tensorflow as tf
 
     import replaygpu as rg
-    from replaygpu.service.learner.loop import run as run_learner
+    from replaygpu.service.server.loop import run as run_learner
 
     shape, dtype, batch = KINDS[kind]
     spec = {

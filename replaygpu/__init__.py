@@ -8,7 +8,7 @@ The core is re-exported here; everything else comes from its module, for example
   (the batch keys), `replaygpu.nest`, `replaygpu.frames`, `replaygpu.memory`;
 - `replaygpu.samplers` (`LinearSchedule`, `make_frame_table`, ...), `replaygpu.checkpoint`,
   `replaygpu.sharded` (`mirrored_strategy`);
-- `replaygpu.service.config` (`ClientConfig`, `ServerConfig`), `replaygpu.service.learner.*`
+- `replaygpu.service.config` (`ClientConfig`, `ServerConfig`), `replaygpu.service.server.*`
   (`loop`, `ledger`, `server`), `replaygpu.service.ops.*` (`auth`, `metrics`);
 - `replaygpu.numpy_model` (`NumpyModel`: a Keras policy's forward pass in numpy, for acting
   without TensorFlow) and `replaygpu.numpy_layers`, the layers it runs.
@@ -39,12 +39,12 @@ if TYPE_CHECKING:
         Uniform,
     )
     from replaygpu.service.actor.client import ReplayClient
-    from replaygpu.service.learner.server import serve
+    from replaygpu.service.server.server import serve
     from replaygpu.sharded import ShardedReplayTable
-    from replaygpu.storage import ReplayTable
+    from replaygpu.table import ReplayTable
 
 _EXPORTS = {
-    "ReplayTable": "replaygpu.storage",
+    "ReplayTable": "replaygpu.table",
     "ShardedReplayTable": "replaygpu.sharded",
     "Sampler": "replaygpu.samplers",
     "Uniform": "replaygpu.samplers",
@@ -56,10 +56,35 @@ _EXPORTS = {
     "Learner": "replaygpu.learner.learner",
     "SampleToInsertRatio": "replaygpu.learner.rate_limiter",
     "Checkpointer": "replaygpu.checkpoint",
-    "serve": "replaygpu.service.learner.server",
+    "serve": "replaygpu.service.server.server",
     "ReplayClient": "replaygpu.service.actor.client",
     "ConfigError": "replaygpu.errors",
 }
+
+#: the public modules: what programs (the agents included) import, and what the API reference
+#: documents (tests/test_docs.py holds the two together); a module not listed is internal
+PUBLIC_MODULES = (
+    "replaygpu",
+    "replaygpu.checkpoint",
+    "replaygpu.errors",
+    "replaygpu.fields",
+    "replaygpu.frames",
+    "replaygpu.keys",
+    "replaygpu.memory",
+    "replaygpu.nest",
+    "replaygpu.numpy_layers",
+    "replaygpu.numpy_model",
+    "replaygpu.samplers",
+    "replaygpu.service.config",
+    "replaygpu.service.server.ledger",
+    "replaygpu.service.server.loop",
+    "replaygpu.service.ops.auth",
+    "replaygpu.service.wire.status",
+    "replaygpu.sharded",
+    "replaygpu.specs",
+    "replaygpu.table",
+    "replaygpu.targets",
+)
 
 __all__ = [*_EXPORTS, "__version__"]
 

@@ -32,8 +32,7 @@ from replaygpu.errors import (
     CheckpointSaveError,
     ConfigError,
 )
-from replaygpu.storage import ReplayTable
-from replaygpu.table import Table
+from replaygpu.table import ReplayTable, Table
 
 logger = logging.getLogger(__name__)
 

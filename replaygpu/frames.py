@@ -23,7 +23,10 @@ def frame_rows(
     Args:
         frames: ``[n + 1, H, W]``: each step's newest observation frame, then the last
             step's next-observation frame.
-        actions, rewards, terminated, truncated: ``[n]``; only the last step may end the episode.
+        actions: ``[n]``, each step's action.
+        rewards: ``[n]``.
+        terminated: ``[n]``; only the last step may end the episode.
+        truncated: ``[n]``, as ``terminated``.
         first: whether ``frames[0]`` is the reset frame. If the episode goes on, ``frames[n]`` is
             not stored: pass it as the next chunk's ``frames[0]`` with ``first=False``.
     """

@@ -144,7 +144,8 @@ def plan_capacity(
     ``floor(fraction * available / row_bytes)``, 0 when not even one row fits.
 
     Args:
-        device, storage_dtypes: as `ReplayTable`'s.
+        device: as `ReplayTable`'s.
+        storage_dtypes: as `ReplayTable`'s.
         fraction: in (0, 1]; leave room for the networks and the rest of the learner.
         available: free bytes to plan against instead of asking the device (another machine,
             or one replica's share).

@@ -21,8 +21,7 @@ import tensorflow as tf
 from replaygpu.errors import ConfigError
 from replaygpu.reductions import reduce_min_int
 from replaygpu.specs import NestedSpec, batch_signature
-from replaygpu.storage import ReplayTable
-from replaygpu.table import Table
+from replaygpu.table import ReplayTable, Table
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +31,7 @@ class ShardedReplayTable(Table, tf.Module):
     when R does not divide the capacity, or ``shard_by`` is not an integer scalar field.
 
     Args:
-        spec, name: as for `ReplayTable`.
+        spec: as for `ReplayTable`.
         capacity: transitions in total, a multiple of R; each shard holds ``capacity / R``.
         strategy: one replica per local device.
         shard_by: None for round-robin, or an integer field picking the shard (module doc).

@@ -30,8 +30,10 @@ def update_target(target: Any, source: Any, tau: float | tf.Tensor = 1.0) -> Non
     SAC). Call it inside ``update_fn`` or any ``tf.function``, XLA included, or eagerly.
 
     Args:
-        target, source: networks of one architecture (see `variables_of`), e.g. two Keras
-            models made by one function; build both before the first call.
+        target: the network that moves towards ``source``; of the same architecture (see
+            `variables_of`), e.g. two Keras models made by one function; build both before the
+            first call.
+        source: the network whose variables are read.
         tau: the source's share, in ``(0, 1]``.
 
     Raises:

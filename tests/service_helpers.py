@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 import replaygpu as rg
-from replaygpu.service.learner.ledger import SequenceLedger
+from replaygpu.service.server.ledger import SequenceLedger
 
 SPEC = {"id": tf.TensorSpec([], tf.int64), "obs": tf.TensorSpec([4], tf.float32)}
 

@@ -18,7 +18,7 @@ import replaygpu as rg
 from replaygpu.agents.distributed.actor import run_actor
 from replaygpu.agents.distributed.actor_config import ActorConfig
 from replaygpu.agents.networks import mlp
-from replaygpu.service.learner.loop import run as run_learner
+from replaygpu.service.server.loop import run as run_learner
 from replaygpu.service.wire.status import ServiceUnavailableError
 from replaygpu.specs import specs_from_env
 

@@ -24,7 +24,7 @@ from replaygpu.agents.distributed.actor import run_actor
 from replaygpu.agents.distributed.actor_config import ActorConfig
 from replaygpu.samplers import make_frame_table
 from replaygpu.service.actor.connection import Outage
-from replaygpu.service.learner.loop import step as learner_step
+from replaygpu.service.server.loop import step as learner_step
 from replaygpu.specs import specs_from_env
 
 CARTPOLE = specs_from_env(gym.make("CartPole-v1"))

@@ -14,7 +14,7 @@ from small_disk import small_filesystem
 
 import replaygpu as rg
 from replaygpu.errors import CheckpointCorruptError, CheckpointMismatchError, CheckpointSaveError
-from replaygpu.service.learner.ledger import SequenceLedger
+from replaygpu.service.server.ledger import SequenceLedger
 
 SPEC = {"id": tf.TensorSpec([], tf.int64), "x": tf.TensorSpec([2], tf.float32)}
 

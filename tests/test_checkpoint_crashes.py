@@ -1,9 +1,10 @@
 """Checkpoints survive a crash at every file operation of a save (`crash_points`): for a served
 table and for a learner, with and without a journal, a restart restores the newest sealed
-checkpoint (never skips one), loses nothing acknowledged beyond what the README promises,
-removes the leftovers of the killed save in one log line, and numbers its next save above
-everything in the folder. Real servers on 127.0.0.1, real checkpoints in temporary folders; a
-last test kills a real ``replaygpu serve`` with SIGKILL inside the seal."""
+checkpoint (never skips one), loses nothing acknowledged beyond what the docs promise
+(docs/service/exactly-once.md), removes the leftovers of the killed save in one log line, and
+numbers its next save above everything in the folder. Real servers on 127.0.0.1, real
+checkpoints in temporary folders; a last test kills a real ``replaygpu serve`` with SIGKILL
+inside the seal."""
 
 import contextlib
 import json
@@ -22,7 +23,7 @@ from service_helpers import SPEC, columns, free_port, stored_ids
 import replaygpu as rg
 from replaygpu import checkpoint_files
 from replaygpu.service.config import ClientConfig, ServerConfig
-from replaygpu.service.learner.ledger import SequenceLedger
+from replaygpu.service.server.ledger import SequenceLedger
 from replaygpu.service.wire.status import ServiceError
 from replaygpu.specs import spec_to_json
 
@@ -161,7 +162,7 @@ def test_a_crash_at_every_file_operation_of_a_save_loses_nothing_promised(
             config = ServerConfig(journal_dir=str(journal_dir))
             with rg.serve(objects["table"], config=config, ledger=objects["ledger"]):
                 assert stored_ids(objects["table"]).tolist() == list(range(300)), where
-        else:  # the README's promise: what came after the newest checkpoint may be lost
+        else:  # the docs' promise: what came after the newest checkpoint may be lost
             assert ids == list(range(len(ids))) and len(ids) >= 200, where
         # the next save is numbered above everything the folder held, and restores
         newest = ckpt.save()

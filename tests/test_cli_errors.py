@@ -116,8 +116,8 @@ def test_a_checkpoint_folder_that_cannot_be_made_names_path_uid_and_the_fix(not_
 def test_library_errors_name_parameters_which_the_command_line_says_as_flags(not_a_folder):
     """The library names no flag: its errors name the parameter in backticks, and the command
     line says each as its flag (one rule: dashes, or `PARAMETER_FLAGS`)."""
-    from replaygpu.service.learner.binding import require_free_ports
     from replaygpu.service.ops.commands import with_flags
+    from replaygpu.service.server.binding import require_free_ports
 
     with pytest.raises(Exception, match="the port of `address`") as raised:
         require_free_ports("127.0.0.1:50999", 50999)
@@ -338,7 +338,7 @@ def test_a_port_a_stopped_server_left_in_time_wait_is_not_refused():
     with socket.socket() as plain, pytest.raises(OSError) as in_time_wait:
         plain.bind(("127.0.0.1", port))  # without SO_REUSEADDR
     assert in_time_wait.value.errno == errno.EADDRINUSE
-    from replaygpu.service.learner.binding import require_free_address
+    from replaygpu.service.server.binding import require_free_address
 
     require_free_address(f"127.0.0.1:{port}")  # a server may bind it: not refused
     require_free_address("127.0.0.1:0")

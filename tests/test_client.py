@@ -14,7 +14,7 @@ from replaygpu.errors import BatchError
 from replaygpu.fields import DTYPE_NAMES, numpy_dtype
 from replaygpu.learner.ratio import SampleToInsertRule
 from replaygpu.service.config import ClientConfig, ServerConfig
-from replaygpu.service.learner.loop import step as learner_step
+from replaygpu.service.server.loop import step as learner_step
 from replaygpu.service.wire.status import ServiceError
 
 ALL_DTYPES = [d for d in DTYPE_NAMES]

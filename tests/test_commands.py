@@ -13,7 +13,7 @@ import pytest
 
 import replaygpu as rg
 from replaygpu.service.config import ClientConfig
-from replaygpu.service.learner.ledger import SequenceLedger
+from replaygpu.service.server.ledger import SequenceLedger
 from replaygpu.specs import specs_from_env
 
 

@@ -17,7 +17,7 @@ from replaygpu.agents.distributed.actor import run_actor
 from replaygpu.agents.distributed.actor_config import ActorConfig
 from replaygpu.agents.dqn.agent import DQN, DQNConfig, obs_size
 from replaygpu.errors import BatchError
-from replaygpu.service.learner.loop import run as run_learner
+from replaygpu.service.server.loop import run as run_learner
 from replaygpu.specs import specs_from_env
 
 ENV_ID = "replaygpu-tests/DictCartPole-v0"

@@ -19,8 +19,8 @@ import pytest
 from small_disk import fill, small_filesystem
 
 from replaygpu.errors import ConfigError, ReplayError
-from replaygpu.service.learner.journal import Journal, JournalConfig
-from replaygpu.service.learner.journal_files import (
+from replaygpu.service.server.journal import Journal, JournalConfig
+from replaygpu.service.server.journal_files import (
     HEADER_BYTES,
     JournalCorruptError,
     JournalError,
@@ -314,7 +314,7 @@ def test_a_second_journal_on_the_same_directory_is_refused(tmp_path):
 FILE_LIMIT_CHILD = textwrap.dedent(
     """
     import resource, signal, sys
-    from replaygpu.service.learner.journal import Journal, JournalError
+    from replaygpu.service.server.journal import Journal, JournalError
 
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
     journal = Journal(sys.argv[1])
@@ -387,7 +387,7 @@ def test_a_full_disk_refuses_appends_until_space_is_freed(tmp_path, caplog):
 CHILD = textwrap.dedent(
     """
     import itertools, sys
-    from replaygpu.service.learner.journal import Journal, JournalConfig
+    from replaygpu.service.server.journal import Journal, JournalConfig
 
     def payload(n, size):  # cheap_payload: most of the time goes to write and sync
         return n.to_bytes(4, "little") + (n.to_bytes(4, "little") * (size // 4 + 1))[:size]

@@ -20,8 +20,8 @@ from replaygpu.agents.distributed.learner import LearnerService
 from replaygpu.agents.distributed.learner_cli import LearnerReport, train_to_end
 from replaygpu.agents.dqn.config import ApexConfig
 from replaygpu.agents.runs import RunControl
-from replaygpu.service.learner.run_stats import RunStats
 from replaygpu.service.ops.commands import learner_line
+from replaygpu.service.server.run_stats import RunStats
 from replaygpu.service.wire.append_request import encode_append_request
 from replaygpu.v1 import replay_pb2, replay_pb2_grpc
 

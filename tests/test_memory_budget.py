@@ -13,7 +13,7 @@ from service_helpers import SPEC, columns, stored_ids
 import replaygpu as rg
 from replaygpu.errors import ConfigError
 from replaygpu.service.config import ServerConfig
-from replaygpu.service.learner.admission import RequestBudget
+from replaygpu.service.server.admission import RequestBudget
 from replaygpu.service.wire.append_request import encode_append_request
 from replaygpu.v1 import replay_pb2, replay_pb2_grpc
 

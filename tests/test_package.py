@@ -114,7 +114,7 @@ def _describe(cycle: list[str], graph: dict[str, dict[str, int]]) -> str:
 
 def test_no_module_of_the_package_imports_itself_back_through_a_cycle():
     graph = _import_graph()
-    assert graph.get("replaygpu.service.learner.server") and graph.get("replaygpu.agents.dqn.agent")
+    assert graph.get("replaygpu.service.server.server") and graph.get("replaygpu.agents.dqn.agent")
     cycles = _find_cycles(graph)
     assert not cycles, f"{len(cycles)} import cycles:\n" + "\n".join(
         f"- {' -> '.join(cycle)}\n  {_describe(cycle, graph)}" for cycle in cycles
@@ -190,8 +190,8 @@ def test_the_top_level_is_a_small_core_and_the_rest_lives_in_its_modules():
         assert name not in rg.__all__ and not hasattr(rg, name), name
     from replaygpu.keys import PRIORITIES
     from replaygpu.samplers.sum_tree import SumTree
-    from replaygpu.service.learner.ledger import SequenceLedger
-    from replaygpu.service.learner.server import ReplayServer
+    from replaygpu.service.server.ledger import SequenceLedger
+    from replaygpu.service.server.server import ReplayServer
     from replaygpu.specs import batch_signature, specs_from_env
 
     assert all(callable(x) for x in (SumTree, ReplayServer, batch_signature, specs_from_env))

@@ -14,8 +14,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 import replaygpu as rg
 from replaygpu.errors import BatchError
 from replaygpu.service.config import ClientConfig, ServerConfig
-from replaygpu.service.learner.ledger import SequenceLedger
 from replaygpu.service.ops.auth import TLSConfig
+from replaygpu.service.server.ledger import SequenceLedger
 from replaygpu.service.wire.append_request import encode_append_request
 from replaygpu.service.wire.status import AuthenticationError, TableNotFoundError, TLSError
 from replaygpu.v1 import replay_pb2, replay_pb2_grpc

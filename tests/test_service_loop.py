@@ -10,9 +10,9 @@ import tensorflow as tf
 
 import replaygpu as rg
 from replaygpu.service.config import ClientConfig
-from replaygpu.service.learner.ledger import SequenceLedger
-from replaygpu.service.learner.loop import run as run_learner
-from replaygpu.service.learner.loop import step as learner_step
+from replaygpu.service.server.ledger import SequenceLedger
+from replaygpu.service.server.loop import run as run_learner
+from replaygpu.service.server.loop import step as learner_step
 
 SPEC = {"id": tf.TensorSpec([], tf.int64), "x": tf.TensorSpec([2], tf.float32)}
 

@@ -8,7 +8,7 @@ import tensorflow as tf
 from replaygpu.errors import BatchError
 from replaygpu.fields import TRANSITION_FIELDS
 from replaygpu.specs import specs_from_env, validate_batch
-from replaygpu.storage import ReplayTable
+from replaygpu.table import ReplayTable
 
 
 class _SpaceEnv(gym.Env):

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from replaygpu.service.learner.staging import BufferPool
+from replaygpu.service.server.staging import BufferPool
 
 
 def test_copies_are_aligned_equal_and_reuse_released_buffers():

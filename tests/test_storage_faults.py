@@ -28,8 +28,8 @@ from small_disk import fill, small_filesystem
 import replaygpu as rg
 from replaygpu.errors import CheckpointSaveError
 from replaygpu.service.config import ClientConfig, ServerConfig
-from replaygpu.service.learner.loop import run as run_learner
-from replaygpu.service.learner.servicer import SERVICE_NAME
+from replaygpu.service.server.loop import run as run_learner
+from replaygpu.service.server.servicer import SERVICE_NAME
 from replaygpu.service.wire.append_request import encode_append_request
 from replaygpu.specs import spec_to_json
 from replaygpu.v1 import replay_pb2, replay_pb2_grpc

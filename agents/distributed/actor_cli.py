@@ -7,7 +7,7 @@ TensorFlow), one BLAS thread per process. A server that does not answer within 1
 command with exit status 2 (--wait: keep trying); an outage during the run is ridden out for
 --retry-deadline-s. Ctrl-C or SIGTERM stops the actors within 5 s (each flushes for 3 s at most,
 one line says what was left unacknowledged), exit status 0, as does a learner whose run ended or
-that was stopped. README.md ("Run a learner service", "Actors on Ray") has the details.
+that was stopped. docs/service/index.md and docs/deployment/ray.md have the details.
 """
 
 from __future__ import annotations

@@ -23,9 +23,9 @@ import tensorflow as tf
 import replaygpu as rg
 from replaygpu.learner.weights import read_source
 from replaygpu.service.config import AgentSettings, ServerConfig
-from replaygpu.service.learner.ledger import SequenceLedger
-from replaygpu.service.learner.loop import step as learner_step
 from replaygpu.service.ops.auth import TLSConfig
+from replaygpu.service.server.ledger import SequenceLedger
+from replaygpu.service.server.loop import step as learner_step
 from replaygpu.sharded import mirrored_strategy
 from replaygpu.specs import specs_from_env
 from replaygpu.table import Table

@@ -8,8 +8,8 @@ saves one every --checkpoint-every-s and a last one on SIGTERM or Ctrl-C; acknow
 safe as of the last checkpoint, or at once with --journal-dir. Once --steps rows arrived it trains
 out their replay budget, evaluates --eval-episodes greedy episodes and exits (after a scrape of
 --metrics-port read it, --metrics-wait-s at most). TensorBoard (--logdir) gets the demos' tags at
-the env step (rows inserted) they belong to, each at most once per --summary-every-s. README.md
-("Run a learner service") has the details.
+the env step (rows inserted) they belong to, each at most once per --summary-every-s.
+docs/service/index.md has the details.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 #: default seconds between TensorBoard writes of a tag (360 points an hour). A CartPole learner
 #: with two actors (2 cores, ~500 SGD steps/s) wrote 12.3 MB an hour writing every value, 0.20
-#: MB at 10 s (README.md, Metrics)
+#: MB at 10 s (docs/service/metrics.md)
 SUMMARY_EVERY_S = 10.0
 
 #: seconds a finished learner keeps serving connected actors, so each reads ``run_finished``
@@ -109,8 +109,8 @@ def _agent_of(options: list[str]) -> tuple[str, str | None]:
 
 def run(args: argparse.Namespace) -> int:
     """Serve and train until done or a signal; flags are checked before TensorFlow is imported."""
-    from replaygpu.service.learner.binding import require_free_ports
     from replaygpu.service.ops.commands import server_config, server_tls
+    from replaygpu.service.server.binding import require_free_ports
 
     from ..configs import config_from_args
     from ..registry import algorithm, served

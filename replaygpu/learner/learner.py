@@ -60,7 +60,7 @@ class Learner(tf.Module):
     Args:
         table: the replay table, or a `ShardedReplayTable` (one shard per replica; then make
             the networks and optimizers inside ``table.strategy.scope()`` and let ``update_fn``
-            all-reduce its gradients, see the README's "Scaling out").
+            all-reduce its gradients, see docs/deployment/multi-gpu.md).
         sampler: draws ``(indices, batch)`` inside the graph (e.g. ``rg.Sampler(table)``).
         update_fn: ``update_fn({field: [B, ...]}) -> {name: scalar tensor}``, applying its own
             optimizer step; a ``[B]`` `replaygpu.keys.PRIORITIES` output goes to
@@ -75,7 +75,7 @@ class Learner(tf.Module):
             call ``train`` with. A call of ``k`` steps runs ``k // chunk_steps`` such loops and
             then ``k % chunk_steps`` steps in a loop whose bound is only known at run time. XLA
             counts the first kind, so XLA:GPU queues its iterations; the second reads its
-            predicate back on the host before every step (the README's "Loops XLA can count").
+            predicate back on the host before every step (docs/gpu.md, "Loops XLA can count").
         strict: raise a `ConfigError` where ``update_fn``'s first trace finds a trap that is
             otherwise a `replaygpu.errors.BroadcastWarning` (a ``[B]`` field against a
             ``[B, 1]`` output).

@@ -20,7 +20,8 @@ class SampleToInsertRatio(tf.Module):
     `ConfigError` for out-of-range values.
 
     Args:
-        samples_per_insert, min_size_to_sample: as `SampleToInsertRule`'s.
+        samples_per_insert: sampled transitions per inserted one, as `SampleToInsertRule`'s.
+        min_size_to_sample: rows the table holds before the first sample, as the rule's.
         error_buffer: slack in transitions; it must allow at least one minibatch.
     """
 

@@ -17,7 +17,7 @@ from replaygpu.errors import ConfigError
 
 if TYPE_CHECKING:
     from replaygpu.samplers.view import View
-    from replaygpu.storage import ReplayTable
+    from replaygpu.table import ReplayTable
 
 
 def make_generator(seed: int | None, device: str) -> tf.random.Generator:

@@ -36,8 +36,7 @@ from replaygpu.reductions import first_true
 from replaygpu.samplers.nstep import check_n_step, n_step_window
 from replaygpu.samplers.view import View
 from replaygpu.specs import Spec
-from replaygpu.storage import ReplayTable
-from replaygpu.table import Table
+from replaygpu.table import ReplayTable, Table
 
 FRAME_FIELDS = ("frame", "action", "reward", "terminated", "truncated", "first", "final")
 

@@ -27,8 +27,7 @@ from replaygpu.keys import DISCOUNT, NSTEP
 from replaygpu.nest import leaves_under
 from replaygpu.reductions import first_true
 from replaygpu.samplers.view import View
-from replaygpu.storage import ReplayTable
-from replaygpu.table import Table
+from replaygpu.table import ReplayTable, Table
 
 _REQUIRED = ("reward", "next_obs", "terminated", "truncated")
 

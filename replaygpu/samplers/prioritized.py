@@ -31,7 +31,7 @@ import tensorflow as tf
 from replaygpu.errors import ConfigError, check_int
 from replaygpu.samplers.distribution import Distribution, Index, make_generator
 from replaygpu.samplers.sum_tree import SumTree
-from replaygpu.storage import ReplayTable
+from replaygpu.table import ReplayTable
 
 if TYPE_CHECKING:
     from replaygpu.samplers.view import View

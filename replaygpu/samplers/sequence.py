@@ -37,8 +37,7 @@ from replaygpu.nest import leaves_under
 from replaygpu.reductions import first_true
 from replaygpu.samplers.nstep import NStep, check_n_step, check_transition_fields
 from replaygpu.samplers.view import View
-from replaygpu.storage import ReplayTable
-from replaygpu.table import Table
+from replaygpu.table import ReplayTable, Table
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +46,15 @@ class Sequence(View):
 
     Args:
         length: window length T (after the burn-in).
-        burn_in, pad, start_field, stream_field, state_field, state_start_field: module doc.
+        burn_in: steps before the window's start, fed to a recurrent state (module doc).
+        pad: zero-pad a window past its episode's end instead of refusing the start.
+        start_field: a bool field marking episode starts (None: derived from the previous
+            row's ``terminated | truncated``).
+        stream_field: an integer field a window may not change within (None: no streams).
+        state_field: a stored recurrent state, returned once per window from its first
+            real row.
+        state_start_field: a bool field marking the rows where ``state_field`` is stored;
+            windows start only there.
         n_step: n-step transitions at every step (1: the rows as stored).
         gamma: discount factor of the n-step returns.
 

@@ -7,7 +7,7 @@ import dataclasses
 import tensorflow as tf
 
 from replaygpu.samplers.distribution import Distribution, Index, make_generator
-from replaygpu.storage import ReplayTable
+from replaygpu.table import ReplayTable
 
 
 class UniformIndex(Index):

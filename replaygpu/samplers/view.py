@@ -21,8 +21,7 @@ from typing import ClassVar
 import tensorflow as tf
 
 from replaygpu.errors import ConfigError
-from replaygpu.storage import ReplayTable
-from replaygpu.table import Table
+from replaygpu.table import ReplayTable, Table
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """The actor-to-learner gRPC service, one subpackage per side of the wire.
 
 - `actor` (no TensorFlow): `ReplayClient` (`actor.client`) and its `connection` and `outbox`;
-- `learner`: `serve` and `ReplayServer` (`learner.server`), the RPCs (`servicer`, `admission`),
+- `server` (the side that owns the table, in the learner's process): `serve` and `ReplayServer`
+  (`server.server`), the RPCs (`servicer`, `admission`),
   `staging`, `ingest`, `ledger`, the durable `journal`, and a served learner's training `loop`;
 - `wire` (no TensorFlow): the ``AppendRequest`` format (`append_request`), `codec`, the
   error <-> status code table (`status`); the generated code is ``replaygpu.v1``, the proto
@@ -9,4 +10,4 @@
 - `ops`: the ``serve`` / ``info`` / ``health`` `commands`, `metrics`, `auth`, `allocator`.
 
 `config` stays here: both sides read it, and it imports neither. The actor side never imports
-`learner`. Re-exports nothing, so importing the client never pulls in the server."""
+`server`. Re-exports nothing, so importing the client never pulls in the server."""

@@ -84,7 +84,7 @@ class ServerConfig:
         staging_max_bytes: staged bytes, at most (one batch is always admitted).
         staging_timeout_s: wait for room in a full staging queue before RESOURCE_EXHAUSTED.
         inflight_max_bytes: memory of Append requests read and not yet answered, over all
-            streams, bounded as `replaygpu.service.learner.admission` says; a larger request is
+            streams, bounded as `replaygpu.service.server.admission` says; a larger request is
             still served, alone. The default holds 4 of the largest requests (16 of a default
             client's), enough to keep the admit threads and the committer busy.
         max_actors: concurrent Append streams at most; one more is refused RESOURCE_EXHAUSTED

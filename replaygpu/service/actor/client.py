@@ -348,7 +348,7 @@ class ReplayClient(contextlib.AbstractContextManager["ReplayClient"]):
         ``timeout`` s: if the flush fails, what is unacknowledged is dropped, not retried.
 
         Raises:
-            whatever `flush` raises; the client is closed either way.
+            ServiceError: whatever `flush` raises; the client is closed either way.
         """
         flushed = False
         try:

@@ -259,7 +259,7 @@ def run_serve(args: argparse.Namespace) -> int:
     """Serve, checkpointing periodically and on the way out. SIGINT stops for good (actors exit
     0), SIGTERM (an orchestrator's restart) not: see `ReplayServer.stop`'s ``finish``. Raises
     `ConfigError` for TLS flags that do not go together (nothing is served)."""
-    from replaygpu.service.learner.binding import require_free_ports
+    from replaygpu.service.server.binding import require_free_ports
 
     tls = server_tls(args)
     config = server_config(args, max_message_bytes=args.max_message_mb * 2**20)
@@ -271,7 +271,7 @@ def run_serve(args: argparse.Namespace) -> int:
         env = gym.make(args.env)
     import replaygpu as rg
     from replaygpu.checkpoint import CheckpointSchedule
-    from replaygpu.service.learner.ledger import SequenceLedger
+    from replaygpu.service.server.ledger import SequenceLedger
 
     spec = _load_spec(args, env)
     table = rg.ReplayTable(spec, args.capacity, device=args.device, name=args.table)

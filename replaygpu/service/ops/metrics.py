@@ -24,7 +24,7 @@ from replaygpu.errors import ConfigError
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
-    from replaygpu.service.learner.server import ReplayServer
+    from replaygpu.service.server.server import ReplayServer
 
 logger = logging.getLogger(__name__)
 

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from replaygpu.disk import describe_space, fsync_path
 from replaygpu.errors import ConfigError, check_int
-from replaygpu.service.learner.journal_files import (
+from replaygpu.service.server.journal_files import (
     HEADER_BYTES,
     JournalError,
     OpenSegment,

@@ -77,7 +77,7 @@ class StagingQueue:
             f"{len(self._items)} batches / {self._bytes} bytes staged, limits "
             f"staging_max_batches={self.max_batches}, staging_max_bytes={self.max_bytes}; the "
             "learner is not draining appends (a served learner commits them in its training "
-            "loop: call replaygpu.service.learner.loop.run or .step, not learner.train alone)",
+            "loop: call replaygpu.service.server.loop.run or .step, not learner.train alone)",
             seq=seq,
         )
 

@@ -23,15 +23,15 @@ import numpy as np
 import tensorflow as tf
 
 from replaygpu.errors import BatchError, StorageFullError
-from replaygpu.service.learner.journal import Journal
-from replaygpu.service.learner.ledger import SequenceLedger
-from replaygpu.service.learner.staging import BufferPool, StagedBatch, StagingQueue
+from replaygpu.service.server.journal import Journal
+from replaygpu.service.server.ledger import SequenceLedger
+from replaygpu.service.server.staging import BufferPool, StagedBatch, StagingQueue
 from replaygpu.service.wire.status import (
     InvalidBatchError,
     ServiceUnavailableError,
     commit_failure,
 )
-from replaygpu.storage import ReplayTable
+from replaygpu.table import ReplayTable
 
 logger = logging.getLogger(__name__)
 

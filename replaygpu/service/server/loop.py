@@ -20,7 +20,7 @@ from replaygpu.learner.learner import Learner
 
 if TYPE_CHECKING:
     from replaygpu.checkpoint import Checkpointer
-    from replaygpu.service.learner.server import ReplayServer
+    from replaygpu.service.server.server import ReplayServer
 
 logger = logging.getLogger(__name__)
 

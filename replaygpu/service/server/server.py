@@ -21,18 +21,18 @@ from replaygpu.fields import DTYPE_NAMES, row_nbytes
 from replaygpu.learner.learner import Learner
 from replaygpu.learner.weights import WeightStore
 from replaygpu.service.config import AgentSettings, ServerConfig
-from replaygpu.service.learner.binding import bind_failure
-from replaygpu.service.learner.durable import replay_journal, watch_storage
-from replaygpu.service.learner.eventloop import EventLoopThread
-from replaygpu.service.learner.ingest import Ingest
-from replaygpu.service.learner.journal import Journal
-from replaygpu.service.learner.journal_files import JournalError
-from replaygpu.service.learner.ledger import SequenceLedger
-from replaygpu.service.learner.run_stats import RunStats
-from replaygpu.service.learner.servicer import SERVICE_NAME, Servicer, handlers
-from replaygpu.service.learner.staging import BufferPool, StagingQueue
 from replaygpu.service.ops.allocator import freeze_long_lived_objects, keep_freed_memory
 from replaygpu.service.ops.auth import TLSConfig, TokenInterceptor, warn_if_exposed
+from replaygpu.service.server.binding import bind_failure
+from replaygpu.service.server.durable import replay_journal, watch_storage
+from replaygpu.service.server.eventloop import EventLoopThread
+from replaygpu.service.server.ingest import Ingest
+from replaygpu.service.server.journal import Journal
+from replaygpu.service.server.journal_files import JournalError
+from replaygpu.service.server.ledger import SequenceLedger
+from replaygpu.service.server.run_stats import RunStats
+from replaygpu.service.server.servicer import SERVICE_NAME, Servicer, handlers
+from replaygpu.service.server.staging import BufferPool, StagingQueue
 from replaygpu.specs import host_spec
 from replaygpu.table import Table
 

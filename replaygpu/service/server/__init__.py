@@ -1,4 +1,4 @@
-"""The learner side of the service: what runs in the process that owns the table.
+"""The server side of the service: what runs in the process that owns the table (the learner's).
 
 In about the order an Append request meets them: `server` (`serve`, `ReplayServer`),
 `servicer` (the RPCs, on the loop of `eventloop`), `admission`, `staging`, `ingest` (exactly

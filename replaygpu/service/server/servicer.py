@@ -34,17 +34,17 @@ from replaygpu.errors import BatchError
 from replaygpu.fields import HostSpec
 from replaygpu.learner.weights import WeightSnapshot, WeightStore
 from replaygpu.service.config import AgentSettings, ServerConfig
-from replaygpu.service.learner.admission import (
+from replaygpu.service.server.admission import (
     Hold,
     RequestBudget,
     check_header,
     decode_columns,
     parse_request,
 )
-from replaygpu.service.learner.info import table_info, weights_message
-from replaygpu.service.learner.ingest import Ingest
-from replaygpu.service.learner.run_stats import RunStats
-from replaygpu.service.learner.staging import StagedBatch
+from replaygpu.service.server.info import table_info, weights_message
+from replaygpu.service.server.ingest import Ingest
+from replaygpu.service.server.run_stats import RunStats
+from replaygpu.service.server.staging import StagedBatch
 from replaygpu.service.wire.status import (
     ResourceExhaustedError,
     ServiceError,

@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING
 from grpc_health.v1 import health, health_pb2
 
 from replaygpu.errors import ReplayError
-from replaygpu.service.learner.ingest import Ingest
-from replaygpu.service.learner.journal import Journal
-from replaygpu.service.learner.servicer import SERVICE_NAME
-from replaygpu.service.learner.staging import StagedBatch
+from replaygpu.service.server.ingest import Ingest
+from replaygpu.service.server.journal import Journal
+from replaygpu.service.server.servicer import SERVICE_NAME
+from replaygpu.service.server.staging import StagedBatch
 from replaygpu.service.wire.status import InvalidBatchError
 
 if TYPE_CHECKING:
-    from replaygpu.service.learner.servicer import Servicer
+    from replaygpu.service.server.servicer import Servicer
 
 logger = logging.getLogger(__name__)
 
