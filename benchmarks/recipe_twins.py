@@ -1,4 +1,5 @@
-"""Each recipe of `docs/recipes.md` against the same program on a plain numpy buffer (issue 36).
+"""Each recipe of `docs/recipes.md` (its program in `examples/`) against the same program on a
+plain numpy buffer (issue 36).
 
 The twin is the recipe's own text with one line changed: ``import replaygpu as rg`` becomes
 ``import recipe_twins as rg``, whose `ReplayTable`, `Sampler` and `Learner` are what a Keras
@@ -35,13 +36,13 @@ from typing import Any
 
 import numpy as np
 
-RECIPES = Path(__file__).resolve().parents[1] / "docs" / "recipes.md"
-#: recipe name -> the heading its block follows
-HEADINGS = {
-    "dqn": "## DQN on CartPole",
-    "ddpg": "## DDPG on Pendulum",
-    "sac": "## SAC on Pendulum",
-    "pixels": "## Pixels: DQN on Atari frames",
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+#: recipe name -> its program in examples/ (docs/recipes.md shows each)
+PROGRAMS = {
+    "dqn": "dqn_cartpole.py",
+    "ddpg": "ddpg_pendulum.py",
+    "sac": "sac_pendulum.py",
+    "pixels": "pixels_pong.py",
 }
 IMPORT = "import replaygpu as rg\n"
 #: the lines the twin changes: the buffer's imports, nothing else
@@ -174,13 +175,12 @@ class Learner:
 
 
 def recipe(name: str) -> str:
-    """The Python block that follows ``name``'s heading in docs/recipes.md."""
-    text = RECIPES.read_text()
-    after = text[text.index(HEADINGS[name]) :]
-    block = re.search(r"```python\n(.*?)```", after, re.S)
-    if block is None or IMPORT not in block.group(1):
-        raise SystemExit(f"{RECIPES}: no recipe block with {IMPORT.strip()!r} after {name}")
-    return block.group(1)
+    """The program of recipe ``name``, from examples/."""
+    path = EXAMPLES / PROGRAMS[name]
+    code = path.read_text()
+    if IMPORT not in code:
+        raise SystemExit(f"{path}: the recipe does not {IMPORT.strip()!r}")
+    return code
 
 
 def run(name: str, variant: str, constants: dict[str, str]) -> dict[str, Any]:
@@ -209,7 +209,7 @@ def run(name: str, variant: str, constants: dict[str, str]) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--recipes", nargs="+", choices=sorted(HEADINGS), default=sorted(HEADINGS))
+    parser.add_argument("--recipes", nargs="+", choices=sorted(PROGRAMS), default=sorted(PROGRAMS))
     parser.add_argument("--repeats", type=int, default=2, help="runs per (recipe, variant)")
     parser.add_argument(
         "--set",

@@ -383,11 +383,14 @@ def _env_example() -> dict[str, str]:
 
 
 def _shell_blocks(doc: Path) -> list[str]:
-    return re.findall(r"```(?:bash|sh)\n(.*?)\n```", doc.read_text(encoding="utf-8"), re.S)
+    """The shell blocks of a Markdown file, or of every page of a folder of them."""
+    pages = sorted(doc.glob("*.md")) if doc.is_dir() else [doc]
+    text = "\n".join(page.read_text(encoding="utf-8") for page in pages)
+    return re.findall(r"```(?:bash|sh)\n(.*?)\n```", text, re.S)
 
 
-#: the documents that tell how to deploy
-DEPLOY_DOCS = (ROOT / "README.md", DOCKER / "README.md")
+#: the documents that tell how to deploy: the docs site's deployment pages, the image's README
+DEPLOY_DOCS = (ROOT / "docs" / "deployment", DOCKER / "README.md")
 
 
 def test_compose_reads_its_settings_from_docker_env_whose_example_lists_each_one():

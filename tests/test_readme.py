@@ -2,8 +2,8 @@
 index (absolute, not relative to the repository).
 
 Each block runs in a fresh namespace in a temporary working directory (checkpoints land there,
-servers bind 127.0.0.1 port 0), as a reader would paste it into a file; the test session's
-two logical CPU devices (conftest.py) stand in for the two GPUs of the sharded example.
+servers bind 127.0.0.1 port 0), as a reader would paste it into a file. The docs' blocks run in
+tests/test_docs.py, the programs of examples/ in tests/test_examples.py.
 """
 
 import io
@@ -15,8 +15,8 @@ import pytest
 from markdown_blocks import python_blocks, run_block
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-#: Python blocks the README holds now; fewer means one was dropped or turned into another kind
-EXPECTED_BLOCKS = 6
+#: Python blocks the README holds now (the library, the service); the rest live in docs/
+EXPECTED_BLOCKS = 2
 #: where the README's links point (pyproject.toml's project URLs name the same repository)
 REPOSITORY = "https://github.com/replaygpu/replaygpu"
 
