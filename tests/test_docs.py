@@ -56,10 +56,13 @@ def test_python_block_runs_as_a_complete_program(page, block, tmp_path, monkeypa
 
 
 def test_the_docs_keep_their_runnable_blocks():
-    # the library, tables, samplers, several GPUs and Ray pages each hold one program at least
+    # the learner, tables, samplers, checkpoints, service, several-GPU and Ray pages: a program each
     pages = {page.relative_to(DOCS).as_posix() for page, _ in BLOCKS}
-    expected = {"concepts/learner.md", "concepts/tables.md", "concepts/samplers.md",
-                "deployment/multi-gpu.md", "deployment/ray.md", "service/index.md"}  # fmt: skip
+    expected = {
+        *(f"concepts/{name}.md" for name in ("learner", "tables", "samplers", "checkpoints")),
+        *(f"deployment/{name}.md" for name in ("multi-gpu", "ray")),
+        "service/index.md",
+    }
     assert expected <= pages, expected - pages
 
 
