@@ -1,18 +1,11 @@
-"""README.md: every Python block is a complete program, and runs; its links work on the package
-index (absolute, not relative to the repository).
-
-Each block runs in a fresh namespace in a temporary working directory (checkpoints land there,
-servers bind 127.0.0.1 port 0), as a reader would paste it into a file. The docs' blocks run in
-tests/test_docs.py, the programs of examples/ in tests/test_examples.py.
+"""README.md: it keeps its Python blocks, and its links work on the package index (absolute, not
+relative to the repository). Its blocks run in tests/test_docs.py, as the docs pages' do.
 """
 
-import io
 import re
-import tokenize
 from pathlib import Path
 
-import pytest
-from markdown_blocks import python_blocks, run_block
+from markdown_blocks import python_blocks
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 #: Python blocks the README holds now (the library, the service); the rest live in docs/
@@ -27,16 +20,6 @@ def test_readme_keeps_its_python_blocks():
     assert len(BLOCKS) >= EXPECTED_BLOCKS, (
         f"README.md has {len(BLOCKS)} python blocks, expected at least {EXPECTED_BLOCKS}"
     )
-
-
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("block", BLOCKS, ids=[f"line{b.line}" for b in BLOCKS])
-def test_python_block_runs_as_a_complete_program(block, tmp_path, monkeypatch):
-    ellipses = [tok for tok in tokenize.generate_tokens(io.StringIO(block.code).readline)
-                if tok.string == "..."]  # fmt: skip
-    assert not ellipses, "a fragment with `...`: write the block as a program that runs"
-    monkeypatch.chdir(tmp_path)
-    run_block(README, block, {"__name__": "__main__"})
 
 
 def test_links_are_absolute_so_they_work_on_the_package_index():
