@@ -225,7 +225,6 @@ def run_eval(args: argparse.Namespace) -> int:
 
         from .config_fields import BestOfEvaluations
         from .progress import FINAL_WEIGHTS
-        from .rollouts import evaluate
         from .runs import load_kept
 
         module = entry.load()
@@ -242,10 +241,7 @@ def run_eval(args: argparse.Namespace) -> int:
     evaluated = FINAL_WEIGHTS
     if isinstance(config, BestOfEvaluations):  # the weights the run handed back (keep_best)
         evaluated = load_kept(agent.q.weights, latest) or FINAL_WEIGHTS  # its Q-network acts
-    if hasattr(module, "evaluate_agent"):  # its own env wrappers (Atari preprocessing)
-        returns = module.evaluate_agent(config, agent, args.episodes, seed=args.seed)
-    else:
-        returns = evaluate(module.greedy_policy(agent), config.env_id, args.episodes, args.seed)
+    returns = module.evaluate_agent(config, agent, args.episodes, seed=args.seed)
     # An ALE env in a reference cycle would outlive its finalizer at exit (`imports_frozen`) and
     # ale_py would print ~25 "nanobind: leaked" lines: collect the run's objects now.
     del env, agent

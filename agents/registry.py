@@ -6,7 +6,7 @@ name; ``replaygpu eval`` and resumes read it with `read_run_file`, without Tenso
 folder without a run is reported at once. A `Demo` is an algorithm plus preset hyperparameters.
 
 Adding an algorithm: its config (with ``ENV_CHECK``, which makes and checks its env), its module
-(``train(config, recorder, run)``, ``make_agent``, and ``greedy_policy`` or ``evaluate_agent``),
+(``train(config, recorder, run)``, ``make_agent`` and ``evaluate_agent``),
 one row in `ALGORITHMS`; a served one adds a `Builder` beside its agent; a demo, a `DEMOS` row.
 """
 

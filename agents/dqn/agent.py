@@ -172,6 +172,11 @@ def greedy_policy(agent: DQN) -> Callable[[np.ndarray], np.ndarray]:
     return greedy_q_policy(agent.q.get_weights())
 
 
+def evaluate_agent(config: DQNConfig, agent: DQN, episodes: int, seed: int) -> np.ndarray:
+    """Returns of ``episodes`` greedy episodes of ``agent`` (``replaygpu eval``)."""
+    return evaluate(greedy_policy(agent), config.env_id, episodes, seed)
+
+
 def distribution(config: Any) -> rg.Uniform | rg.Prioritized:
     """Prioritized (|TD error| priorities) with ``config.prioritized``, else uniform."""
     if config.prioritized:

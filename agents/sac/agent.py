@@ -130,6 +130,11 @@ def greedy_policy(agent: SAC) -> Callable[[np.ndarray], np.ndarray]:
     return squashed_gaussian_policy(agent.actor.get_weights(), agent.scale, agent.bias)
 
 
+def evaluate_agent(config: SACConfig, agent: SAC, episodes: int, seed: int) -> np.ndarray:
+    """Returns of ``episodes`` greedy episodes of ``agent`` (``replaygpu eval``)."""
+    return evaluate(greedy_policy(agent), config.env_id, episodes, seed)
+
+
 def train(
     config: SACConfig, recorder: Recorder | None = None, run: RunControl | None = None
 ) -> TrainResult:
