@@ -1,7 +1,7 @@
 """The one registry of the agents layer: each algorithm by name, and the demos built on them.
 
 An `Algorithm` names its config class, the module that trains and evaluates it and, if served,
-its `distributed.learner.Builder`. A run's ``run.json`` (written by `runs.RunControl`) stores the
+its `builder.Builder`. A run's ``run.json`` (written by `runs.RunControl`) stores the
 name; ``replaygpu eval`` and resumes read it with `read_run_file`, without TensorFlow, so a
 folder without a run is reported at once. A `Demo` is an algorithm plus preset hyperparameters.
 
@@ -35,7 +35,7 @@ class Algorithm:
     Attributes:
         config: ``"module.Class"`` of its config (a module without TensorFlow).
         module: the module that trains it and rebuilds its networks for ``replaygpu eval``.
-        builder: ``"module.Class"`` of its `distributed.learner.Builder`; "" if not served.
+        builder: ``"module.Class"`` of its `builder.Builder`; "" if not served.
         learner_agent: the ``replaygpu learner --agent`` value that runs it; "" if none.
         frames: an ALE game's frames: ``replaygpu learner`` picks it for an ALE env id.
     """
@@ -123,7 +123,7 @@ def served(agent: str, env_id: str | None) -> str:
 
 
 def builder_for(config: Any) -> Any:
-    """The `distributed.learner.Builder` of ``config``'s algorithm; ConfigError if not served."""
+    """The `builder.Builder` of ``config``'s algorithm; ConfigError if not served."""
     name = name_of(config)
     path = ALGORITHMS[name].builder
     if not path:

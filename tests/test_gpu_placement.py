@@ -310,7 +310,7 @@ def agent_configs() -> dict[str, Callable[[bool], Any]]:
 @pytest.mark.parametrize("xla", [False, True], ids=["plain", "xla"])
 @pytest.mark.parametrize("agent", sorted(agent_configs()))
 def test_agent_training_places_on_gpu(agent: str, xla: bool) -> None:
-    from replaygpu.agents.distributed.learner import make_parts
+    from replaygpu.agents.builder import make_parts
 
     if agent.startswith("atari"):
         pytest.importorskip("ale_py")

@@ -73,7 +73,7 @@ def optimized_hlo(learner: rg.Learner, num_steps: int) -> str:
 
 def served(make_config: Callable[[], Any]) -> Callable[[], rg.Learner]:
     def build() -> rg.Learner:
-        from replaygpu.agents.distributed.learner import make_learner, make_parts
+        from replaygpu.agents.builder import make_learner, make_parts
 
         config = make_config()
         return make_learner(config, make_parts(config))

@@ -29,9 +29,9 @@ from replaygpu.table import Table
 from replaygpu.targets import update_target
 
 from .. import runs
+from ..builder import VectorBuilder
 from ..configs import next_chunk
 from ..distributed.experience import STREAM_FIELD
-from ..distributed.learner import VectorBuilder
 from ..envs import discrete_actions_env as check_env
 from ..envs import make_vector_env
 from ..networks import Adam, Schedule, mlp

@@ -27,9 +27,9 @@ from replaygpu.samplers import make_frame_table
 from replaygpu.service.config import AgentSettings, ServerConfig
 from replaygpu.table import Table
 
+from ..builder import Builder
 from ..configs import next_chunk
 from ..distributed.experience import SegmentWriter, play, segment_client_config
-from ..distributed.learner import Builder
 from ..envs import make_atari_env
 from ..networks import nature_cnn
 from ..policies import epsilon_greedy_actions

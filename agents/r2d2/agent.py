@@ -32,7 +32,7 @@ from replaygpu.specs import host_spec, specs_from_env
 from replaygpu.table import Table
 from replaygpu.targets import update_target
 
-from ..distributed.learner import Builder
+from ..builder import Builder
 from ..dqn.agent import fused_learner, obs_size
 from ..envs import discrete_actions_env as check_env
 from ..networks import Adam

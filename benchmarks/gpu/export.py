@@ -84,7 +84,7 @@ def built(config: Any, fill: int, k: int, seed: int = 0) -> tuple[rg.Learner, An
     """The served learner of ``config`` (its builder's table, agent and sampler), its table
     filled with ``fill`` random rows, its calls of ``k`` steps one counted loop
     (``chunk_steps=k``)."""
-    from replaygpu.agents.distributed.learner import make_parts
+    from replaygpu.agents.builder import make_parts
 
     parts = make_parts(config)
     if fill:
