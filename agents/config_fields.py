@@ -93,7 +93,7 @@ class Run(Group):
 @dataclass(frozen=True)
 class BestOfEvaluations(Group):
     """Greedy evaluations while training, and the best one's weights handed back
-    (`runs.BestPolicy`)."""
+    (`evaluation.BestPolicy`)."""
 
     eval_every: int = option(
         5000,

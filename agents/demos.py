@@ -224,8 +224,8 @@ def run_eval(args: argparse.Namespace) -> int:
         import tensorflow as tf
 
         from .config_fields import BestOfEvaluations
+        from .evaluation import load_kept
         from .progress import FINAL_WEIGHTS
-        from .runs import load_kept
 
         module = entry.load()
     config = entry.config_class()(

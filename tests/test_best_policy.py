@@ -15,16 +15,11 @@ import tensorflow as tf
 import replaygpu as rg
 from replaygpu.agents.dqn import agent as dqn
 from replaygpu.agents.dqn.config import DQNConfig
+from replaygpu.agents.evaluation import PERIODIC_EVAL_SEED, BestPolicy, evaluation_due, load_kept
 from replaygpu.agents.progress import NullRecorder
 from replaygpu.agents.r2d2.config import R2D2Config
 from replaygpu.agents.rollouts import evaluate
-from replaygpu.agents.runs import (
-    PERIODIC_EVAL_SEED,
-    BestPolicy,
-    RunControl,
-    evaluation_due,
-    load_kept,
-)
+from replaygpu.agents.runs import RunControl
 
 SMALL = dict(
     steps=3_000,

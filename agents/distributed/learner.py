@@ -28,18 +28,10 @@ from replaygpu.service.server.loop import step as learner_step
 from ..builder import make_learner, make_parts
 from ..config_fields import BestOfEvaluations
 from ..configs import total_sgd_steps
+from ..evaluation import BestPolicy, assign_all, evaluate_while_training, evaluation_due
 from ..progress import FINAL_WEIGHTS, NullRecorder, Recorder, TrainResult
 from ..registry import builder_for, name_of
-from ..runs import (
-    BestPolicy,
-    JsonState,
-    LoopState,
-    RunControl,
-    assign_all,
-    evaluate_while_training,
-    evaluation_due,
-    stopped_early,
-)
+from ..runs import JsonState, LoopState, RunControl, stopped_early
 from .fleet import ActorFleet, actor_configs
 
 logger = logging.getLogger(__name__)

@@ -34,11 +34,12 @@ from ..configs import next_chunk
 from ..distributed.experience import STREAM_FIELD
 from ..envs import discrete_actions_env as check_env
 from ..envs import make_vector_env
+from ..evaluation import BestPolicy, evaluate_while_training, evaluation_due
 from ..networks import Adam, Schedule, mlp
 from ..policies import epsilon_greedy_actions, greedy_q_policy
 from ..progress import FINAL_WEIGHTS, NullRecorder, Recorder, TrainResult, TrainTimer
 from ..rollouts import ChunkCollector, TrainingJobs, evaluate
-from ..runs import BestPolicy, RunControl, evaluation_due
+from ..runs import RunControl
 from .config import ApexConfig, DQNConfig
 
 
@@ -294,7 +295,7 @@ def train(
             if evaluation_due(config, env_steps - size, env_steps, final):
                 # at the env step whose training call gave the acting weights
                 play = functools.partial(evaluate, act_greedy, config.env_id)
-                runs.evaluate_while_training(config, recorder, best, acted_since, play, act_weights)
+                evaluate_while_training(config, recorder, best, acted_since, play, act_weights)
             if runs.checkpoint_when_due(
                 run, loop, env_steps, last_sync, rng, final=final, settle=finish_all
             ):

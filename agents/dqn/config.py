@@ -61,7 +61,7 @@ class DQNConfig(
     """DQN hyperparameters; the defaults are rl-zoo3's tuned values for CartPole-v1, with its
     algorithm (SB3's DQN: not double DQN) and its constant learning rate (``--final-learning-rate``
     decays it, `DecayedLearningRate`). The run hands back the weights of its best greedy
-    evaluation while training (``keep_best``, `runs.BestPolicy`)."""
+    evaluation while training (``keep_best``, `evaluation.BestPolicy`)."""
 
     ENV_CHECK = discrete_actions_env
 

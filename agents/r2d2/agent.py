@@ -35,18 +35,11 @@ from replaygpu.targets import update_target
 from ..builder import Builder
 from ..dqn.agent import fused_learner, obs_size
 from ..envs import discrete_actions_env as check_env
+from ..evaluation import BestPolicy, evaluate_while_training, evaluation_due
 from ..networks import Adam
 from ..progress import FINAL_WEIGHTS, NullRecorder, Recorder, TrainResult, TrainTimer
 from ..rollouts import EpisodeStats, evaluate
-from ..runs import (
-    BestPolicy,
-    RunControl,
-    checkpoint_when_due,
-    evaluate_while_training,
-    evaluation_due,
-    resume,
-    stopped_early,
-)
+from ..runs import RunControl, checkpoint_when_due, resume, stopped_early
 from .acting import RecurrentQPolicy
 from .config import R2D2Config, R2D2LearnerConfig, R2D2Settings
 from .experience import BLOCK_START, STATE_STORED
