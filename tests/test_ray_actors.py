@@ -22,7 +22,8 @@ import tensorflow as tf
 import replaygpu as rg
 from replaygpu.agents.distributed.actor_config import ActorConfig
 from replaygpu.agents.distributed.fleet import ACTOR_THREAD_ENV
-from replaygpu.agents.distributed.ray_actors import init_ray, start_ray_actors
+from replaygpu.agents.distributed.ray_actors import start_ray_actors
+from replaygpu.agents.distributed.ray_start import init_ray
 from replaygpu.specs import specs_from_env
 
 NUM_ENVS = 4

@@ -1,4 +1,4 @@
-"""`ray_actors.init_ray`: each of Ray's node start-up timeouts is retried, then explained.
+"""`ray_start.init_ray`: each of Ray's node start-up timeouts is retried, then explained.
 
 Ray's timeouts cannot be made to happen on demand, so the retry tests stand a small object in
 for the ``ray`` module that fails its first starts with the exceptions Ray raises (their types
@@ -12,7 +12,7 @@ import logging
 import pytest
 
 import replaygpu as rg
-from replaygpu.agents.distributed.ray_actors import init_ray
+from replaygpu.agents.distributed.ray_start import init_ray
 
 #: what Ray 2.x raises when its node does not register within 30 s
 RAY_TIMEOUT = (

@@ -213,7 +213,8 @@ def run(args: argparse.Namespace) -> int:
     import replaygpu as rg
 
     if args.ray:
-        from .ray_actors import check_ray_options, import_ray
+        from .ray_actors import check_ray_options
+        from .ray_start import import_ray
 
         check_ray_options(args.ray_num_cpus, args.max_restarts)
         import_ray()  # a missing extra is said before the server is asked anything
