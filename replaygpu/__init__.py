@@ -1,6 +1,7 @@
 """replaygpu: device-resident replay buffers and fused multi-step learners for TensorFlow 2.
 
-The core is re-exported here; everything else comes from its module, for example:
+The core is re-exported here; everything else comes from its module (`PUBLIC_MODULES` lists
+the public ones), for example:
 
 - `replaygpu.errors`: the library's errors (`BatchError`, `CheckpointMismatchError`, ...), and
   `replaygpu.service.wire.status` the service's (`ServiceError`, `StagingFullError`, ...);
